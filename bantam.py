@@ -1,0 +1,1593 @@
+#!/usr/bin/env python3
+"""bantam: a tiny command-line AI agent in one standard-library Python file.
+
+The whole agent is the Bantam algorithm: keep a list of chat messages, send it to an
+OpenAI-compatible /chat/completions endpoint, print the reply as it streams, run the tool
+calls it asks for (shell_exec and run_subagent), append their results, and loop until the
+model stops calling tools. Everything else here (config, HTTP, sessions, the REPL) serves
+that loop, AL(cfg, messages), which you will find under "The agentic loop".
+
+Usage:  bantam               interactive REPL (readline, history, /commands)
+        bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
+"""
+import json
+import os
+import re
+import sys
+import time
+
+VERSION = "1.0.0"
+USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
+
+# The config schema: every key with its default. Values from model.cfg or BANTAM_<KEY>
+# are parsed by the default's type (bool, int, float, list of seconds, or a string).
+DEFAULTS = {
+    "endpoint": "https://api.openai.com/v1",  # base URL of an OpenAI-compatible API
+    "model": "gpt-4o",
+    "temperature": 0.7,
+    "api_key": "",                 # Bearer token; else BANTAM_API_KEY, else OPENAI_API_KEY
+    "stream": True,                # stream the reply as it is generated (SSE)
+    "color": "auto",               # auto (when a terminal) | always | never
+    "timeout": 60.0,               # seconds to connect and between bytes of a reply
+    "shell_timeout": 120.0,        # seconds before a shell_exec command's group is killed
+    "max_al_iterations": 1000,     # model calls per AL() before it stops
+    "backoff": [1.0, 1.0, 2.0, 3.0, 5.0],  # seconds before each retry (Fibonacci)
+    "max_tool_res": 65536,         # bytes of a tool result sent whole; more is offloaded
+    "context_window": 262144,      # tokens, when GET /models does not say
+    "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
+    "text_tool_calls": False,      # run a reply that is only a tool call written as text
+}
+CHOICES = {"color": ("auto", "always", "never")}
+
+RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
+MAX_SERVER_WAIT = 60.0                 # a longer Retry-After fails the turn instead
+DRAIN_SECONDS = 0.25                   # read output this long after the shell exits
+COMPACT_AT = 0.60                      # offer /compact at this share of the context window
+CHILD_NOTE = "\n\nImportant: this is a child agent"
+INTERRUPTED = "[interrupted by user]"
+
+DEFAULT_SYSTEM = """\
+You are Bantam, a command-line AI agent working on the user's machine.
+
+You have two tools:
+- shell_exec runs a shell command (bash) and returns its output and exit code.
+- run_subagent hands a self-contained sub-task to a fresh copy of yourself and returns its answer.
+
+Work in small, verifiable steps: look before you change things, check the result of every
+command, and fix what fails. Never start interactive programs (editors, pagers, prompts);
+use non-interactive flags instead. Long outputs are cut: read big files in parts.
+When you are done, say briefly what you did and what you found.
+"""
+
+# What servers say when the prompt does not fit the model's context window.
+OVERFLOW_PATTERNS = re.compile(
+    r"context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
+    r"|exceeds the available context|greater than the context length|prompt is too long"
+    r"|input token count.*exceeds|exceeds the maximum number of tokens|reduce the length of the"
+    r"|longer than the maximum model length|context length is only|maximum prompt length"
+    r"|too large for model with|input is too long|token limit exceeded|too many tokens", re.I)
+# What servers say when the money, not the rate, has run out: retrying cannot help.
+QUOTA_PATTERNS = re.compile(
+    r"insufficient_quota|exceeded your current quota|check your plan and billing"
+    r"|credit balance is too low|insufficient (?:credits|balance)", re.I)
+# What strict servers say about an assistant message with neither content nor tool calls.
+EMPTY_ASSISTANT_PATTERNS = re.compile(
+    r"content or tool_calls must be set|either content or tool_calls|must have non-empty content"
+    r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
+
+# Runtime state of this process (kept off the wire): one connection per endpoint, the
+# last usage report, discovered context windows, and tool-output files of the turn.
+STATE = {"connections": {}, "usage": None, "windows": {}, "no_stream_options": False,
+         "spill": [], "text_tool_hint": False}
+
+
+class BantamError(Exception):
+    """A failure to report in one line; exit_code is what batch mode exits with."""
+    exit_code = 1
+
+
+class ConfigError(BantamError):
+    """A broken config file or value, a missing prompt file: the user must fix something."""
+    exit_code = 2
+
+
+class ApiError(BantamError):
+    """A failed model request. kind: retry | fatal | overflow | empty_assistant | bad_request."""
+
+    def __init__(self, message, kind="fatal", status=None, wait=None):
+        BantamError.__init__(self, message)
+        self.kind, self.status, self.wait = kind, status, wait
+
+
+# ----------------------------------------------------------------------------------------
+# Output: one funnel for the conversation (stdout), one for diagnostics (stderr)
+# ----------------------------------------------------------------------------------------
+
+COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m",
+          "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m",
+          "dim": "\033[2m"}
+RESET = "\033[0m"
+UI = {"color": False, "err_color": False, "depth": 0, "bol": True, "status": False,
+      "secret": ""}
+
+# Control characters a terminal would act on (ESC, OSC, BEL, C1 CSI...): shown, never obeyed.
+TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Invisible and format characters that can hide instructions from a human reader: tag
+# characters, bidi overrides and isolates, zero-width and joiner characters, variation
+# selectors, other non-printables. Removed from tool arguments and results (tab and newline kept).
+INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
+ODD_SPACES = re.compile("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+
+
+def visible(match):
+    """How one unsafe control character is shown: ^[ for ESC, nothing for CR and BEL."""
+    code = ord(match.group())
+    if code in (0x0d, 0x07):
+        return ""
+    if code < 0x20:
+        return "^" + chr(code + 64)
+    return "^?" if code == 0x7f else "\\x%02x" % code
+
+
+def terminal_safe(text):
+    """Text with every control character except tab and newline made harmless."""
+    return TERMINAL_UNSAFE.sub(visible, text)
+
+
+def clean_for_model(text):
+    """Text without invisible or format characters (prompt-injection filter)."""
+    return ODD_SPACES.sub(" ", INVISIBLE.sub("", text))
+
+
+def redact(text):
+    """Text with the API key replaced, for anything printed or written to disk."""
+    return text.replace(UI["secret"], "***") if UI["secret"] else text
+
+
+def setup_colors(cfg):
+    """Decide color for stdout and stderr from the color key, NO_COLOR and the terminal."""
+    mode = cfg["color"]
+    allowed = mode != "never" and not os.environ.get("NO_COLOR") and not os.environ.get("BANTAM_NO_COLOR")
+    UI["color"] = allowed and (mode == "always" or sys.stdout.isatty())
+    UI["err_color"] = allowed and (mode == "always" or sys.stderr.isatty())
+    UI["secret"] = cfg["api_key"] if len(cfg["api_key"]) >= 4 else ""
+
+
+def paint(text, style, on=None):
+    """Text wrapped in a palette color when color is on."""
+    if (UI["color"] if on is None else on) and style:
+        return COLORS[style] + text + RESET
+    return text
+
+
+def show(text, style=None):
+    """Write conversation text to stdout: made terminal-safe, indented in a subagent, colored."""
+    if UI["status"]:
+        clear_status()
+    text = terminal_safe(text)
+    if not text:
+        return
+    if UI["depth"]:
+        pad = "  \u2502 " * UI["depth"]   # a subagent's output is set apart by a rail
+        text = (pad if UI["bol"] else "") + text.replace("\n", "\n" + pad)
+        if text.endswith(pad):
+            text = text[:-len(pad)]
+    UI["bol"] = text.endswith("\n")
+    sys.stdout.write(paint(text, style))
+
+
+def end_line():
+    """Finish the current stdout line, if one is open."""
+    if not UI["bol"]:
+        show("\n")
+
+
+def note(text, style="error"):
+    """Write one diagnostic line to stderr (errors, retries, usage); never holds secrets."""
+    if UI["status"]:
+        clear_status()
+    if not UI["bol"] and sys.stdout.isatty():
+        end_line()
+    sys.stdout.flush()
+    sys.stderr.write(paint(terminal_safe(redact(text)), style, UI["err_color"]) + "\n")
+    sys.stderr.flush()
+
+
+def show_status():
+    """Show ...requesting... while the model has not answered (terminal with color only)."""
+    if UI["color"] and UI["bol"] and sys.stdout.isatty():
+        sys.stdout.write(paint("...requesting...", "status"))
+        sys.stdout.flush()
+        UI["status"] = True
+
+
+def clear_status():
+    """Erase the ...requesting... status line."""
+    UI["status"] = False
+    sys.stdout.write("\r\033[K")
+
+
+# ----------------------------------------------------------------------------------------
+# Config: model.cfg (key=value), then BANTAM_<KEY>, then DEFAULTS
+# ----------------------------------------------------------------------------------------
+
+def find_file(name):
+    """The path of name in the current directory, else in ~/.bantam, else None."""
+    for folder in (os.getcwd(), os.path.join(os.path.expanduser("~"), ".bantam")):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def read_key_values(path):
+    """The key=value lines of a config file as {key: (value, 'file:line')}; warns on the odd ones."""
+    values = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("%s: cannot read config: %s" % (path, e))
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        where = "%s:%d" % (path, number)
+        key, sep, value = line.partition("=")
+        key = key.strip().lower()
+        if not sep or not key:
+            raise ConfigError("%s: expected key=value, got %r" % (where, line[:60]))
+        if key not in DEFAULTS:
+            note("%s: unknown config key %r (ignored)" % (where, key))
+            continue
+        values[key] = (value.strip(), where)
+    return values
+
+
+def parse_value(key, raw, where):
+    """raw parsed by the type of DEFAULTS[key]; a clear ConfigError naming where otherwise."""
+    default = DEFAULTS[key]
+    try:
+        if isinstance(default, bool):
+            low = raw.lower()
+            if low not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                raise ValueError("expected true or false")
+            return low in ("true", "1", "yes", "on")
+        if isinstance(default, int):
+            value = int(raw)
+            if value < 1:
+                raise ValueError("expected a whole number above 0")
+            return value
+        if isinstance(default, float):
+            value = float(raw)
+            if value < 0 or value != value:
+                raise ValueError("expected a number of 0 or more")
+            return value
+        if isinstance(default, list):
+            value = [float(part) for part in raw.split(",") if part.strip()]
+            if any(v < 0 for v in value):
+                raise ValueError("expected seconds of 0 or more")
+            return value
+    except ValueError as e:
+        reason = str(e) if str(e).startswith("expected") else "expected a %s" % (
+            "whole number" if isinstance(default, int) else
+            "comma-separated list of seconds" if isinstance(default, list) else "number")
+        raise ConfigError("%s: %s: %s, got %r" % (where, key, reason, raw))
+    if key in CHOICES and raw.lower() not in CHOICES[key]:
+        raise ConfigError("%s: %s: expected one of %s, got %r" % (where, key, ", ".join(CHOICES[key]), raw))
+    return raw.lower() if key in CHOICES else raw
+
+
+def load_config(env=None):
+    """The run configuration: DEFAULTS overridden by BANTAM_<KEY>, overridden by model.cfg."""
+    env = os.environ if env is None else env
+    path = find_file("model.cfg")
+    from_file = read_key_values(path) if path else {}
+    cfg = {}
+    for key in DEFAULTS:
+        raw, where = from_file.get(key, ("", ""))
+        if raw in ("", "-"):   # blank or '-' in the file defers to the environment
+            raw, where = env.get("BANTAM_" + key.upper(), ""), "BANTAM_" + key.upper()
+        if key == "api_key" and not raw:
+            raw = env.get("OPENAI_API_KEY", "")
+        cfg[key] = parse_value(key, raw, where) if raw != "" else DEFAULTS[key]
+    cfg["endpoint"] = cfg["endpoint"].rstrip("/")
+    if not re.match(r"https?://[^/]", cfg["endpoint"]):
+        raise ConfigError("%s: endpoint: expected an http:// or https:// URL, got %r"
+                          % (path or "BANTAM_ENDPOINT", cfg["endpoint"]))
+    cfg["system_prompt"] = load_system_prompt()
+    return cfg
+
+
+def load_system_prompt():
+    """system.txt from the current directory or ~/.bantam, else the built-in prompt."""
+    path = find_file("system.txt")
+    if not path:
+        return DEFAULT_SYSTEM
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("%s: cannot read system prompt: %s" % (path, e))
+
+
+# ----------------------------------------------------------------------------------------
+# Sessions: ~/.bantam/sessions/<id>.json = {"id", "saved_at", "summary", "messages"}
+# ----------------------------------------------------------------------------------------
+
+def sessions_dir():
+    """The folder of saved sessions."""
+    return os.path.join(os.path.expanduser("~"), ".bantam", "sessions")
+
+
+def write_private_file(path, text, exclusive=False):
+    """Write text to path atomically with mode 0600 (temp file + rename): never a torn file.
+    With exclusive=True an existing path is not replaced (FileExistsError)."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    import tempfile
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if exclusive:
+            os.link(tmp, path)   # fails if path exists, unlike rename
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def session_text(sid, summary, messages):
+    """The JSON text of a session file (secrets redacted)."""
+    session = {"id": sid, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+               "summary": summary, "messages": messages}
+    return redact(json.dumps(session, indent=1, ensure_ascii=False))
+
+
+def save_new_session(messages, summary):
+    """Save messages under a new time-based id (never overwriting one); returns the id."""
+    base = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        sid = base if n == 1 else "%s-%d" % (base, n)
+        try:
+            write_private_file(os.path.join(sessions_dir(), sid + ".json"),
+                               session_text(sid, summary, messages), exclusive=True)
+            return sid
+        except FileExistsError:
+            continue
+    raise BantamError("cannot find a free session id for " + base)
+
+
+def autosave(messages):
+    """Write the conversation to autosave.json; a failure is reported, never fatal."""
+    try:
+        write_private_file(os.path.join(sessions_dir(), "autosave.json"),
+                           session_text("autosave", first_user_text(messages), messages))
+    except OSError as e:
+        note("warning: autosave failed: %s" % e)
+
+
+def read_session(sid):
+    """The session dict stored under sid; BantamError if missing, not JSON, or the wrong shape."""
+    path = os.path.join(sessions_dir(), sid + ".json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            session = json.load(f)
+    except FileNotFoundError:
+        raise BantamError("no session %r" % sid)
+    except (OSError, UnicodeDecodeError) as e:
+        raise BantamError("cannot read session %r: %s" % (sid, e))
+    except ValueError as e:
+        raise BantamError("session %r is not valid JSON (%s); the file is left as it is" % (sid, e))
+    messages = session.get("messages") if isinstance(session, dict) else None
+    if not (isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and m.get("role") in ("system", "user", "assistant", "tool")
+            for m in messages)):
+        raise BantamError("session %r is not a bantam session (expected an object with a "
+                          "'messages' list of chat messages); the file is left as it is" % sid)
+    return session
+
+
+def session_ids():
+    """The ids of all saved sessions."""
+    try:
+        names = os.listdir(sessions_dir())
+    except OSError:
+        return []
+    return [n[:-5] for n in names if n.endswith(".json") and not n.startswith(".")]
+
+
+def resolve_session(prefix):
+    """The session id that is prefix exactly, or the only one starting with it."""
+    ids = session_ids()
+    if prefix in ids:
+        return prefix
+    matches = [i for i in ids if i.startswith(prefix)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise BantamError("no session matches %r (see /list)" % prefix)
+    raise BantamError("%r matches %d sessions: %s" % (prefix, len(matches), ", ".join(sorted(matches)[:5])))
+
+
+def first_user_text(messages, width=60):
+    """The first user prompt, on one line and shortened: the fallback summary."""
+    for m in messages:
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            text = " ".join(m["content"].split())
+            return text if len(text) <= width else text[:width - 3] + "..."
+    return "(empty conversation)"
+
+
+def repair_conversation(messages):
+    """Make a loaded conversation valid: drop empty assistant messages, answer unanswered calls."""
+    fixed = []
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant" and not m.get("content") and not m.get("tool_calls"):
+            continue
+        fixed.append(m)
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            answered = {x.get("tool_call_id") for x in messages[i + 1:] if x.get("role") == "tool"}
+            for call in m["tool_calls"]:
+                if call.get("id") not in answered:
+                    fixed.append(tool_message(call.get("id"), INTERRUPTED + " (no result was recorded)"))
+    messages[:] = fixed
+    return messages
+
+
+# ----------------------------------------------------------------------------------------
+# The HTTP client: one keep-alive connection per endpoint, retries, SSE
+# ----------------------------------------------------------------------------------------
+
+def proxy_for(scheme, host):
+    """The proxy URL for host from HTTPS_PROXY / HTTP_PROXY, unless NO_PROXY matches."""
+    env = os.environ
+    proxy = env.get(scheme + "_proxy") or env.get(scheme.upper() + "_PROXY")
+    if not proxy:
+        return None
+    for rule in (env.get("no_proxy") or env.get("NO_PROXY") or "").split(","):
+        rule = rule.strip().lower().lstrip(".").split(":")[0]
+        if rule == "*" or (rule and (host == rule or host.endswith("." + rule))):
+            return None
+    return proxy if "://" in proxy else "http://" + proxy
+
+
+def open_connection(endpoint, timeout):
+    """A new http.client connection to the endpoint's host, through a CONNECT proxy if set."""
+    import http.client
+    from urllib.parse import urlsplit, unquote
+    url = urlsplit(endpoint)
+    https = url.scheme == "https"
+    port = url.port or (443 if https else 80)
+    proxy = proxy_for(url.scheme, url.hostname)
+    host, host_port = url.hostname, port
+    if proxy:
+        p = urlsplit(proxy)
+        host, host_port = p.hostname, p.port or (443 if p.scheme == "https" else 80)
+    if https:
+        import ssl
+        conn = http.client.HTTPSConnection(host, host_port, timeout=timeout,
+                                           context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(host, host_port, timeout=timeout)
+    if proxy:
+        headers = {}
+        if p.username:
+            import base64
+            login = "%s:%s" % (unquote(p.username), unquote(p.password or ""))
+            headers["Proxy-Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
+        conn.set_tunnel(url.hostname, port, headers=headers)
+    return conn
+
+
+def drop_connection(cfg):
+    """Close the endpoint's connection (after an error or an abandoned reply)."""
+    conn = STATE["connections"].pop(cfg["endpoint"], None)
+    if conn:
+        conn.close()
+
+
+def http_request(cfg, method, path, body=None):
+    """Send one request on the endpoint's persistent connection and return the response.
+    A connection the server closed while idle is reopened once, without counting a retry."""
+    import http.client
+    from urllib.parse import urlsplit
+    headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    if cfg["api_key"]:
+        headers["Authorization"] = "Bearer " + cfg["api_key"]
+    target = urlsplit(cfg["endpoint"]).path.rstrip("/") + path
+    for attempt in (1, 2):
+        conn = STATE["connections"].get(cfg["endpoint"])
+        reused = conn is not None
+        if not reused:
+            conn = STATE["connections"][cfg["endpoint"]] = open_connection(cfg["endpoint"], cfg["timeout"])
+        try:
+            conn.request(method, target, body, headers)
+            return conn.getresponse()
+        except (ConnectionError, http.client.BadStatusLine) as e:
+            drop_connection(cfg)
+            if not reused or attempt == 2:
+                raise
+        except BaseException:
+            drop_connection(cfg)
+            raise
+
+
+def request_body(cfg, messages, tools, stream):
+    """The JSON body of a chat completion request."""
+    body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
+            "stream": stream}
+    if tools:
+        body["tools"] = TOOL_DEFINITIONS
+    if stream and not STATE["no_stream_options"]:
+        body["stream_options"] = {"include_usage": True}
+    if cfg["reasoning_effort"]:
+        body["reasoning_effort"] = cfg["reasoning_effort"]
+    return body
+
+
+def chat(cfg, messages, tools=True, quiet=False):
+    """The model's reply to messages as an assistant message dict, printed as it arrives
+    unless quiet. Retries per the backoff ladder; raises ApiError when it cannot get one."""
+    stream = cfg["stream"] and not quiet
+    delays, retries = cfg["backoff"], 0
+    while True:
+        body = request_body(cfg, messages, tools, stream)
+        try:
+            return exchange(cfg, body, quiet)
+        except ApiError as e:
+            if e.kind == "empty_assistant" and drop_empty_assistant(messages):
+                continue
+            if e.kind == "bad_request" and "stream_options" in body:
+                STATE["no_stream_options"] = True   # retry without it, for the whole session
+                continue
+            if e.kind != "retry" or retries >= len(delays):
+                if e.kind == "retry" and retries:
+                    raise ApiError("%s (gave up after %d retries)" % (e, retries))
+                raise
+            wait = max(delays[retries], e.wait or 0)
+            if wait > MAX_SERVER_WAIT:
+                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (e, wait))
+            retries += 1
+            note("[%s; retry %d/%d in %gs]" % (e, retries, len(delays), wait))
+            time.sleep(wait)
+
+
+def exchange(cfg, body, quiet):
+    """One request and its reply; network faults become retryable ApiErrors."""
+    import http.client
+    import socket
+    reply = new_reply(quiet)
+    try:
+        if not quiet:
+            show_status()
+        response = http_request(cfg, "POST", "/chat/completions", json.dumps(body).encode())
+        if response.status != 200:
+            raise error_from_response(cfg, response)
+        if "event-stream" in (response.getheader("Content-Type") or ""):
+            read_stream(cfg, response, reply)
+        else:   # not streamed, or a server that ignores stream=true
+            data = response.read()
+            try:
+                merge_chunk(reply, json.loads(data), whole=True)
+            except ValueError:
+                raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry")
+        return finish_reply(reply)
+    except (OSError, http.client.HTTPException, socket.timeout) as e:
+        drop_connection(cfg)
+        close_open_blocks(reply)
+        raise ApiError(network_error_text(e, cfg), "retry")
+    except ApiError:
+        close_open_blocks(reply)
+        raise
+    except KeyboardInterrupt as stop:
+        drop_connection(cfg)   # the reply is abandoned mid-way
+        close_open_blocks(reply)
+        stop.partial = "".join(reply["content"])
+        raise
+    finally:
+        if UI["status"]:
+            clear_status()
+        sys.stdout.flush()
+
+
+def network_error_text(e, cfg):
+    """A one-line description of a network failure."""
+    import socket
+    if isinstance(e, socket.timeout) or "timed out" in str(e):
+        return "network error: no answer within %g s (timeout)" % cfg["timeout"]
+    if isinstance(e, ConnectionRefusedError):
+        return "network error: connection refused by %s" % cfg["endpoint"]
+    return "network error: %s" % (str(e) or type(e).__name__)
+
+
+def error_from_response(cfg, response):
+    """The ApiError for a non-200 response: its kind says whether to retry, compact or stop."""
+    status = response.status
+    data = response.read(1 << 20)
+    if not response.isclosed():
+        drop_connection(cfg)
+    text = data.decode("utf-8", "replace")
+    message = text.strip()[:300] or response.reason
+    try:
+        error = json.loads(text)
+        error = error.get("error", error) if isinstance(error, dict) else error
+        if isinstance(error, list) and error:   # some servers send [{"error": {...}}]
+            error = error[0].get("error", error[0]) if isinstance(error[0], dict) else error[0]
+        if isinstance(error, dict) and error.get("message"):
+            message = str(error["message"])
+        elif isinstance(error, str):
+            message = error
+    except (ValueError, AttributeError):
+        pass
+    message = " ".join(message.split())
+    headline = "HTTP %d: %s" % (status, message)
+    kind, hint = "fatal", ""
+    if status == 413 or (status in (400, 422, 500) and OVERFLOW_PATTERNS.search(text)):
+        kind = "overflow"
+    elif status == 400 and EMPTY_ASSISTANT_PATTERNS.search(text):
+        kind = "empty_assistant"
+    elif status == 402 or (status in (400, 403, 429) and QUOTA_PATTERNS.search(text)):
+        hint = " (quota, credits or billing exhausted: not retried)"
+    elif status in RETRY_STATUSES or status >= 500:
+        kind = "retry"
+    elif status in (400, 422):
+        kind = "bad_request"
+    elif status == 401:
+        hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
+    elif status in (403, 404):
+        hint = " (check endpoint and model in model.cfg)"
+    should = (response.getheader("x-should-retry") or "").strip().lower()
+    if should == "true" and kind in ("fatal", "bad_request") and "quota" not in hint:
+        kind = "retry"
+    elif should == "false" and kind == "retry":
+        kind = "fatal"
+    return ApiError(headline + hint, kind, status, server_wait(response))
+
+
+def server_wait(response):
+    """Seconds the server asks us to wait (retry-after-ms, Retry-After), or None."""
+    ms = response.getheader("retry-after-ms")
+    try:
+        if ms:
+            return float(ms) / 1000
+    except ValueError:
+        pass
+    after = (response.getheader("retry-after") or "").strip()
+    if not after:
+        return None
+    try:
+        return max(0.0, float(after))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+    try:
+        return max(0.0, parsedate_to_datetime(after).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def drop_empty_assistant(messages):
+    """Remove assistant messages with neither content nor tool calls; True if any were."""
+    before = len(messages)
+    messages[:] = [m for m in messages if not (m.get("role") == "assistant" and not m.get("content")
+                                               and not m.get("tool_calls"))]
+    return len(messages) < before
+
+
+def sse_data(response):
+    """Yield the data of each server-sent event as bytes, and None after each network read
+    (time to flush the terminal). Lines look like:
+        data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
+        : keep-alive comment          event: name          (blank line ends an event)"""
+    read = response.read1
+    partial, data = [], []
+    while True:
+        block = read(65536)
+        if not block:
+            break
+        if b"\n" not in block:   # a long line arriving in pieces
+            partial.append(block)
+            continue
+        if partial:
+            partial.append(block)
+            block, partial = b"".join(partial), []
+        lines = block.split(b"\n")
+        last = lines.pop()
+        if last:
+            partial.append(last)
+        for line in lines:
+            if line[-1:] == b"\r":
+                line = line[:-1]
+            if not line:
+                if data:
+                    yield data[0] if len(data) == 1 else b"\n".join(data)
+                    data = []
+            elif line[:5] == b"data:":
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+        yield None
+    if partial and partial[0][:5] == b"data:":
+        line = b"".join(partial).rstrip(b"\r")
+        data.append(line[6:] if line[5:6] == b" " else line[5:])
+    if data:
+        yield b"\n".join(data)
+
+
+def read_stream(cfg, response, reply):
+    """Merge a streamed reply into reply, printing as it comes; stops at [DONE] or the end."""
+    flush = sys.stdout.flush
+    for data in sse_data(response):
+        if data is None:
+            flush()
+            continue
+        if data[:6] == b"[DONE]":
+            finish_response(cfg, response)
+            break
+        for chunk in parse_event(data):
+            if "error" in chunk and not chunk.get("choices"):
+                raise stream_error(chunk["error"])
+            merge_chunk(reply, chunk)
+
+
+def parse_event(data):
+    """The JSON objects in one event's data (some servers omit the blank line between events)."""
+    try:
+        chunk = json.loads(data)
+        return [chunk] if isinstance(chunk, dict) else []
+    except ValueError:
+        chunks = []
+        for line in data.split(b"\n"):
+            try:
+                chunks.append(json.loads(line))
+            except ValueError:
+                note("warning: skipped a stream event that is not JSON: %r" % line[:80])
+        return [c for c in chunks if isinstance(c, dict)]
+
+
+def stream_error(error):
+    """The ApiError for an error object sent inside a stream."""
+    message = error.get("message") if isinstance(error, dict) else str(error)
+    text = json.dumps(error)
+    kind = "overflow" if OVERFLOW_PATTERNS.search(text) else "retry"
+    return ApiError("error in stream: %s" % " ".join(str(message).split()), kind)
+
+
+def finish_response(cfg, response):
+    """Read what is left of a reply after [DONE] so the connection can be reused."""
+    try:
+        sock = response.fp and response.fp.raw._sock
+        if sock:
+            sock.settimeout(2)
+        while response.read1(65536):
+            pass
+        if sock:
+            sock.settimeout(cfg["timeout"])
+    except Exception:
+        drop_connection(cfg)
+
+
+# A reply under construction: text pieces, reasoning pieces, tool calls by index.
+def new_reply(quiet):
+    """An empty reply accumulator."""
+    return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
+            "in_reasoning": False, "in_text": False, "echo_reasoning": False}
+
+
+def merge_chunk(reply, chunk, whole=False):
+    """Merge one streamed chunk (or a whole non-streamed response) into reply, printing it.
+    {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[{"index":0,"id":"call_1",
+     "function":{"name":"shell_exec","arguments":"{\\"comm"}}]}}],"usage":{...}}"""
+    if chunk.get("usage"):
+        STATE["usage"] = chunk["usage"]
+    choices = chunk.get("choices")
+    if whole and not choices:
+        if chunk.get("error"):
+            raise stream_error(chunk["error"])
+        raise ApiError("the server sent a reply with no choices", "retry")
+    for choice in choices or ():
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            continue
+        delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
+        thought = delta.get("reasoning_content")
+        reply["echo_reasoning"] = reply["echo_reasoning"] or bool(thought)
+        thought = thought or delta.get("reasoning")
+        if thought and isinstance(thought, str):
+            add_reasoning(reply, thought)
+        text = delta.get("content")
+        if text and isinstance(text, str):
+            add_text(reply, text)
+        if delta.get("reasoning_details"):
+            reply["details"].extend(delta["reasoning_details"])
+        for position, fragment in enumerate(delta.get("tool_calls") or ()):
+            merge_tool_call(reply["calls"], fragment, position)
+
+
+def add_reasoning(reply, text):
+    """Record and print reasoning, opening the reasoning block if needed."""
+    reply["reasoning"].append(text)
+    if reply["quiet"]:
+        return
+    if not reply["in_reasoning"]:
+        end_line()
+        show("--- reasoning start ---\n", "marker")
+        reply["in_reasoning"] = True
+    show(text, "reasoning")
+
+
+def add_text(reply, text):
+    """Record and print answer text, closing the reasoning block first."""
+    reply["content"].append(text)
+    if reply["quiet"]:
+        return
+    if reply["in_reasoning"]:
+        close_open_blocks(reply)
+    reply["in_text"] = True
+    show(text)
+
+
+def close_open_blocks(reply):
+    """End the reasoning block and the answer line, if open."""
+    if reply["in_reasoning"]:
+        reply["in_reasoning"] = False
+        end_line()
+        show("--- reasoning end ---\n", "marker")
+    if reply["in_text"]:
+        reply["in_text"] = False
+        end_line()
+
+
+def merge_tool_call(calls, fragment, position):
+    """Merge one tool-call fragment into calls (by index) as servers send them: the id and
+    name only in the first fragment or repeated in each, arguments split anywhere."""
+    if not isinstance(fragment, dict):
+        return
+    index = fragment.get("index")
+    if not isinstance(index, int):   # no index: its position, unless it starts a new call
+        index = position
+        old = calls.get(index)
+        if old and fragment.get("id") and old["id"] and fragment["id"] != old["id"]:
+            index = max(calls) + 1
+    function = fragment.get("function") or {}
+    call = calls.get(index)
+    if call is None:
+        call = calls[index] = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+    if fragment.get("id") and not call["id"]:
+        call["id"] = str(fragment["id"])
+    if function.get("name") and not call["function"]["name"]:
+        call["function"]["name"] = str(function["name"])
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        call["function"]["arguments"] += arguments
+    elif isinstance(arguments, dict):   # some servers send an object, not a JSON string
+        call["function"]["arguments"] += json.dumps(arguments)
+
+
+def finish_reply(reply):
+    """The assistant message to store, exactly as the API expects it back."""
+    close_open_blocks(reply)
+    message = {"role": "assistant", "content": "".join(reply["content"])}
+    calls = [reply["calls"][i] for i in sorted(reply["calls"]) if reply["calls"][i]["function"]["name"]]
+    if calls:
+        for call in calls:
+            call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if the server gave none
+            call["function"]["arguments"] = call["function"]["arguments"] or "{}"
+        message["tool_calls"] = calls
+        if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
+            message["reasoning_content"] = "".join(reply["reasoning"])
+    if reply["details"]:
+        message["reasoning_details"] = reply["details"]
+    return message
+
+
+# ----------------------------------------------------------------------------------------
+# The tools: shell_exec and run_subagent (each takes cfg and a dict, returns a string)
+# ----------------------------------------------------------------------------------------
+
+def shell_exec(cfg, args):
+    """Run args['command'] with bash (else sh): output + '\\n\\nexit: ' + code. Own process
+    group, stdin from /dev/null, no pagers; killed on timeout or Ctrl+C; output bounded."""
+    command = args.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return "error: shell_exec needs a non-empty 'command' string"
+    import subprocess
+    env = dict(os.environ, PAGER="cat", GIT_PAGER="cat", MANPAGER="cat", SYSTEMD_PAGER="",
+               GIT_TERMINAL_PROMPT="0", DEBIAN_FRONTEND="noninteractive")
+    try:
+        proc = subprocess.Popen([shell_path(), "-c", command], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+    except OSError as e:
+        return "error: cannot start the shell: %s" % e
+    output = BoundedOutput(cfg["max_tool_res"])
+    try:
+        code, remark = pump_output(proc, output, cfg["shell_timeout"])
+    except BaseException:   # Ctrl+C: stop the command's whole group, then stop the loop
+        kill_group(proc)
+        raise
+    finally:
+        proc.stdout.close()
+        output.close()
+    return output.text() + remark + "\n\nexit: " + str(code)
+
+
+def shell_path():
+    """bash if installed, else /bin/sh."""
+    for path in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"):
+        if os.access(path, os.X_OK):
+            return path
+    return "/bin/sh"
+
+
+def pump_output(proc, output, timeout):
+    """Read the command's output until it exits (then drain briefly: a background child may
+    hold the pipe open forever) or times out; returns (exit code, remark)."""
+    import select
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    exited_at = None
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            kill_group(proc)
+            return proc.wait(), "\n[timed out after %g s: the command's process group was killed]" % timeout
+        if exited_at is None and proc.poll() is not None:
+            exited_at = now
+        if exited_at is not None and now - exited_at >= DRAIN_SECONDS:
+            break
+        if select.select([fd], [], [], min(0.1, deadline - now))[0]:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                break
+            output.add(data)
+    try:
+        return proc.wait(max(0.01, deadline - time.monotonic())), ""
+    except Exception:   # closed its output but still running: treat as a timeout
+        kill_group(proc)
+        return proc.wait(), "\n[timed out after %g s: the command's process group was killed]" % timeout
+
+
+def kill_group(proc):
+    """Stop the command's process group: TERM, then KILL if it lingers."""
+    import signal
+    for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass
+        end = time.monotonic() + grace
+        while proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.01)
+        if proc.poll() is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)   # children left behind in the group
+            except OSError:
+                pass
+            return
+
+
+class BoundedOutput:
+    """A command's output in bounded memory: whole when it fits in limit bytes, else the
+    head and the tail, with everything in a spill file under $TMPDIR/bantam/."""
+
+    def __init__(self, limit):
+        self.limit, self.keep = limit, max(1, limit * 2 // 5)
+        self.head, self.tail = bytearray(), b""
+        self.size = self.newlines = 0
+        self.file = self.path = None
+
+    def add(self, data):
+        """Take one piece of output."""
+        self.size += len(data)
+        self.newlines += data.count(b"\n")
+        self.tail = (self.tail + data)[-self.keep:]
+        if self.file is None and self.size <= self.limit:
+            self.head += data
+            return
+        if self.file is None:
+            self.open_spill_file()
+            del self.head[self.keep:]
+        self.file.write(data)
+
+    def open_spill_file(self):
+        """Start the spill file with what was kept so far."""
+        import tempfile
+        folder = os.path.join(tempfile.gettempdir(), "bantam")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd, self.path = tempfile.mkstemp(prefix="toolres-", suffix=".txt", dir=folder)
+        STATE["spill"].append(self.path)
+        self.file = os.fdopen(fd, "wb")
+        self.file.write(self.head)
+
+    def close(self):
+        """Close the spill file, if any."""
+        if self.file:
+            self.file.close()
+
+    def text(self):
+        """What the model gets: the output, or its head and tail with a note on the rest."""
+        if self.file is None:
+            return self.head.decode("utf-8", "replace")
+        lines = self.newlines + (0 if self.tail.endswith(b"\n") else 1)
+        return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
+               "bytes. The whole output is in %s: read it in parts with shell_exec, e.g. " \
+               "sed -n '1,200p' %s ...]\n\n%s" % (
+                   self.head[:self.keep].decode("utf-8", "replace"), self.size, lines, self.keep,
+                   self.path, self.path, self.tail.decode("utf-8", "replace"))
+
+
+def remove_spill_files():
+    """Delete the tool-output files of the turn that ended."""
+    while STATE["spill"]:
+        try:
+            os.unlink(STATE["spill"].pop())
+        except OSError:
+            pass
+
+
+def run_subagent(cfg, args):
+    """Run AL on a fresh conversation for args['prompt']; return the child's last answer."""
+    prompt = args.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        return "error: run_subagent needs a non-empty 'prompt' string"
+    child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
+             {"role": "user", "content": prompt}]
+    end_line()
+    UI["depth"] += 1
+    try:
+        AL(cfg, child)
+    except ApiError as e:
+        return "error: the subagent failed: %s" % e
+    finally:
+        end_line()
+        UI["depth"] -= 1
+    answers = [m.get("content") for m in child if m.get("role") == "assistant" and m.get("content")]
+    return answers[-1] if answers else "(the subagent gave no answer)"
+
+
+# The tool table: the single source of truth for dispatch and for the schema sent to the model.
+TOOLS = {
+    "shell_exec": ({
+        "description": "Run a shell command (bash -c) on the user's machine and return its combined "
+                       "stdout and stderr followed by the exit code. Non-interactive: stdin is empty "
+                       "and pagers are off. Long output is cut and saved to a file you can read in parts.",
+        "parameters": {"type": "object", "properties": {"command": {
+            "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
+            "required": ["command"]}}, shell_exec),
+    "run_subagent": ({
+        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which has the "
+                       "same tools but none of this conversation. Returns its final answer. Put every "
+                       "detail it needs into the prompt.",
+        "parameters": {"type": "object", "properties": {"prompt": {
+            "type": "string", "description": "The complete task for the subagent."}},
+            "required": ["prompt"]}}, run_subagent),
+}
+TOOL_DEFINITIONS = [{"type": "function", "function": dict(schema, name=name)}
+                    for name, (schema, _) in TOOLS.items()]
+
+
+def tool_message(call_id, content):
+    """The message that answers one tool call."""
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def run_tool_call(cfg, call):
+    """Trace, validate and run one tool call; its tool message (failures are text too)."""
+    function = call["function"]
+    name = function["name"]
+    function["arguments"] = clean_for_model(function["arguments"])
+    show("[tool call: %s(%s)]\n" % (name, redact(function["arguments"])), "call")
+    failed = True
+    try:
+        args = json.loads(function["arguments"])
+        if not isinstance(args, dict):
+            raise ValueError("expected a JSON object")
+    except ValueError as e:
+        result = "error: the arguments of %s are not a valid JSON object (%s): %s" % (
+            name, e, function["arguments"][:500])
+        function["arguments"] = "{}"   # strict servers reject invalid JSON in the history
+    else:
+        if name not in TOOLS:
+            result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(TOOLS))
+        else:
+            try:
+                result, failed = TOOLS[name][1](cfg, args), False
+            except (OSError, ValueError, TypeError) as e:
+                result = "error: %s failed: %s" % (name, e)
+    result = clean_for_model(result)
+    show("[tool result: %s]\n" % name, "result")
+    show(redact(result) + ("" if result.endswith("\n") else "\n"), "error" if failed else "body")
+    sys.stdout.flush()
+    return tool_message(call["id"], result)
+
+
+def answer_unanswered(messages, calls, reason=INTERRUPTED):
+    """Append a tool message for every call in calls that has none: one per call id, always."""
+    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m.get("role") == "tool"}
+    for call in calls:
+        if call["id"] not in answered:
+            messages.append(tool_message(call["id"], reason + ": the tool did not finish"))
+
+
+# ----------------------------------------------------------------------------------------
+# The agentic loop
+# ----------------------------------------------------------------------------------------
+
+def AL(cfg, messages):
+    """The Bantam agentic loop: ask the model, run the tool calls it makes, append their
+    results, and repeat until it makes none (or max_al_iterations). Returns messages."""
+    for _ in range(cfg["max_al_iterations"]):
+        try:
+            reply = ask_model(cfg, messages)
+        except KeyboardInterrupt as stop:
+            keep_interrupted_text(messages, stop)   # text already shown stays, tool calls go
+            raise
+        if not reply["content"] and not reply.get("tool_calls"):
+            note("[the model sent an empty reply]")
+            return messages                         # never store an empty assistant message
+        messages.append(reply)
+        calls = reply.get("tool_calls")
+        if not calls:
+            return messages
+        try:
+            for call in calls:
+                messages.append(run_tool_call(cfg, call))
+        finally:
+            answer_unanswered(messages, calls)       # one tool message per call id, always
+    note("[stopped after max_al_iterations=%d model calls]" % cfg["max_al_iterations"])
+    return messages
+
+
+def ask_model(cfg, messages):
+    """chat() plus the repairs a turn may need: compact once when the context overflows,
+    and read a tool call the model wrote as text."""
+    try:
+        reply = chat(cfg, messages)
+    except ApiError as e:
+        if e.kind != "overflow":
+            raise
+        note("[%s: the context window is full; compacting and trying again]" % e)
+        compact(cfg, messages)
+        reply = chat(cfg, messages)
+    return text_tool_call(cfg, reply)
+
+
+def keep_interrupted_text(messages, stop):
+    """After Ctrl+C mid-reply, store what the user saw, marked as interrupted."""
+    text = getattr(stop, "partial", "")
+    if text:
+        messages.append({"role": "assistant", "content": text + "\n" + INTERRUPTED})
+
+
+TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*$", re.S)
+
+
+def text_tool_call(cfg, reply):
+    """With text_tool_calls=true, turn a reply that is only a tool call written as text
+    (<tool_call>{"name":..,"arguments":..}</tool_call> or bare JSON) into a real one."""
+    if reply.get("tool_calls") or not reply["content"]:
+        return reply
+    match = TEXT_CALL.match(reply["content"])
+    if not match:
+        return reply
+    try:
+        data = json.loads(next(g for g in match.groups() if g))
+    except ValueError:
+        return reply
+    if not isinstance(data, dict):
+        return reply
+    data = data.get("function", data) if isinstance(data.get("function"), dict) else data
+    name, args = data.get("name"), data.get("arguments", data.get("parameters"))
+    if name not in TOOLS or not isinstance(args, (dict, str)):
+        return reply
+    if not cfg["text_tool_calls"]:
+        if not STATE["text_tool_hint"]:
+            STATE["text_tool_hint"] = True
+            note("[hint: the reply looks like a tool call written as text; "
+                 "set text_tool_calls=true in model.cfg to run such replies]", "dim")
+        return reply
+    arguments = args if isinstance(args, str) else json.dumps(args)
+    return {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "call_" + os.urandom(12).hex(), "type": "function",
+        "function": {"name": name, "arguments": arguments}}]}
+
+
+# ----------------------------------------------------------------------------------------
+# Usage, the context window and compaction
+# ----------------------------------------------------------------------------------------
+
+COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
+                  "the user's goals and requests, decisions made, facts learned, files and commands "
+                  "involved, the current state of the work and the next steps. Be complete but concise.")
+SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
+                  "Reply with the title only.")
+
+
+def context_window(cfg):
+    """The model's context window in tokens: from GET /models, else the context_window key."""
+    key = (cfg["endpoint"], cfg["model"])
+    if key not in STATE["windows"]:
+        STATE["windows"][key] = discover_window(cfg) or cfg["context_window"]
+    return STATE["windows"][key]
+
+
+def discover_window(cfg):
+    """The context window GET {endpoint}/models reports for the model, or None."""
+    for entry in list_models(cfg, quiet=True):
+        if entry.get("id") != cfg["model"]:
+            continue
+        top = entry.get("top_provider") if isinstance(entry.get("top_provider"), dict) else {}
+        meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+        for value in (entry.get("context_length"), entry.get("context_window"),
+                      entry.get("max_model_len"), entry.get("max_context_length"),
+                      top.get("context_length"), meta.get("n_ctx")):
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def list_models(cfg, quiet=False):
+    """The entries of GET {endpoint}/models ([] and a note on failure, unless quiet)."""
+    import http.client
+    try:
+        response = http_request(cfg, "GET", "/models")
+        data = response.read()
+        if response.status != 200:
+            raise ValueError("HTTP %d" % response.status)
+        models = json.loads(data)
+        models = models.get("data", models.get("models")) if isinstance(models, dict) else models
+        return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        drop_connection(cfg)
+        if not quiet:
+            note("error: cannot list models at %s/models: %s" % (cfg["endpoint"], e))
+        return []
+
+
+def usage_numbers(usage):
+    """(prompt, cached or None, completion) tokens from a usage report of any provider."""
+    prompt = usage.get("prompt_tokens") or usage.get("input_tokens") or 0
+    completion = usage.get("completion_tokens") or usage.get("output_tokens") or 0
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    for key in ("prompt_cache_hit_tokens", "cached_tokens", "cache_read_input_tokens"):
+        if cached is None and isinstance(usage.get(key), int):
+            cached = usage[key]
+    return prompt, cached, completion
+
+
+def report_usage(cfg):
+    """Print the token line of the last model call; returns the context share used (0..1)."""
+    usage = STATE["usage"]
+    if not isinstance(usage, dict):
+        return 0.0
+    prompt, cached, completion = usage_numbers(usage)
+    window = context_window(cfg)
+    split = " (%d cached, %d uncached)" % (cached, prompt - cached) if cached is not None else ""
+    share = prompt / window if window else 0.0
+    note("[%s: %d prompt%s + %d completion | context: %d/%d (%.1f%%)]"
+         % (cfg["model"], prompt, split, completion, prompt, window, share * 100), "dim")
+    return share
+
+
+def compact(cfg, messages):
+    """Replace messages, in place, by [system, user: summary of the conversation]. The
+    summary request is trimmed (oldest tool results first) until it fits; no endless loop."""
+    request = [dict(m) for m in messages] + [{"role": "user", "content": COMPACT_PROMPT}]
+    for _ in range(6):
+        try:
+            summary = chat(cfg, request, tools=False, quiet=True)["content"].strip()
+            break
+        except ApiError as e:
+            if e.kind != "overflow" or not trim_for_summary(request):
+                raise ApiError("compaction failed: %s" % e)
+    else:
+        raise ApiError("compaction failed: the conversation does not fit even when trimmed")
+    if not summary:
+        raise ApiError("compaction failed: the model returned an empty summary")
+    messages[:] = [messages[0], {"role": "user", "content": "Summary of our conversation so far:\n\n" + summary}]
+    return messages
+
+
+def trim_for_summary(request):
+    """Make a summary request smaller: blank the older half of the tool results, then drop
+    the older half of the conversation. False when there is nothing left to trim."""
+    results = [m for m in request if m.get("role") == "tool" and m["content"] != "[omitted]"]
+    if results:
+        for m in results[:max(1, len(results) // 2)]:
+            m["content"] = "[omitted]"
+        return True
+    body = request[1:-1]
+    users = [i for i, m in enumerate(body) if m.get("role") == "user" and i > 0]
+    if not users:
+        return False
+    cut = users[len(users) // 2] if len(users) > 1 else users[0]
+    request[1:-1] = body[cut:]
+    return True
+
+
+# ----------------------------------------------------------------------------------------
+# Session commands: name -> (handler, help); a handler takes (cfg, messages, argument)
+# and returns the conversation to go on with, or None to quit.
+# ----------------------------------------------------------------------------------------
+
+def summarize(cfg, messages):
+    """A short summary for a saved session: asked of the model, else the first prompt."""
+    try:
+        request = [dict(m) for m in messages] + [{"role": "user", "content": SUMMARY_PROMPT}]
+        text = " ".join(chat(cfg, request, tools=False, quiet=True)["content"].split())
+        if text:
+            return text[:120]
+    except ApiError as e:
+        note("[summary: %s; using the first prompt]" % e, "dim")
+    return first_user_text(messages)
+
+
+def cmd_save(cfg, messages, arg):
+    """/save: write the conversation to a new session file."""
+    sid = save_new_session(messages, summarize(cfg, messages))
+    show("[saved session %s]\n" % sid)
+    return messages
+
+
+def cmd_list(cfg, messages, arg):
+    """/list: the saved sessions, newest first."""
+    rows = []
+    for sid in session_ids():
+        try:
+            s = read_session(sid)
+            rows.append((str(s.get("saved_at", "")), sid, len(s["messages"]), str(s.get("summary", ""))))
+        except BantamError as e:
+            rows.append(("", sid, 0, "(unreadable: %s)" % e))
+    if not rows:
+        show("(no saved sessions)\n")
+    for saved_at, sid, count, summary in sorted(rows, reverse=True):
+        show("%-20s %-25s %4d msgs  %s\n" % (sid, saved_at, count, summary))
+    return messages
+
+
+def cmd_load(cfg, messages, arg):
+    """/load <id>: continue a saved session (exact id or unique prefix)."""
+    if not arg:
+        raise BantamError("usage: /load <id or unique prefix> (see /list)")
+    sid = resolve_session(arg)
+    loaded = repair_conversation(read_session(sid)["messages"])
+    autosave(loaded)
+    show("[loaded session %s: %d messages]\n" % (sid, len(loaded)))
+    return loaded
+
+
+def cmd_compact(cfg, messages, arg):
+    """/compact: replace the conversation by a summary of it."""
+    before = len(messages)
+    show("[compacting...]\n", "dim")
+    compact(cfg, messages)
+    autosave(messages)
+    show("[compacted %d messages into a summary]\n" % before)
+    return messages
+
+
+def cmd_clear(cfg, messages, arg):
+    """/clear: start over with just the system prompt."""
+    messages = [{"role": "system", "content": cfg["system_prompt"]}]
+    autosave(messages)
+    show("[conversation cleared]\n")
+    return messages
+
+
+def cmd_models(cfg, messages, arg):
+    """/models: the endpoint's model ids, the configured one marked with *."""
+    for entry in list_models(cfg):
+        mid = str(entry.get("id", "?"))
+        show("%s %s\n" % ("*" if mid == cfg["model"] else " ", mid))
+    return messages
+
+
+def cmd_help(cfg, messages, arg):
+    """/help: the commands."""
+    for name, (_, text) in COMMANDS.items():
+        show("%-14s %s\n" % (name, text))
+    show("%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
+    return messages
+
+
+def cmd_quit(cfg, messages, arg):
+    """/quit: leave (the conversation is autosaved)."""
+    return None
+
+
+COMMANDS = {
+    "/save": (cmd_save, "save the conversation as a new session (with a summary)"),
+    "/list": (cmd_list, "list saved sessions, newest first"),
+    "/load": (cmd_load, "/load <id>: continue a saved session (id or unique prefix)"),
+    "/compact": (cmd_compact, "replace the conversation by a summary of it"),
+    "/clear": (cmd_clear, "start over with just the system prompt"),
+    "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
+    "/help": (cmd_help, "show this help"),
+    "/quit": (cmd_quit, "exit (also Ctrl+D on an empty line)"),
+}
+
+
+# ----------------------------------------------------------------------------------------
+# The REPL and batch mode
+# ----------------------------------------------------------------------------------------
+
+def run_turn(cfg, messages, prompt):
+    """One user turn: append the prompt, run AL, autosave, print the token line. Returns
+    the context share used."""
+    messages.append({"role": "user", "content": prompt})
+    try:
+        AL(cfg, messages)
+    finally:
+        remove_spill_files()
+        autosave(messages)
+    return report_usage(cfg)
+
+
+def history_path():
+    """The readline history file."""
+    return os.path.join(os.path.expanduser("~"), ".bantam_history")
+
+
+def setup_readline():
+    """Line editing and history; Ctrl+J inserts a newline. None without readline."""
+    try:
+        import readline
+    except ImportError:
+        return None
+    readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
+    readline.set_history_length(1000)
+    try:
+        readline.read_history_file(history_path())
+    except (OSError, UnicodeDecodeError):
+        pass
+    return readline
+
+
+def save_history(readline):
+    """Write the history file atomically, mode 0600."""
+    if not readline:
+        return
+    import tempfile
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(history_path()), prefix=".bantam_history.")
+        os.close(fd)
+        readline.write_history_file(tmp)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, history_path())
+    except OSError as e:
+        note("warning: cannot save history: %s" % e)
+
+
+def ask_yes(question):
+    """A [Y/n] question on the terminal; Enter means yes."""
+    try:
+        return input(question).strip().lower() in ("", "y", "yes")
+    except (EOFError, KeyboardInterrupt):
+        show("\n")
+        return False
+
+
+def repl(cfg, messages):
+    """Read prompts and commands until /quit, EOF or Ctrl+C twice; returns the conversation."""
+    readline = setup_readline() if sys.stdin.isatty() else None
+    last_interrupt = 0.0
+    try:
+        while True:
+            try:
+                line = input(paint("> ", "marker") if UI["color"] else "> ")
+            except KeyboardInterrupt:   # Ctrl+C at the prompt clears the line
+                show("\n")
+                if time.monotonic() - last_interrupt < 2:
+                    break
+                last_interrupt = time.monotonic()
+                continue
+            except EOFError:
+                show("\n")
+                break
+            if not line.strip():
+                continue
+            try:
+                if line.strip().split()[0] in COMMANDS:
+                    name, _, arg = line.strip().partition(" ")
+                    messages = COMMANDS[name][0](cfg, messages, arg.strip())
+                    if messages is None:
+                        return STATE["last_messages"]
+                    STATE["last_messages"] = messages
+                    continue
+                if line.startswith("/") and " " not in line.strip():
+                    note("unknown command %s (see /help)" % line.strip())
+                    continue
+                share = run_turn(cfg, messages, line)
+                if share >= COMPACT_AT and ask_yes(
+                        "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
+                    cmd_compact(cfg, messages, "")
+            except KeyboardInterrupt:
+                end_line()
+                if time.monotonic() - last_interrupt < 2:
+                    break
+                last_interrupt = time.monotonic()
+                note("[interrupted: press Ctrl+C again within 2 s to quit]")
+            except BantamError as e:
+                note("error: %s" % e)
+    finally:
+        save_history(readline)
+    return messages
+
+
+def read_prompt_file(path):
+    """The batch prompt from a file, or stdin for '-'."""
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("cannot read prompt file %s: %s" % (path, getattr(e, "strerror", None) or e))
+
+
+USAGE = """usage: bantam [prompt-file | -]
+
+  bantam              interactive session (type /help for commands)
+  bantam prompt.txt   run one prompt from a file and exit ('-' reads stdin)
+  bantam --version    print the version
+
+Config: model.cfg in this folder or ~/.bantam/ (see model.cfg.example)."""
+
+
+def main(argv=None):
+    """The command line: REPL without arguments, batch mode with a prompt file."""
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("--version", "-V"):
+        print("bantam " + VERSION)
+        return 0
+    if args and args[0] in ("--help", "-h"):
+        print(USAGE)
+        return 0
+    if len(args) > 1 or (args and args[0].startswith("-") and args[0] != "-"):
+        sys.stderr.write(USAGE + "\n")
+        return 2
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # so the autosave still runs
+    messages = []
+    try:
+        cfg = load_config()
+        setup_colors(cfg)
+        messages = [{"role": "system", "content": cfg["system_prompt"]}]
+        STATE["last_messages"] = messages
+        if args:
+            prompt = read_prompt_file(args[0])
+            if not prompt.strip():
+                raise ConfigError("the prompt is empty")
+            run_turn(cfg, messages, prompt)
+            return 0
+        messages = repl(cfg, messages)
+        return 0
+    except KeyboardInterrupt:
+        end_line()
+        note("[interrupted]")
+        return 130
+    except BantamError as e:
+        note("error: %s" % e)
+        return e.exit_code
+    finally:
+        if len(messages) > 1:
+            autosave(messages)
+        remove_spill_files()
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
