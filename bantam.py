@@ -577,7 +577,8 @@ def exchange(cfg, body, quiet):
         response = http_request(cfg, "POST", "/chat/completions", json.dumps(body).encode())
         if response.status != 200:
             raise error_from_response(cfg, response)
-        if "event-stream" in (response.getheader("Content-Type") or ""):
+        kind = response.getheader("Content-Type") or ""
+        if "event-stream" in kind or (body["stream"] and "json" not in kind):
             read_stream(cfg, response, reply)
         else:   # not streamed, or a server that ignores stream=true
             data = response.read()
@@ -767,8 +768,9 @@ def stream_error(error):
 
 def finish_response(cfg, response):
     """Read what is left of a reply after [DONE] so the connection can be reused."""
+    conn = STATE["connections"].get(cfg["endpoint"])
+    sock = conn and conn.sock
     try:
-        sock = response.fp and response.fp.raw._sock
         if sock:
             sock.settimeout(2)
         while response.read1(65536):
@@ -1319,8 +1321,8 @@ def trim_for_summary(request):
 
 
 # ----------------------------------------------------------------------------------------
-# Session commands: name -> (handler, help); a handler takes (cfg, messages, argument)
-# and returns the conversation to go on with, or None to quit.
+# Session commands: name -> (handler, help). A handler takes (cfg, messages, argument),
+# changes messages in place, and returns QUIT to end the REPL.
 # ----------------------------------------------------------------------------------------
 
 def summarize(cfg, messages):
@@ -1339,7 +1341,6 @@ def cmd_save(cfg, messages, arg):
     """/save: write the conversation to a new session file."""
     sid = save_new_session(messages, summarize(cfg, messages))
     show("[saved session %s]\n" % sid)
-    return messages
 
 
 def cmd_list(cfg, messages, arg):
@@ -1355,7 +1356,6 @@ def cmd_list(cfg, messages, arg):
         show("(no saved sessions)\n")
     for saved_at, sid, count, summary in sorted(rows, reverse=True):
         show("%-20s %-25s %4d msgs  %s\n" % (sid, saved_at, count, summary))
-    return messages
 
 
 def cmd_load(cfg, messages, arg):
@@ -1363,28 +1363,27 @@ def cmd_load(cfg, messages, arg):
     if not arg:
         raise BantamError("usage: /load <id or unique prefix> (see /list)")
     sid = resolve_session(arg)
-    loaded = repair_conversation(read_session(sid)["messages"])
-    autosave(loaded)
-    show("[loaded session %s: %d messages]\n" % (sid, len(loaded)))
-    return loaded
+    messages[:] = repair_conversation(read_session(sid)["messages"])
+    autosave(messages)
+    show("[loaded session %s: %d messages]\n" % (sid, len(messages)))
 
 
 def cmd_compact(cfg, messages, arg):
     """/compact: replace the conversation by a summary of it."""
     before = len(messages)
+    if before < 3:
+        raise BantamError("nothing to compact yet")
     show("[compacting...]\n", "dim")
     compact(cfg, messages)
     autosave(messages)
     show("[compacted %d messages into a summary]\n" % before)
-    return messages
 
 
 def cmd_clear(cfg, messages, arg):
     """/clear: start over with just the system prompt."""
-    messages = [{"role": "system", "content": cfg["system_prompt"]}]
+    messages[:] = [{"role": "system", "content": cfg["system_prompt"]}]
     autosave(messages)
     show("[conversation cleared]\n")
-    return messages
 
 
 def cmd_models(cfg, messages, arg):
@@ -1392,7 +1391,6 @@ def cmd_models(cfg, messages, arg):
     for entry in list_models(cfg):
         mid = str(entry.get("id", "?"))
         show("%s %s\n" % ("*" if mid == cfg["model"] else " ", mid))
-    return messages
 
 
 def cmd_help(cfg, messages, arg):
@@ -1400,14 +1398,14 @@ def cmd_help(cfg, messages, arg):
     for name, (_, text) in COMMANDS.items():
         show("%-14s %s\n" % (name, text))
     show("%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
-    return messages
 
 
 def cmd_quit(cfg, messages, arg):
     """/quit: leave (the conversation is autosaved)."""
-    return None
+    return QUIT
 
 
+QUIT = "quit"
 COMMANDS = {
     "/save": (cmd_save, "save the conversation as a new session (with a summary)"),
     "/list": (cmd_list, "list saved sessions, newest first"),
@@ -1428,6 +1426,7 @@ def run_turn(cfg, messages, prompt):
     """One user turn: append the prompt, run AL, autosave, print the token line. Returns
     the context share used."""
     messages.append({"role": "user", "content": prompt})
+    STATE["usage"] = None
     try:
         AL(cfg, messages)
     finally:
@@ -1481,13 +1480,13 @@ def ask_yes(question):
 
 
 def repl(cfg, messages):
-    """Read prompts and commands until /quit, EOF or Ctrl+C twice; returns the conversation."""
+    """Read prompts and commands until /quit, EOF or Ctrl+C twice (messages change in place)."""
     readline = setup_readline() if sys.stdin.isatty() else None
     last_interrupt = 0.0
     try:
         while True:
             try:
-                line = input(paint("> ", "marker") if UI["color"] else "> ")
+                line = input("> ")
             except KeyboardInterrupt:   # Ctrl+C at the prompt clears the line
                 show("\n")
                 if time.monotonic() - last_interrupt < 2:
@@ -1500,12 +1499,10 @@ def repl(cfg, messages):
             if not line.strip():
                 continue
             try:
-                if line.strip().split()[0] in COMMANDS:
-                    name, _, arg = line.strip().partition(" ")
-                    messages = COMMANDS[name][0](cfg, messages, arg.strip())
-                    if messages is None:
-                        return STATE["last_messages"]
-                    STATE["last_messages"] = messages
+                name, _, arg = line.strip().partition(" ")
+                if name in COMMANDS:
+                    if COMMANDS[name][0](cfg, messages, arg.strip()) == QUIT:
+                        break
                     continue
                 if line.startswith("/") and " " not in line.strip():
                     note("unknown command %s (see /help)" % line.strip())
@@ -1524,7 +1521,6 @@ def repl(cfg, messages):
                 note("error: %s" % e)
     finally:
         save_history(readline)
-    return messages
 
 
 def read_prompt_file(path):
@@ -1566,14 +1562,13 @@ def main(argv=None):
         cfg = load_config()
         setup_colors(cfg)
         messages = [{"role": "system", "content": cfg["system_prompt"]}]
-        STATE["last_messages"] = messages
         if args:
             prompt = read_prompt_file(args[0])
             if not prompt.strip():
                 raise ConfigError("the prompt is empty")
             run_turn(cfg, messages, prompt)
             return 0
-        messages = repl(cfg, messages)
+        repl(cfg, messages)
         return 0
     except KeyboardInterrupt:
         end_line()
