@@ -42,6 +42,8 @@ CHOICES = {"color": ("auto", "always", "never")}
 RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
 MAX_SERVER_WAIT = 60.0                 # a longer Retry-After fails the turn instead
 DRAIN_SECONDS = 0.25                   # read output this long after the shell exits
+FLUSH_EVERY = 0.02                     # seconds between flushes of streamed text to a pipe
+SPILL_LIMIT = 1 << 30                  # bytes of tool output kept on disk at most
 COMPACT_AT = 0.60                      # offer /compact at this share of the context window
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
@@ -167,7 +169,7 @@ def show(text, style=None):
     """Write conversation text to stdout: made terminal-safe, indented in a subagent, colored."""
     if UI["status"]:
         clear_status()
-    text = terminal_safe(text)
+    text = TERMINAL_UNSAFE.sub(visible, text)   # terminal_safe(), inlined: the hot path
     if not text:
         return
     if UI["depth"]:
@@ -176,7 +178,7 @@ def show(text, style=None):
         if text.endswith(pad):
             text = text[:-len(pad)]
     UI["bol"] = text.endswith("\n")
-    sys.stdout.write(paint(text, style))
+    sys.stdout.write(COLORS[style] + text + RESET if style and UI["color"] else text)
 
 
 def end_line():
@@ -689,9 +691,9 @@ def drop_empty_assistant(messages):
     return len(messages) < before
 
 
-def sse_data(response):
-    """Yield the data of each server-sent event as bytes, and None after each network read
-    (time to flush the terminal). Lines look like:
+def sse_events(response):
+    """Yield, after each network read, the list of events completed by it (each event's
+    data as bytes). Lines look like:
         data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
         : keep-alive comment          event: name          (blank line ends an event)"""
     read = response.read1
@@ -710,52 +712,62 @@ def sse_data(response):
         last = lines.pop()
         if last:
             partial.append(last)
+        events = []
         for line in lines:
             if line[-1:] == b"\r":
                 line = line[:-1]
             if not line:
                 if data:
-                    yield data[0] if len(data) == 1 else b"\n".join(data)
+                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
                     data = []
             elif line[:5] == b"data:":
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
-        yield None
-    if partial and partial[0][:5] == b"data:":
+        yield events
+    if partial and partial[0][:5] == b"data:":   # the last line had no newline
         line = b"".join(partial).rstrip(b"\r")
         data.append(line[6:] if line[5:6] == b" " else line[5:])
     if data:
-        yield b"\n".join(data)
+        yield [b"\n".join(data)]
+
+
+DECODE_JSON = json.JSONDecoder().raw_decode
 
 
 def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply, printing as it comes; stops at [DONE] or the end."""
-    flush = sys.stdout.flush
-    for data in sse_data(response):
-        if data is None:
+    """Merge a streamed reply into reply, printing as it comes, until [DONE] or the end.
+    A terminal is flushed after every network read; a pipe at most every FLUSH_EVERY s."""
+    flush, every, last = sys.stdout.flush, 0 if sys.stdout.isatty() else FLUSH_EVERY, 0.0
+    clock = time.monotonic
+    for events in sse_events(response):
+        for data in events:
+            if data[:6] == b"[DONE]":
+                finish_response(cfg, response)
+                return
+            try:   # the hot path: one JSON object per event
+                chunks = (DECODE_JSON(data.decode())[0],)
+            except ValueError:
+                chunks = parse_event(data)
+            for chunk in chunks:
+                if isinstance(chunk, dict):
+                    if "error" in chunk and not chunk.get("choices"):
+                        raise stream_error(chunk["error"])
+                    merge_chunk(reply, chunk)
+        if clock() - last >= every:
             flush()
-            continue
-        if data[:6] == b"[DONE]":
-            finish_response(cfg, response)
-            break
-        for chunk in parse_event(data):
-            if "error" in chunk and not chunk.get("choices"):
-                raise stream_error(chunk["error"])
-            merge_chunk(reply, chunk)
+            last = clock()
+    if not reply["finish"]:   # closed before [DONE] or a finish_reason: a dropped connection
+        raise ApiError("the connection closed in the middle of the reply", "retry")
 
 
 def parse_event(data):
-    """The JSON objects in one event's data (some servers omit the blank line between events)."""
-    try:
-        chunk = json.loads(data)
-        return [chunk] if isinstance(chunk, dict) else []
-    except ValueError:
-        chunks = []
-        for line in data.split(b"\n"):
-            try:
-                chunks.append(json.loads(line))
-            except ValueError:
-                note("warning: skipped a stream event that is not JSON: %r" % line[:80])
-        return [c for c in chunks if isinstance(c, dict)]
+    """The JSON values in one event's data (some servers omit the blank line between events)."""
+    values = []
+    for line in data.split(b"\n"):
+        try:
+            values.append(json.loads(line))
+        except ValueError:
+            note("warning: skipped a stream event that is not JSON: %r" % line[:80])
+    return values
 
 
 def stream_error(error):
@@ -785,7 +797,7 @@ def finish_response(cfg, response):
 def new_reply(quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
-            "in_reasoning": False, "in_text": False, "echo_reasoning": False}
+            "in_reasoning": False, "in_text": False, "echo_reasoning": False, "finish": None}
 
 
 def merge_chunk(reply, chunk, whole=False):
@@ -803,18 +815,26 @@ def merge_chunk(reply, chunk, whole=False):
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
         delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
-        thought = delta.get("reasoning_content")
-        reply["echo_reasoning"] = reply["echo_reasoning"] or bool(thought)
-        thought = thought or delta.get("reasoning")
-        if thought and isinstance(thought, str):
-            add_reasoning(reply, thought)
+        if len(delta) != 1 or "content" not in delta:   # more than plain text (the hot path)
+            merge_extras(reply, delta)
+        if choice.get("finish_reason"):
+            reply["finish"] = choice["finish_reason"]
         text = delta.get("content")
         if text and isinstance(text, str):
             add_text(reply, text)
-        if delta.get("reasoning_details"):
-            reply["details"].extend(delta["reasoning_details"])
-        for position, fragment in enumerate(delta.get("tool_calls") or ()):
-            merge_tool_call(reply["calls"], fragment, position)
+
+
+def merge_extras(reply, delta):
+    """Merge the reasoning, reasoning details and tool-call fragments of one delta."""
+    thought = delta.get("reasoning_content")
+    reply["echo_reasoning"] = reply["echo_reasoning"] or bool(thought)
+    thought = thought or delta.get("reasoning")
+    if thought and isinstance(thought, str):
+        add_reasoning(reply, thought)
+    if delta.get("reasoning_details"):
+        reply["details"].extend(delta["reasoning_details"])
+    for position, fragment in enumerate(delta.get("tool_calls") or ()):
+        merge_tool_call(reply["calls"], fragment, position)
 
 
 def add_reasoning(reply, text):
@@ -1001,7 +1021,9 @@ class BoundedOutput:
         if self.file is None:
             self.open_spill_file()
             del self.head[self.keep:]
-        self.file.write(data)
+        room = SPILL_LIMIT - (self.size - len(data))
+        if room > 0:   # an endless `yes` must not fill the disk
+            self.file.write(data[:room])
 
     def open_spill_file(self):
         """Start the spill file with what was kept so far."""
@@ -1023,11 +1045,12 @@ class BoundedOutput:
         if self.file is None:
             return self.head.decode("utf-8", "replace")
         lines = self.newlines + (0 if self.tail.endswith(b"\n") else 1)
+        whole = "The whole output" if self.size <= SPILL_LIMIT else "Its first %d bytes are" % SPILL_LIMIT
         return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
-               "bytes. The whole output is in %s: read it in parts with shell_exec, e.g. " \
+               "bytes. %s in %s: read it in parts with shell_exec, e.g. " \
                "sed -n '1,200p' %s ...]\n\n%s" % (
                    self.head[:self.keep].decode("utf-8", "replace"), self.size, lines, self.keep,
-                   self.path, self.path, self.tail.decode("utf-8", "replace"))
+                   whole, self.path, self.path, self.tail.decode("utf-8", "replace"))
 
 
 def remove_spill_files():
