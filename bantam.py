@@ -245,7 +245,7 @@ def read_key_values(path):
         if key not in DEFAULTS:
             note("%s: unknown config key %r (ignored)" % (where, key))
             continue
-        values[key] = (value.strip(), where)
+        values[key] = (re.sub(r"\s+#.*$", "", value).strip(), where)   # "key=value  # note"
     return values
 
 
@@ -465,6 +465,18 @@ def proxy_for(scheme, host):
     return proxy if "://" in proxy else "http://" + proxy
 
 
+def load_http_client(endpoint):
+    """Import http.client, without ssl for an http:// endpoint (fixed for the process):
+    http.client imports ssl eagerly, and only https needs its milliseconds of loading."""
+    if "http.client" in sys.modules or "ssl" in sys.modules or endpoint.startswith("https:"):
+        return
+    sys.modules["ssl"] = None   # makes http.client's optional `import ssl` fail quietly
+    try:
+        import http.client
+    finally:
+        del sys.modules["ssl"]
+
+
 def open_connection(endpoint, timeout):
     """A new http.client connection to the endpoint's host, through a CONNECT proxy if set."""
     import http.client
@@ -553,7 +565,7 @@ def chat(cfg, messages, tools=True, quiet=False):
         except ApiError as e:
             if e.kind == "empty_assistant" and drop_empty_assistant(messages):
                 continue
-            if e.kind == "bad_request" and "stream_options" in body:
+            if e.kind == "bad_request" and "stream_options" in body and "stream_options" in str(e):
                 STATE["no_stream_options"] = True   # retry without it, for the whole session
                 continue
             if e.kind != "retry" or retries >= len(delays):
@@ -570,6 +582,7 @@ def chat(cfg, messages, tools=True, quiet=False):
 
 def exchange(cfg, body, quiet):
     """One request and its reply; network faults become retryable ApiErrors."""
+    load_http_client(cfg["endpoint"])
     import http.client
     import socket
     reply = new_reply(quiet)
@@ -592,7 +605,8 @@ def exchange(cfg, body, quiet):
     except (OSError, http.client.HTTPException, socket.timeout) as e:
         drop_connection(cfg)
         close_open_blocks(reply)
-        raise ApiError(network_error_text(e, cfg), "retry")
+        refused = re.match(r"Tunnel connection failed: 4", str(e))   # the proxy said no (407...)
+        raise ApiError(network_error_text(e, cfg), "fatal" if refused else "retry")
     except ApiError:
         close_open_blocks(reply)
         raise
@@ -613,6 +627,13 @@ def network_error_text(e, cfg):
     if isinstance(e, socket.timeout) or "timed out" in str(e):
         return "network error: no answer within %g s (timeout)" % cfg["timeout"]
     if isinstance(e, ConnectionRefusedError):
+        from urllib.parse import urlsplit
+        url = urlsplit(cfg["endpoint"])
+        proxy = proxy_for(url.scheme, url.hostname)
+        if proxy:   # it is the proxy that refused; its URL may hold a password
+            p = urlsplit(proxy)
+            return "network error: connection refused by the proxy %s:%s (%s_PROXY)" % (
+                p.hostname, p.port or (443 if p.scheme == "https" else 80), url.scheme.upper())
         return "network error: connection refused by %s" % cfg["endpoint"]
     return "network error: %s" % (str(e) or type(e).__name__)
 
@@ -684,10 +705,11 @@ def server_wait(response):
 
 
 def drop_empty_assistant(messages):
-    """Remove assistant messages with neither content nor tool calls; True if any were."""
+    """Remove assistant messages with neither content nor tool calls; True if any were.
+    Whitespace-only content counts as none (Anthropic rejects it too)."""
     before = len(messages)
-    messages[:] = [m for m in messages if not (m.get("role") == "assistant" and not m.get("content")
-                                               and not m.get("tool_calls"))]
+    messages[:] = [m for m in messages if not (m.get("role") == "assistant" and not m.get("tool_calls")
+                                               and not str(m.get("content") or "").strip())]
     return len(messages) < before
 
 
@@ -749,7 +771,8 @@ def read_stream(cfg, response, reply):
                 chunks = parse_event(data)
             for chunk in chunks:
                 if isinstance(chunk, dict):
-                    if "error" in chunk and not chunk.get("choices"):
+                    if chunk.get("error"):   # OpenRouter sends it next to choices
+                        drop_connection(cfg)   # the rest is unread: the connection is unusable
                         raise stream_error(chunk["error"])
                     merge_chunk(reply, chunk)
         if clock() - last >= every:
@@ -831,10 +854,28 @@ def merge_extras(reply, delta):
     thought = thought or delta.get("reasoning")
     if thought and isinstance(thought, str):
         add_reasoning(reply, thought)
-    if delta.get("reasoning_details"):
-        reply["details"].extend(delta["reasoning_details"])
+    for detail in delta.get("reasoning_details") or ():
+        merge_reasoning_detail(reply["details"], detail)
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
         merge_tool_call(reply["calls"], fragment, position)
+
+
+def merge_reasoning_detail(details, detail):
+    """Add one reasoning_details entry. OpenRouter streams one block as fragments with the
+    same type and index (text in pieces, the signature last); the provider wants the whole
+    block back, as its signature covers the whole text."""
+    block = None
+    if isinstance(detail, dict) and isinstance(detail.get("index"), int):
+        block = next((d for d in details if isinstance(d, dict) and d.get("index") == detail["index"]
+                      and d.get("type") == detail.get("type")), None)
+    if block is None:
+        details.append(dict(detail) if isinstance(detail, dict) else detail)
+        return
+    for key, value in detail.items():
+        if key in ("text", "summary", "data") and isinstance(value, str) and isinstance(block.get(key), str):
+            block[key] += value
+        elif value is not None:
+            block[key] = value
 
 
 def add_reasoning(reply, text):
@@ -846,7 +887,7 @@ def add_reasoning(reply, text):
         end_line()
         show("--- reasoning start ---\n", "marker")
         reply["in_reasoning"] = True
-    show(text, "reasoning")
+    show(redact(text), "reasoning")   # a model that read the key must not print it
 
 
 def add_text(reply, text):
@@ -857,7 +898,7 @@ def add_text(reply, text):
     if reply["in_reasoning"]:
         close_open_blocks(reply)
     reply["in_text"] = True
-    show(text)
+    show(redact(text))
 
 
 def close_open_blocks(reply):
@@ -1265,6 +1306,7 @@ def discover_window(cfg):
 
 def list_models(cfg, quiet=False):
     """The entries of GET {endpoint}/models ([] and a note on failure, unless quiet)."""
+    load_http_client(cfg["endpoint"])
     import http.client
     try:
         response = http_request(cfg, "GET", "/models")
