@@ -585,7 +585,7 @@ def exchange(cfg, body, quiet):
     load_http_client(cfg["endpoint"])
     import http.client
     import socket
-    reply = new_reply(quiet)
+    reply, response = new_reply(quiet), None
     try:
         if not quiet:
             show_status()
@@ -608,6 +608,8 @@ def exchange(cfg, body, quiet):
         refused = re.match(r"Tunnel connection failed: 4", str(e))   # the proxy said no (407...)
         raise ApiError(network_error_text(e, cfg), "fatal" if refused else "retry")
     except ApiError:
+        if response is not None and not response.isclosed():
+            drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
         close_open_blocks(reply)
         raise
     except KeyboardInterrupt as stop:
@@ -772,7 +774,6 @@ def read_stream(cfg, response, reply):
             for chunk in chunks:
                 if isinstance(chunk, dict):
                     if chunk.get("error"):   # OpenRouter sends it next to choices
-                        drop_connection(cfg)   # the rest is unread: the connection is unusable
                         raise stream_error(chunk["error"])
                     merge_chunk(reply, chunk)
         if clock() - last >= every:
@@ -842,6 +843,8 @@ def merge_chunk(reply, chunk, whole=False):
             merge_extras(reply, delta)
         if choice.get("finish_reason"):
             reply["finish"] = choice["finish_reason"]
+            if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
+                raise stream_error(choice.get("error") or chunk.get("error") or "finish_reason: error")
         text = delta.get("content")
         if text and isinstance(text, str):
             add_text(reply, text)
@@ -854,7 +857,8 @@ def merge_extras(reply, delta):
     thought = thought or delta.get("reasoning")
     if thought and isinstance(thought, str):
         add_reasoning(reply, thought)
-    for detail in delta.get("reasoning_details") or ():
+    details = delta.get("reasoning_details")
+    for detail in details if isinstance(details, list) else ():
         merge_reasoning_detail(reply["details"], detail)
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
         merge_tool_call(reply["calls"], fragment, position)
@@ -1573,7 +1577,7 @@ def repl(cfg, messages):
                     note("unknown command %s (see /help)" % line.strip())
                     continue
                 share = run_turn(cfg, messages, line)
-                if share >= COMPACT_AT and ask_yes(
+                if share >= COMPACT_AT and sys.stdin.isatty() and ask_yes(
                         "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
                     cmd_compact(cfg, messages, "")
             except KeyboardInterrupt:
