@@ -11,6 +11,12 @@ Context-overflow errors replayed by OverflowTests.test_overflow_compacts_and_ret
 | Anthropic | 400, "prompt is too long: N tokens > M maximum" |
 | llama.cpp | 400, `type: exceed_context_size_error`, "exceeds the available context size" |
 | vLLM | 400, `object: error`, "This model's maximum context length is ..." |
+| Gemini | 400, `status: INVALID_ARGUMENT`, "The input token count (N) exceeds the maximum number of tokens allowed (M)" |
+| Groq | 400, `code: context_length_exceeded`, "Please reduce the length of the messages or completion" |
+| Mistral | 400, "Prompt contains N tokens ... too large for model with M maximum context length" |
+| DeepSeek | 400, `code: invalid_request_error`, "This model's maximum context length is ..." |
+| LM Studio | 400, "... greater than the context length. Try to load the model with a larger context length" |
+| any | 413 Request Entity Too Large |
 | OpenRouter | HTTP 200, `error` inside the stream: "prompt is too long" |
 """
 
@@ -56,6 +62,24 @@ OVERFLOWS = [
         "object": "error", "message": "This model's maximum context length is 4096 tokens. However, you "
         "requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length "
         "of the messages or completion.", "type": "BadRequestError", "param": None, "code": 400})),
+    ("Gemini", overflow(400, [{"error": {
+        "code": 400, "message": "The input token count (1200293) exceeds the maximum number of tokens "
+                                "allowed (1048576).", "status": "INVALID_ARGUMENT"}}])),
+    ("Groq", overflow(400, {"error": {
+        "message": "Please reduce the length of the messages or completion.",
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})),
+    ("Mistral", overflow(400, {"object": "error", "message": "Prompt contains 40000 tokens and 0 draft "
+                               "tokens, too large for model with 32768 maximum context length",
+                               "type": "invalid_request_error", "param": None, "code": None})),
+    ("DeepSeek", overflow(400, {"error": {
+        "message": "This model's maximum context length is 131072 tokens. However, you requested 131749 "
+                   "tokens (131749 in the messages, 0 in the completion). Please reduce the length of "
+                   "the messages or completion.", "type": "invalid_request_error", "param": None,
+        "code": "invalid_request_error"}})),
+    ("LM Studio", overflow(400, {"error": "The number of tokens to keep from the initial prompt is "
+                                          "greater than the context length. Try to load the model with "
+                                          "a larger context length, or provide a shorter input"})),
+    ("any, 413", overflow(413, {"error": {"message": "Request Entity Too Large"}})),
     ("OpenRouter, in the stream", sse([{"id": "gen-1", "object": "chat.completion.chunk", "choices": [],
                                          "error": {"code": 400, "message": "prompt is too long: "
                                                    "1284668 tokens > 1000000 maximum"}}], done=False)),
