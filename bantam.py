@@ -342,12 +342,25 @@ def write_private_file(path, text, exclusive=False):
             os.unlink(tmp)
         else:
             os.replace(tmp, path)
+        remove_stale_temp_files(folder, "." + os.path.basename(path) + ".")
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
+
+
+def remove_stale_temp_files(folder, prefix, age=60):
+    """Delete temp files of writes killed mid-way (SIGKILL leaves them behind)."""
+    now = time.time()
+    for name in os.listdir(folder):
+        if name.startswith(prefix) and name.endswith(".tmp"):
+            try:
+                if now - os.stat(os.path.join(folder, name)).st_mtime > age:
+                    os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
 
 
 def session_text(sid, summary, messages):
@@ -821,7 +834,7 @@ def finish_response(cfg, response):
 def new_reply(quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
-            "in_reasoning": False, "in_text": False, "echo_reasoning": False, "finish": None}
+            "in_reasoning": False, "in_text": False, "echo_reasoning": False, "finish": None, "held": ""}
 
 
 def merge_chunk(reply, chunk, whole=False):
@@ -888,10 +901,11 @@ def add_reasoning(reply, text):
     if reply["quiet"]:
         return
     if not reply["in_reasoning"]:
+        show_held(reply)
         end_line()
         show("--- reasoning start ---\n", "marker")
         reply["in_reasoning"] = True
-    show(redact(text), "reasoning")   # a model that read the key must not print it
+    show_redacted(reply, text, "reasoning")
 
 
 def add_text(reply, text):
@@ -902,11 +916,34 @@ def add_text(reply, text):
     if reply["in_reasoning"]:
         close_open_blocks(reply)
     reply["in_text"] = True
-    show(redact(text))
+    show_redacted(reply, text)
+
+
+def show_redacted(reply, text, style=None):
+    """Show streamed text without the API key (a model that read it must not print it), even
+    when chunks split the key: a tail that may begin it is held back until the next chunk."""
+    secret = UI["secret"]
+    if not secret:
+        return show(text, style)
+    text = redact(reply["held"] + text)
+    held = 0
+    if secret[0] in text[-len(secret):]:
+        held = next((n for n in range(min(len(secret) - 1, len(text)), 0, -1)
+                     if text.endswith(secret[:n])), 0)
+    reply["held"] = text[len(text) - held:] if held else ""
+    show(text[:len(text) - held], style)
+
+
+def show_held(reply):
+    """Print the text show_redacted held back (it was not the key after all)."""
+    if reply["held"]:
+        held, reply["held"] = reply["held"], ""
+        show(held, "reasoning" if reply["in_reasoning"] else None)
 
 
 def close_open_blocks(reply):
     """End the reasoning block and the answer line, if open."""
+    show_held(reply)
     if reply["in_reasoning"]:
         reply["in_reasoning"] = False
         end_line()
@@ -1164,6 +1201,9 @@ def run_tool_call(cfg, call):
         args = json.loads(function["arguments"])
         if not isinstance(args, dict):
             raise ValueError("expected a JSON object")
+        clean = clean_values(args)   # also what was written as JSON escapes, like \u200b
+        if clean != args:
+            args, function["arguments"] = clean, json.dumps(clean, ensure_ascii=False)
     except ValueError as e:
         result = "error: the arguments of %s are not a valid JSON object (%s): %s" % (
             name, e, function["arguments"][:500])
@@ -1181,6 +1221,17 @@ def run_tool_call(cfg, call):
     show(redact(result) + ("" if result.endswith("\n") else "\n"), "error" if failed else "body")
     sys.stdout.flush()
     return tool_message(call["id"], result)
+
+
+def clean_values(value):
+    """A JSON value with clean_for_model applied to every string in it."""
+    if isinstance(value, str):
+        return clean_for_model(value)
+    if isinstance(value, list):
+        return [clean_values(v) for v in value]
+    if isinstance(value, dict):
+        return {k: clean_values(v) for k, v in value.items()}
+    return value
 
 
 def answer_unanswered(messages, calls, reason=INTERRUPTED):
