@@ -1281,7 +1281,12 @@ def ask_model(cfg, messages):
             raise
         note("[%s: the context window is full; compacting and trying again]" % e)
         compact(cfg, messages)
-        reply = chat(cfg, messages)
+        try:
+            reply = chat(cfg, messages)
+        except ApiError as again:
+            if again.kind == "overflow":
+                raise ApiError("%s (even after compacting the conversation)" % again)
+            raise
     return text_tool_call(cfg, reply)
 
 

@@ -361,6 +361,7 @@ class OverflowTests(BantamTestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertEqual(len(self.server.posts), 3)
         self.assertIn("maximum context length", proc.stderr.splitlines()[-1])
+        self.assertIn("even after compacting", proc.stderr.splitlines()[-1])
 
 
 class TextToolCallTests(BantamTestCase):
