@@ -1629,8 +1629,8 @@ def repl(cfg, messages):
                     if COMMANDS[name][0](cfg, messages, arg.strip()) == QUIT:
                         break
                     continue
-                if line.startswith("/") and " " not in line.strip():
-                    note("unknown command %s (see /help)" % line.strip())
+                if re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
+                    note("unknown command %s (see /help)" % name)
                     continue
                 share = run_turn(cfg, messages, line)
                 if share >= COMPACT_AT and sys.stdin.isatty() and ask_yes(

@@ -150,7 +150,11 @@ class CommandTests(ReplCase):
         """An unknown /command says so, sends nothing, and the REPL goes on."""
         term = self.start()
         self.say(term, "/frobnicate", "unknown command /frobnicate")
+        self.say(term, "/lod 2026", "unknown command /lod")   # a typo with an argument too
         self.assertEqual(self.server.posts, [])
+        self.push(text_stream("a hosts file"))
+        self.say(term, "/etc/hosts is what?", "a hosts file")   # a path is a prompt
+        self.assertEqual(self.server.posts[-1]["body"]["messages"][-1]["content"], "/etc/hosts is what?")
         self.quit(term)
 
     def test_clear(self):
