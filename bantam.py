@@ -1596,12 +1596,17 @@ def save_history(readline):
 
 
 def ask_yes(question):
-    """A [Y/n] question on the terminal; Enter means yes."""
+    """A [Y/n] question on the terminal; Enter means yes. The answer stays out of the history."""
+    readline = sys.modules.get("readline")
+    before = readline.get_current_history_length() if readline else 0
     try:
         return input(question).strip().lower() in ("", "y", "yes")
     except (EOFError, KeyboardInterrupt):
         show("\n")
         return False
+    finally:
+        if readline and readline.get_current_history_length() > before:
+            readline.remove_history_item(before)
 
 
 def repl(cfg, messages):
