@@ -80,7 +80,7 @@ EMPTY_ASSISTANT_PATTERNS = re.compile(
 # Runtime state of this process (kept off the wire): one connection per endpoint, the
 # last usage report, discovered context windows, and tool-output files of the turn.
 STATE = {"connections": {}, "usage": None, "windows": {}, "no_stream_options": False,
-         "spill": [], "text_tool_hint": False}
+         "spill": [], "text_tool_hint": False, "garbage_noted": False}
 
 
 class BantamError(Exception):
@@ -229,7 +229,7 @@ def read_key_values(path):
     """The key=value lines of a config file as {key: (value, 'file:line')}; warns on the odd ones."""
     values = {}
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("%s: cannot read config: %s" % (path, e))
@@ -310,7 +310,7 @@ def load_system_prompt():
     if not path:
         return DEFAULT_SYSTEM
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("%s: cannot read system prompt: %s" % (path, e))
@@ -803,7 +803,9 @@ def parse_event(data):
         try:
             values.append(json.loads(line))
         except ValueError:
-            note("warning: skipped a stream event that is not JSON: %r" % line[:80])
+            if not STATE["garbage_noted"]:   # once: a broken server must not flood the screen
+                STATE["garbage_noted"] = True
+                note("warning: skipped stream data that is not JSON: %r" % line[:80])
     return values
 
 
@@ -1658,7 +1660,7 @@ def read_prompt_file(path):
     try:
         if path == "-":
             return sys.stdin.read()
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("cannot read prompt file %s: %s" % (path, getattr(e, "strerror", None) or e))

@@ -231,6 +231,18 @@ class StreamingTests(BatchCase):
         self.assertEqual(result.stdout, "before\n")
         self.assertEqual(self.saved_messages()[-1]["content"], "before")
 
+    def test_garbage_in_the_stream_is_skipped_with_one_warning(self):
+        """Lines that are not JSON (an HTML error page, a truncated object) are skipped: the
+        good chunks still make the answer, and one warning is printed, not one per line."""
+        garbage = ["data: <html>502 Bad Gateway</html>\n\n", 'data: {"choices": [{"del\n\n',
+                   "data: not json at all\n\n"]
+        self.push(sse([chunk({"content": "good "})] + garbage + [chunk({"content": "answer"})]))
+        result = self.run_ok()
+        self.assertEqual(result.stdout, "good answer\n")
+        self.assertEqual(self.saved_messages()[-1]["content"], "good answer")
+        warnings = [line for line in result.stderr.splitlines() if "not JSON" in line]
+        self.assertEqual(len(warnings), 1, result.stderr)
+
     def test_tool_call_deltas_merged_by_index(self):
         """Interleaved fragments of two tool calls are put together by their index."""
         def call_start(index, call_id):

@@ -77,6 +77,19 @@ class ConfigFileTests(ConfigCase):
         self.ok_turn()
         self.assertEqual(self.first_body()["model"], "home-model")
 
+    def test_byte_order_mark_and_trailing_comments(self):
+        """A config saved with a UTF-8 byte-order mark (Notepad) and CRLF line ends reads the
+        same; '# note' after a value (following a space) is a comment."""
+        text = ("\ufeffendpoint=%s\r\nmodel=bom-model   # the model\r\ntimeout=30 # seconds\r\n"
+                "stream=false\r\ncolor=never\r\n" % self.server.url)
+        with open(os.path.join(self.ws.work, "model.cfg"), "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        self.push(completion("fine"))
+        result = self.run_batch("hello")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stderr, "")
+        self.assertEqual(self.first_body()["model"], "bom-model")
+
     def test_comments_blank_lines_and_spaces(self):
         """'#' lines and blank lines are skipped; spaces around key, '=' and value are ignored."""
         self.write_cfg_text(
