@@ -93,6 +93,11 @@ class ConfigError(BantamError):
     exit_code = 2
 
 
+class OutputClosed(BantamError):
+    """stdout's reader went away (`bantam prompt.txt | head`): stop quietly, like SIGPIPE."""
+    exit_code = 141
+
+
 class ApiError(BantamError):
     """A failed model request. kind: retry | fatal | overflow | empty_assistant | bad_request."""
 
@@ -178,7 +183,24 @@ def show(text, style=None):
         if text.endswith(pad):
             text = text[:-len(pad)]
     UI["bol"] = text.endswith("\n")
-    sys.stdout.write(COLORS[style] + text + RESET if style and UI["color"] else text)
+    try:
+        sys.stdout.write(COLORS[style] + text + RESET if style and UI["color"] else text)
+    except BrokenPipeError:
+        stdout_closed()
+
+
+def flush():
+    """Push what was written to stdout out to the reader."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_closed()
+
+
+def stdout_closed():
+    """Send the rest of stdout to /dev/null (so later writes are harmless) and stop the run."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise OutputClosed("")
 
 
 def end_line():
@@ -193,7 +215,7 @@ def note(text, style="error"):
         clear_status()
     if not UI["bol"] and sys.stdout.isatty():
         end_line()
-    sys.stdout.flush()
+    flush()
     sys.stderr.write(paint(terminal_safe(redact(text)), style, UI["err_color"]) + "\n")
     sys.stderr.flush()
 
@@ -625,15 +647,15 @@ def exchange(cfg, body, quiet):
             drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
         close_open_blocks(reply)
         raise
-    except KeyboardInterrupt as stop:
+    except (KeyboardInterrupt, OutputClosed) as stop:
         drop_connection(cfg)   # the reply is abandoned mid-way
-        close_open_blocks(reply)
         stop.partial = "".join(reply["content"])
+        close_open_blocks(reply)
         raise
     finally:
         if UI["status"]:
             clear_status()
-        sys.stdout.flush()
+        flush()
 
 
 def network_error_text(e, cfg):
@@ -773,7 +795,7 @@ DECODE_JSON = json.JSONDecoder().raw_decode
 def read_stream(cfg, response, reply):
     """Merge a streamed reply into reply, printing as it comes, until [DONE] or the end.
     A terminal is flushed after every network read; a pipe at most every FLUSH_EVERY s."""
-    flush, every, last = sys.stdout.flush, 0 if sys.stdout.isatty() else FLUSH_EVERY, 0.0
+    every, last = 0 if sys.stdout.isatty() else FLUSH_EVERY, 0.0
     clock = time.monotonic
     for events in sse_events(response):
         for data in events:
@@ -1221,7 +1243,7 @@ def run_tool_call(cfg, call):
     result = clean_for_model(result)
     show("[tool result: %s]\n" % name, "result")
     show(redact(result) + ("" if result.endswith("\n") else "\n"), "error" if failed else "body")
-    sys.stdout.flush()
+    flush()
     return tool_message(call["id"], result)
 
 
@@ -1649,6 +1671,8 @@ def repl(cfg, messages):
                     break
                 last_interrupt = time.monotonic()
                 note("[interrupted: press Ctrl+C again within 2 s to quit]")
+            except OutputClosed:
+                raise
             except BantamError as e:
                 note("error: %s" % e)
     finally:
@@ -1707,13 +1731,17 @@ def main(argv=None):
         note("[interrupted]")
         return 130
     except BantamError as e:
-        note("error: %s" % e)
+        if str(e):
+            note("error: %s" % e)
         return e.exit_code
     finally:
         if len(messages) > 1:
             autosave(messages)
         remove_spill_files()
-        sys.stdout.flush()
+        try:
+            flush()
+        except OutputClosed:
+            pass
 
 
 if __name__ == "__main__":

@@ -231,6 +231,22 @@ class StreamingTests(BatchCase):
         self.assertEqual(result.stdout, "before\n")
         self.assertEqual(self.saved_messages()[-1]["content"], "before")
 
+    def test_reader_closing_stdout_stops_the_run_quietly(self):
+        """`bantam prompt.txt | head -c 20`: when the reader goes away, bantam stops at once
+        (no more requests or tools), prints no traceback, exits 141 (as SIGPIPE would) and the
+        conversation is still autosaved."""
+        self.push(text_stream("line one\n" * 20000, pieces=50),
+                  tool_call_stream([("c1", "shell_exec", {"command": "touch ran.txt"})]))
+        self.ws.write("prompt.txt", "go")
+        proc = self.start_bantam("prompt.txt")
+        self.assertEqual(proc.stdout.read(20), b"line one\nline one\nli")
+        proc.stdout.close()
+        self.assertEqual(proc.wait(timeout=30), 141)
+        self.assertEqual(proc.stderr.read().decode(), "")
+        self.assertEqual(len(self.server.posts), 1)
+        self.assertFalse(os.path.exists(os.path.join(self.ws.work, "ran.txt")))
+        self.assertEqual([m["role"] for m in self.read_autosave()["messages"]], ["system", "user"])
+
     def test_garbage_in_the_stream_is_skipped_with_one_warning(self):
         """Lines that are not JSON (an HTML error page, a truncated object) are skipped: the
         good chunks still make the answer, and one warning is printed, not one per line."""
