@@ -1713,6 +1713,8 @@ def main(argv=None):
         return 2
     import signal
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # so the autosave still runs
+    if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji, no crash
+        sys.stdout.reconfigure(errors="replace")
     messages = []
     try:
         cfg = load_config()

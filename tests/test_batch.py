@@ -247,6 +247,16 @@ class StreamingTests(BatchCase):
         self.assertFalse(os.path.exists(os.path.join(self.ws.work, "ran.txt")))
         self.assertEqual([m["role"] for m in self.read_autosave()["messages"]], ["system", "user"])
 
+    def test_terminal_that_cannot_show_unicode(self):
+        """On a Latin-1 terminal an emoji is shown as '?' instead of crashing the turn; the
+        stored answer keeps the real characters."""
+        self.push(text_stream("emoji \U0001F600 and \u65e5\u672c ok"))
+        self.ws.write("prompt.txt", "go")
+        result = self.run_bantam("prompt.txt", env={"PYTHONIOENCODING": "latin-1"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "emoji ? and ?? ok\n")
+        self.assertEqual(self.saved_messages()[-1]["content"], "emoji \U0001F600 and \u65e5\u672c ok")
+
     def test_garbage_in_the_stream_is_skipped_with_one_warning(self):
         """Lines that are not JSON (an HTML error page, a truncated object) are skipped: the
         good chunks still make the answer, and one warning is printed, not one per line."""
