@@ -45,6 +45,7 @@ DRAIN_SECONDS = 0.25                   # read output this long after the shell e
 FLUSH_EVERY = 0.02                     # seconds between flushes of streamed text to a pipe
 SPILL_LIMIT = 1 << 30                  # bytes of tool output kept on disk at most
 COMPACT_AT = 0.60                      # offer /compact at this share of the context window
+MAX_SUBAGENT_DEPTH = 4                 # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
 
@@ -1173,6 +1174,8 @@ def run_subagent(cfg, args):
     prompt = args.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return "error: run_subagent needs a non-empty 'prompt' string"
+    if UI["depth"] >= MAX_SUBAGENT_DEPTH:   # a model that delegates forever must not recurse forever
+        return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
     child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
              {"role": "user", "content": prompt}]
     end_line()

@@ -535,6 +535,21 @@ class SubagentTests(BatchCase):
         self.assertIn("parent recovers", result.stdout)
         self.assertIn("child key rejected", self.tool_results()["sub_1"])
 
+    def test_subagents_nest_only_four_deep(self):
+        """A model that delegates forever is stopped: the fifth nested run_subagent gets an
+        error tool message instead of a new child, and the chain unwinds with answers."""
+        calls = [tool_call_stream([("sub_%d" % d, "run_subagent", {"prompt": "delegate %d" % d})])
+                 for d in range(1, 6)]
+        self.push(*calls + [text_stream("answer %d" % d) for d in range(5, 0, -1)])
+        result = self.run_ok()
+        self.assertEqual(len(self.server.posts), 10)
+        deepest = self.server.posts[5]["body"]["messages"]   # the 4th child, told no at the 5th call
+        self.assertEqual(deepest[-1]["role"], "tool")
+        self.assertIn("nest only 4 deep", deepest[-1]["content"])
+        self.assertEqual(deepest[1]["content"], "delegate 4")
+        self.assertIn("  \u2502   \u2502   \u2502   \u2502 [tool call: run_subagent", result.stdout)
+        self.assertEqual(self.saved_messages()[-1]["content"], "answer 1")
+
 
 if __name__ == "__main__":
     unittest.main()
