@@ -1007,7 +1007,8 @@ def merge_tool_call(calls, fragment, position):
 def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
     close_open_blocks(reply)
-    message = {"role": "assistant", "content": "".join(reply["content"])}
+    text = "".join(reply["content"])
+    message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
     calls = [reply["calls"][i] for i in sorted(reply["calls"]) if reply["calls"][i]["function"]["name"]]
     if calls:
         for call in calls:

@@ -461,16 +461,17 @@ class EmptyAssistantTests(BantamTestCase):
                     self.assertNotIn({"role": "assistant", "content": content}, saved)
 
     def test_reply_of_only_newlines_then_strict_server(self):
-        """A model reply of only newlines is stored; when the strict server rejects it on the
-        next turn, it is dropped and the request retried once."""
+        """A model reply of only newlines counts as empty and is never stored, so the strict
+        server accepts the next turn's request at once."""
         self.push(text_stream("\n\n"), *[strict_server("Fresh answer.", NON_WHITESPACE)] * 3)
         proc = self.run_bantam(input=repl_input("first", "second"))
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("Fresh answer.", proc.stdout)
+        self.assertIn("empty reply", proc.stderr)
         self.assertNotIn("error", proc.stderr)
         bodies = self.server.bodies
         self.assertEqual([m["role"] for m in bodies[-1]["messages"]], ["system", "user", "user"])
-        self.assertLessEqual(len(bodies), 3)
+        self.assertEqual(len(bodies), 2)
 
     def test_empty_assistant_error_with_nothing_to_drop_fails_once(self):
         """The same 400 for a conversation with no blank message fails the turn after one request."""
