@@ -1123,12 +1123,12 @@ class BoundedOutput:
         self.size += len(data)
         self.newlines += data.count(b"\n")
         self.tail = (self.tail + data)[-self.keep:]
-        if self.file is None and self.size <= self.limit:
-            self.head += data
-            return
         if self.file is None:
-            self.open_spill_file()
-            del self.head[self.keep:]
+            if self.size <= self.limit:
+                self.head += data
+                return
+            self.open_spill_file()   # with all that came before this piece
+            self.head = (self.head + data[:self.keep])[:self.keep]
         room = SPILL_LIMIT - (self.size - len(data))
         if room > 0:   # an endless `yes` must not fill the disk
             self.file.write(data[:room])

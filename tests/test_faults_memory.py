@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import unittest
 
 from tests.support import (
     BANTAM, BantamTestCase, completion, json_reply, start_bantam, stop_process, text_stream,
@@ -259,3 +260,35 @@ class KillDuringAutosaveTests(BantamTestCase):
             with open(os.path.join(folder, "autosave.json"), encoding="utf-8") as f:
                 saved = json.load(f)["messages"][1]["content"] == prompt
         return status, saved
+
+
+class SpillCapTests(unittest.TestCase):
+    """The spill file of an endless command stops growing at SPILL_LIMIT bytes."""
+
+    def test_spill_file_is_capped(self):
+        """Output past the cap is counted but not written; the note says the file holds only
+        the first part, and the tail is still the real end of the output."""
+        import importlib.util
+        import tempfile
+        spec = importlib.util.spec_from_file_location("bantam_under_test", BANTAM)
+        bantam = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bantam)
+        bantam.SPILL_LIMIT = 3000
+        old_tmp = tempfile.tempdir
+        tempfile.tempdir = tempfile.mkdtemp(prefix="bantam-spill-")
+        try:
+            output = bantam.BoundedOutput(100)
+            for n in range(10):
+                output.add(("%d" % n).encode() * 999 + b"\n")
+            output.close()
+            text = output.text()
+            self.assertEqual(os.path.getsize(output.path), 3000)
+            self.assertIn("10000 bytes, 10 lines", text)
+            self.assertIn("Its first 3000 bytes are in %s" % output.path, text)
+            self.assertTrue(text.startswith("0" * 40 + "\n\n[... output too long"), text[:60])
+            self.assertTrue(text.endswith("9" * 39 + "\n"), text[-60:])
+        finally:
+            bantam.remove_spill_files()
+            os.rmdir(os.path.join(tempfile.tempdir, "bantam"))
+            os.rmdir(tempfile.tempdir)
+            tempfile.tempdir = old_tmp
