@@ -815,7 +815,9 @@ def read_stream(cfg, response, reply):
         if clock() - last >= every:
             flush()
             last = clock()
-    if not reply["finish"]:   # closed before [DONE] or a finish_reason: a dropped connection
+    if not reply["finish"] and not response.chunked:
+        # A reply delimited by closing the connection, closed before [DONE] or a finish_reason:
+        # dropped. (A chunked reply cut short raises IncompleteRead instead.)
         raise ApiError("the connection closed in the middle of the reply", "retry")
 
 

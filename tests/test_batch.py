@@ -257,6 +257,21 @@ class StreamingTests(BatchCase):
         self.assertEqual(result.stdout, "emoji ? and ?? ok\n")
         self.assertEqual(self.saved_messages()[-1]["content"], "emoji \U0001F600 and \u65e5\u672c ok")
 
+    def test_stream_without_finish_or_done(self):
+        """A chunked stream that ends properly but sends neither a finish_reason nor [DONE] (some
+        small servers) is a complete answer; the same stream without chunked encoding, whose end
+        is only the connection closing, is taken as dropped and asked again."""
+        events = [chunk({"content": "all "}), chunk({"content": "there"})]
+        for chunked, posts in ((True, 1), (False, 2)):
+            with self.subTest(chunked=chunked):
+                self.server.requests.clear()
+                self.push(sse(events, done=False, chunked=chunked), *[text_stream("all there")] * (posts - 1))
+                result = self.run_ok()
+                self.assertEqual(len(self.server.posts), posts, result.stderr)
+                self.assertEqual(self.saved_messages()[-1]["content"], "all there")
+                self.assertEqual("retry" in result.stderr, posts == 2, result.stderr)
+                self.assertFalse(self.server.exhausted)
+
     def test_garbage_in_the_stream_is_skipped_with_one_warning(self):
         """Lines that are not JSON (an HTML error page, a truncated object) are skipped: the
         good chunks still make the answer, and one warning is printed, not one per line."""
