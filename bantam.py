@@ -1264,12 +1264,12 @@ def clean_values(value):
     return value
 
 
-def answer_unanswered(messages, calls, reason=INTERRUPTED):
+def answer_unanswered(messages, calls):
     """Append a tool message for every call in calls that has none: one per call id, always."""
     answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m.get("role") == "tool"}
     for call in calls:
         if call["id"] not in answered:
-            messages.append(tool_message(call["id"], reason + ": the tool did not finish"))
+            messages.append(tool_message(call["id"], INTERRUPTED + ": the tool did not finish"))
 
 
 # ----------------------------------------------------------------------------------------
