@@ -28,7 +28,8 @@ DEFAULTS = {
     "api_key": "",                 # Bearer token; else BANTAM_API_KEY, else OPENAI_API_KEY
     "stream": True,                # stream the reply as it is generated (SSE)
     "color": "auto",               # auto (when a terminal) | always | never
-    "timeout": 60.0,               # seconds to connect and between bytes of a reply
+    "timeout": 60.0,               # seconds to connect, and between reads once a reply flows
+    "first_byte_timeout": 300.0,   # seconds to wait for a reply to begin (a model may think long)
     "shell_timeout": 120.0,        # seconds before a shell_exec command's group is killed
     "max_al_iterations": 1000,     # model calls per AL() before it stops
     "backoff": [1.0, 1.0, 2.0, 3.0, 5.0],  # seconds before each retry (Fibonacci)
@@ -42,6 +43,7 @@ CHOICES = {"color": ("auto", "always", "never")}
 RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
 MAX_SERVER_WAIT = 60.0                 # a longer Retry-After fails the turn instead
 DRAIN_SECONDS = 0.25                   # read output this long after the shell exits
+DRAIN_REPLY = 2.0                      # seconds to read the rest of a reply after [DONE]
 FLUSH_EVERY = 0.02                     # seconds between flushes of streamed text to a pipe
 SPILL_LIMIT = 1 << 30                  # bytes of tool output kept on disk at most
 COMPACT_AT = 0.60                      # offer /compact at this share of the context window
@@ -102,9 +104,9 @@ class OutputClosed(BantamError):
 class ApiError(BantamError):
     """A failed model request. kind: retry | fatal | overflow | empty_assistant | bad_request."""
 
-    def __init__(self, message, kind="fatal", status=None, wait=None):
+    def __init__(self, message, kind="fatal", status=None, wait=None, body=""):
         BantamError.__init__(self, message)
-        self.kind, self.status, self.wait = kind, status, wait
+        self.kind, self.status, self.wait, self.body = kind, status, wait, body
 
 
 # ----------------------------------------------------------------------------------------
@@ -469,10 +471,14 @@ def first_user_text(messages, width=60):
 
 
 def repair_conversation(messages):
-    """Make a loaded conversation valid: drop empty assistant messages, answer unanswered calls."""
+    """Make a loaded conversation valid: drop empty assistant messages, answer unanswered
+    calls, join user messages that follow each other."""
     fixed = []
     for i, m in enumerate(messages):
-        if m.get("role") == "assistant" and not m.get("content") and not m.get("tool_calls"):
+        if m.get("role") == "assistant" and not str(m.get("content") or "").strip() and not m.get("tool_calls"):
+            continue
+        if m.get("role") == "user" and fixed and fixed[-1].get("role") == "user":
+            append_user(fixed, m.get("content"))
             continue
         fixed.append(m)
         if m.get("role") == "assistant" and m.get("tool_calls"):
@@ -543,14 +549,18 @@ def open_connection(endpoint, timeout):
 
 def drop_connection(cfg):
     """Close the endpoint's connection (after an error or an abandoned reply)."""
-    conn = STATE["connections"].pop(cfg["endpoint"], None)
-    if conn:
-        conn.close()
+    entry = STATE["connections"].pop(cfg["endpoint"], None)
+    if entry:
+        entry["conn"].close()
 
 
-def http_request(cfg, method, path, body=None):
-    """Send one request on the endpoint's persistent connection and return the response.
-    A connection the server closed while idle is reopened once, without counting a retry."""
+def http_request(cfg, method, path, body=None, wait=None, root=False):
+    """Send one request on the endpoint's persistent connection and return the response,
+    allowing `wait` seconds (default: timeout) for its first byte. A connection the server
+    closed while idle is reopened once, without counting a retry. A connection whose last
+    reply was not read to its end is replaced, never reused: http.client would send the
+    request and then refuse to read the answer. The path is under the endpoint (with the
+    endpoint's query string, e.g. Azure's ?api-version=...), or under the server's root."""
     import http.client
     from urllib.parse import urlsplit
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
@@ -558,15 +568,24 @@ def http_request(cfg, method, path, body=None):
         headers["Content-Type"] = "application/json"
     if cfg["api_key"]:
         headers["Authorization"] = "Bearer " + cfg["api_key"]
-    target = urlsplit(cfg["endpoint"]).path.rstrip("/") + path
+    url = urlsplit(cfg["endpoint"])
+    target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     for attempt in (1, 2):
-        conn = STATE["connections"].get(cfg["endpoint"])
-        reused = conn is not None
+        entry = STATE["connections"].get(cfg["endpoint"])
+        if entry and entry["response"] and not entry["response"].isclosed():
+            drop_connection(cfg)
+            entry = None
+        reused = entry is not None
         if not reused:
-            conn = STATE["connections"][cfg["endpoint"]] = open_connection(cfg["endpoint"], cfg["timeout"])
+            entry = STATE["connections"][cfg["endpoint"]] = {
+                "conn": open_connection(cfg["endpoint"], cfg["timeout"]), "response": None, "sock": None}
+        conn = entry["conn"]
         try:
             conn.request(method, target, body, headers)
-            return conn.getresponse()
+            entry["sock"] = conn.sock   # kept: after a close-delimited reply conn.sock is None
+            conn.sock.settimeout(wait or cfg["timeout"])
+            entry["response"] = conn.getresponse()
+            return entry["response"]
         except (ConnectionError, http.client.BadStatusLine) as e:
             drop_connection(cfg)
             if not reused or attempt == 2:
@@ -574,6 +593,35 @@ def http_request(cfg, method, path, body=None):
         except BaseException:
             drop_connection(cfg)
             raise
+
+
+def set_read_timeout(cfg, seconds):
+    """Allow `seconds` between reads of the reply in progress."""
+    entry = STATE["connections"].get(cfg["endpoint"])
+    if entry and entry["sock"]:
+        entry["sock"].settimeout(seconds)
+
+
+def release(cfg, response):
+    """Finish with a reply so its connection can carry the next request: read what is left
+    of its body (bytes after [DONE], a body whose Content-Length is used up but not yet
+    marked read), for at most DRAIN_REPLY seconds; otherwise close the connection."""
+    if response.isclosed():
+        return
+    if response.will_close:   # close-delimited or `Connection: close`: nothing to reuse
+        drop_connection(cfg)
+        return
+    try:
+        set_read_timeout(cfg, DRAIN_REPLY)
+        deadline = time.monotonic() + DRAIN_REPLY
+        while not response.isclosed() and time.monotonic() < deadline:
+            if not response.read(65536):   # read(), unlike read1(), marks the end on 3.8-3.12
+                break
+        set_read_timeout(cfg, cfg["timeout"])
+    except Exception:
+        pass
+    if not response.isclosed():
+        drop_connection(cfg)
 
 
 def request_body(cfg, messages, tools, stream):
@@ -597,8 +645,17 @@ def chat(cfg, messages, tools=True, quiet=False):
     while True:
         body = request_body(cfg, messages, tools, stream)
         try:
-            return exchange(cfg, body, quiet)
+            message, usage = exchange(cfg, body, quiet)
+            if not quiet:   # the token line's figures: the server's, else estimated from the text
+                STATE["usage"] = usage if isinstance(usage, dict) else {
+                    "prompt_tokens": estimate_tokens(len(json.dumps(body, ensure_ascii=False))),
+                    "completion_tokens": estimate_tokens(len(message["content"]) + sum(
+                        len(c["function"]["arguments"]) for c in message.get("tool_calls", ()))),
+                    "estimated": True}
+            return message
         except ApiError as e:
+            if e.kind == "overflow":
+                learn_window(cfg, e.body or str(e))
             if e.kind == "empty_assistant" and drop_empty_assistant(messages):
                 continue
             if e.kind == "bad_request" and "stream_options" in body and "stream_options" in str(e):
@@ -620,12 +677,12 @@ def exchange(cfg, body, quiet):
     """One request and its reply; network faults become retryable ApiErrors."""
     load_http_client(cfg["endpoint"])
     import http.client
-    import socket
     reply, response = new_reply(quiet), None
     try:
         if not quiet:
             show_status()
-        response = http_request(cfg, "POST", "/chat/completions", json.dumps(body).encode())
+        response = http_request(cfg, "POST", "/chat/completions", json.dumps(body).encode(),
+                                wait=cfg["first_byte_timeout"])
         if response.status != 200:
             raise error_from_response(cfg, response)
         kind = response.getheader("Content-Type") or ""
@@ -634,15 +691,20 @@ def exchange(cfg, body, quiet):
         else:   # not streamed, or a server that ignores stream=true
             data = response.read()
             try:
-                merge_chunk(reply, json.loads(data), whole=True)
+                merge_chunk(reply, DECODE_JSON(data.decode("utf-8", "replace").strip())[0], whole=True)
             except ValueError:
                 raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry")
-        return finish_reply(reply)
-    except (OSError, http.client.HTTPException, socket.timeout) as e:
+        release(cfg, response)
+        return finish_reply(reply), reply["usage"]
+    except http.client.ImproperConnectionState as e:   # our bug, not the network's: never resent
         drop_connection(cfg)
         close_open_blocks(reply)
-        refused = re.match(r"Tunnel connection failed: 4", str(e))   # the proxy said no (407...)
-        raise ApiError(network_error_text(e, cfg), "fatal" if refused else "retry")
+        raise ApiError("internal error: the HTTP connection was in the wrong state (%s: %s); "
+                       "please report this" % (type(e).__name__, e), "fatal")
+    except (OSError, http.client.HTTPException) as e:
+        drop_connection(cfg)
+        close_open_blocks(reply)
+        raise network_error(e, cfg, got_output=bool(reply["content"] or reply["reasoning"] or reply["calls"]))
     except ApiError:
         if response is not None and not response.isclosed():
             drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
@@ -659,21 +721,39 @@ def exchange(cfg, body, quiet):
         flush()
 
 
-def network_error_text(e, cfg):
-    """A one-line description of a network failure."""
+def network_error(e, cfg, got_output=False):
+    """The ApiError for a failed connection or read: retried when waiting may help (refused
+    while a local server starts, resets, timeouts), fatal when it cannot (a certificate that
+    is not trusted, a host name that does not exist, a proxy that says no)."""
     import socket
+    from urllib.parse import urlsplit
+    url = urlsplit(cfg["endpoint"])
+    proxy = proxy_for(url.scheme, url.hostname)
+    p = urlsplit(proxy) if proxy else None
+    host = p.hostname if proxy else url.hostname   # the proxy's URL may hold a password: never print it
+    ssl = sys.modules.get("ssl")
+    if ssl and isinstance(e, ssl.SSLCertVerificationError):
+        return ApiError("TLS error: the certificate of %s is not trusted (%s); to trust a private "
+                        "or company CA, point SSL_CERT_FILE at its PEM file"
+                        % (url.hostname, getattr(e, "verify_message", "") or e), "fatal")
+    if isinstance(e, socket.gaierror):
+        if e.errno == socket.EAI_AGAIN:
+            return ApiError("network error: looking up %s failed for now (%s)" % (host, e.strerror), "retry")
+        return ApiError("network error: the host name %s does not resolve (%s); check %s"
+                        % (host, e.strerror, "the proxy setting" if proxy else "endpoint"), "fatal")
+    if re.match(r"Tunnel connection failed: 4", str(e)):   # the proxy said no (407...)
+        return ApiError("network error: %s" % e, "fatal")
     if isinstance(e, socket.timeout) or "timed out" in str(e):
-        return "network error: no answer within %g s (timeout)" % cfg["timeout"]
+        if got_output:
+            return ApiError("network error: the reply stalled for %g s (timeout)" % cfg["timeout"], "retry")
+        return ApiError("network error: no answer within %g s (first_byte_timeout)"
+                        % cfg["first_byte_timeout"], "retry")
     if isinstance(e, ConnectionRefusedError):
-        from urllib.parse import urlsplit
-        url = urlsplit(cfg["endpoint"])
-        proxy = proxy_for(url.scheme, url.hostname)
-        if proxy:   # it is the proxy that refused; its URL may hold a password
-            p = urlsplit(proxy)
-            return "network error: connection refused by the proxy %s:%s (%s_PROXY)" % (
-                p.hostname, p.port or (443 if p.scheme == "https" else 80), url.scheme.upper())
-        return "network error: connection refused by %s" % cfg["endpoint"]
-    return "network error: %s" % (str(e) or type(e).__name__)
+        if proxy:
+            return ApiError("network error: connection refused by the proxy %s:%s (%s_PROXY)" % (
+                p.hostname, p.port or (443 if p.scheme == "https" else 80), url.scheme.upper()), "retry")
+        return ApiError("network error: connection refused by %s" % cfg["endpoint"], "retry")
+    return ApiError("network error: %s" % (str(e) or type(e).__name__), "retry")
 
 
 def error_from_response(cfg, response):
@@ -708,6 +788,10 @@ def error_from_response(cfg, response):
         kind = "retry"
     elif status in (400, 422):
         kind = "bad_request"
+    elif status in (301, 302, 303, 307, 308):
+        target = response.getheader("Location") or "(no Location header)"
+        headline = "HTTP %d: the endpoint moved to %s" % (status, target)
+        hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
     elif status == 401:
         hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
     elif status in (403, 404):
@@ -717,7 +801,7 @@ def error_from_response(cfg, response):
         kind = "retry"
     elif should == "false" and kind == "retry":
         kind = "fatal"
-    return ApiError(headline + hint, kind, status, server_wait(response))
+    return ApiError(headline + hint, kind, status, server_wait(response), text[:4000])
 
 
 def server_wait(response):
@@ -746,8 +830,7 @@ def drop_empty_assistant(messages):
     """Remove assistant messages with neither content nor tool calls; True if any were.
     Whitespace-only content counts as none (Anthropic rejects it too)."""
     before = len(messages)
-    messages[:] = [m for m in messages if not (m.get("role") == "assistant" and not m.get("tool_calls")
-                                               and not str(m.get("content") or "").strip())]
+    repair_conversation(messages)
     return len(messages) < before
 
 
@@ -755,7 +838,9 @@ def sse_events(response):
     """Yield, after each network read, the list of events completed by it (each event's
     data as bytes). Lines look like:
         data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
-        : keep-alive comment          event: name          (blank line ends an event)"""
+        : keep-alive comment          event: name          (blank line ends an event)
+    and, from servers that break the format, `error: {"message": ...}` (older llama.cpp) or a
+    bare JSON line (a proxy's error): each is taken as an event of its own."""
     read = response.read1
     partial, data = [], []
     while True:
@@ -782,12 +867,21 @@ def sse_events(response):
                     data = []
             elif line[:5] == b"data:":
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line[:1] == b"{" or line[:6] == b"error:":
+                events.append(odd_line_event(line))
         yield events
-    if partial and partial[0][:5] == b"data:":   # the last line had no newline
-        line = b"".join(partial).rstrip(b"\r")
+    line = b"".join(partial).rstrip(b"\r")   # the last line, if it had no newline
+    if line[:5] == b"data:":
         data.append(line[6:] if line[5:6] == b" " else line[5:])
     if data:
         yield [b"\n".join(data)]
+    elif line[:1] == b"{" or line[:6] == b"error:":
+        yield [odd_line_event(line)]
+
+
+def odd_line_event(line):
+    """The event data for a line that is not SSE: `error: {...}` or a bare JSON object."""
+    return b'{"error":' + line[6:].strip() + b"}" if line[:6] == b"error:" else line
 
 
 DECODE_JSON = json.JSONDecoder().raw_decode
@@ -795,13 +889,15 @@ DECODE_JSON = json.JSONDecoder().raw_decode
 
 def read_stream(cfg, response, reply):
     """Merge a streamed reply into reply, printing as it comes, until [DONE] or the end.
-    A terminal is flushed after every network read; a pipe at most every FLUSH_EVERY s."""
+    A terminal is flushed after every network read; a pipe at most every FLUSH_EVERY s.
+    Until the model's output begins, reads may wait first_byte_timeout; then timeout."""
     every, last = 0 if sys.stdout.isatty() else FLUSH_EVERY, 0.0
     clock = time.monotonic
+    waiting = True
     for events in sse_events(response):
         for data in events:
             if data[:6] == b"[DONE]":
-                finish_response(cfg, response)
+                reply["done"] = True
                 return
             try:   # the hot path: one JSON object per event
                 chunks = (DECODE_JSON(data.decode())[0],)
@@ -812,10 +908,17 @@ def read_stream(cfg, response, reply):
                     if chunk.get("error"):   # OpenRouter sends it next to choices
                         raise stream_error(chunk["error"])
                     merge_chunk(reply, chunk)
+        if waiting and (reply["content"] or reply["reasoning"] or reply["calls"]):
+            waiting = False
+            set_read_timeout(cfg, cfg["timeout"])
         if clock() - last >= every:
             flush()
             last = clock()
-    if not reply["finish"] and not response.chunked:
+    if response.length:   # read1() returns b"" on a short Content-Length body, without an error
+        raise ApiError("the connection closed in the middle of the reply", "retry")
+    if not (reply["finish"] or reply["content"] or reply["reasoning"] or reply["calls"]):
+        raise ApiError("the server ended the reply without sending anything", "retry")
+    if not reply["finish"] and not response.chunked and response.length is None:
         # A reply delimited by closing the connection, closed before [DONE] or a finish_reason:
         # dropped. (A chunked reply cut short raises IncompleteRead instead.)
         raise ApiError("the connection closed in the middle of the reply", "retry")
@@ -839,29 +942,15 @@ def stream_error(error):
     message = error.get("message") if isinstance(error, dict) else str(error)
     text = json.dumps(error)
     kind = "overflow" if OVERFLOW_PATTERNS.search(text) else "retry"
-    return ApiError("error in stream: %s" % " ".join(str(message).split()), kind)
-
-
-def finish_response(cfg, response):
-    """Read what is left of a reply after [DONE] so the connection can be reused."""
-    conn = STATE["connections"].get(cfg["endpoint"])
-    sock = conn and conn.sock
-    try:
-        if sock:
-            sock.settimeout(2)
-        while response.read1(65536):
-            pass
-        if sock:
-            sock.settimeout(cfg["timeout"])
-    except Exception:
-        drop_connection(cfg)
+    return ApiError("error in stream: %s" % " ".join(str(message).split()), kind, body=text[:4000])
 
 
 # A reply under construction: text pieces, reasoning pieces, tool calls by index.
 def new_reply(quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
-            "in_reasoning": False, "in_text": False, "echo_reasoning": False, "finish": None, "held": ""}
+            "in_reasoning": False, "in_text": False, "echo_reasoning": False, "finish": None, "held": "",
+            "done": False, "usage": None}
 
 
 def merge_chunk(reply, chunk, whole=False):
@@ -869,7 +958,7 @@ def merge_chunk(reply, chunk, whole=False):
     {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[{"index":0,"id":"call_1",
      "function":{"name":"shell_exec","arguments":"{\\"comm"}}]}}],"usage":{...}}"""
     if chunk.get("usage"):
-        STATE["usage"] = chunk["usage"]
+        reply["usage"] = chunk["usage"]
     choices = chunk.get("choices")
     if whole and not choices:
         if chunk.get("error"):
@@ -1310,7 +1399,7 @@ def ask_model(cfg, messages):
         if e.kind != "overflow":
             raise
         note("[%s: the context window is full; compacting and trying again]" % e)
-        compact(cfg, messages)
+        compact(cfg, messages, current_prompt(messages))
         try:
             reply = chat(cfg, messages)
         except ApiError as again:
@@ -1318,6 +1407,14 @@ def ask_model(cfg, messages):
                 raise ApiError("%s (even after compacting the conversation)" % again)
             raise
     return text_tool_call(cfg, reply)
+
+
+def current_prompt(messages):
+    """The text of the last user message (the request the loop is working on), or None."""
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            return m["content"] if isinstance(m.get("content"), str) else None
+    return None
 
 
 def keep_interrupted_text(messages, stop):
@@ -1372,7 +1469,8 @@ SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
 
 
 def context_window(cfg):
-    """The model's context window in tokens: from GET /models, else the context_window key."""
+    """The model's context window in tokens: what the server reports, else the
+    context_window key. Looked up once per process (and learned from overflow errors)."""
     key = (cfg["endpoint"], cfg["model"])
     if key not in STATE["windows"]:
         STATE["windows"][key] = discover_window(cfg) or cfg["context_window"]
@@ -1380,37 +1478,111 @@ def context_window(cfg):
 
 
 def discover_window(cfg):
-    """The context window GET {endpoint}/models reports for the model, or None."""
+    """The window the server reports for the model, or None: a field of its GET /models
+    entry, else (for a server on this machine or network) the local servers' own APIs."""
     for entry in list_models(cfg, quiet=True):
-        if entry.get("id") != cfg["model"]:
-            continue
-        top = entry.get("top_provider") if isinstance(entry.get("top_provider"), dict) else {}
-        meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
-        for value in (entry.get("context_length"), entry.get("context_window"),
-                      entry.get("max_model_len"), entry.get("max_context_length"),
-                      top.get("context_length"), meta.get("n_ctx")):
-            if isinstance(value, int) and value > 0:
-                return value
+        if entry.get("id") == cfg["model"]:
+            top = entry.get("top_provider") if isinstance(entry.get("top_provider"), dict) else {}
+            window = first_count(entry.get("context_length"), entry.get("context_window"),
+                                 entry.get("max_model_len"), entry.get("max_context_length"),
+                                 entry.get("loaded_context_length"), top.get("context_length"))
+            if window:
+                return window
+    from urllib.parse import urlsplit
+    if not private_host(urlsplit(cfg["endpoint"]).hostname or ""):
+        return None   # a cloud API: its /models said nothing, the local APIs below do not exist
+    # llama.cpp: GET /props {"default_generation_settings": {"n_ctx": 2048, ...}, ...}
+    props = get_json(cfg, "GET", "/props", root=True)
+    if isinstance(props, dict):
+        settings = props.get("default_generation_settings")
+        window = first_count(props.get("n_ctx"), settings.get("n_ctx") if isinstance(settings, dict) else None)
+        if window:
+            return window
+    # Ollama: POST /api/show {"model": m} -> {"parameters": "num_ctx 8192\n...", "model_info":
+    # {"llama.context_length": 131072, ...}}; num_ctx is the window it runs with, else the one
+    # of the loaded model (GET /api/ps), else the model's own limit (the most it can run with).
+    shown = get_json(cfg, "POST", "/api/show", {"model": cfg["model"], "name": cfg["model"]}, root=True)
+    if isinstance(shown, dict):
+        match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(shown.get("parameters") or ""))
+        if match:
+            return int(match.group(1))
+        loaded = get_json(cfg, "GET", "/api/ps", root=True)
+        for entry in loaded.get("models") or () if isinstance(loaded, dict) else ():
+            if isinstance(entry, dict) and cfg["model"] in (entry.get("name"), entry.get("model")):
+                if first_count(entry.get("context_length")):
+                    return entry["context_length"]
+        info = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
+        window = first_count(*[v for k, v in info.items() if k.endswith(".context_length")])
+        if window:
+            return window
+    # LM Studio: GET /api/v0/models {"data": [{"id": m, "loaded_context_length": 4096, ...}]}
+    listing = get_json(cfg, "GET", "/api/v0/models", root=True)
+    for entry in listing.get("data") or () if isinstance(listing, dict) else ():
+        if isinstance(entry, dict) and entry.get("id") == cfg["model"]:
+            return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
     return None
+
+
+def first_count(*values):
+    """The first value that is a positive whole number, or None."""
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+
+
+def private_host(host):
+    """True for a host on this machine or a private network (where local servers run)."""
+    import ipaddress
+    try:
+        address = ipaddress.ip_address(host)
+        return address.is_private or address.is_loopback or address.is_link_local
+    except ValueError:
+        return "." not in host or host.endswith((".localhost", ".local", ".lan", ".internal", ".home.arpa"))
+
+
+# What overflow errors say about the window: "maximum context length is 2048 tokens" (OpenAI,
+# vLLM, DeepSeek, llama-cpp-python), "maximum prompt length is 2048" (xAI), "exceed context
+# window of 2048", "the available context size (2048 tokens)" and "n_ctx": 2048 (llama.cpp),
+# "context length of only 2048", "n_ctx: 2048)" (LM Studio), "with 2048 maximum context
+# length" (Mistral), "maximum number of tokens allowed (2048)" (Gemini), "> 2048 maximum"
+# (Anthropic), "model token limit: 2048" (Moonshot).
+WINDOW_IN_ERROR = re.compile(
+    r"(?:maximum (?:context|prompt) length is|context window of|context length of(?: only)?"
+    r"|available context size \(|maximum number of tokens allowed \(|tokens? > |model token limit:"
+    r"|\bn_ctx\"?:)\s*(\d+)|(\d+) maximum context length", re.I)
+
+
+def learn_window(cfg, text):
+    """Remember the window an overflow error names, for the rest of the process (only ever
+    smaller: an error never makes the window grow)."""
+    match = WINDOW_IN_ERROR.search(text)
+    if match:
+        key = (cfg["endpoint"], cfg["model"])
+        window = int(match.group(1) or match.group(2))
+        STATE["windows"][key] = min(window, STATE["windows"].get(key) or window)
+
+
+def get_json(cfg, method, path, body=None, root=False, what=None):
+    """The JSON answer to a small request to the server; None when it fails (with a note
+    saying that we could not `what`, when given)."""
+    load_http_client(cfg["endpoint"])
+    import http.client
+    try:
+        response = http_request(cfg, method, path, json.dumps(body).encode() if body else None, root=root)
+        data = response.read()
+        if response.status != 200:
+            raise ValueError("HTTP %d %s" % (response.status, response.reason))
+        return json.loads(data)
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        drop_connection(cfg)
+        if what:
+            note("error: cannot %s at %s%s: %s" % (what, "" if root else cfg["endpoint"], path, e))
+        return None
 
 
 def list_models(cfg, quiet=False):
     """The entries of GET {endpoint}/models ([] and a note on failure, unless quiet)."""
-    load_http_client(cfg["endpoint"])
-    import http.client
-    try:
-        response = http_request(cfg, "GET", "/models")
-        data = response.read()
-        if response.status != 200:
-            raise ValueError("HTTP %d" % response.status)
-        models = json.loads(data)
-        models = models.get("data", models.get("models")) if isinstance(models, dict) else models
-        return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
-    except (OSError, ValueError, http.client.HTTPException) as e:
-        drop_connection(cfg)
-        if not quiet:
-            note("error: cannot list models at %s/models: %s" % (cfg["endpoint"], e))
-        return []
+    models = get_json(cfg, "GET", "/models", what=None if quiet else "list models")
+    models = models.get("data", models.get("models")) if isinstance(models, dict) else models
+    return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
 
 def usage_numbers(usage):
@@ -1426,7 +1598,8 @@ def usage_numbers(usage):
 
 
 def report_usage(cfg):
-    """Print the token line of the last model call; returns the context share used (0..1)."""
+    """Print the token line of the last model call; returns the context share used (0..1).
+    Figures the server did not send are estimated from the text (marked ~)."""
     usage = STATE["usage"]
     if not isinstance(usage, dict):
         return 0.0
@@ -1434,15 +1607,27 @@ def report_usage(cfg):
     window = context_window(cfg)
     split = " (%d cached, %d uncached)" % (cached, prompt - cached) if cached is not None else ""
     share = prompt / window if window else 0.0
-    note("[%s: %d prompt%s + %d completion | context: %d/%d (%.1f%%)]"
-         % (cfg["model"], prompt, split, completion, prompt, window, share * 100), "dim")
+    about = "~" if usage.get("estimated") else ""
+    note("[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)]"
+         % (cfg["model"], about, prompt, split, about, completion, about, prompt, window, share * 100), "dim")
     return share
 
 
-def compact(cfg, messages):
-    """Replace messages, in place, by [system, user: summary of the conversation]. The
-    summary request is trimmed (oldest tool results first) until it fits; no endless loop."""
-    request = [dict(m) for m in messages] + [{"role": "user", "content": COMPACT_PROMPT}]
+def estimate_tokens(chars):
+    """Tokens in a text of this many characters, roughly (about four characters a token)."""
+    return (chars + 3) // 4
+
+
+def compact(cfg, messages, prompt=None):
+    """Replace messages, in place, by [system, user: summary of the conversation], followed
+    in the same message by prompt (the request in progress) word for word when it fits in
+    half the window. The summary request is trimmed (oldest tool results first) until it
+    fits; no endless loop."""
+    keep = prompt if prompt and estimate_tokens(len(prompt)) <= context_window(cfg) // 2 else None
+    request = [dict(m) for m in messages]
+    if keep and request[-1].get("role") == "user" and request[-1].get("content") == keep:
+        request.pop()   # the prompt follows the summary word for word: no need to summarize it
+    append_user(request, COMPACT_PROMPT)
     for _ in range(6):
         try:
             summary = chat(cfg, request, tools=False, quiet=True)["content"].strip()
@@ -1454,7 +1639,25 @@ def compact(cfg, messages):
         raise ApiError("compaction failed: the conversation does not fit even when trimmed")
     if not summary:
         raise ApiError("compaction failed: the model returned an empty summary")
-    messages[:] = [messages[0], {"role": "user", "content": "Summary of our conversation so far:\n\n" + summary}]
+    text = "Summary of our conversation so far:\n\n" + summary
+    if keep:
+        text += "\n\nThe request I am working on now, as I wrote it:\n\n" + keep
+    messages[:] = [messages[0], {"role": "user", "content": text}]
+    return messages
+
+
+def append_user(messages, content):
+    """Append a user message; after a user message (a compaction summary, an unanswered
+    prompt) the content joins it instead, as servers with strict role order require."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "user":
+        messages.append({"role": "user", "content": content})
+    elif isinstance(last.get("content"), str) and isinstance(content, str):
+        messages[-1] = dict(last, content=last["content"] + "\n\n" + content)
+    else:   # content parts (text, images): one list of parts
+        parts = [c if isinstance(c, list) else [{"type": "text", "text": str(c or "")}]
+                 for c in (last.get("content"), content)]
+        messages[-1] = dict(last, content=parts[0] + parts[1])
     return messages
 
 
@@ -1483,7 +1686,7 @@ def trim_for_summary(request):
 def summarize(cfg, messages):
     """A short summary for a saved session: asked of the model, else the first prompt."""
     try:
-        request = [dict(m) for m in messages] + [{"role": "user", "content": SUMMARY_PROMPT}]
+        request = append_user([dict(m) for m in messages], SUMMARY_PROMPT)
         text = " ".join(chat(cfg, request, tools=False, quiet=True)["content"].split())
         if text:
             return text[:120]
@@ -1577,13 +1780,23 @@ COMMANDS = {
 # The REPL and batch mode
 # ----------------------------------------------------------------------------------------
 
-def run_turn(cfg, messages, prompt):
+def run_turn(cfg, messages, prompt, take_back=False):
     """One user turn: append the prompt, run AL, autosave, print the token line. Returns
-    the context share used."""
-    messages.append({"role": "user", "content": prompt})
+    the context share used. With take_back (the REPL), a turn that got no reply at all
+    (Ctrl+C before the first byte, a request that failed for good) takes its prompt back out
+    of the conversation, and the exception carries it as .prompt, for the input line. (In
+    batch mode the file keeps it; the next prompt joins it, never two user messages in a row.)"""
+    before = messages[:]
+    append_user(messages, prompt)
+    asked = messages[-1]
     STATE["usage"] = None
     try:
         AL(cfg, messages)
+    except BaseException as e:
+        if take_back and messages[-1] is asked:   # nothing came back: as if it was never sent
+            messages[:] = before
+            e.prompt = prompt
+        raise
     finally:
         remove_spill_files()
         autosave(messages)
@@ -1642,13 +1855,17 @@ def ask_yes(question):
 def repl(cfg, messages):
     """Read prompts and commands until /quit, EOF or Ctrl+C twice (messages change in place)."""
     readline = setup_readline() if sys.stdin.isatty() else None
-    last_interrupt = 0.0
+    last_interrupt, again = 0.0, ""
     try:
         while True:
+            if again and readline:   # a prompt that got no reply comes back for editing
+                readline.set_pre_input_hook(lambda text=again: (readline.insert_text(text),
+                                                                readline.redisplay()))
             try:
                 line = input("> ")
             except KeyboardInterrupt:   # Ctrl+C at the prompt clears the line
                 show("\n")
+                again = ""
                 if time.monotonic() - last_interrupt < 2:
                     break
                 last_interrupt = time.monotonic()
@@ -1656,6 +1873,10 @@ def repl(cfg, messages):
             except EOFError:
                 show("\n")
                 break
+            finally:
+                if again and readline:
+                    readline.set_pre_input_hook(None)
+            again = ""
             if not line.strip():
                 continue
             try:
@@ -1667,20 +1888,24 @@ def repl(cfg, messages):
                 if re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
                     note("unknown command %s (see /help)" % name)
                     continue
-                share = run_turn(cfg, messages, line)
+                share = run_turn(cfg, messages, line, take_back=True)
                 if share >= COMPACT_AT and sys.stdin.isatty() and ask_yes(
                         "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
                     cmd_compact(cfg, messages, "")
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as e:
                 end_line()
                 if time.monotonic() - last_interrupt < 2:
                     break
                 last_interrupt = time.monotonic()
                 note("[interrupted: press Ctrl+C again within 2 s to quit]")
+                again = getattr(e, "prompt", "")
             except OutputClosed:
                 raise
             except BantamError as e:
                 note("error: %s" % e)
+                again = getattr(e, "prompt", "")
+            if again:
+                note("[no reply: your prompt is back on the input line, to edit or send again]", "dim")
     finally:
         save_history(readline)
 

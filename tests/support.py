@@ -35,6 +35,8 @@ import unittest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 BANTAM = os.path.abspath(os.path.join(TESTS_DIR, "..", "bantam.py"))
+CERT_FILE = os.path.join(TESTS_DIR, "data", "selfsigned-cert.pem")   # for 127.0.0.1, until 2126
+KEY_FILE = os.path.join(TESTS_DIR, "data", "selfsigned-key.pem")
 
 MARK = "__fake_response__"  # key that tells a response item from a plain JSON object
 DEFAULT_MODELS = {"object": "list", "data": [{"id": "test-model", "context_length": 100000}]}
@@ -43,15 +45,25 @@ CREATED = 1700000000
 
 # ---------------------------------------------------------------- response builders
 
+FRAMINGS = ("chunked", "length", "close")   # how a body's end is marked (RFC 9112 section 6)
+
+
 def sse(events, *, headers=None, done=True, delay=0.0, split=None, drop_after=None,
-        chunked=True, crlf=False, space=True, status=200):
+        chunked=True, crlf=False, space=True, status=200, framing=None, keep_alive=True,
+        http10=False, after_done=b"", first_delay=0.0, head_delay=0.0):
     """Build a text/event-stream response item.
 
     events: dicts are sent as `data: <json>` + blank line; str/bytes items are written raw.
     done appends `data: [DONE]`. delay: seconds between pieces. split=N re-cuts the whole
     body into N-byte pieces (each its own write/chunk). drop_after=N closes the socket after
-    N body bytes, without the terminating chunk. chunked=False sends neither
-    Transfer-Encoding nor Content-Length and closes the connection at the end.
+    N body bytes, without the terminating chunk.
+
+    framing says how the end of the body is marked: "chunked" (Transfer-Encoding), "length"
+    (Content-Length) or "close" (neither; the server closes the connection). chunked=False is
+    the old spelling of framing="close". keep_alive=False adds `Connection: close`; http10
+    answers as an HTTP/1.0 server (kept alive only with `Connection: keep-alive` and a length).
+    after_done: raw bytes sent after `data: [DONE]` (inside the body). head_delay: seconds of
+    silence before the status line; first_delay: seconds between the headers and the body.
     """
     eol = "\r\n" if crlf else "\n"
     prefix = "data: " if space else "data:"
@@ -66,18 +78,30 @@ def sse(events, *, headers=None, done=True, delay=0.0, split=None, drop_after=No
             pieces.append((prefix + text + eol + eol).encode("utf-8"))
     if done:
         pieces.append((prefix + "[DONE]" + eol + eol).encode("utf-8"))
+    if after_done:
+        pieces.append(after_done)
     if split:
         body = b"".join(pieces)
         pieces = [body[i:i + split] for i in range(0, len(body), split)]
-    return {MARK: "sse", "status": status, "headers": dict(headers or {}), "pieces": pieces,
-            "delay": delay, "drop_after": drop_after, "chunked": chunked}
+    return {MARK: "body", "status": status, "headers": dict(headers or {}), "pieces": pieces,
+            "content_type": "text/event-stream", "delay": delay, "drop_after": drop_after,
+            "framing": framing or ("chunked" if chunked else "close"), "keep_alive": keep_alive,
+            "http10": http10, "first_delay": first_delay, "head_delay": head_delay}
 
 
-def json_reply(obj, status=200, headers=None):
-    """Build a JSON response item with a Content-Length."""
-    body = json.dumps(obj, ensure_ascii=False).encode("utf-8")
-    return {MARK: "body", "status": status, "headers": dict(headers or {}),
-            "content_type": "application/json", "body": body}
+def json_reply(obj, status=200, headers=None, framing="length", keep_alive=True, http10=False,
+               trailing=b"", split=None, head_delay=0.0):
+    """Build a JSON response item, framed with a Content-Length unless framing says otherwise.
+
+    trailing: raw bytes after the JSON document (inside the body, e.g. b"\n\n"); split=N
+    sends the body in N-byte pieces. The other keywords are as in sse().
+    """
+    body = json.dumps(obj, ensure_ascii=False).encode("utf-8") + trailing
+    pieces = [body[i:i + split] for i in range(0, len(body), split)] if split else [body]
+    return {MARK: "body", "status": status, "headers": dict(headers or {}), "pieces": pieces,
+            "content_type": "application/json", "delay": 0.0, "drop_after": None,
+            "framing": framing, "keep_alive": keep_alive, "http10": http10, "first_delay": 0.0,
+            "head_delay": head_delay}
 
 
 def error(status, message="fake error", *, body=None, headers=None, code=None, type=None):
@@ -86,8 +110,9 @@ def error(status, message="fake error", *, body=None, headers=None, code=None, t
         body = {"error": {"message": message, "type": type, "code": code}}
     if isinstance(body, (str, bytes)):
         raw = body.encode("utf-8") if isinstance(body, str) else body
-        return {MARK: "body", "status": status, "headers": dict(headers or {}),
-                "content_type": "text/plain; charset=utf-8", "body": raw}
+        item = json_reply(None, status=status, headers=headers)
+        item.update(content_type="text/plain; charset=utf-8", pieces=[raw])
+        return item
     return json_reply(body, status=status, headers=headers)
 
 
@@ -254,8 +279,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def setup(self):
         """Count the new connection and disable Nagle so small pieces go out at once."""
-        super().setup()
         self.fake = self.server.fake
+        self.timeout = self.fake.idle_close   # None: keep an idle connection open forever
+        super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.fake._opened(self.connection)
 
@@ -302,7 +328,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                   "body": body, "raw": raw}
         self.fake._record(record)
         path = self.path.split("?", 1)[0].rstrip("/")
-        if self.command == "POST" and path.endswith("/chat/completions"):
+        if (self.command, path) in self.fake.routes:
+            item = self.fake.routes[(self.command, path)]
+        elif self.command == "POST" and path.endswith("/chat/completions"):
             item = self.fake._next_item()
         elif self.command == "GET" and path.endswith("/models"):
             item = self.fake.models
@@ -324,37 +352,53 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
 
     def send_body(self, item):
-        """Send a complete body with Content-Length (JSON or raw error text)."""
-        body = item["body"]
-        self.send_head(item["status"], item["headers"],
-                       {"Content-Type": item["content_type"], "Content-Length": len(body)})
-        self.wfile.write(body)
-
-    def send_sse(self, item):
-        """Send an event stream piece by piece, chunked or close-delimited, maybe cut short."""
-        chunked = item["chunked"]
-        defaults = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        if chunked:
+        """Send a response item: status line and headers, then the body pieces in the item's
+        framing (chunked, Content-Length or close-delimited), maybe cut short or as HTTP/1.0."""
+        framing, limit = item["framing"], item["drop_after"]
+        pieces = item["pieces"]
+        defaults = {"Content-Type": item["content_type"]}
+        if item["content_type"] == "text/event-stream":
+            defaults["Cache-Control"] = "no-cache"
+        if framing == "chunked":
             defaults["Transfer-Encoding"] = "chunked"
-        else:
+        elif framing == "length":
+            defaults["Content-Length"] = sum(len(p) for p in pieces)
+        keep = item["keep_alive"] and framing != "close"
+        if item["http10"]:
+            keep = keep and framing == "length"   # HTTP/1.0 has no chunked encoding
+            if keep:
+                defaults["Connection"] = "keep-alive"
+        elif not keep:
             defaults["Connection"] = "close"
+        if not keep:
             self.close_connection = True
-        self.send_head(item["status"], item["headers"], defaults)
-        limit, sent = item["drop_after"], 0
-        for i, piece in enumerate(item["pieces"]):
+        if item["head_delay"]:
+            self.fake._stopping.wait(item["head_delay"])
+        self.protocol_version = "HTTP/1.0" if item["http10"] else "HTTP/1.1"
+        try:
+            self.send_head(item["status"], item["headers"], defaults)
+        finally:
+            self.protocol_version = "HTTP/1.1"
+        if any(k.lower() == "connection" and v.lower() == "close" for k, v in item["headers"].items()):
+            self.close_connection = True
+        if item["first_delay"]:
+            self.wfile.flush()
+            self.fake._stopping.wait(item["first_delay"])
+        sent = 0
+        for i, piece in enumerate(pieces):
             if i and item["delay"]:
                 self.fake._stopping.wait(item["delay"])
             if limit is not None:
                 piece = piece[:max(0, limit - sent)]
             if piece:  # an empty chunk would end a chunked body
                 # chunk framing: b"<hex size>\r\n<data>\r\n", ended by b"0\r\n\r\n"
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if framing == "chunked" else piece)
                 sent += len(piece)
             if limit is not None and sent >= limit:
                 break
         if limit is not None:
-            self.close_connection = True  # dropped: no terminating chunk
-        elif chunked:
+            self.close_connection = True  # dropped: no terminating chunk, a short length
+        elif framing == "chunked":
             self.wfile.write(b"0\r\n\r\n")
 
     def send_drop(self, item):
@@ -375,8 +419,13 @@ class FakeServer:
     exhausted (True once a POST found the script empty and got "(script exhausted)").
     """
 
-    def __init__(self, script=None, models=None):
-        """Prepare a server with an optional script; call start() or use it as a context manager."""
+    def __init__(self, script=None, models=None, idle_close=None, tls=False):
+        """Prepare a server with an optional script; call start() or use it as a context manager.
+        idle_close: seconds after which an idle kept-alive connection is closed by the server.
+        tls: serve HTTPS with the self-signed certificate in tests/data (CERT_FILE)."""
+        self.idle_close = idle_close
+        self.tls = tls
+        self.routes = {}   # {("GET", "/props"): response item}: more routes, e.g. local servers' APIs
         self.requests = []
         self.connections = 0
         self.models = copy.deepcopy(DEFAULT_MODELS) if models is None else models
@@ -394,6 +443,11 @@ class FakeServer:
         self._stopping.clear()
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.fake = self
+        if self.tls:
+            import ssl
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(CERT_FILE, KEY_FILE)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05},
@@ -428,8 +482,8 @@ class FakeServer:
 
     @property
     def url(self):
-        """The endpoint base, e.g. http://127.0.0.1:PORT/v1."""
-        return "http://127.0.0.1:%d/v1" % self.port
+        """The endpoint base, e.g. http://127.0.0.1:PORT/v1 (https:// with tls)."""
+        return "%s://127.0.0.1:%d/v1" % ("https" if self.tls else "http", self.port)
 
     def push(self, *responses):
         """Append response items to the script."""

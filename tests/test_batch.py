@@ -184,8 +184,8 @@ class RetryTests(BatchCase):
         self.assertEqual(len(self.server.posts), 2)
 
     def test_timeout_is_retried(self):
-        """A server that does not answer within `timeout` seconds is retried."""
-        self.ws.write_config(self.server, timeout=1)
+        """A server that does not begin its answer within `first_byte_timeout` seconds is retried."""
+        self.ws.write_config(self.server, first_byte_timeout=1)
         self.push(hang(30), text_stream("after the wait"))
         result = self.run_ok()
         self.assertIn("after the wait", result.stdout)

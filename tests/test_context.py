@@ -261,8 +261,8 @@ class CompactionOfferTests(BantamTestCase):
         self.assertEqual(after[0], system)
         self.assertEqual(after[1]["role"], "user")
         self.assertIn(SUMMARY, after[1]["content"])
-        self.assertEqual(after[2:], [{"role": "user", "content": "q4"}])
-        self.assertEqual(len(after), 3)
+        self.assertTrue(after[1]["content"].endswith("\n\nq4"), "q4 joins the summary message")
+        self.assertEqual(len(after), 2)
         saved = self.read_autosave()["messages"]
         self.assertEqual(saved, after + [{"role": "assistant", "content": "A4"}])
 
@@ -276,7 +276,8 @@ class CompactionOfferTests(BantamTestCase):
         self.assertEqual(bodies[1]["messages"][:-1], bodies[0]["messages"] + [
             {"role": "assistant", "content": "A1"}])
         self.assertNotIn("tools", bodies[1])
-        self.assertEqual([m["role"] for m in bodies[2]["messages"]], ["system", "user", "user"])
+        self.assertEqual([m["role"] for m in bodies[2]["messages"]], ["system", "user"])
+        self.assertTrue(bodies[2]["messages"][1]["content"].endswith("\n\nq2"))
         self.assertIn(SUMMARY, bodies[2]["messages"][1]["content"])
 
     def test_batch_mode_never_asks(self):
@@ -295,7 +296,7 @@ class OverflowTests(BantamTestCase):
 
     def test_overflow_compacts_and_retries_once(self):
         """Each family's overflow error: one summary request, then the turn is retried from the
-        summary and answered (batch mode)."""
+        summary followed by the prompt word for word, and answered (batch mode)."""
         for family, response in OVERFLOWS:
             with self.subTest(family):
                 self.server.requests.clear()
@@ -307,12 +308,15 @@ class OverflowTests(BantamTestCase):
                 bodies = self.server.bodies
                 self.assertEqual(len(bodies), 3)
                 first, summary_request, retry = bodies
-                self.assertEqual(summary_request["messages"][:-1], first["messages"])
+                # the prompt, kept word for word after the summary, is not summarized
+                self.assertEqual(summary_request["messages"][:-1], first["messages"][:-1])
                 self.assertEqual(summary_request["messages"][-1]["role"], "user")
+                self.assertNotIn("What is the weather?", summary_request["messages"][-1]["content"])
                 self.assertNotIn("tools", summary_request)
                 self.assertEqual(retry["messages"][0], first["messages"][0])
+                self.assertEqual(len(retry["messages"]), 2)
                 self.assertIn(SUMMARY, retry["messages"][1]["content"])
-                self.assertLessEqual(len(retry["messages"]), 3)
+                self.assertTrue(retry["messages"][1]["content"].endswith("\n\nWhat is the weather?"))
                 saved = self.read_autosave()["messages"]
                 self.assertEqual(saved[-1], {"role": "assistant", "content": AFTER})
                 self.assertIn(SUMMARY, saved[1]["content"])
@@ -339,6 +343,20 @@ class OverflowTests(BantamTestCase):
         self.assertEqual(trimmed[tool[0]]["tool_call_id"], "call_1", "the conversation stays valid")
         self.assertEqual(trimmed[-1], whole[-1], "the summary prompt is still last")
         self.assertIn(SUMMARY, bodies[4]["messages"][1]["content"])
+
+    def test_prompt_too_big_for_half_the_window_goes_into_the_summary(self):
+        """A prompt that is itself most of the window is summarized (in the summary request,
+        joined to the summary prompt: never two user messages in a row), not repeated."""
+        huge = "numbers: " + " ".join(str(i) for i in range(60000))   # ~100k tokens > 100000/2
+        self.push(OPENAI_OVERFLOW, completion(SUMMARY), text_stream(AFTER))
+        proc = self.run_batch(huge)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        first, summary_request, retry = self.server.bodies
+        self.assertEqual([m["role"] for m in summary_request["messages"]], ["system", "user"])
+        self.assertTrue(summary_request["messages"][1]["content"].startswith(huge + "\n\n"))
+        self.assertEqual(len(retry["messages"]), 2)
+        self.assertNotIn("59999", retry["messages"][1]["content"])
+        self.assertIn(SUMMARY, retry["messages"][1]["content"])
 
     def test_failed_compaction_fails_the_turn_without_looping(self):
         """A server that overflows on every request: the turn fails with a clear message and
@@ -453,9 +471,8 @@ class EmptyAssistantTests(BantamTestCase):
                     self.assertEqual(proc.returncode, 0, proc.stderr)
                     self.assertIn("Fresh answer.", proc.stdout)
                     self.assertNotIn("error", proc.stderr)
-                    self.assertEqual(server.bodies[-1]["messages"], [
-                        {"role": "system", "content": "sys"}, {"role": "user", "content": "earlier"},
-                        {"role": "user", "content": "next"}])
+                    self.assertEqual(server.bodies[-1]["messages"], [   # never two user messages in a row
+                        {"role": "system", "content": "sys"}, {"role": "user", "content": "earlier\n\nnext"}])
                     self.assertLessEqual(len(server.posts), 2, "one retry at most")
                     saved = self.read_autosave()["messages"]
                     self.assertNotIn({"role": "assistant", "content": content}, saved)
@@ -470,7 +487,7 @@ class EmptyAssistantTests(BantamTestCase):
         self.assertIn("empty reply", proc.stderr)
         self.assertNotIn("error", proc.stderr)
         bodies = self.server.bodies
-        self.assertEqual([m["role"] for m in bodies[-1]["messages"]], ["system", "user", "user"])
+        self.assertEqual(bodies[-1]["messages"][1:], [{"role": "user", "content": "first\n\nsecond"}])
         self.assertEqual(len(bodies), 2)
 
     def test_empty_assistant_error_with_nothing_to_drop_fails_once(self):
