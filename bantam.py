@@ -648,10 +648,8 @@ def chat(cfg, messages, tools=True, quiet=False):
             message, usage = exchange(cfg, body, quiet)
             if not quiet:   # the token line's figures: the server's, else estimated from the text
                 STATE["usage"] = usage if isinstance(usage, dict) else {
-                    "prompt_tokens": estimate_tokens(len(json.dumps(body, ensure_ascii=False))),
-                    "completion_tokens": estimate_tokens(len(message["content"]) + sum(
-                        len(c["function"]["arguments"]) for c in message.get("tool_calls", ()))),
-                    "estimated": True}
+                    "prompt_tokens": estimate_tokens(text_size(body["messages"]) + len(json.dumps(body.get("tools", "")))),
+                    "completion_tokens": estimate_tokens(text_size([message])), "estimated": True}
             return message
         except ApiError as e:
             if e.kind == "overflow":
@@ -661,9 +659,11 @@ def chat(cfg, messages, tools=True, quiet=False):
             if e.kind == "bad_request" and "stream_options" in body and "stream_options" in str(e):
                 STATE["no_stream_options"] = True   # retry without it, for the whole session
                 continue
+            if e.body == "empty stream":   # some servers only say what went wrong (an overflow...)
+                stream = False              # in a reply that is not streamed: ask that way
             if e.kind != "retry" or retries >= len(delays):
                 if e.kind == "retry" and retries:
-                    raise ApiError("%s (gave up after %d retries)" % (e, retries))
+                    raise ApiError("%s (gave up after %d %s)" % (e, retries, "retry" if retries == 1 else "retries"))
                 raise
             wait = max(delays[retries], e.wait or 0)
             if wait > MAX_SERVER_WAIT:
@@ -917,7 +917,7 @@ def read_stream(cfg, response, reply):
     if response.length:   # read1() returns b"" on a short Content-Length body, without an error
         raise ApiError("the connection closed in the middle of the reply", "retry")
     if not (reply["finish"] or reply["content"] or reply["reasoning"] or reply["calls"]):
-        raise ApiError("the server ended the reply without sending anything", "retry")
+        raise ApiError("the server ended the reply without sending anything", "retry", body="empty stream")
     if not reply["finish"] and not response.chunked and response.length is None:
         # A reply delimited by closing the connection, closed before [DONE] or a finish_reason:
         # dropped. (A chunked reply cut short raises IncompleteRead instead.)
@@ -1317,7 +1317,7 @@ def run_tool_call(cfg, call):
     show("[tool call: %s(%s)]\n" % (name, redact(function["arguments"])), "call")
     failed = True
     try:
-        args = json.loads(function["arguments"])
+        args = json.loads(function["arguments"], strict=False)   # a raw newline in a string is fine
         if not isinstance(args, dict):
             raise ValueError("expected a JSON object")
         clean = clean_values(args)   # also what was written as JSON escapes, like \u200b
@@ -1618,6 +1618,18 @@ def estimate_tokens(chars):
     return (chars + 3) // 4
 
 
+def text_size(messages):
+    """The characters of text in messages (contents and tool-call arguments), plus a few for
+    each message's framing: what the model reads of them."""
+    size = 0
+    for m in messages:
+        content = m.get("content")
+        parts = content if isinstance(content, list) else [{"text": content or ""}]
+        size += 16 + sum(len(str(p.get("text") or "")) for p in parts if isinstance(p, dict))
+        size += sum(len(c["function"]["arguments"]) + 32 for c in m.get("tool_calls") or ())
+    return size
+
+
 def compact(cfg, messages, prompt=None):
     """Replace messages, in place, by [system, user: summary of the conversation], followed
     in the same message by prompt (the request in progress) word for word when it fits in
@@ -1633,7 +1645,7 @@ def compact(cfg, messages, prompt=None):
             summary = chat(cfg, request, tools=False, quiet=True)["content"].strip()
             break
         except ApiError as e:
-            if e.kind != "overflow" or not trim_for_summary(request):
+            if e.kind != "overflow" or not trim_for_summary(request, context_window(cfg) * 2):
                 raise ApiError("compaction failed: %s" % e)
     else:
         raise ApiError("compaction failed: the conversation does not fit even when trimmed")
@@ -1661,9 +1673,11 @@ def append_user(messages, content):
     return messages
 
 
-def trim_for_summary(request):
+def trim_for_summary(request, room):
     """Make a summary request smaller: blank the older half of the tool results, then drop
-    the older half of the conversation. False when there is nothing left to trim."""
+    the older half of the conversation, then cut the longest message (its head and tail
+    stay) so the text fits in `room` characters (half the window), or to half its length.
+    False when there is nothing left to trim."""
     results = [m for m in request if m.get("role") == "tool" and m["content"] != "[omitted]"]
     if results:
         for m in results[:max(1, len(results) // 2)]:
@@ -1671,10 +1685,22 @@ def trim_for_summary(request):
         return True
     body = request[1:-1]
     users = [i for i, m in enumerate(body) if m.get("role") == "user" and i > 0]
-    if not users:
+    if users:
+        cut = users[len(users) // 2] if len(users) > 1 else users[0]
+        request[1:-1] = body[cut:]
+        return True
+    texts = [m for m in request if isinstance(m.get("content"), str)]
+    longest = max(texts, key=lambda m: len(m["content"]), default=None)
+    if not longest or len(longest["content"]) < 200:
         return False
-    cut = users[len(users) // 2] if len(users) > 1 else users[0]
-    request[1:-1] = body[cut:]
+    text, total = longest["content"], sum(len(m["content"]) for m in texts)
+    ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question itself stays whole
+    text = text[:len(text) - len(ask)]
+    keep = max(100, min(len(text) // 4, (len(text) - (total - room)) // 2))
+    if len(text) <= 2 * keep + 100:
+        return False
+    longest["content"] = "%s\n[... %d characters left out ...]\n%s%s" % (
+        text[:keep], len(text) - 2 * keep, text[-keep:], ask)
     return True
 
 
