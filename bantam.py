@@ -26,6 +26,7 @@ DEFAULTS = {
     "model": "gpt-4o",
     "temperature": 0.7,
     "api_key": "",                 # Bearer token; else BANTAM_API_KEY, else OPENAI_API_KEY
+    "headers": {},                 # extra request headers, a JSON object: {"api-key": "..."} (secret)
     "stream": True,                # stream the reply as it is generated (SSE)
     "color": "auto",               # auto (when a terminal) | always | never
     "timeout": 60.0,               # seconds to connect, and between reads once a reply flows
@@ -82,7 +83,7 @@ EMPTY_ASSISTANT_PATTERNS = re.compile(
 
 # Runtime state of this process (kept off the wire): one connection per endpoint, the
 # last usage report, discovered context windows, and tool-output files of the turn.
-STATE = {"connections": {}, "usage": None, "windows": {}, "no_stream_options": False,
+STATE = {"connections": {}, "usage": None, "windows": {}, "dropped": set(),
          "spill": [], "text_tool_hint": False, "garbage_noted": False}
 
 
@@ -118,7 +119,7 @@ COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m",
           "dim": "\033[2m"}
 RESET = "\033[0m"
 UI = {"color": False, "err_color": False, "depth": 0, "bol": True, "status": False,
-      "secret": ""}
+      "secrets": []}
 
 # Control characters a terminal would act on (ESC, OSC, BEL, C1 CSI...): shown, never obeyed.
 TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -154,7 +155,9 @@ def clean_for_model(text):
 
 def redact(text):
     """Text with the API key replaced, for anything printed or written to disk."""
-    return text.replace(UI["secret"], "***") if UI["secret"] else text
+    for secret in UI["secrets"]:
+        text = text.replace(secret, "***")
+    return text
 
 
 def setup_colors(cfg):
@@ -163,7 +166,13 @@ def setup_colors(cfg):
     allowed = mode != "never" and not os.environ.get("NO_COLOR") and not os.environ.get("BANTAM_NO_COLOR")
     UI["color"] = allowed and (mode == "always" or sys.stdout.isatty())
     UI["err_color"] = allowed and (mode == "always" or sys.stderr.isatty())
-    UI["secret"] = cfg["api_key"] if len(cfg["api_key"]) >= 4 else ""
+    UI["secrets"] = secrets_of(cfg)
+
+
+def secrets_of(cfg):
+    """The values never to print or save: the API key and the values of the extra headers."""
+    values = [cfg["api_key"]] + [str(v) for v in cfg["headers"].values()]
+    return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
 
 def paint(text, style, on=None):
@@ -298,10 +307,16 @@ def parse_value(key, raw, where):
             if any(v < 0 for v in value):
                 raise ValueError("expected seconds of 0 or more")
             return value
+        if isinstance(default, dict):
+            value = json.loads(raw)
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise ValueError("expected a JSON object of strings, like {\"api-key\": \"...\"}")
+            return value
     except ValueError as e:
         reason = str(e) if str(e).startswith("expected") else "expected a %s" % (
             "whole number" if isinstance(default, int) else
-            "comma-separated list of seconds" if isinstance(default, list) else "number")
+            "comma-separated list of seconds" if isinstance(default, list) else
+            "JSON object of strings" if isinstance(default, dict) else "number")
         raise ConfigError("%s: %s: %s, got %r" % (where, key, reason, raw))
     if key in CHOICES and raw.lower() not in CHOICES[key]:
         raise ConfigError("%s: %s: expected one of %s, got %r" % (where, key, ", ".join(CHOICES[key]), raw))
@@ -358,7 +373,7 @@ def write_private_file(path, text, exclusive=False):
     import tempfile
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:   # a lone surrogate: '?'
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -566,8 +581,12 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
     if body is not None:
         headers["Content-Type"] = "application/json"
-    if cfg["api_key"]:
+    extra = {k.lower(): k for k in cfg["headers"]}
+    if cfg["api_key"] and "authorization" not in extra and "api-key" not in extra:   # Azure: api-key
         headers["Authorization"] = "Bearer " + cfg["api_key"]
+    for name in [k for k in headers if k.lower() in extra]:
+        del headers[name]
+    headers.update(cfg["headers"])
     url = urlsplit(cfg["endpoint"])
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     for attempt in (1, 2):
@@ -625,16 +644,53 @@ def release(cfg, response):
 
 
 def request_body(cfg, messages, tools, stream):
-    """The JSON body of a chat completion request."""
+    """The JSON body of a chat completion request, without the fields this server has said
+    it does not support (see unsupported_field)."""
     body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
             "stream": stream}
     if tools:
         body["tools"] = TOOL_DEFINITIONS
-    if stream and not STATE["no_stream_options"]:
+    if stream:
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
+    dropped = {f for e, m, f in STATE["dropped"] if (e, m) == (cfg["endpoint"], cfg["model"])}
+    for field in dropped & set(body):
+        del body[field]
+    if dropped & set(MESSAGE_EXTRAS):   # fields a provider put on messages that this one refuses
+        body["messages"] = [{k: v for k, v in m.items() if k not in dropped} for m in messages]
     return body
+
+
+OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
+MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
+# How servers refuse a field: OpenAI {"param": "temperature", "code": "unsupported_value"},
+# "Unsupported parameter: 'reasoning_effort' is not supported with this model."; Mistral
+# {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"]}]}};
+# Anthropic "`temperature` is deprecated for this model"; Groq "property 'x' is unsupported".
+REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated|extra_forbidden"
+                           r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed", re.I)
+
+
+def unsupported_field(text, body):
+    """The optional field of body (or of its messages) that an error says the server does
+    not support, or None."""
+    sent = [f for f in OPTIONAL_FIELDS if f in body]
+    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
+    if not sent or not REFUSED_FIELD.search(text):
+        return None
+    try:
+        error = json.loads(text)
+        error = error.get("error", error) if isinstance(error, dict) else {}
+        param = str(error.get("param") or "").split(".")[-1].split("]")[-1]
+        detail = error.get("message", {}).get("detail") if isinstance(error.get("message"), dict) else None
+        places = [str(d.get("loc", [""])[-1]) for d in detail or () if isinstance(d, dict)]
+    except (ValueError, AttributeError, IndexError, TypeError):
+        param, places = "", []
+    for field in sent:
+        if field == param or field in places:
+            return field
+    return next((f for f in sent if re.search(r"[`'\"]%s[`'\"]|\b%s\b" % (f, f), text)), None)
 
 
 def chat(cfg, messages, tools=True, quiet=False):
@@ -656,8 +712,10 @@ def chat(cfg, messages, tools=True, quiet=False):
                 learn_window(cfg, e.body or str(e))
             if e.kind == "empty_assistant" and drop_empty_assistant(messages):
                 continue
-            if e.kind == "bad_request" and "stream_options" in body and "stream_options" in str(e):
-                STATE["no_stream_options"] = True   # retry without it, for the whole session
+            field = e.kind == "bad_request" and unsupported_field(e.body or str(e), body)
+            if field:   # leave it out from now on, and ask again
+                STATE["dropped"].add((cfg["endpoint"], cfg["model"], field))
+                note("[the server does not support %r for this model: leaving it out from now on]" % field, "dim")
                 continue
             if e.body == "empty stream":   # some servers only say what went wrong (an overflow...)
                 stream = False              # in a reply that is not streamed: ask that way
@@ -695,7 +753,10 @@ def exchange(cfg, body, quiet):
             except ValueError:
                 raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry")
         release(cfg, response)
-        return finish_reply(reply), reply["usage"]
+        message = finish_reply(reply)
+        if reply["finish"] in CUT_REPLY and not quiet:
+            note(CUT_REPLY[reply["finish"]])
+        return message, reply["usage"]
     except http.client.ImproperConnectionState as e:   # our bug, not the network's: never resent
         drop_connection(cfg)
         close_open_blocks(reply)
@@ -719,6 +780,11 @@ def exchange(cfg, body, quiet):
         if UI["status"]:
             clear_status()
         flush()
+
+
+CUT_REPLY = {   # finish reasons that mean the reply is not whole
+    "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
+    "content_filter": "[the reply was cut by the provider's content filter (finish_reason: content_filter)]"}
 
 
 def network_error(e, cfg, got_output=False):
@@ -950,7 +1016,7 @@ def new_reply(quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
             "in_reasoning": False, "in_text": False, "echo_reasoning": False, "finish": None, "held": "",
-            "done": False, "usage": None}
+            "done": False, "usage": None, "extra": {}}
 
 
 def merge_chunk(reply, chunk, whole=False):
@@ -977,10 +1043,34 @@ def merge_chunk(reply, chunk, whole=False):
         text = delta.get("content")
         if text and isinstance(text, str):
             add_text(reply, text)
+        elif isinstance(text, list):
+            merge_content_parts(reply, text)
+
+
+def merge_content_parts(reply, parts):
+    """Merge content sent as a list of parts, as Mistral's reasoning models do:
+    [{"type": "thinking", "thinking": [{"type": "text", "text": "..."}]},
+     {"type": "text", "text": "..."}]: thinking is reasoning, text is the answer."""
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "thinking":
+            thinking = part.get("thinking")
+            for piece in thinking if isinstance(thinking, list) else [{"text": thinking}]:
+                if isinstance(piece, dict) and isinstance(piece.get("text"), str) and piece["text"]:
+                    add_reasoning(reply, piece["text"])
+        elif part.get("type") == "text" and isinstance(part.get("text"), str) and part["text"]:
+            add_text(reply, part["text"])
 
 
 def merge_extras(reply, delta):
-    """Merge the reasoning, reasoning details and tool-call fragments of one delta."""
+    """Merge the reasoning, reasoning details, refusal, provider extras and tool-call
+    fragments of one delta."""
+    refusal = delta.get("refusal")   # OpenAI's safety refusal: it is the answer
+    if refusal and isinstance(refusal, str):
+        add_text(reply, refusal)
+    if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
+        merge_dict(reply["extra"], delta["extra_content"])
     thought = delta.get("reasoning_content")
     reply["echo_reasoning"] = reply["echo_reasoning"] or bool(thought)
     thought = thought or delta.get("reasoning")
@@ -1036,25 +1126,41 @@ def add_text(reply, text):
 
 
 def show_redacted(reply, text, style=None):
-    """Show streamed text without the API key (a model that read it must not print it), even
-    when chunks split the key: a tail that may begin it is held back until the next chunk."""
-    secret = UI["secret"]
-    if not secret:
-        return show(text, style)
-    text = redact(reply["held"] + text)
-    held = 0
-    if secret[0] in text[-len(secret):]:
-        held = next((n for n in range(min(len(secret) - 1, len(text)), 0, -1)
-                     if text.endswith(secret[:n])), 0)
-    reply["held"] = text[len(text) - held:] if held else ""
-    show(text[:len(text) - held], style)
+    """Show streamed text as it can be shown: without the secrets (a model that read the key
+    must not print it), even when chunks split one (a tail that may begin a secret is held
+    back until the next chunk), and with a character a gateway split into two UTF-16 halves
+    across chunks joined (a trailing first half is held back too)."""
+    if reply["held"]:
+        text, reply["held"] = reply["held"] + text, ""
+    if not UI["secrets"] and not "\ud800" <= text[-1] <= "\udfff":
+        return show(text, style)   # the hot path
+    text = redact(text)
+    held = 1 if "\ud800" <= text[-1] <= "\udbff" else 0
+    for secret in UI["secrets"]:
+        if secret[0] in text[-len(secret):]:
+            held = max(held, next((n for n in range(min(len(secret) - 1, len(text)), 0, -1)
+                                   if text.endswith(secret[:n])), 0))
+    if held:
+        text, reply["held"] = text[:len(text) - held], text[len(text) - held:]
+    show(join_surrogates(text), style)
+
+
+SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def join_surrogates(text):
+    """Text with UTF-16 surrogate halves joined into the characters they encode (JSON's
+    "\\ud83d\\ude00" is one emoji); a lone half becomes U+FFFD, which UTF-8 can store."""
+    if not SURROGATES.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def show_held(reply):
-    """Print the text show_redacted held back (it was not the key after all)."""
+    """Print the text show_redacted held back (it was not a secret after all)."""
     if reply["held"]:
         held, reply["held"] = reply["held"], ""
-        show(held, "reasoning" if reply["in_reasoning"] else None)
+        show(join_surrogates(held), "reasoning" if reply["in_reasoning"] else None)
 
 
 def close_open_blocks(reply):
@@ -1069,9 +1175,21 @@ def close_open_blocks(reply):
         end_line()
 
 
+def merge_dict(into, extra):
+    """Merge a provider's extra object into another, nested objects key by key."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge_dict(into[key], value)
+        elif value is not None:
+            into[key] = value
+
+
 def merge_tool_call(calls, fragment, position):
     """Merge one tool-call fragment into calls (by index) as servers send them: the id and
-    name only in the first fragment or repeated in each, arguments split anywhere."""
+    name only in the first fragment or repeated in each, arguments split anywhere. Whatever
+    else a provider puts on the call is kept, to be sent back unchanged: Gemini 3 signs
+    calls with {"extra_content": {"google": {"thought_signature": "..."}}} and rejects the
+    next request when the signature does not come back on that call."""
     if not isinstance(fragment, dict):
         return
     index = fragment.get("index")
@@ -1093,23 +1211,27 @@ def merge_tool_call(calls, fragment, position):
         call["function"]["arguments"] += arguments
     elif isinstance(arguments, dict):   # some servers send an object, not a JSON string
         call["function"]["arguments"] += json.dumps(arguments)
+    if len(fragment) > 4 or "index" not in fragment:   # more than index, id, type and function
+        merge_dict(call, {k: v for k, v in fragment.items() if k not in ("index", "id", "type", "function")})
 
 
 def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
     close_open_blocks(reply)
-    text = "".join(reply["content"])
+    text = join_surrogates("".join(reply["content"]))
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
     calls = [reply["calls"][i] for i in sorted(reply["calls"]) if reply["calls"][i]["function"]["name"]]
     if calls:
         for call in calls:
             call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if the server gave none
-            call["function"]["arguments"] = call["function"]["arguments"] or "{}"
+            call["function"]["arguments"] = join_surrogates(call["function"]["arguments"]) or "{}"
         message["tool_calls"] = calls
         if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
-            message["reasoning_content"] = "".join(reply["reasoning"])
+            message["reasoning_content"] = join_surrogates("".join(reply["reasoning"]))
     if reply["details"]:
         message["reasoning_details"] = reply["details"]
+    if reply["extra"]:
+        message["extra_content"] = reply["extra"]
     return message
 
 

@@ -47,6 +47,18 @@ The README's server table mirrors this one:
 | OpenAI, vLLM | `{"error": ...}` inside the stream: reported, retried | `error_in_stream_retried` |
 | OpenRouter | mid-stream `error` next to `finish_reason: "error"`: reported, retried | `openrouter_mid_stream_error` |
 | local servers, proxies | `stream: true` ignored, plain JSON answer | `stream_ignored_plain_json` |
+| Mistral (Magistral) | `content` as a list of thinking and text parts, streamed | `mistral_content_parts_streamed` |
+| Mistral (Magistral) | content parts, not streamed | `mistral_content_parts_not_streamed` |
+| Gemini 3 (OpenAI-compatible) | a signed tool call (`extra_content.google.thought_signature`) in one fragment without `index`, `finish_reason: "stop"`: the signature goes back on that call | `gemini_signature_streamed` |
+| Gemini 3 (OpenAI-compatible) | a signed and an unsigned tool call, not streamed | `gemini_signature_not_streamed` |
+| Gemini 3 through Vertex gateways | `extra_content.vertex.thought_signature` | `vertex_signature_streamed` |
+| Gemini 3 (OpenAI-compatible) | a signature on a text reply: kept on the message | `gemini_signed_text` |
+| OpenAI | a refusal in `delta.refusal`, `content: null`: shown and stored as the answer | `refusal_streamed` |
+| OpenAI | `message.refusal`, `content: null`, not streamed | `refusal_not_streamed` |
+| any | `finish_reason: "length"`: the cut is said in one line | `cut_by_length` |
+| Azure OpenAI, OpenAI | `finish_reason: "content_filter"`: said in one line | `cut_by_content_filter` |
+| gateways slicing UTF-16 | an emoji as two surrogate halves in two chunks: joined | `surrogate_halves_split` |
+| gateways slicing UTF-16 | a lone surrogate half: replaced by U+FFFD, the session still saved | `lone_surrogate` |
 | any | non-streamed body with `choices: []`: reported, retried | `no_choices_not_streamed` |
 
 Failing for good (every retry fails) is checked by the tests after the table.
@@ -357,6 +369,74 @@ SHAPES = [
          stderr=["error in stream: Provider disconnected unexpectedly", "retry 1/3"]),
     case("stream_ignored_plain_json", "local servers, proxies", "stream: true ignored, plain JSON answer",
          [completion("Plain JSON answer.")], "Plain JSON answer.\n", said("Plain JSON answer.")),
+    # ------------------------------------------------------------ providers (issue 9)
+    case("mistral_content_parts_streamed", "Mistral (Magistral)", "content as a list of thinking and text parts, streamed",
+         [sse([chunk({"role": "assistant", "content": ""}),
+               chunk({"content": [{"type": "thinking", "thinking": [{"type": "text", "text": "Two and "}]}]}),
+               chunk({"content": [{"type": "thinking", "thinking": [{"type": "text", "text": "two."}]}]}),
+               chunk({"content": [{"type": "text", "text": "Four"}]}), chunk({"content": "."}),
+               chunk({}, "stop")])],
+         reasoning_block("Two and two.") + "Four.\n", said("Four.")),
+    case("mistral_content_parts_not_streamed", "Mistral (Magistral)", "content parts, not streamed",
+         [not_streamed({"role": "assistant", "content": [
+             {"type": "thinking", "thinking": [{"type": "text", "text": "Two and two."}]},
+             {"type": "text", "text": "Four."}]})],
+         reasoning_block("Two and two.") + "Four.\n", said("Four."), cfg={"stream": False}),
+    case("gemini_signature_streamed", "Gemini 3 (OpenAI-compatible)",
+         "a signed tool call in one fragment without index, finish stop: the signature goes back",
+         [stream(calls(dict(frag(id="call_g", name="shell_exec", args=echo("sig")),
+                            extra_content={"google": {"thought_signature": "CsoBAVSoXO4X=="}})), finish="stop")],
+         traced(echo("sig"), "sig") + TOOLS_DONE + "\n",
+         with_calls(dict(call("call_g", echo("sig")), extra_content={"google": {"thought_signature": "CsoBAVSoXO4X=="}})),
+         [result("sig")]),
+    case("gemini_signature_not_streamed", "Gemini 3 (OpenAI-compatible)", "a signed tool call, not streamed",
+         [not_streamed({"role": "assistant", "content": None, "tool_calls": [
+             {"id": "call_h", "type": "function", "function": {"name": "shell_exec", "arguments": echo("one")},
+              "extra_content": {"google": {"thought_signature": "Sig1=="}}},
+             {"id": "call_i", "type": "function", "function": {"name": "shell_exec", "arguments": echo("two")}}]},
+             finish="tool_calls")],
+         traced(echo("one"), "one") + traced(echo("two"), "two") + TOOLS_DONE + "\n",
+         with_calls(dict(call("call_h", echo("one")), extra_content={"google": {"thought_signature": "Sig1=="}}),
+                    call("call_i", echo("two"))),
+         [result("one"), result("two")], cfg={"stream": False}),
+    case("vertex_signature_streamed", "Gemini 3 through Vertex gateways", "extra_content.vertex signature",
+         [stream(calls(dict(frag(0, "call_v3", "shell_exec", ""), extra_content={"vertex": {"thought_signature": "VtX=="}})),
+                 calls(frag(0, args=echo("vertex"))))],
+         traced(echo("vertex"), "vertex") + TOOLS_DONE + "\n",
+         with_calls(dict(call("call_v3", echo("vertex")), extra_content={"vertex": {"thought_signature": "VtX=="}})),
+         [result("vertex")]),
+    case("gemini_signed_text", "Gemini 3 (OpenAI-compatible)", "a signature on a text reply: kept on the message",
+         [sse([chunk({"role": "assistant", "content": "Signed "}),
+               chunk({"content": "text.", "extra_content": {"google": {"thought_signature": "TxT=="}}}),
+               chunk({}, "stop")])],
+         "Signed text.\n", said("Signed text.", extra_content={"google": {"thought_signature": "TxT=="}})),
+    case("refusal_streamed", "OpenAI", "a refusal streamed in delta.refusal, content null: the answer",
+         [sse([chunk({"role": "assistant", "content": None, "refusal": ""}), chunk({"refusal": "I can't "}),
+               chunk({"refusal": "help with that."}), chunk({}, "stop")])],
+         "I can't help with that.\n", said("I can't help with that.")),
+    case("refusal_not_streamed", "OpenAI", "message.refusal with content null",
+         [not_streamed({"role": "assistant", "content": None, "refusal": "I can't help with that."})],
+         "I can't help with that.\n", said("I can't help with that."), cfg={"stream": False}),
+    case("cut_by_length", "any", 'finish_reason "length": said in one line',
+         [sse([chunk({"role": "assistant", "content": ""}), chunk({"content": "Half an ans"}),
+               chunk({}, "length")])],
+         "Half an ans\n", said("Half an ans"), stderr=["[the reply was cut: it reached the output token limit"]),
+    case("cut_by_content_filter", "Azure OpenAI, OpenAI", 'finish_reason "content_filter": said in one line',
+         [sse([chunk({"role": "assistant", "content": ""}), chunk({"content": "Some of it"}),
+               chunk({}, "content_filter")])],
+         "Some of it\n", said("Some of it"), stderr=["content filter (finish_reason: content_filter)"]),
+    case("surrogate_halves_split", "gateways slicing UTF-16", "an emoji as two surrogate halves in two chunks",
+         [sse([chunk({"role": "assistant", "content": ""}),
+               'data: {"choices": [{"index": 0, "delta": {"content": "Smile \\ud83d"}}]}\n\n',
+               'data: {"choices": [{"index": 0, "delta": {"content": "\\ude00."}}]}\n\n',
+               chunk({}, "stop")])],
+         "Smile \U0001f600.\n", said("Smile \U0001f600.")),
+    case("lone_surrogate", "gateways slicing UTF-16", "a lone surrogate half: replaced, the session still saved",
+         [sse([chunk({"role": "assistant", "content": ""}),
+               'data: {"choices": [{"index": 0, "delta": {"content": "Half \\ud83d"}}]}\n\n',
+               'data: {"choices": [{"index": 0, "delta": {"content": " alone."}}]}\n\n',
+               chunk({}, "stop")])],
+         "Half \ufffd alone.\n", said("Half \ufffd alone.")),
     case("no_choices_not_streamed", "any", "non-streamed body with empty choices",
          [json_reply({"id": "chatcmpl-1", "object": "chat.completion", "created": CREATED,
                       "model": "test-model", "choices": []}),
