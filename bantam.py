@@ -4,11 +4,24 @@
 The whole agent is the Bantam algorithm: keep a list of chat messages, send it to an
 OpenAI-compatible /chat/completions endpoint, print the reply as it streams, run the tool
 calls it asks for (shell_exec and run_subagent), append their results, and loop until the
-model stops calling tools. Everything else here (config, HTTP, sessions, the REPL) serves
-that loop, AL(cfg, messages), which you will find under "The agentic loop".
+model stops calling tools. Everything else serves that loop, AL(cfg, messages), which you
+will find under "The agentic loop".
+
+The sections, in reading order:
+  constants and the config schema (DEFAULTS)
+  events and views       everything a run reports is one event; views print them
+  config                 model.cfg, BANTAM_<KEY>, flags; whom the API key may go to
+  sessions               one file per conversation, saved at every step
+  the HTTP client        one keep-alive connection, retries, SSE, assembling a reply
+  the tools              shell_exec, run_subagent (and read, write); the TOOLS table
+  the agentic loop       AL
+  usage and compaction   the context window, the token line, summaries
+  commands               /save, /load, ... : the COMMANDS table
+  the REPL and main      interactive mode, batch mode, the command line
 
 Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
+        bantam --help        every option
 """
 import json
 import os
@@ -16,11 +29,12 @@ import re
 import sys
 import time
 
-VERSION = "1.0.0"
+VERSION = "1.1.0"
 USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
 
-# The config schema: every key with its default. Values from model.cfg or BANTAM_<KEY>
-# are parsed by the default's type (bool, int, float, list of seconds, or a string).
+# The config schema: every key with its default. Values from model.cfg, BANTAM_<KEY> or
+# --set are parsed by the default's type (bool, int, float, list of seconds, JSON object,
+# string); CHOICES lists the allowed words of a few string keys.
 DEFAULTS = {
     "endpoint": "https://api.openai.com/v1",  # base URL of an OpenAI-compatible API
     "model": "gpt-4o",
@@ -35,11 +49,13 @@ DEFAULTS = {
     "max_al_iterations": 1000,     # model calls per AL() before it stops
     "backoff": [1.0, 1.0, 2.0, 3.0, 5.0],  # seconds before each retry (Fibonacci)
     "max_tool_res": 65536,         # bytes of a tool result sent whole; more is offloaded
-    "context_window": 262144,      # tokens, when GET /models does not say
+    "context_window": 262144,      # tokens, when the server does not say
     "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
     "text_tool_calls": False,      # run a reply that is only a tool call written as text
+    "trace_file": "",              # append every event as a JSON line to this file
 }
 CHOICES = {"color": ("auto", "always", "never")}
+POSITIVE = {"max_al_iterations", "max_tool_res", "context_window"}   # 0 makes no sense for these
 
 RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
 MAX_SERVER_WAIT = 60.0                 # a longer Retry-After fails the turn instead
@@ -81,10 +97,9 @@ EMPTY_ASSISTANT_PATTERNS = re.compile(
     r"content or tool_calls must be set|either content or tool_calls|must have non-empty content"
     r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
 
-# Runtime state of this process (kept off the wire): one connection per endpoint, the
-# last usage report, discovered context windows, and tool-output files of the turn.
-STATE = {"connections": {}, "usage": None, "windows": {}, "dropped": set(),
-         "spill": [], "text_tool_hint": False, "garbage_noted": False}
+# What this process has learned about the servers it talks to (facts, shared on purpose by
+# every run): context windows by (endpoint, model), fields a server refused, notes given.
+LEARNED = {"windows": {}, "dropped": set(), "noted": set()}
 
 
 class BantamError(Exception):
@@ -111,15 +126,33 @@ class ApiError(BantamError):
 
 
 # ----------------------------------------------------------------------------------------
-# Output: one funnel for the conversation (stdout), one for diagnostics (stderr)
+# Events and views: everything a run reports is one event (a dict) passed to one function;
+# a view turns events into output. The plain view prints the spec's traces; the JSONL view
+# prints the events themselves; a library caller may pass its own function.
 # ----------------------------------------------------------------------------------------
 
-COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m",
-          "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m",
-          "dim": "\033[2m"}
-RESET = "\033[0m"
-UI = {"color": False, "err_color": False, "depth": 0, "bol": True, "status": False,
-      "secrets": []}
+STARTED = time.monotonic()   # events carry "t": seconds since the process started
+
+
+def emit(cfg, kind, **fields):
+    """Pass one event to the run's sink: {"type": kind, "t": seconds, "depth": subagent
+    level, ...fields}. Text in events is already safe to show (secrets replaced)."""
+    run = cfg.get("run")
+    event = {"type": kind, "t": round(time.monotonic() - STARTED, 3), "depth": run["depth"] if run else 0}
+    event.update(fields)
+    (run["emit"] if run else cfg.get("on_event") or plain_view(cfg))(event)
+
+
+def note(cfg, text, level="error"):
+    """A one-line diagnostic (an error, a retry, a warning, a hint) as a "note" event."""
+    emit(cfg, "note", text=redact_all(cfg, text), level=level)
+
+
+def say(text):
+    """A line on stderr from outside any run (a warning while reading the config)."""
+    sys.stderr.write(terminal_safe(text) + "\n")
+    sys.stderr.flush()
+
 
 # Control characters a terminal would act on (ESC, OSC, BEL, C1 CSI...): shown, never obeyed.
 TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -131,6 +164,7 @@ INVISIBLE = re.compile(
     "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
     "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
 ODD_SPACES = re.compile("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def visible(match):
@@ -153,60 +187,112 @@ def clean_for_model(text):
     return ODD_SPACES.sub(" ", INVISIBLE.sub("", text))
 
 
-def redact(text):
-    """Text with the API key replaced, for anything printed or written to disk."""
-    for secret in UI["secrets"]:
-        text = text.replace(secret, "***")
-    return text
-
-
-def setup_colors(cfg):
-    """Decide color for stdout and stderr from the color key, NO_COLOR and the terminal."""
-    mode = cfg["color"]
-    allowed = mode != "never" and not os.environ.get("NO_COLOR") and not os.environ.get("BANTAM_NO_COLOR")
-    UI["color"] = allowed and (mode == "always" or sys.stdout.isatty())
-    UI["err_color"] = allowed and (mode == "always" or sys.stderr.isatty())
-    UI["secrets"] = secrets_of(cfg)
+def join_surrogates(text):
+    """Text with UTF-16 surrogate halves joined into the characters they encode (JSON's
+    "\\ud83d\\ude00" is one emoji); a lone half becomes U+FFFD, which UTF-8 can store."""
+    if not SURROGATES.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def secrets_of(cfg):
     """The values never to print or save: the API key and the values of the extra headers."""
-    values = [cfg["api_key"]] + [str(v) for v in cfg["headers"].values()]
+    values = [cfg.get("api_key") or ""] + [str(v) for v in (cfg.get("headers") or {}).values()]
     return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
 
-def paint(text, style, on=None):
-    """Text wrapped in a palette color when color is on."""
-    if (UI["color"] if on is None else on) and style:
-        return COLORS[style] + text + RESET
+def redact_all(cfg, text):
+    """Text with every secret of cfg replaced by ***."""
+    for secret in secrets_of(cfg):
+        text = text.replace(secret, "***")
     return text
 
 
-def show(text, style=None):
-    """Write conversation text to stdout: made terminal-safe, indented in a subagent, colored."""
-    if UI["status"]:
-        clear_status()
-    text = TERMINAL_UNSAFE.sub(visible, text)   # terminal_safe(), inlined: the hot path
+def stream_piece(cfg, held, text):
+    """The part of a streamed piece that can be shown now, and what to hold back: a tail
+    that may begin a secret (a model that read the key must not print it, even split across
+    chunks), or the first UTF-16 half of a character whose second half is still to come."""
+    text = held + text
+    secrets = secrets_of(cfg) if cfg.get("api_key") or cfg.get("headers") else ()
+    if not secrets and not "\ud800" <= text[-1:] <= "\udfff":
+        return text, ""   # the hot path
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    keep = 1 if "\ud800" <= text[-1:] <= "\udbff" else 0
+    for secret in secrets:
+        if secret[0] in text[-len(secret):]:
+            keep = max(keep, next((n for n in range(min(len(secret) - 1, len(text)), 0, -1)
+                                   if text.endswith(secret[:n])), 0))
+    return join_surrogates(text[:len(text) - keep]), text[len(text) - keep:]
+
+
+# The plain view: the spec's output. The answer and the traces on stdout, reasoning between
+# markers, a subagent's output behind a rail; diagnostics on stderr. Colors when wanted.
+COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m",
+          "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m",
+          "dim": "\033[2m"}
+RESET = "\033[0m"
+
+
+def color_wanted(cfg, stream):
+    """Whether to color this stream: the color key, NO_COLOR and whether it is a terminal."""
+    mode = cfg.get("color", "auto")
+    if mode == "never" or os.environ.get("NO_COLOR") or os.environ.get("BANTAM_NO_COLOR"):
+        return False
+    return mode == "always" or stream.isatty()
+
+
+def plain_view(cfg, out=None, err=None):
+    """A view printing the spec's traces: a function taking events. out gets the
+    conversation (the answer and the traces), err the diagnostics."""
+    out, err = out or sys.stdout, err or sys.stderr
+    state = {"out": out, "err": err, "color": color_wanted(cfg, out), "err_color": color_wanted(cfg, err),
+             "tty": out.isatty(), "bol": True, "block": None, "status": False, "flushed": 0.0,
+             "depth": 0, "last": None}
+
+    def view(event):
+        handler = PLAIN.get(event["type"])
+        if handler:
+            handler(state, event)
+    return view
+
+
+def write(state, text, style=None, depth=0):
+    """Write conversation text: made terminal-safe, behind the rail at a subagent's depth,
+    colored. The status line is cleared first."""
+    if state["status"]:
+        clear_status(state)
+    text = TERMINAL_UNSAFE.sub(visible, text)
     if not text:
         return
-    if UI["depth"]:
-        pad = "  \u2502 " * UI["depth"]   # a subagent's output is set apart by a rail
-        text = (pad if UI["bol"] else "") + text.replace("\n", "\n" + pad)
+    if depth != state["depth"]:
+        if not state["bol"]:
+            text = "\n" + text
+        state["depth"] = depth
+    if depth:
+        pad = "  \u2502 " * depth   # a subagent's output is set apart by a rail
+        text = (pad if state["bol"] else "") + text.replace("\n", "\n" + pad)
         if text.endswith(pad):
             text = text[:-len(pad)]
-    UI["bol"] = text.endswith("\n")
+    state["bol"] = text.endswith("\n")
     try:
-        sys.stdout.write(COLORS[style] + text + RESET if style and UI["color"] else text)
+        state["out"].write(COLORS[style] + text + RESET if style and state["color"] else text)
     except BrokenPipeError:
         stdout_closed()
+    except OSError:   # the terminal is gone (a hang-up): the run goes on, unseen
+        terminal_gone(state)
 
 
-def flush():
-    """Push what was written to stdout out to the reader."""
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        stdout_closed()
+def flush_out(state, now=False):
+    """Flush the conversation stream: a terminal at once, a pipe at most every FLUSH_EVERY s."""
+    if now or state["tty"] or time.monotonic() - state["flushed"] >= FLUSH_EVERY:
+        try:
+            state["out"].flush()
+        except BrokenPipeError:
+            stdout_closed()
+        except OSError:
+            terminal_gone(state)
+        state["flushed"] = time.monotonic()
 
 
 def stdout_closed():
@@ -215,48 +301,220 @@ def stdout_closed():
     raise OutputClosed("")
 
 
-def end_line():
-    """Finish the current stdout line, if one is open."""
-    if not UI["bol"]:
-        show("\n")
+def terminal_gone(state):
+    """Send the rest of the view's output to /dev/null (writes to a hung-up terminal fail)."""
+    state["out"], state["err"] = open(os.devnull, "w"), open(os.devnull, "w")
 
 
-def note(text, style="error"):
-    """Write one diagnostic line to stderr (errors, retries, usage); never holds secrets."""
-    if UI["status"]:
-        clear_status()
-    if not UI["bol"] and sys.stdout.isatty():
-        end_line()
-    flush()
-    sys.stderr.write(paint(terminal_safe(redact(text)), style, UI["err_color"]) + "\n")
-    sys.stderr.flush()
+def end_line(state, depth=None):
+    """Finish the current output line, if one is open."""
+    if not state["bol"]:
+        write(state, "\n", depth=state["depth"] if depth is None else depth)
 
 
-def show_status():
+def close_block(state, event):
+    """End the reasoning block and the answer line, if open."""
+    if state["block"] == "reasoning":
+        end_line(state, event["depth"])
+        write(state, "--- reasoning end ---\n", "marker", event["depth"])
+    elif state["block"] == "text":
+        end_line(state, event["depth"])
+    state["block"] = None
+
+
+def show_status(state, event):
     """Show ...requesting... while the model has not answered (terminal with color only)."""
-    if UI["color"] and UI["bol"] and sys.stdout.isatty():
-        sys.stdout.write(paint("...requesting...", "status"))
-        sys.stdout.flush()
-        UI["status"] = True
+    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
+        state["out"].write(COLORS["status"] + "...requesting..." + RESET)
+        state["out"].flush()
+        state["status"] = True
 
 
-def clear_status():
+def clear_status(state):
     """Erase the ...requesting... status line."""
-    UI["status"] = False
-    sys.stdout.write("\r\033[K")
+    state["status"] = False
+    state["out"].write("\r\033[K")
 
 
+def show_reasoning(state, event):
+    """A piece of reasoning, inside the reasoning markers."""
+    if state["block"] != "reasoning":
+        close_block(state, event)
+        end_line(state, event["depth"])
+        write(state, "--- reasoning start ---\n", "marker", event["depth"])
+        state["block"] = "reasoning"
+    write(state, event["text"], "reasoning", event["depth"])
+    flush_out(state)
+
+
+def show_text(state, event):
+    """A piece of the answer."""
+    if state["block"] != "text":
+        close_block(state, event)
+        state["block"] = "text"
+    write(state, event["text"], None, event["depth"])
+    flush_out(state)
+
+
+def show_reply_end(state, event):
+    """A model call ended (answered, failed or interrupted): close what it opened."""
+    if state["status"]:
+        clear_status(state)
+    close_block(state, event)
+    flush_out(state, now=True)
+
+
+def show_tool_call(state, event):
+    """[tool call: name(arguments)]"""
+    close_block(state, event)
+    end_line(state, event["depth"])
+    write(state, "[tool call: %s(%s)]\n" % (event["name"], event["arguments"]), "call", event["depth"])
+    flush_out(state, now=True)
+
+
+def show_tool_result(state, event):
+    """[tool result: name] and the result."""
+    end_line(state, event["depth"])
+    write(state, "[tool result: %s]\n" % event["name"], "result", event["depth"])
+    text = event["content"]
+    write(state, text + ("" if text.endswith("\n") else "\n"), "body" if event["ok"] else "error", event["depth"])
+    flush_out(state, now=True)
+
+
+def show_note(state, event):
+    """A diagnostic line on stderr."""
+    style = {"error": "error", "warning": "error", "info": "dim"}.get(event.get("level"), "error")
+    show_on_stderr(state, event["text"], style)
+
+
+def show_on_stderr(state, text, style):
+    """One line on stderr, after finishing the stdout line on a shared terminal."""
+    if state["status"]:
+        clear_status(state)
+    if not state["bol"] and state["tty"]:
+        end_line(state)
+    flush_out(state, now=True)
+    paint = COLORS.get(style) if state["err_color"] else None
+    text = terminal_safe(text)
+    try:
+        state["err"].write((paint + text + RESET if paint else text) + "\n")
+        state["err"].flush()
+    except OSError:
+        terminal_gone(state)
+
+
+def show_retry(state, event):
+    """[error; retry n/m in s]"""
+    show_on_stderr(state, "[%s; retry %d/%d in %gs]" % (event["error"], event["attempt"], event["of"],
+                                                       event["wait"]), "error")
+
+
+def show_error(state, event):
+    """error: message"""
+    close_block(state, event)
+    show_on_stderr(state, "error: %s" % event["message"], "error")
+
+
+def show_context(state, event):
+    """The token line: [model: prompt (cached) + completion | context: used/window (share)]"""
+    about = "~" if event["estimated"] else ""
+    cached = event["cached_tokens"]
+    split = " (%d cached, %d uncached)" % (cached, event["prompt_tokens"] - cached) if cached is not None else ""
+    show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)]" % (
+        event["model"], about, event["prompt_tokens"], split, about, event["completion_tokens"], about,
+        event["prompt_tokens"], event["window"], event["share"] * 100), "dim")
+
+
+def show_turn_end(state, event):
+    """The turn ended: finish the line."""
+    if not event["depth"]:
+        close_block(state, event)
+        end_line(state, 0)
+        flush_out(state, now=True)
+
+
+PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
+         "reply_end": show_reply_end, "tool_call": show_tool_call, "tool_result": show_tool_result,
+         "note": show_note, "retry": show_retry, "error": show_error, "context": show_context,
+         "turn_end": show_turn_end}
+
+
+def jsonl_view(stream, cfg):
+    """A view writing each event as one JSON line, flushed at once (for programs and jq);
+    secrets replaced."""
+    def view(event):
+        try:
+            stream.write(redact_all(cfg, json.dumps(event, ensure_ascii=False)) + "\n")
+            stream.flush()
+        except BrokenPipeError:
+            stdout_closed()
+    return view
+
+
+def both(*views):
+    """A view passing each event to every view given (None ones left out)."""
+    views = [v for v in views if v]
+    if len(views) == 1:
+        return views[0]
+
+    def view(event):
+        for each in views:
+            each(event)
+    return view
 # ----------------------------------------------------------------------------------------
-# Config: model.cfg (key=value), then BANTAM_<KEY>, then DEFAULTS
+# Config: flags, then model.cfg (key=value), then BANTAM_<KEY>, then DEFAULTS; and whom
+# the API key may be sent to
 # ----------------------------------------------------------------------------------------
+
+def bantam_home(*parts):
+    """A path under ~/.bantam."""
+    return os.path.join(os.path.expanduser("~"), ".bantam", *parts)
+
 
 def find_file(name):
     """The path of name in the current directory, else in ~/.bantam, else None."""
-    for folder in (os.getcwd(), os.path.join(os.path.expanduser("~"), ".bantam")):
+    for folder in (os.getcwd(), bantam_home()):
         path = os.path.join(folder, name)
         if os.path.isfile(path):
             return path
     return None
+
+
+def write_private_file(path, text, exclusive=False):
+    """Write text to path atomically with mode 0600 (temp file + fsync + rename): never a
+    torn file. With exclusive=True an existing path is not replaced (FileExistsError)."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    import tempfile
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:   # a lone surrogate: '?'
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if exclusive:
+            os.link(tmp, path)   # fails if path exists, unlike rename
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def remove_stale_temp_files(folder, age=60):
+    """Delete temp files of writes killed mid-way (SIGKILL leaves them behind)."""
+    now = time.time()
+    for name in os.listdir(folder):
+        if name.startswith(".") and name.endswith(".tmp"):
+            try:
+                if now - os.stat(os.path.join(folder, name)).st_mtime > age:
+                    os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
 
 
 def read_key_values(path):
@@ -266,7 +524,7 @@ def read_key_values(path):
         with open(path, encoding="utf-8-sig") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("%s: cannot read config: %s" % (path, e))
+        raise ConfigError("%s: cannot read config: %s" % (path, getattr(e, "strerror", None) or e))
     for number, line in enumerate(lines, 1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -277,7 +535,7 @@ def read_key_values(path):
         if not sep or not key:
             raise ConfigError("%s: expected key=value, got %r" % (where, line[:60]))
         if key not in DEFAULTS:
-            note("%s: unknown config key %r (ignored)" % (where, key))
+            say("%s: unknown config key %r (ignored)" % (where, key))
             continue
         values[key] = (re.sub(r"\s+#.*$", "", value).strip(), where)   # "key=value  # note"
     return values
@@ -294,8 +552,8 @@ def parse_value(key, raw, where):
             return low in ("true", "1", "yes", "on")
         if isinstance(default, int):
             value = int(raw)
-            if value < 1:
-                raise ValueError("expected a whole number above 0")
+            if value < (1 if key in POSITIVE else 0):
+                raise ValueError("expected a whole number %s" % ("above 0" if key in POSITIVE else "of 0 or more"))
             return value
         if isinstance(default, float):
             value = float(raw)
@@ -323,119 +581,270 @@ def parse_value(key, raw, where):
     return raw.lower() if key in CHOICES else raw
 
 
-def load_config(env=None):
-    """The run configuration: DEFAULTS overridden by BANTAM_<KEY>, overridden by model.cfg."""
+def load_config(overrides=None, config_file=None, env=None):
+    """The configuration, a plain dict: each key of DEFAULTS from the first place that sets
+    it: overrides (the command line's flags; strings are parsed like the file's values),
+    model.cfg (config_file, else ./model.cfg, else ~/.bantam/model.cfg), BANTAM_<KEY> (and
+    OPENAI_API_KEY for api_key), the default. cfg["sources"] says where each came from:
+    "flag", "path:line", the variable's name, or "default"."""
     env = os.environ if env is None else env
-    path = find_file("model.cfg")
+    overrides = overrides or {}
+    for key in overrides:
+        if key not in DEFAULTS:
+            raise ConfigError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
+    if config_file and not os.path.isfile(config_file):
+        raise ConfigError("%s: no such config file" % config_file)
+    path = config_file or find_file("model.cfg")
     from_file = read_key_values(path) if path else {}
-    cfg = {}
+    cfg, sources = {}, {}
     for key in DEFAULTS:
-        raw, where = from_file.get(key, ("", ""))
+        raw, where = overrides.get(key), "flag"
+        if raw is None:
+            raw, where = from_file.get(key, ("", ""))
         if raw in ("", "-"):   # blank or '-' in the file defers to the environment
             raw, where = env.get("BANTAM_" + key.upper(), ""), "BANTAM_" + key.upper()
         if key == "api_key" and not raw:
-            raw = env.get("OPENAI_API_KEY", "")
-        cfg[key] = parse_value(key, raw, where) if raw != "" else DEFAULTS[key]
+            raw, where = env.get("OPENAI_API_KEY", ""), "OPENAI_API_KEY"
+        if raw == "":
+            cfg[key], sources[key] = DEFAULTS[key], "default"
+        else:
+            cfg[key] = parse_value(key, raw, where) if isinstance(raw, str) else raw
+            sources[key] = where
     cfg["endpoint"] = cfg["endpoint"].rstrip("/")
     if not re.match(r"https?://[^/]", cfg["endpoint"]):
         raise ConfigError("%s: endpoint: expected an http:// or https:// URL, got %r"
-                          % (path or "BANTAM_ENDPOINT", cfg["endpoint"]))
-    cfg["system_prompt"] = load_system_prompt()
+                          % (sources["endpoint"], cfg["endpoint"]))
+    cfg["config_file"] = path
+    sources["config_file"] = "flag" if config_file else "folder" if path and os.path.dirname(
+        os.path.abspath(path)) == os.getcwd() else "home" if path else "none"
+    cfg["sources"] = sources
+    cfg["system_prompt"], sources["system_prompt"] = load_system_prompt()
     return cfg
 
 
 def load_system_prompt():
-    """system.txt from the current directory or ~/.bantam, else the built-in prompt."""
+    """(text, where): system.txt from the current directory or ~/.bantam, else the built-in
+    prompt (the text of this repository's system.txt)."""
     path = find_file("system.txt")
     if not path:
-        return DEFAULT_SYSTEM
+        return DEFAULT_SYSTEM, "built-in"
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return f.read()
+            return f.read(), path
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("%s: cannot read system prompt: %s" % (path, e))
 
 
+def folder_file(cfg, key):
+    """True when key came from the model.cfg of the current folder (not ~/.bantam, not --config)."""
+    return (cfg["sources"].get("config_file") == "folder"
+            and cfg["sources"].get(key, "").startswith(cfg["config_file"] + ":"))
+
+
+def key_at_risk(cfg):
+    """The source of a secret (the API key or headers) from the user's own settings that would
+    go to an endpoint named by this folder's model.cfg (a cloned repository can name any
+    host), or None when there is nothing to ask."""
+    if not folder_file(cfg, "endpoint"):
+        return None
+    from urllib.parse import urlsplit
+    host = urlsplit(cfg["endpoint"]).hostname
+    own = read_key_values(bantam_home("model.cfg")) if os.path.isfile(bantam_home("model.cfg")) else {}
+    endpoint = own.get("endpoint", ("",))[0] or os.environ.get("BANTAM_ENDPOINT") or DEFAULTS["endpoint"]
+    if urlsplit(endpoint).hostname == host:
+        return None   # the host the user's own settings name anyway
+    for key in ("api_key", "headers"):
+        if cfg[key] and not folder_file(cfg, key):
+            return cfg["sources"][key]
+    return None
+
+
+def folders_file():
+    """~/.bantam/folders.json: what the user said about folders (trusted or not, notes given)."""
+    return bantam_home("folders.json")
+
+
+def folder_memory():
+    """{folder: {"trusted": bool, "system_txt": True}} as remembered ({} if none)."""
+    try:
+        with open(folders_file(), encoding="utf-8") as f:
+            memory = json.load(f)
+        return memory if isinstance(memory, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def remember_folder(**facts):
+    """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600)."""
+    memory = folder_memory()
+    memory.setdefault(os.getcwd(), {}).update(facts)
+    try:
+        write_private_file(folders_file(), json.dumps(memory, indent=1))
+    except OSError as e:
+        say("warning: cannot remember this folder's settings: %s" % e)
+
+
+def withhold_secrets(cfg):
+    """cfg without the user's API key and headers (for an endpoint the user did not choose)."""
+    return dict(cfg, api_key="" if not folder_file(cfg, "api_key") else cfg["api_key"],
+                headers={} if not folder_file(cfg, "headers") else cfg["headers"])
+
+
 # ----------------------------------------------------------------------------------------
-# Sessions: ~/.bantam/sessions/<id>.json = {"id", "saved_at", "summary", "messages"}
+# Sessions: one file per conversation, ~/.bantam/sessions/<id>.json, written after the
+# prompt, after every model reply and tool result, and when a turn ends. Its first line
+# holds everything but the messages, so /list and /continue read only that:
+#   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me/project",
+#    "created_at": "...", "saved_at": "...", "summary": "...", "messages": [
+#   {"role": "system", "content": "..."},
+#   ...
+#   ]}
+# autosave.json is a link to the latest conversation's file: the spec's resume point.
 # ----------------------------------------------------------------------------------------
+
+SESSION_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$")   # ids and /save names
+TIME_ID = re.compile(r"\d{8}-\d{6}(?:-\d+)?$")                  # ids bantam makes up
+
 
 def sessions_dir():
     """The folder of saved sessions."""
-    return os.path.join(os.path.expanduser("~"), ".bantam", "sessions")
+    return bantam_home("sessions")
 
 
-def write_private_file(path, text, exclusive=False):
-    """Write text to path atomically with mode 0600 (temp file + rename): never a torn file.
-    With exclusive=True an existing path is not replaced (FileExistsError)."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    import tempfile
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+def session_path(sid):
+    """The file of session sid."""
+    return os.path.join(sessions_dir(), sid + ".json")
+
+
+def new_session(sid=None):
+    """The record of a conversation that has no file yet (its id comes with the first save,
+    unless given). uid tells one conversation from another when names are reused; written
+    is the list of messages its files hold."""
+    return {"id": sid, "uid": os.urandom(8).hex(), "created_at": now(), "summary": "",
+            "written": []}
+
+
+def now():
+    """The local time as saved in session files."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def session_text(cfg, session, messages):
+    """The text of a session file (secrets redacted): the header on the first line, then one
+    message per line."""
+    lines = [message_json(session, i, m) for i, m in enumerate(messages)]
+    session["written"], session["lines"] = list(messages), lines   # what the file holds (see save_step)
+    session["written_summary"] = session["summary"]
+    head = {"id": session["id"], "uid": session["uid"], "cwd": os.getcwd(),
+            "created_at": session["created_at"], "saved_at": now(),
+            "summary": session["summary"] or first_user_text(messages), "count": len(messages)}
+    text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + ",\n".join(lines) + "\n]}\n"
+    return redact_all(cfg, text)
+
+
+def message_json(session, i, message):
+    """The JSON text of message i: made once, kept while the files hold that message there."""
+    written, lines = session["written"], session.get("lines") or []
+    if i < len(lines) and i < len(written) and written[i] is message:
+        return lines[i]
+    return json.dumps(message, ensure_ascii=False)
+
+
+def save_session(cfg, session, messages, link=True):
+    """Write the conversation to its own file, whole (the first save picks a new time-based
+    id, never taking an existing one), fsynced, and (with link) point autosave.json at it.
+    A failure is a warning, never fatal."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:   # a lone surrogate: '?'
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if exclusive:
-            os.link(tmp, path)   # fails if path exists, unlike rename
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-        remove_stale_temp_files(folder, "." + os.path.basename(path) + ".")
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        if not session["id"]:
+            session["id"] = claim_session_id(cfg, session, messages)
+        elif session.get("journal") or not saved_as_is(session, messages):
+            write_private_file(session_path(session["id"]), session_text(cfg, session, messages))
+        if session.get("journal"):
+            remove_steps(session)
+        if link:
+            point_autosave(session["id"])
+    except OSError as e:
+        say("warning: cannot save the conversation: %s" % e)
 
 
-def remove_stale_temp_files(folder, prefix, age=60):
-    """Delete temp files of writes killed mid-way (SIGKILL leaves them behind)."""
-    now = time.time()
-    for name in os.listdir(folder):
-        if name.startswith(prefix) and name.endswith(".tmp"):
-            try:
-                if now - os.stat(os.path.join(folder, name)).st_mtime > age:
-                    os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
+def save_step(cfg, session, messages):
+    """Save the messages added since the last save, cheaply: appended to the conversation's
+    journal, <id>.steps, one line each ({"n": position, "m": message}); the next whole save
+    replaces it. Anything else that changed means a whole save. A kill then loses at most
+    the step in flight (read_session applies the journal)."""
+    written = session["written"]
+    if not session["id"] or len(written) > len(messages) or any(
+            w is not m for w, m in zip(written, messages)) or session.get("written_summary") != session["summary"]:
+        return save_session(cfg, session, messages, link=not session["id"])
+    try:
+        fd = os.open(session_path(session["id"])[:-5] + ".steps", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        new = [json.dumps(m, ensure_ascii=False) for m in messages[len(written):]]
+        with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(new, len(written)):
+                f.write(redact_all(cfg, '{"n": %d, "m": %s}\n' % (n, line)))
+        session["written"], session["journal"] = written + messages[len(written):], True
+        session["lines"] = (session.get("lines") or [])[:len(written)] + new
+    except OSError as e:
+        say("warning: cannot save the conversation: %s" % e)
 
 
-def session_text(sid, summary, messages):
-    """The JSON text of a session file (secrets redacted)."""
-    session = {"id": sid, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               "summary": summary, "messages": messages}
-    return redact(json.dumps(session, indent=1, ensure_ascii=False))
+def remove_steps(session):
+    """Remove the journal of steps (a whole save holds them now)."""
+    session["journal"] = False
+    try:
+        os.unlink(session_path(session["id"])[:-5] + ".steps")
+    except FileNotFoundError:
+        pass
 
 
-def save_new_session(messages, summary):
-    """Save messages under a new time-based id (never overwriting one); returns the id."""
+def saved_as_is(session, messages):
+    """True when the file and its journal hold exactly these messages and this summary."""
+    written = session["written"]
+    return (len(written) == len(messages) and session.get("written_summary") == session["summary"]
+            and all(w is m for w, m in zip(written, messages)))
+
+
+def claim_session_id(cfg, session, messages):
+    """Write the conversation under a new time-based id that no file has yet; the id."""
     base = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1, 1000):
-        sid = base if n == 1 else "%s-%d" % (base, n)
+        session["id"] = base if n == 1 else "%s-%d" % (base, n)
         try:
-            write_private_file(os.path.join(sessions_dir(), sid + ".json"),
-                               session_text(sid, summary, messages), exclusive=True)
-            return sid
+            write_private_file(session_path(session["id"]), session_text(cfg, session, messages), exclusive=True)
+            return session["id"]
         except FileExistsError:
             continue
-    raise BantamError("cannot find a free session id for " + base)
+    raise OSError("no free session id for " + base)
 
 
-def autosave(messages):
-    """Write the conversation to autosave.json; a failure is reported, never fatal."""
+def point_autosave(sid):
+    """Make autosave.json a link to session sid's file (replaced atomically). A regular
+    autosave.json (bantam 1.0 wrote one) is kept first under an id of its own."""
+    link = session_path("autosave")
+    if os.path.isfile(link) and not os.path.islink(link):
+        os.replace(link, session_path("autosave-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))))
+    tmp = "%s.%d.tmp" % (os.path.join(sessions_dir(), ".autosave"), os.getpid())
     try:
-        write_private_file(os.path.join(sessions_dir(), "autosave.json"),
-                           session_text("autosave", first_user_text(messages), messages))
-    except OSError as e:
-        note("warning: autosave failed: %s" % e)
+        os.symlink(sid + ".json", tmp)
+        os.replace(tmp, link)
+    except OSError:   # no symbolic links here: a copy
+        with open(session_path(sid), encoding="utf-8") as f:
+            write_private_file(link, f.read())
+    remove_stale_temp_files(sessions_dir())
+
+
+def step_saver(convo):
+    """A view that saves convo's conversation whenever the loop adds a message to it (a
+    kill then loses at most the step in flight)."""
+    def view(event):
+        if event["type"] == "message" and not event["depth"]:
+            save_step(convo["cfg"], convo["session"], convo["messages"])
+    return view
 
 
 def read_session(sid):
     """The session dict stored under sid; BantamError if missing, not JSON, or the wrong shape."""
-    path = os.path.join(sessions_dir(), sid + ".json")
+    path = session_path(sid)
     try:
         with open(path, encoding="utf-8") as f:
             session = json.load(f)
@@ -451,20 +860,66 @@ def read_session(sid):
             for m in messages)):
         raise BantamError("session %r is not a bantam session (expected an object with a "
                           "'messages' list of chat messages); the file is left as it is" % sid)
+    apply_steps(sid, messages)
     return session
 
 
-def session_ids():
-    """The ids of all saved sessions."""
+def apply_steps(sid, messages):
+    """Append the steps a killed run left in the journal (<id>.steps) to messages: each line
+    in order, as long as it continues the conversation (a torn last line is ignored)."""
     try:
-        names = os.listdir(sessions_dir())
+        with open(session_path(sid)[:-5] + ".steps", encoding="utf-8") as f:
+            for line in f:
+                try:
+                    step = json.loads(line)
+                except ValueError:
+                    break
+                if step.get("n") == len(messages) and isinstance(step.get("m"), dict):
+                    messages.append(step["m"])
+    except (OSError, UnicodeDecodeError):
+        pass
+
+
+def session_head(sid):
+    """What the first line of session sid says (no messages), or {} when unreadable. Files
+    written by bantam 1.0 have no such line and are read whole."""
+    try:
+        with open(session_path(sid), encoding="utf-8") as f:
+            line = f.readline()
+            at = line.rfind(', "messages": [')
+            if at > 0 and line.endswith("[\n"):
+                return json.loads(line[:at] + "}")
+            f.seek(0)
+            session = json.load(f)
+            return dict(session, messages=None, count=len(session.get("messages") or ()))
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return {}
+
+
+def session_ids():
+    """The ids of all saved sessions, newest file first (autosave not among them)."""
+    try:
+        names = [n for n in os.listdir(sessions_dir()) if n.endswith(".json") and not n.startswith(".")]
     except OSError:
         return []
-    return [n[:-5] for n in names if n.endswith(".json") and not n.startswith(".")]
+
+    def modified(name):
+        try:
+            return os.stat(os.path.join(sessions_dir(), name)).st_mtime
+        except OSError:
+            return 0
+    return [n[:-5] for n in sorted(names, key=modified, reverse=True) if n != "autosave.json"]
 
 
 def resolve_session(prefix):
-    """The session id that is prefix exactly, or the only one starting with it."""
+    """The session id that is prefix exactly, or the only one starting with it; autosave
+    is the conversation it links to."""
+    if prefix == "autosave":
+        link = session_path("autosave")
+        if os.path.islink(link):
+            return os.path.basename(os.readlink(link))[:-5]
+        if os.path.isfile(link):
+            return "autosave"
     ids = session_ids()
     if prefix in ids:
         return prefix
@@ -474,6 +929,25 @@ def resolve_session(prefix):
     if not matches:
         raise BantamError("no session matches %r (see /list)" % prefix)
     raise BantamError("%r matches %d sessions: %s" % (prefix, len(matches), ", ".join(sorted(matches)[:5])))
+
+
+def latest_in_folder():
+    """The id of the newest conversation that ran in the current folder, or None."""
+    here = os.getcwd()
+    return next((sid for sid in session_ids() if session_head(sid).get("cwd") == here), None)
+
+
+def load_session(sid):
+    """(session record, repaired messages) to continue conversation sid in its own file."""
+    sid = resolve_session(sid)
+    stored = read_session(sid)
+    session = new_session(None if sid == "autosave" else sid)   # a 1.0 autosave: continued anew
+    session.update(uid=stored.get("uid") or session["uid"], summary=stored.get("summary") or "",
+                   created_at=stored.get("created_at") or stored.get("saved_at") or session["created_at"])
+    if session["id"]:   # what its files hold already (a repaired message is saved anew)
+        session.update(written=list(stored["messages"]), written_summary=session["summary"],
+                       journal=os.path.exists(session_path(session["id"])[:-5] + ".steps"))
+    return session, repair_conversation(stored["messages"])
 
 
 def first_user_text(messages, width=60):
@@ -502,6 +976,21 @@ def repair_conversation(messages):
                 if call.get("id") not in answered:
                     fixed.append(tool_message(call.get("id"), INTERRUPTED + " (no result was recorded)"))
     messages[:] = fixed
+    return messages
+
+
+def append_user(messages, content):
+    """Append a user message; after a user message (a compaction summary, an unanswered
+    prompt) the content joins it instead, as servers with strict role order require."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "user":
+        messages.append({"role": "user", "content": content})
+    elif isinstance(last.get("content"), str) and isinstance(content, str):
+        messages[-1] = dict(last, content=last["content"] + "\n\n" + content)
+    else:   # content parts (text, images): one list of parts
+        parts = [c if isinstance(c, list) else [{"type": "text", "text": str(c or "")}]
+                 for c in (last.get("content"), content)]
+        messages[-1] = dict(last, content=parts[0] + parts[1])
     return messages
 
 
@@ -562,9 +1051,18 @@ def open_connection(endpoint, timeout):
     return conn
 
 
+CONNECTIONS = {}   # (thread, endpoint) -> {"conn", "response", "sock"}: one per thread, never shared
+
+
+def connections():
+    """This thread's connections by endpoint (two threads never share one)."""
+    import _thread
+    return CONNECTIONS.setdefault(_thread.get_ident(), {})
+
+
 def drop_connection(cfg):
     """Close the endpoint's connection (after an error or an abandoned reply)."""
-    entry = STATE["connections"].pop(cfg["endpoint"], None)
+    entry = connections().pop(cfg["endpoint"], None)
     if entry:
         entry["conn"].close()
 
@@ -589,14 +1087,15 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     headers.update(cfg["headers"])
     url = urlsplit(cfg["endpoint"])
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
+    pool = connections()
     for attempt in (1, 2):
-        entry = STATE["connections"].get(cfg["endpoint"])
+        entry = pool.get(cfg["endpoint"])
         if entry and entry["response"] and not entry["response"].isclosed():
             drop_connection(cfg)
             entry = None
         reused = entry is not None
         if not reused:
-            entry = STATE["connections"][cfg["endpoint"]] = {
+            entry = pool[cfg["endpoint"]] = {
                 "conn": open_connection(cfg["endpoint"], cfg["timeout"]), "response": None, "sock": None}
         conn = entry["conn"]
         try:
@@ -605,7 +1104,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
             conn.sock.settimeout(wait or cfg["timeout"])
             entry["response"] = conn.getresponse()
             return entry["response"]
-        except (ConnectionError, http.client.BadStatusLine) as e:
+        except (ConnectionError, http.client.BadStatusLine):
             drop_connection(cfg)
             if not reused or attempt == 2:
                 raise
@@ -616,7 +1115,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
 
 def set_read_timeout(cfg, seconds):
     """Allow `seconds` between reads of the reply in progress."""
-    entry = STATE["connections"].get(cfg["endpoint"])
+    entry = connections().get(cfg["endpoint"])
     if entry and entry["sock"]:
         entry["sock"].settimeout(seconds)
 
@@ -654,7 +1153,7 @@ def request_body(cfg, messages, tools, stream):
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
-    dropped = {f for e, m, f in STATE["dropped"] if (e, m) == (cfg["endpoint"], cfg["model"])}
+    dropped = {f for e, m, f in LEARNED["dropped"] if (e, m) == (cfg["endpoint"], cfg["model"])}
     for field in dropped & set(body):
         del body[field]
     if dropped & set(MESSAGE_EXTRAS):   # fields a provider put on messages that this one refuses
@@ -694,18 +1193,20 @@ def unsupported_field(text, body):
 
 
 def chat(cfg, messages, tools=True, quiet=False):
-    """The model's reply to messages as an assistant message dict, printed as it arrives
-    unless quiet. Retries per the backoff ladder; raises ApiError when it cannot get one."""
+    """The model's reply to messages as an assistant message dict, shown as it arrives
+    (as events) unless quiet. Retries per the backoff ladder; raises ApiError when it
+    cannot get one. Emits a "usage" event per reply (estimated when the server sent none)."""
+    if cfg.get("replay"):   # --replay: the recorded reply instead of the network
+        return replayed_reply(cfg, quiet)
     stream = cfg["stream"] and not quiet
     delays, retries = cfg["backoff"], 0
     while True:
         body = request_body(cfg, messages, tools, stream)
         try:
-            message, usage = exchange(cfg, body, quiet)
-            if not quiet:   # the token line's figures: the server's, else estimated from the text
-                STATE["usage"] = usage if isinstance(usage, dict) else {
-                    "prompt_tokens": estimate_tokens(text_size(body["messages"]) + len(json.dumps(body.get("tools", "")))),
-                    "completion_tokens": estimate_tokens(text_size([message])), "estimated": True}
+            started = time.monotonic()
+            message, usage, first, sent = exchange(cfg, body, quiet)
+            emit(cfg, "reply", message=message, quiet=quiet)
+            report_call(cfg, sent, message, usage, started, first, quiet)
             return message
         except ApiError as e:
             if e.kind == "overflow":
@@ -714,8 +1215,8 @@ def chat(cfg, messages, tools=True, quiet=False):
                 continue
             field = e.kind == "bad_request" and unsupported_field(e.body or str(e), body)
             if field:   # leave it out from now on, and ask again
-                STATE["dropped"].add((cfg["endpoint"], cfg["model"], field))
-                note("[the server does not support %r for this model: leaving it out from now on]" % field, "dim")
+                LEARNED["dropped"].add((cfg["endpoint"], cfg["model"], field))
+                note(cfg, "[the server does not support %r for this model: leaving it out from now on]" % field, "info")
                 continue
             if e.body == "empty stream":   # some servers only say what went wrong (an overflow...)
                 stream = False              # in a reply that is not streamed: ask that way
@@ -727,20 +1228,34 @@ def chat(cfg, messages, tools=True, quiet=False):
             if wait > MAX_SERVER_WAIT:
                 raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (e, wait))
             retries += 1
-            note("[%s; retry %d/%d in %gs]" % (e, retries, len(delays), wait))
+            emit(cfg, "retry", error=redact_all(cfg, str(e)), attempt=retries, of=len(delays), wait=wait)
             time.sleep(wait)
 
 
+def report_call(cfg, sent, message, usage, started, first, quiet):
+    """Emit the "usage" event of one model call: the server's figures, else estimated from
+    the size of the request and the reply (marked estimated), with its timing (seconds in
+    all, to the first output)."""
+    estimated = not isinstance(usage, dict)
+    if estimated:
+        usage = {"prompt_tokens": estimate_tokens(sent), "completion_tokens": estimate_tokens(text_size([message]))}
+    prompt, cached, completion = usage_numbers(usage)
+    emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
+         completion_tokens=completion, estimated=estimated, quiet=quiet,
+         seconds=round(time.monotonic() - started, 3), first_output=round(first - started, 3) if first else None)
+
+
 def exchange(cfg, body, quiet):
-    """One request and its reply; network faults become retryable ApiErrors."""
+    """One request and its reply: (message, usage or None, time of the first output or
+    None). Network faults become retryable ApiErrors."""
     load_http_client(cfg["endpoint"])
     import http.client
-    reply, response = new_reply(quiet), None
+    reply, response = new_reply(cfg, quiet), None
     try:
         if not quiet:
-            show_status()
-        response = http_request(cfg, "POST", "/chat/completions", json.dumps(body).encode(),
-                                wait=cfg["first_byte_timeout"])
+            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]), stream=body["stream"])
+        payload = json.dumps(body).encode()
+        response = http_request(cfg, "POST", "/chat/completions", payload, wait=cfg["first_byte_timeout"])
         if response.status != 200:
             raise error_from_response(cfg, response)
         kind = response.getheader("Content-Type") or ""
@@ -752,34 +1267,30 @@ def exchange(cfg, body, quiet):
                 merge_chunk(reply, DECODE_JSON(data.decode("utf-8", "replace").strip())[0], whole=True)
             except ValueError:
                 raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry")
+            reply["first"] = time.monotonic()
         release(cfg, response)
         message = finish_reply(reply)
+        end_reply(cfg, reply)
         if reply["finish"] in CUT_REPLY and not quiet:
-            note(CUT_REPLY[reply["finish"]])
-        return message, reply["usage"]
+            note(cfg, CUT_REPLY[reply["finish"]], "warning")
+        return message, reply["usage"], reply["first"], len(payload)
     except http.client.ImproperConnectionState as e:   # our bug, not the network's: never resent
         drop_connection(cfg)
-        close_open_blocks(reply)
         raise ApiError("internal error: the HTTP connection was in the wrong state (%s: %s); "
                        "please report this" % (type(e).__name__, e), "fatal")
     except (OSError, http.client.HTTPException) as e:
         drop_connection(cfg)
-        close_open_blocks(reply)
         raise network_error(e, cfg, got_output=bool(reply["content"] or reply["reasoning"] or reply["calls"]))
     except ApiError:
         if response is not None and not response.isclosed():
             drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
-        close_open_blocks(reply)
         raise
-    except (KeyboardInterrupt, OutputClosed) as stop:
-        drop_connection(cfg)   # the reply is abandoned mid-way
+    except BaseException as stop:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
+        drop_connection(cfg)
         stop.partial = "".join(reply["content"])
-        close_open_blocks(reply)
         raise
     finally:
-        if UI["status"]:
-            clear_status()
-        flush()
+        end_reply(cfg, reply)
 
 
 CUT_REPLY = {   # finish reasons that mean the reply is not whole
@@ -954,12 +1465,9 @@ DECODE_JSON = json.JSONDecoder().raw_decode
 
 
 def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply, printing as it comes, until [DONE] or the end.
-    A terminal is flushed after every network read; a pipe at most every FLUSH_EVERY s.
-    Until the model's output begins, reads may wait first_byte_timeout; then timeout."""
-    every, last = 0 if sys.stdout.isatty() else FLUSH_EVERY, 0.0
-    clock = time.monotonic
-    waiting = True
+    """Merge a streamed reply into reply until [DONE] or the end, passing on what each
+    network read brought (as one text or reasoning event, not one per chunk). Until the
+    model's output begins, reads may wait first_byte_timeout; then timeout."""
     for events in sse_events(response):
         for data in events:
             if data[:6] == b"[DONE]":
@@ -968,18 +1476,17 @@ def read_stream(cfg, response, reply):
             try:   # the hot path: one JSON object per event
                 chunks = (DECODE_JSON(data.decode())[0],)
             except ValueError:
-                chunks = parse_event(data)
+                chunks = parse_event(cfg, data)
             for chunk in chunks:
                 if isinstance(chunk, dict):
                     if chunk.get("error"):   # OpenRouter sends it next to choices
                         raise stream_error(chunk["error"])
                     merge_chunk(reply, chunk)
-        if waiting and (reply["content"] or reply["reasoning"] or reply["calls"]):
-            waiting = False
+        if reply["pending"]:
+            pass_on(cfg, reply)
+        if not reply["first"] and (reply["content"] or reply["reasoning"] or reply["calls"]):
+            reply["first"] = time.monotonic()
             set_read_timeout(cfg, cfg["timeout"])
-        if clock() - last >= every:
-            flush()
-            last = clock()
     if response.length:   # read1() returns b"" on a short Content-Length body, without an error
         raise ApiError("the connection closed in the middle of the reply", "retry")
     if not (reply["finish"] or reply["content"] or reply["reasoning"] or reply["calls"]):
@@ -990,16 +1497,16 @@ def read_stream(cfg, response, reply):
         raise ApiError("the connection closed in the middle of the reply", "retry")
 
 
-def parse_event(data):
+def parse_event(cfg, data):
     """The JSON values in one event's data (some servers omit the blank line between events)."""
     values = []
     for line in data.split(b"\n"):
         try:
             values.append(json.loads(line))
         except ValueError:
-            if not STATE["garbage_noted"]:   # once: a broken server must not flood the screen
-                STATE["garbage_noted"] = True
-                note("warning: skipped stream data that is not JSON: %r" % line[:80])
+            if "garbage" not in LEARNED["noted"]:   # once: a broken server must not flood the screen
+                LEARNED["noted"].add("garbage")
+                note(cfg, "warning: skipped stream data that is not JSON: %r" % line[:80], "warning")
     return values
 
 
@@ -1011,12 +1518,13 @@ def stream_error(error):
     return ApiError("error in stream: %s" % " ".join(str(message).split()), kind, body=text[:4000])
 
 
-# A reply under construction: text pieces, reasoning pieces, tool calls by index.
-def new_reply(quiet):
+# A reply under construction: text pieces, reasoning pieces, tool calls by index, what is
+# still to be passed on as events (pending) or held back (a possible secret, half a character).
+def new_reply(cfg, quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
-            "in_reasoning": False, "in_text": False, "echo_reasoning": False, "finish": None, "held": "",
-            "done": False, "usage": None, "extra": {}}
+            "echo_reasoning": False, "finish": None, "done": False, "usage": None, "extra": {},
+            "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False}
 
 
 def merge_chunk(reply, chunk, whole=False):
@@ -1102,77 +1610,47 @@ def merge_reasoning_detail(details, detail):
 
 
 def add_reasoning(reply, text):
-    """Record and print reasoning, opening the reasoning block if needed."""
+    """Record reasoning (to be passed on after this network read)."""
     reply["reasoning"].append(text)
-    if reply["quiet"]:
-        return
-    if not reply["in_reasoning"]:
-        show_held(reply)
-        end_line()
-        show("--- reasoning start ---\n", "marker")
-        reply["in_reasoning"] = True
-    show_redacted(reply, text, "reasoning")
+    if not reply["quiet"]:
+        add_pending(reply, "reasoning", text)
 
 
 def add_text(reply, text):
-    """Record and print answer text, closing the reasoning block first."""
+    """Record answer text (to be passed on after this network read)."""
     reply["content"].append(text)
-    if reply["quiet"]:
+    if not reply["quiet"]:
+        add_pending(reply, "text", text)
+
+
+def add_pending(reply, kind, text):
+    """Queue a piece for the next event, joined to the previous piece of the same kind."""
+    pending = reply["pending"]
+    if pending and pending[-1][0] == kind:
+        pending[-1][1].append(text)
+    else:
+        pending.append((kind, [text]))
+
+
+def pass_on(cfg, reply):
+    """Emit what the last network read brought: one event per run of text or reasoning."""
+    for kind, pieces in reply["pending"]:
+        text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], "".join(pieces))
+        if text:
+            emit(cfg, kind, text=text)
+    del reply["pending"][:]
+
+
+def end_reply(cfg, reply):
+    """The reply is over (whole, failed or abandoned): pass on what is left, once."""
+    if reply["quiet"] or reply["ended"]:
         return
-    if reply["in_reasoning"]:
-        close_open_blocks(reply)
-    reply["in_text"] = True
-    show_redacted(reply, text)
-
-
-def show_redacted(reply, text, style=None):
-    """Show streamed text as it can be shown: without the secrets (a model that read the key
-    must not print it), even when chunks split one (a tail that may begin a secret is held
-    back until the next chunk), and with a character a gateway split into two UTF-16 halves
-    across chunks joined (a trailing first half is held back too)."""
-    if reply["held"]:
-        text, reply["held"] = reply["held"] + text, ""
-    if not UI["secrets"] and not "\ud800" <= text[-1] <= "\udfff":
-        return show(text, style)   # the hot path
-    text = redact(text)
-    held = 1 if "\ud800" <= text[-1] <= "\udbff" else 0
-    for secret in UI["secrets"]:
-        if secret[0] in text[-len(secret):]:
-            held = max(held, next((n for n in range(min(len(secret) - 1, len(text)), 0, -1)
-                                   if text.endswith(secret[:n])), 0))
-    if held:
-        text, reply["held"] = text[:len(text) - held], text[len(text) - held:]
-    show(join_surrogates(text), style)
-
-
-SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def join_surrogates(text):
-    """Text with UTF-16 surrogate halves joined into the characters they encode (JSON's
-    "\\ud83d\\ude00" is one emoji); a lone half becomes U+FFFD, which UTF-8 can store."""
-    if not SURROGATES.search(text):
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
-
-def show_held(reply):
-    """Print the text show_redacted held back (it was not a secret after all)."""
-    if reply["held"]:
-        held, reply["held"] = reply["held"], ""
-        show(join_surrogates(held), "reasoning" if reply["in_reasoning"] else None)
-
-
-def close_open_blocks(reply):
-    """End the reasoning block and the answer line, if open."""
-    show_held(reply)
-    if reply["in_reasoning"]:
-        reply["in_reasoning"] = False
-        end_line()
-        show("--- reasoning end ---\n", "marker")
-    if reply["in_text"]:
-        reply["in_text"] = False
-        end_line()
+    reply["ended"] = True
+    pass_on(cfg, reply)
+    for kind in ("reasoning", "text"):
+        if reply["held"][kind]:   # it was not a secret after all
+            emit(cfg, kind, text=join_surrogates(reply["held"][kind]))
+    emit(cfg, "reply_end", finish=reply["finish"])
 
 
 def merge_dict(into, extra):
@@ -1217,7 +1695,6 @@ def merge_tool_call(calls, fragment, position):
 
 def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
-    close_open_blocks(reply)
     text = join_surrogates("".join(reply["content"]))
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
     calls = [reply["calls"][i] for i in sorted(reply["calls"]) if reply["calls"][i]["function"]["name"]]
@@ -1241,7 +1718,8 @@ def finish_reply(reply):
 
 def shell_exec(cfg, args):
     """Run args['command'] with bash (else sh): output + '\\n\\nexit: ' + code. Own process
-    group, stdin from /dev/null, no pagers; killed on timeout or Ctrl+C; output bounded."""
+    group, stdin from /dev/null, no pagers; killed on timeout, Ctrl+C or a hang-up, keeping
+    what it printed; output bounded. What it prints is passed on live as tool_output events."""
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
         return "error: shell_exec needs a non-empty 'command' string"
@@ -1254,11 +1732,14 @@ def shell_exec(cfg, args):
                                 start_new_session=True, env=env)
     except OSError as e:
         return "error: cannot start the shell: %s" % e
-    output = BoundedOutput(cfg["max_tool_res"])
+    output, started = BoundedOutput(cfg), time.monotonic()
     try:
-        code, remark = pump_output(proc, output, cfg["shell_timeout"])
-    except BaseException:   # Ctrl+C: stop the command's whole group, then stop the loop
+        code, remark = pump_output(cfg, proc, output, cfg["shell_timeout"])
+    except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
         kill_group(proc)
+        stop.tool_result = "%s\n[%s after %.1f s: the command's process group was killed]\n\nexit: %s" % (
+            output.text(), "interrupted by the user" if isinstance(stop, KeyboardInterrupt)
+            else "bantam was stopped", time.monotonic() - started, proc.poll())
         raise
     finally:
         proc.stdout.close()
@@ -1274,7 +1755,7 @@ def shell_path():
     return "/bin/sh"
 
 
-def pump_output(proc, output, timeout):
+def pump_output(cfg, proc, output, timeout):
     """Read the command's output until it exits (then drain briefly: a background child may
     hold the pipe open forever) or times out; returns (exit code, remark)."""
     import select
@@ -1295,6 +1776,7 @@ def pump_output(proc, output, timeout):
             if not data:
                 break
             output.add(data)
+            emit(cfg, "tool_output", text=redact_all(cfg, data.decode("utf-8", "replace")))
     try:
         return proc.wait(max(0.01, deadline - time.monotonic())), ""
     except Exception:   # closed its output but still running: treat as a timeout
@@ -1322,14 +1804,17 @@ def kill_group(proc):
 
 
 class BoundedOutput:
-    """A command's output in bounded memory: whole when it fits in limit bytes, else the
-    head and the tail, with everything in a spill file under $TMPDIR/bantam/."""
+    """A command's output in bounded memory: whole when it fits in max_tool_res bytes, else
+    the head and the tail, with everything in a spill file under $TMPDIR/bantam/ (removed
+    when the turn ends)."""
 
-    def __init__(self, limit):
-        self.limit, self.keep = limit, max(1, limit * 2 // 5)
+    def __init__(self, cfg):
+        self.limit = cfg["max_tool_res"]
+        self.keep = max(1, self.limit * 2 // 5)
         self.head, self.tail = bytearray(), b""
         self.size = self.newlines = 0
         self.file = self.path = None
+        self.spill = cfg["run"]["spill"] if cfg.get("run") else []
 
     def add(self, data):
         """Take one piece of output."""
@@ -1352,7 +1837,7 @@ class BoundedOutput:
         folder = os.path.join(tempfile.gettempdir(), "bantam")
         os.makedirs(folder, mode=0o700, exist_ok=True)
         fd, self.path = tempfile.mkstemp(prefix="toolres-", suffix=".txt", dir=folder)
-        STATE["spill"].append(self.path)
+        self.spill.append(self.path)
         self.file = os.fdopen(fd, "wb")
         self.file.write(self.head)
 
@@ -1374,11 +1859,11 @@ class BoundedOutput:
                    whole, self.path, self.path, self.tail.decode("utf-8", "replace"))
 
 
-def remove_spill_files():
-    """Delete the tool-output files of the turn that ended."""
-    while STATE["spill"]:
+def remove_spill_files(paths):
+    """Delete the tool-output files of a turn that ended."""
+    while paths:
         try:
-            os.unlink(STATE["spill"].pop())
+            os.unlink(paths.pop())
         except OSError:
             pass
 
@@ -1388,19 +1873,15 @@ def run_subagent(cfg, args):
     prompt = args.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return "error: run_subagent needs a non-empty 'prompt' string"
-    if UI["depth"] >= MAX_SUBAGENT_DEPTH:   # a model that delegates forever must not recurse forever
+    depth = cfg["run"]["depth"] if cfg.get("run") else 0
+    if depth >= MAX_SUBAGENT_DEPTH:   # a model that delegates forever must not recurse forever
         return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
     child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
              {"role": "user", "content": prompt}]
-    end_line()
-    UI["depth"] += 1
     try:
         AL(cfg, child)
     except ApiError as e:
         return "error: the subagent failed: %s" % e
-    finally:
-        end_line()
-        UI["depth"] -= 1
     answers = [m.get("content") for m in child if m.get("role") == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
 
@@ -1431,36 +1912,50 @@ def tool_message(call_id, content):
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
-def run_tool_call(cfg, call):
-    """Trace, validate and run one tool call; its tool message (failures are text too)."""
-    function = call["function"]
-    name = function["name"]
-    function["arguments"] = clean_for_model(function["arguments"])
-    show("[tool call: %s(%s)]\n" % (name, redact(function["arguments"])), "call")
-    failed = True
-    try:
-        args = json.loads(function["arguments"], strict=False)   # a raw newline in a string is fine
-        if not isinstance(args, dict):
-            raise ValueError("expected a JSON object")
-        clean = clean_values(args)   # also what was written as JSON escapes, like \u200b
+def check_calls(reply):
+    """Make the reply's tool calls fit to store and run, before the reply is stored: clean
+    the arguments (invisible characters out, also those written as JSON escapes like
+    \\u200b) and parse them. Returns, for each call, the arguments dict or the error text
+    for the model; invalid JSON is stored as "{}" (strict servers reject it in the history)."""
+    parsed = []
+    for call in reply.get("tool_calls") or ():
+        function = call["function"]
+        function["arguments"] = clean_for_model(function["arguments"])
+        try:
+            args = json.loads(function["arguments"], strict=False)   # a raw newline in a string is fine
+            if not isinstance(args, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as e:
+            parsed.append("error: the arguments of %s are not a valid JSON object (%s): %s" % (
+                function["name"], e, function["arguments"][:500]))
+            function["arguments"] = "{}"
+            continue
+        clean = clean_values(args)
         if clean != args:
-            args, function["arguments"] = clean, json.dumps(clean, ensure_ascii=False)
-    except ValueError as e:
-        result = "error: the arguments of %s are not a valid JSON object (%s): %s" % (
-            name, e, function["arguments"][:500])
-        function["arguments"] = "{}"   # strict servers reject invalid JSON in the history
+            function["arguments"] = json.dumps(clean, ensure_ascii=False)
+        parsed.append(clean)
+    return parsed
+
+
+def run_tool_call(cfg, call, args):
+    """Trace and run one tool call whose arguments check_calls parsed (args: a dict, or the
+    error text); its tool message. Failures are text for the model, never a crash."""
+    name = call["function"]["name"]
+    emit(cfg, "tool_call", id=call["id"], name=name, arguments=redact_all(cfg, call["function"]["arguments"]))
+    failed = True
+    if isinstance(args, str):
+        result = args
+    elif name not in TOOLS:
+        result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(TOOLS))
     else:
-        if name not in TOOLS:
-            result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(TOOLS))
-        else:
-            try:
-                result, failed = TOOLS[name][1](cfg, args), False
-            except (OSError, ValueError, TypeError) as e:
-                result = "error: %s failed: %s" % (name, e)
+        try:
+            result, failed = TOOLS[name][1](cfg, args), False
+        except (OSError, ValueError, TypeError) as e:
+            result = "error: %s failed: %s" % (name, e)
     result = clean_for_model(result)
-    show("[tool result: %s]\n" % name, "result")
-    show(redact(result) + ("" if result.endswith("\n") else "\n"), "error" if failed else "body")
-    flush()
+    if cfg.get("replay"):
+        check_replayed_result(cfg, name, result)
+    emit(cfg, "tool_result", id=call["id"], name=name, content=redact_all(cfg, result), ok=not failed)
     return tool_message(call["id"], result)
 
 
@@ -1475,52 +1970,87 @@ def clean_values(value):
     return value
 
 
-def answer_unanswered(messages, calls):
-    """Append a tool message for every call in calls that has none: one per call id, always."""
+def answer_unanswered(cfg, messages, calls, stop=None):
+    """Append a tool message for every call in calls that has none: one per call id, always.
+    A tool stopped mid-way (stop) answers with what it had printed."""
     answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m.get("role") == "tool"}
     for call in calls:
         if call["id"] not in answered:
-            messages.append(tool_message(call["id"], INTERRUPTED + ": the tool did not finish"))
+            partial = getattr(stop, "tool_result", None)
+            if stop is not None:
+                stop.tool_result = None   # it answers the call that was running, not the next
+            add_message(cfg, messages, tool_message(
+                call["id"], clean_for_model(partial) if partial else INTERRUPTED + ": the tool did not finish"))
 
 
 # ----------------------------------------------------------------------------------------
 # The agentic loop
 # ----------------------------------------------------------------------------------------
 
-def AL(cfg, messages):
+def AL(cfg, messages, on_event=None):
     """The Bantam agentic loop: ask the model, run the tool calls it makes, append their
-    results, and repeat until it makes none (or max_al_iterations). Returns messages."""
-    for _ in range(cfg["max_al_iterations"]):
-        try:
+    results, and repeat until it makes none (or max_al_iterations). Returns messages.
+    Every event of the run goes to on_event (else cfg["on_event"], else the plain view)."""
+    cfg = enter_run(cfg, on_event)
+    emit(cfg, "turn_start", messages=len(messages))
+    try:
+        for _ in range(cfg["max_al_iterations"]):
             reply = ask_model(cfg, messages)
-        except KeyboardInterrupt as stop:
-            keep_interrupted_text(messages, stop)   # text already shown stays, tool calls go
-            raise
-        if not reply["content"] and not reply.get("tool_calls"):
-            note("[the model sent an empty reply]")
-            return messages                         # never store an empty assistant message
-        messages.append(reply)
-        calls = reply.get("tool_calls")
-        if not calls:
-            return messages
-        try:
-            for call in calls:
-                messages.append(run_tool_call(cfg, call))
-        finally:
-            answer_unanswered(messages, calls)       # one tool message per call id, always
-    note("[stopped after max_al_iterations=%d model calls]" % cfg["max_al_iterations"])
-    return messages
+            if not reply["content"] and not reply.get("tool_calls"):
+                note(cfg, "[the model sent an empty reply]")
+                return messages                         # never store an empty assistant message
+            args = check_calls(reply)
+            add_message(cfg, messages, reply)
+            calls = reply.get("tool_calls")
+            if not calls:
+                return messages
+            try:
+                for call, arg in zip(calls, args):
+                    add_message(cfg, messages, run_tool_call(cfg, call, arg))
+            finally:                                    # one tool message per call id, always
+                answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
+        note(cfg, "[stopped after max_al_iterations=%d model calls]" % cfg["max_al_iterations"])
+        return messages
+    finally:
+        leave_run(cfg, sys.exc_info()[1])
+
+
+def enter_run(cfg, on_event=None):
+    """cfg for one AL run (a copy: the caller's cfg is not changed), holding where the events
+    go, the subagent depth and the turn's tool-output files. A subagent's run is its
+    parent's, one level deeper; two runs share nothing else."""
+    parent = cfg.get("run")
+    if parent:
+        run = dict(parent, depth=parent["depth"] + 1)
+    else:
+        run = {"emit": on_event or cfg.get("on_event") or plain_view(cfg), "depth": 0, "spill": []}
+    return dict(cfg, run=run)
+
+
+def leave_run(cfg, stop):
+    """The run is over: say how it ended; the top run removes the turn's tool-output files."""
+    if not cfg["run"]["depth"]:
+        remove_spill_files(cfg["run"]["spill"])
+    status = ("done" if stop is None else "interrupted" if isinstance(stop, KeyboardInterrupt)
+              else "failed" if isinstance(stop, BantamError) else "stopped")
+    emit(cfg, "turn_end", status=status, error=redact_all(cfg, str(stop)) if isinstance(stop, BantamError) else None)
+
+
+def add_message(cfg, messages, message):
+    """Append a message to the conversation, and say so (the session file is saved on it)."""
+    messages.append(message)
+    emit(cfg, "message", message=message)
 
 
 def ask_model(cfg, messages):
     """chat() plus the repairs a turn may need: compact once when the context overflows,
-    and read a tool call the model wrote as text."""
+    read a tool call the model wrote as text, keep the text shown before a Ctrl+C."""
     try:
         reply = chat(cfg, messages)
     except ApiError as e:
         if e.kind != "overflow":
             raise
-        note("[%s: the context window is full; compacting and trying again]" % e)
+        note(cfg, "[%s: the context window is full; compacting and trying again]" % e, "warning")
         compact(cfg, messages, current_prompt(messages))
         try:
             reply = chat(cfg, messages)
@@ -1528,6 +2058,9 @@ def ask_model(cfg, messages):
             if again.kind == "overflow":
                 raise ApiError("%s (even after compacting the conversation)" % again)
             raise
+    except KeyboardInterrupt as stop:
+        keep_interrupted_text(cfg, messages, stop)   # text already shown stays, tool calls go
+        raise
     return text_tool_call(cfg, reply)
 
 
@@ -1539,11 +2072,11 @@ def current_prompt(messages):
     return None
 
 
-def keep_interrupted_text(messages, stop):
+def keep_interrupted_text(cfg, messages, stop):
     """After Ctrl+C mid-reply, store what the user saw, marked as interrupted."""
     text = getattr(stop, "partial", "")
     if text:
-        messages.append({"role": "assistant", "content": text + "\n" + INTERRUPTED})
+        add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + INTERRUPTED})
 
 
 TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*$", re.S)
@@ -1568,10 +2101,10 @@ def text_tool_call(cfg, reply):
     if name not in TOOLS or not isinstance(args, (dict, str)):
         return reply
     if not cfg["text_tool_calls"]:
-        if not STATE["text_tool_hint"]:
-            STATE["text_tool_hint"] = True
-            note("[hint: the reply looks like a tool call written as text; "
-                 "set text_tool_calls=true in model.cfg to run such replies]", "dim")
+        if "text_tool_hint" not in LEARNED["noted"]:
+            LEARNED["noted"].add("text_tool_hint")
+            note(cfg, "[hint: the reply looks like a tool call written as text; "
+                      "set text_tool_calls=true in model.cfg to run such replies]", "info")
         return reply
     arguments = args if isinstance(args, str) else json.dumps(args)
     return {"role": "assistant", "content": "", "tool_calls": [{
@@ -1594,9 +2127,9 @@ def context_window(cfg):
     """The model's context window in tokens: what the server reports, else the
     context_window key. Looked up once per process (and learned from overflow errors)."""
     key = (cfg["endpoint"], cfg["model"])
-    if key not in STATE["windows"]:
-        STATE["windows"][key] = discover_window(cfg) or cfg["context_window"]
-    return STATE["windows"][key]
+    if key not in LEARNED["windows"]:
+        LEARNED["windows"][key] = discover_window(cfg) or cfg["context_window"]
+    return LEARNED["windows"][key]
 
 
 def discover_window(cfg):
@@ -1679,7 +2212,7 @@ def learn_window(cfg, text):
     if match:
         key = (cfg["endpoint"], cfg["model"])
         window = int(match.group(1) or match.group(2))
-        STATE["windows"][key] = min(window, STATE["windows"].get(key) or window)
+        LEARNED["windows"][key] = min(window, LEARNED["windows"].get(key) or window)
 
 
 def get_json(cfg, method, path, body=None, root=False, what=None):
@@ -1689,14 +2222,15 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
     import http.client
     try:
         response = http_request(cfg, method, path, json.dumps(body).encode() if body else None, root=root)
-        data = response.read()
+        data = response.read()   # the whole answer: the connection stays usable
         if response.status != 200:
-            raise ValueError("HTTP %d %s" % (response.status, response.reason))
+            raise LookupError("HTTP %d %s" % (response.status, response.reason))
         return json.loads(data)
-    except (OSError, ValueError, http.client.HTTPException) as e:
-        drop_connection(cfg)
+    except (OSError, ValueError, LookupError, http.client.HTTPException) as e:
+        if not isinstance(e, LookupError):
+            drop_connection(cfg)
         if what:
-            note("error: cannot %s at %s%s: %s" % (what, "" if root else cfg["endpoint"], path, e))
+            note(cfg, "error: cannot %s at %s%s: %s" % (what, "" if root else cfg["endpoint"], path, e))
         return None
 
 
@@ -1719,19 +2253,14 @@ def usage_numbers(usage):
     return prompt, cached, completion
 
 
-def report_usage(cfg):
-    """Print the token line of the last model call; returns the context share used (0..1).
-    Figures the server did not send are estimated from the text (marked ~)."""
-    usage = STATE["usage"]
-    if not isinstance(usage, dict):
-        return 0.0
-    prompt, cached, completion = usage_numbers(usage)
+def report_context(cfg, usage):
+    """Emit the "context" event (the token line) for the usage event of a turn's last model
+    call: its figures and the share of the context window its prompt fills. Returns the share."""
     window = context_window(cfg)
-    split = " (%d cached, %d uncached)" % (cached, prompt - cached) if cached is not None else ""
-    share = prompt / window if window else 0.0
-    about = "~" if usage.get("estimated") else ""
-    note("[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)]"
-         % (cfg["model"], about, prompt, split, about, completion, about, prompt, window, share * 100), "dim")
+    share = usage["prompt_tokens"] / window if window else 0.0
+    emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
+         cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
+         estimated=usage["estimated"], window=window, share=share)
     return share
 
 
@@ -1776,22 +2305,9 @@ def compact(cfg, messages, prompt=None):
     text = "Summary of our conversation so far:\n\n" + summary
     if keep:
         text += "\n\nThe request I am working on now, as I wrote it:\n\n" + keep
+    before = len(messages)
     messages[:] = [messages[0], {"role": "user", "content": text}]
-    return messages
-
-
-def append_user(messages, content):
-    """Append a user message; after a user message (a compaction summary, an unanswered
-    prompt) the content joins it instead, as servers with strict role order require."""
-    last = messages[-1] if messages else {}
-    if last.get("role") != "user":
-        messages.append({"role": "user", "content": content})
-    elif isinstance(last.get("content"), str) and isinstance(content, str):
-        messages[-1] = dict(last, content=last["content"] + "\n\n" + content)
-    else:   # content parts (text, images): one list of parts
-        parts = [c if isinstance(c, list) else [{"type": "text", "text": str(c or "")}]
-                 for c in (last.get("content"), content)]
-        messages[-1] = dict(last, content=parts[0] + parts[1])
+    emit(cfg, "compaction", before=before, after=len(messages), kept_prompt=bool(keep))
     return messages
 
 
@@ -1827,9 +2343,19 @@ def trim_for_summary(request, room):
 
 
 # ----------------------------------------------------------------------------------------
-# Session commands: name -> (handler, help). A handler takes (cfg, messages, argument),
-# changes messages in place, and returns QUIT to end the REPL.
+# Commands: name -> (handler, help). A handler takes (convo, argument): convo is the
+# conversation of the REPL, {"cfg", "messages", "session"}; it changes it in place and
+# returns QUIT to end the REPL.
 # ----------------------------------------------------------------------------------------
+
+def show(text):
+    """Write a command's output to stdout (made terminal-safe)."""
+    try:
+        sys.stdout.write(terminal_safe(text))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_closed()
+
 
 def summarize(cfg, messages):
     """A short summary for a saved session: asked of the model, else the first prompt."""
@@ -1839,116 +2365,158 @@ def summarize(cfg, messages):
         if text:
             return text[:120]
     except ApiError as e:
-        note("[summary: %s; using the first prompt]" % e, "dim")
+        note(cfg, "[summary: %s; using the first prompt]" % e, "info")
     return first_user_text(messages)
 
 
-def cmd_save(cfg, messages, arg):
-    """/save: write the conversation to a new session file."""
-    sid = save_new_session(messages, summarize(cfg, messages))
-    show("[saved session %s]\n" % sid)
+def cmd_save(convo, arg):
+    """/save [name]: keep a copy of the conversation, with a summary written by the model,
+    under name or a new time-based id; the conversation goes on in its own file. A name that
+    holds a different conversation is refused."""
+    cfg, session = convo["cfg"], convo["session"]
+    if arg and (not SESSION_NAME.match(arg) or arg == "autosave"):
+        raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), got %r" % arg)
+    if arg and arg != session["id"] and os.path.exists(session_path(arg)) \
+            and session_head(arg).get("uid") != session["uid"]:
+        free = next(n for n in ("%s-%d" % (arg, i) for i in range(2, 1000)) if not os.path.exists(session_path(n)))
+        raise BantamError("%r holds a different conversation; choose another name, e.g. /save %s" % (arg, free))
+    session["summary"] = summarize(cfg, convo["messages"])
+    copy = dict(session, id=arg or None, written=[])
+    save_session(cfg, copy, convo["messages"], link=False)
+    if session["id"]:
+        save_session(cfg, session, convo["messages"])   # the summary goes on the conversation too
+    show("[saved session %s]\n" % copy["id"])
 
 
-def cmd_list(cfg, messages, arg):
-    """/list: the saved sessions, newest first."""
-    rows = []
-    for sid in session_ids():
-        try:
-            s = read_session(sid)
-            rows.append((str(s.get("saved_at", "")), sid, len(s["messages"]), str(s.get("summary", ""))))
-        except BantamError as e:
-            rows.append(("", sid, 0, "(unreadable: %s)" % e))
-    if not rows:
+def cmd_list(convo, arg):
+    """/list: the saved sessions, newest first; * marks this folder's."""
+    here, ids = os.getcwd(), session_ids()
+    heads = sorted(((session_head(sid), sid) for sid in ids), key=lambda h: str(h[0].get("saved_at", "")),
+                   reverse=True)
+    for head, sid in heads:
+        mark = "*" if head.get("cwd") == here else " "
+        show("%s %-20s %-25s %4s msgs  %s\n" % (mark, sid, head.get("saved_at", ""), head.get("count", "?"),
+                                                head.get("summary", "") if head else "(unreadable)"))
+    if not ids:
         show("(no saved sessions)\n")
-    for saved_at, sid, count, summary in sorted(rows, reverse=True):
-        show("%-20s %-25s %4d msgs  %s\n" % (sid, saved_at, count, summary))
 
 
-def cmd_load(cfg, messages, arg):
-    """/load <id>: continue a saved session (exact id or unique prefix)."""
+def cmd_load(convo, arg):
+    """/load <id>: continue a saved session (exact id or unique prefix) in its own file."""
     if not arg:
         raise BantamError("usage: /load <id or unique prefix> (see /list)")
-    sid = resolve_session(arg)
-    messages[:] = repair_conversation(read_session(sid)["messages"])
-    autosave(messages)
-    show("[loaded session %s: %d messages]\n" % (sid, len(messages)))
+    switch_to(convo, *load_session(arg))
+    show("[loaded session %s: %d messages]\n" % (convo["session"]["id"] or arg, len(convo["messages"])))
 
 
-def cmd_compact(cfg, messages, arg):
+def cmd_continue(convo, arg):
+    """/continue: resume the newest conversation of this folder."""
+    sid = latest_in_folder()
+    if not sid:
+        raise BantamError("no conversation of this folder to continue (see /list)")
+    cmd_load(convo, sid)
+
+
+def switch_to(convo, session, messages):
+    """Make session (with messages) the REPL's conversation; the one left stays in its file."""
+    if len(convo["messages"]) > 1:
+        save_session(convo["cfg"], convo["session"], convo["messages"])
+    convo["session"] = session
+    convo["messages"][:] = messages
+    if session["id"]:
+        save_session(convo["cfg"], session, convo["messages"])
+
+
+def cmd_compact(convo, arg):
     """/compact: replace the conversation by a summary of it."""
-    before = len(messages)
+    before = len(convo["messages"])
     if before < 3:
         raise BantamError("nothing to compact yet")
-    show("[compacting...]\n", "dim")
-    compact(cfg, messages)
-    autosave(messages)
+    show("[compacting...]\n")
+    compact(convo["cfg"], convo["messages"])
+    save_session(convo["cfg"], convo["session"], convo["messages"])
     show("[compacted %d messages into a summary]\n" % before)
 
 
-def cmd_clear(cfg, messages, arg):
-    """/clear: start over with just the system prompt."""
-    messages[:] = [{"role": "system", "content": cfg["system_prompt"]}]
-    autosave(messages)
+def cmd_clear(convo, arg):
+    """/clear: start a new conversation with just the system prompt (the old one is kept)."""
+    switch_to(convo, new_session(), [{"role": "system", "content": convo["cfg"]["system_prompt"]}])
     show("[conversation cleared]\n")
 
 
-def cmd_models(cfg, messages, arg):
+def cmd_models(convo, arg):
     """/models: the endpoint's model ids, the configured one marked with *."""
-    for entry in list_models(cfg):
+    for entry in list_models(convo["cfg"]):
         mid = str(entry.get("id", "?"))
-        show("%s %s\n" % ("*" if mid == cfg["model"] else " ", mid))
+        show("%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
 
 
-def cmd_help(cfg, messages, arg):
+def cmd_help(convo, arg):
     """/help: the commands."""
     for name, (_, text) in COMMANDS.items():
         show("%-14s %s\n" % (name, text))
     show("%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
 
 
-def cmd_quit(cfg, messages, arg):
-    """/quit: leave (the conversation is autosaved)."""
+def cmd_quit(convo, arg):
+    """/quit: leave (the conversation is saved)."""
     return QUIT
 
 
 QUIT = "quit"
 COMMANDS = {
-    "/save": (cmd_save, "save the conversation as a new session (with a summary)"),
-    "/list": (cmd_list, "list saved sessions, newest first"),
+    "/save": (cmd_save, "/save [name]: save the conversation with a summary (under name)"),
+    "/list": (cmd_list, "list saved sessions, newest first (* marks this folder's)"),
     "/load": (cmd_load, "/load <id>: continue a saved session (id or unique prefix)"),
+    "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
     "/compact": (cmd_compact, "replace the conversation by a summary of it"),
-    "/clear": (cmd_clear, "start over with just the system prompt"),
+    "/clear": (cmd_clear, "start a new conversation (the old one stays saved)"),
     "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
     "/help": (cmd_help, "show this help"),
-    "/quit": (cmd_quit, "exit (also Ctrl+D on an empty line)"),
+    "/quit": (cmd_quit, "exit (also /exit, or Ctrl+D on an empty line)"),
 }
+ALIASES = {"/cont": "/continue", "/exit": "/quit"}
 
 
 # ----------------------------------------------------------------------------------------
-# The REPL and batch mode
+# The REPL, batch mode and the command line
 # ----------------------------------------------------------------------------------------
 
-def run_turn(cfg, messages, prompt, take_back=False):
-    """One user turn: append the prompt, run AL, autosave, print the token line. Returns
-    the context share used. With take_back (the REPL), a turn that got no reply at all
-    (Ctrl+C before the first byte, a request that failed for good) takes its prompt back out
-    of the conversation, and the exception carries it as .prompt, for the input line. (In
-    batch mode the file keeps it; the next prompt joins it, never two user messages in a row.)"""
+def run_turn(convo, prompt, take_back=False):
+    """One user turn: append the prompt, save, run AL (saving at every step), save, emit the
+    token line. Returns the share of the context window in use. With take_back (the REPL),
+    a turn that got no reply at all (Ctrl+C before the first byte, a request that failed for
+    good) takes its prompt back out of the conversation, and the exception carries it as
+    .prompt, for the input line. (In batch mode the file keeps it; the next prompt joins it:
+    never two user messages in a row.)"""
+    cfg, messages = convo["cfg"], convo["messages"]
     before = messages[:]
     append_user(messages, prompt)
     asked = messages[-1]
-    STATE["usage"] = None
+    emit(cfg, "prompt", text=redact_all(cfg, prompt) if isinstance(prompt, str) else prompt)
+    save_step(cfg, convo["session"], messages)   # the prompt survives a kill
+    last = {}
+
+    def on_event(event):   # the turn's last usage, for the token line
+        if event["type"] == "usage" and not event["depth"] and not event["quiet"]:
+            last["usage"] = event
+        cfg["on_event"](event)
     try:
-        AL(cfg, messages)
+        AL(cfg, messages, on_event)
     except BaseException as e:
         if take_back and messages[-1] is asked:   # nothing came back: as if it was never sent
             messages[:] = before
             e.prompt = prompt
         raise
     finally:
-        remove_spill_files()
-        autosave(messages)
-    return report_usage(cfg)
+        save_session(cfg, convo["session"], messages)
+    return report_context(cfg, last["usage"]) if last else 0.0
+
+
+def last_answer(messages):
+    """The content of the last assistant message (the turn's final answer), or ""."""
+    return next((m["content"] for m in reversed(messages) if m.get("role") == "assistant"
+                 and isinstance(m.get("content"), str)), "")
 
 
 def history_path():
@@ -1983,15 +2551,16 @@ def save_history(readline):
         os.chmod(tmp, 0o600)
         os.replace(tmp, history_path())
     except OSError as e:
-        note("warning: cannot save history: %s" % e)
+        say("warning: cannot save history: %s" % e)
 
 
-def ask_yes(question):
-    """A [Y/n] question on the terminal; Enter means yes. The answer stays out of the history."""
+def ask(question, default=True):
+    """A yes/no question on the terminal (Enter gives default); the answer stays out of the history."""
     readline = sys.modules.get("readline")
     before = readline.get_current_history_length() if readline else 0
     try:
-        return input(question).strip().lower() in ("", "y", "yes")
+        answer = input(question).strip().lower()
+        return default if not answer else answer in ("y", "yes")
     except (EOFError, KeyboardInterrupt):
         show("\n")
         return False
@@ -2000,8 +2569,9 @@ def ask_yes(question):
             readline.remove_history_item(before)
 
 
-def repl(cfg, messages):
-    """Read prompts and commands until /quit, EOF or Ctrl+C twice (messages change in place)."""
+def repl(convo):
+    """Read prompts and commands until /quit, EOF or Ctrl+C twice."""
+    cfg = convo["cfg"]
     readline = setup_readline() if sys.stdin.isatty() else None
     last_interrupt, again = 0.0, ""
     try:
@@ -2029,100 +2599,318 @@ def repl(cfg, messages):
                 continue
             try:
                 name, _, arg = line.strip().partition(" ")
+                name = ALIASES.get(name, name)
                 if name in COMMANDS:
-                    if COMMANDS[name][0](cfg, messages, arg.strip()) == QUIT:
+                    if COMMANDS[name][0](convo, arg.strip()) == QUIT:
                         break
                     continue
                 if re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
-                    note("unknown command %s (see /help)" % name)
+                    note(cfg, "unknown command %s (see /help)" % name)
                     continue
-                share = run_turn(cfg, messages, line, take_back=True)
-                if share >= COMPACT_AT and sys.stdin.isatty() and ask_yes(
+                share = run_turn(convo, line, take_back=True)
+                if share >= COMPACT_AT and sys.stdin.isatty() and ask(
                         "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
-                    cmd_compact(cfg, messages, "")
+                    cmd_compact(convo, "")
             except KeyboardInterrupt as e:
-                end_line()
                 if time.monotonic() - last_interrupt < 2:
                     break
                 last_interrupt = time.monotonic()
-                note("[interrupted: press Ctrl+C again within 2 s to quit]")
+                note(cfg, "[interrupted: press Ctrl+C again within 2 s to quit]")
                 again = getattr(e, "prompt", "")
             except OutputClosed:
                 raise
             except BantamError as e:
-                note("error: %s" % e)
+                emit(cfg, "error", message=redact_all(cfg, str(e)))
                 again = getattr(e, "prompt", "")
             if again:
-                note("[no reply: your prompt is back on the input line, to edit or send again]", "dim")
+                note(cfg, "[no reply: your prompt is back on the input line, to edit or send again]", "info")
     finally:
         save_history(readline)
 
 
-def read_prompt_file(path):
-    """The batch prompt from a file, or stdin for '-'."""
+def read_prompt(args):
+    """The batch prompt: -p TEXT (with piped stdin added as context), a file, or stdin for '-'."""
+    if args.prompt is not None:
+        if args.prompt_file:
+            raise ConfigError("give a prompt file or -p, not both")
+        piped = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+        return args.prompt + ("\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n") if piped.strip() else "")
+    path = args.prompt_file
     try:
         if path == "-":
             return sys.stdin.read()
         with open(path, encoding="utf-8-sig") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("cannot read prompt file %s: %s" % (path, getattr(e, "strerror", None) or e))
+        hint = ""
+        if not os.path.exists(path) and (" " in path.strip() or path.endswith("?")) and "/" not in path:
+            hint = "; to give the prompt itself, use -p: bantam -p %s" % json.dumps(path)
+        raise ConfigError("cannot read prompt file %s: %s%s" % (path, getattr(e, "strerror", None) or e, hint))
 
 
-USAGE = """usage: bantam [prompt-file | -]
+def parse_args(argv):
+    """The command line as an argparse namespace; a bad option is a ConfigError (exit 2)."""
+    import argparse
 
-  bantam              interactive session (type /help for commands)
-  bantam prompt.txt   run one prompt from a file and exit ('-' reads stdin)
-  bantam --version    print the version
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):   # one line naming the option, not the whole usage text
+            raise ConfigError("%s (see bantam --help)" % message)
 
-Config: model.cfg in this folder or ~/.bantam/ (see model.cfg.example)."""
+    parser = Parser(prog="bantam", formatter_class=argparse.RawDescriptionHelpFormatter,
+                    description="A tiny command-line AI agent for any OpenAI-compatible API.\n"
+                                "Without a prompt: an interactive session (type /help there).",
+                    epilog=HELP_EPILOG)
+    add = parser.add_argument
+    add("prompt_file", nargs="?", metavar="PROMPT_FILE", help="run one turn with the prompt in this file ('-': stdin)")
+    add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt; piped stdin is added as context")
+    add("-m", "--model", help="the model (config key model)")
+    add("-e", "--endpoint", metavar="URL", help="the API's base URL (config key endpoint)")
+    add("--set", action="append", default=[], metavar="KEY=VALUE", help="set any config key (repeatable)")
+    add("--config", metavar="FILE", help="read this config file instead of looking for model.cfg")
+    add("-c", "--continue", dest="cont", action="store_true", help="continue this folder's latest conversation")
+    add("--session", metavar="ID", help="continue conversation ID, or start one with that id")
+    add("-q", "--quiet", action="store_true", help="stdout gets only the final answer; traces go to stderr")
+    add("-o", "--output", metavar="FILE", help="also write the final answer to FILE")
+    add("--jsonl", action="store_true", help="print the events as JSON lines instead of the human output")
+    add("--trace", metavar="FILE", help="append the events as JSON lines to FILE (config key trace_file)")
+    add("--replay", metavar="TRACE", help="run a recorded trace again: its model replies, real tools")
+    add("--trust", action="store_true", help="trust this folder's model.cfg endpoint with your API key")
+    add("--show-config", action="store_true", help="print every setting and where it comes from, then exit")
+    add("--version", action="version", version="bantam " + VERSION)
+    return parser.parse_args(argv)
+
+
+HELP_EPILOG = """\
+config: model.cfg (key=value lines) in this folder, else ~/.bantam/model.cfg; a key left
+out comes from BANTAM_<KEY>, then the default. Flags beat the file, the file beats the
+environment. Keys: """ + ", ".join(DEFAULTS) + """.
+bantam --show-config lists them with their values and sources.
+
+exit status: 0 done, 1 failed (a transient failure: retrying later may work), 2 usage or
+config error (final), 130 interrupted, 129 hang-up, 143 terminated, 141 stdout closed."""
+
+
+def overrides_of(args):
+    """The config values the flags set, parsed: {key: value}."""
+    pairs = [("model", args.model), ("endpoint", args.endpoint), ("trace_file", args.trace)]
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or key.strip().lower() not in DEFAULTS:
+            raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)" % (item, ", ".join(DEFAULTS)))
+        pairs.append((key.strip().lower(), value.strip()))
+    return {key: parse_value(key, value, "--set " + key if key not in ("model", "endpoint", "trace_file")
+                             else "--" + key.replace("_file", "")) for key, value in pairs if value is not None}
+
+
+def show_config(cfg):
+    """--show-config: every setting, its value (secrets as ***) and where it came from."""
+    for key in DEFAULTS:
+        value = cfg[key]
+        if key == "api_key" and value:
+            value = "***"
+        elif key == "headers":
+            value = {k: "***" for k in value}
+        shown = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
+        show("%-20s %-40s %s\n" % (key, shown, cfg["sources"][key]))
+    show("%-20s %-40s %s\n" % ("system_prompt", "(%d characters)" % len(cfg["system_prompt"]),
+                               cfg["sources"]["system_prompt"]))
+
+
+def check_key_destination(cfg, args, interactive):
+    """The API key goes only where the user sent it: a key from the user's own settings and
+    an endpoint from this folder's model.cfg need a trusted folder. Returns cfg, without the
+    user's secrets when the folder is not trusted (REPL); batch mode refuses instead."""
+    source = key_at_risk(cfg)
+    if not source or args.trust or os.environ.get("BANTAM_TRUST") == "1":
+        return cfg
+    from urllib.parse import urlsplit
+    host = urlsplit(cfg["endpoint"]).hostname
+    trusted = folder_memory().get(os.getcwd(), {}).get("trusted")
+    if trusted is None and interactive:
+        trusted = ask("This folder's model.cfg sends your API key from %s to %s. Trust this folder? [y/N] "
+                      % (source, host), default=False)
+        remember_folder(trusted=trusted)
+    if trusted:
+        return cfg
+    if not interactive:
+        raise ConfigError("this folder's model.cfg would send your API key from %s to %s: put the key "
+                          "in that model.cfg, or trust the folder (--trust, or BANTAM_TRUST=1)" % (source, host))
+    say("[not sending your API key from %s to %s: this folder is not trusted]" % (source, host))
+    return withhold_secrets(cfg)
+
+
+def note_folder_system_prompt(cfg):
+    """The first time a folder's system.txt is used in the REPL, say so."""
+    where = cfg["sources"]["system_prompt"]
+    if where == os.path.join(os.getcwd(), "system.txt") and not folder_memory().get(os.getcwd(), {}).get("system_txt"):
+        say("[this folder's system.txt replaces the system prompt]")
+        remember_folder(system_txt=True)
+
+
+def start_conversation(cfg, args):
+    """The conversation to work on: this folder's latest (-c), a given one (--session), or new."""
+    system = [{"role": "system", "content": cfg["system_prompt"]}]
+    if args.cont:
+        sid = latest_in_folder()
+        if not sid:
+            raise ConfigError("no conversation of this folder to continue")
+        return load_session(sid)
+    if args.session:
+        if not SESSION_NAME.match(args.session) or args.session == "autosave":
+            raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % args.session)
+        if os.path.exists(session_path(args.session)):
+            return load_session(args.session)
+        return new_session(args.session), system
+    return new_session(), system
+
+
+def make_sink(cfg, args, convo):
+    """Where the events go: a view (plain, quiet or JSONL), the trace file, the step saver."""
+    if args.jsonl:
+        view = jsonl_view(sys.stdout, cfg)
+    elif args.quiet:
+        view = plain_view(cfg, out=sys.stderr)
+    else:
+        view = plain_view(cfg)
+    trace = None
+    if cfg["trace_file"]:
+        try:
+            trace = jsonl_view(open(os.path.expanduser(cfg["trace_file"]), "a", encoding="utf-8", errors="replace"), cfg)
+        except OSError as e:
+            raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
+    return both(view, trace, step_saver(convo))
 
 
 def main(argv=None):
-    """The command line: REPL without arguments, batch mode with a prompt file."""
-    args = sys.argv[1:] if argv is None else argv
-    if args and args[0] in ("--version", "-V"):
-        print("bantam " + VERSION)
-        return 0
-    if args and args[0] in ("--help", "-h"):
-        print(USAGE)
-        return 0
-    if len(args) > 1 or (args and args[0].startswith("-") and args[0] != "-"):
-        sys.stderr.write(USAGE + "\n")
-        return 2
-    import signal
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # so the autosave still runs
+    """The command line: REPL without a prompt, batch mode with one. Returns the exit status."""
     if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji, no crash
         sys.stdout.reconfigure(errors="replace")
-    messages = []
+    convo = None
     try:
-        cfg = load_config()
-        setup_colors(cfg)
-        messages = [{"role": "system", "content": cfg["system_prompt"]}]
-        if args:
-            prompt = read_prompt_file(args[0])
-            if not prompt.strip():
-                raise ConfigError("the prompt is empty")
-            run_turn(cfg, messages, prompt)
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        import signal
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved and stopped like Ctrl+C
+        signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))    # a closed terminal, a dropped SSH
+        cfg = load_config(overrides_of(args), args.config)
+        if args.show_config:
+            show_config(cfg)
             return 0
-        repl(cfg, messages)
+        batch = args.prompt is not None or args.prompt_file is not None or args.replay is not None
+        cfg = check_key_destination(cfg, args, interactive=not batch and sys.stdin.isatty())
+        prompt = read_prompt(args) if batch and not args.replay else None
+        if prompt is not None and not prompt.strip():
+            raise ConfigError("the prompt is empty")
+        session, messages = start_conversation(cfg, args)
+        convo = {"cfg": cfg, "messages": messages, "session": session}
+        cfg["on_event"] = make_sink(cfg, args, convo)
+        emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
+             session=session["id"])
+        if args.replay:
+            return replay(convo, args.replay)
+        if not batch:
+            if sys.stdin.isatty():
+                note_folder_system_prompt(cfg)
+            repl(convo)
+            return 0
+        run_turn(convo, prompt)
+        answer = last_answer(convo["messages"])
+        if args.quiet:
+            show(answer + ("\n" if answer and not answer.endswith("\n") else ""))
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(answer)
         return 0
     except KeyboardInterrupt:
-        end_line()
-        note("[interrupted]")
+        if convo:
+            note(convo["cfg"], "[interrupted]")
         return 130
     except BantamError as e:
         if str(e):
-            note("error: %s" % e)
+            if convo:
+                emit(convo["cfg"], "error", message=redact_all(convo["cfg"], str(e)))
+            else:
+                say("error: %s" % e)
         return e.exit_code
     finally:
-        if len(messages) > 1:
-            autosave(messages)
-        remove_spill_files()
+        if convo and len(convo["messages"]) > 1:
+            save_session(convo["cfg"], convo["session"], convo["messages"])
         try:
-            flush()
-        except OutputClosed:
+            sys.stdout.flush()
+        except (BrokenPipeError, OutputClosed):
             pass
+
+
+def read_trace(path):
+    """The runs recorded in a trace file (JSON lines), each a list of events."""
+    runs = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise ConfigError("%s:%d: not a JSON line of a bantam trace" % (path, number))
+                if event.get("type") == "start" or not runs:
+                    runs.append([])
+                runs[-1].append(event)
+    except OSError as e:
+        raise ConfigError("cannot read trace %s: %s" % (path, e.strerror))
+    return runs
+
+
+def replay(convo, path):
+    """--replay: run the last run of a trace file again, with its recorded model replies
+    instead of the network; the tools run for real. The first tool result that differs from
+    the recording is reported. Exit status 0 when all matched, 1 otherwise."""
+    runs = read_trace(path)
+    events = runs[-1] if runs else []
+    prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
+    if not prompts:
+        raise ConfigError("%s: no recorded prompt to replay" % path)
+    convo["cfg"]["replay"] = {
+        "replies": [e["message"] for e in events if e["type"] == "reply"],
+        "results": [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"],
+        "replied": 0, "checked": 0, "diverged": None}
+    for prompt in prompts:
+        run_turn(convo, prompt)
+    state = convo["cfg"]["replay"]
+    if state["diverged"]:
+        note(convo["cfg"], "replay: diverged at tool result %d: %s" % state["diverged"])
+        return 1
+    note(convo["cfg"], "replay: all %d tool results matched the recording" % state["checked"], "info")
+    return 0
+
+
+def replayed_reply(cfg, quiet):
+    """The next recorded model reply (--replay), passed on as if it had streamed."""
+    state = cfg["replay"]
+    if state["replied"] >= len(state["replies"]):
+        raise ApiError("replay: the recording has no more model replies", "fatal")
+    message = json.loads(json.dumps(state["replies"][state["replied"]]))   # a copy
+    state["replied"] += 1
+    if not quiet:
+        emit(cfg, "request", model=cfg["model"], messages=0, stream=False)
+        if message.get("reasoning_content"):
+            emit(cfg, "reasoning", text=message["reasoning_content"])
+        if message.get("content"):
+            emit(cfg, "text", text=message["content"])
+        emit(cfg, "reply_end", finish=None)
+    return message
+
+
+def check_replayed_result(cfg, name, result):
+    """--replay: compare a tool result with the recorded one; remember the first difference."""
+    state = cfg["replay"]
+    index = state["checked"]
+    state["checked"] += 1
+    recorded = state["results"][index] if index < len(state["results"]) else (None, None)
+    if recorded != (name, redact_all(cfg, result)) and not state["diverged"]:
+        import difflib
+        diff = "".join(list(difflib.unified_diff(str(recorded[1]).splitlines(True), result.splitlines(True),
+                                                 "recorded", "now", n=1))[:12])
+        state["diverged"] = (index + 1, "%s differs from the recording:\n%s" % (name, diff))
 
 
 if __name__ == "__main__":

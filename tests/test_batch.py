@@ -96,26 +96,33 @@ class BatchModeTests(BatchCase):
             (["missing.txt"], None, "missing.txt"),
             (["blank.txt"], None, "empty"),
             (["-"], "", "empty"),
-            (["a.txt", "b.txt"], None, "usage"),
-            (["--frobnicate"], None, "usage"),
+            (["a.txt", "b.txt"], None, "unrecognized arguments: b.txt"),
+            (["--frobnicate"], None, "unrecognized arguments: --frobnicate"),
         ]
         for args, stdin, expected in cases:
             with self.subTest(args=args):
                 result = self.run_bantam(*args, input=stdin)
                 self.assertEqual(result.returncode, 2, result.stderr)
                 self.assertIn(expected, result.stderr)
+                self.assertEqual(len(result.stderr.strip().splitlines()), 1, "one line")
                 self.assertEqual(result.stdout, "")
                 self.assertEqual(self.server.posts, [])
 
     def test_autosave_after_a_batch_turn(self):
-        """Batch mode writes ~/.bantam/sessions/autosave.json: id, saved_at, summary, messages; mode 0600."""
+        """Batch mode writes the conversation to its own session file (id, uid, cwd, times,
+        summary, count, messages; mode 0600); autosave.json links to it."""
         self.push(text_stream("saved reply"))
         self.run_ok("remember this")
         path = os.path.join(self.ws.sessions_dir(), "autosave.json")
-        self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
         session = self.read_autosave()
-        self.assertEqual(sorted(session), ["id", "messages", "saved_at", "summary"])
-        self.assertEqual(session["id"], "autosave")
+        own = os.path.join(self.ws.sessions_dir(), session["id"] + ".json")
+        self.assertEqual(os.path.realpath(path), os.path.realpath(own))
+        self.assertEqual(stat.S_IMODE(os.stat(own).st_mode), 0o600)
+        self.assertEqual(sorted(session), ["count", "created_at", "cwd", "id", "messages", "saved_at",
+                                           "summary", "uid"])
+        self.assertRegex(session["id"], r"^\d{8}-\d{6}$")
+        self.assertEqual(session["cwd"], os.path.realpath(self.ws.work))
+        self.assertEqual(session["count"], 3)
         self.assertRegex(session["saved_at"], ISO_8601)
         self.assertEqual(session["summary"], "remember this")
         self.assertEqual([(m["role"], m["content"]) for m in session["messages"][1:]],

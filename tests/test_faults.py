@@ -455,7 +455,7 @@ class SessionFileTests(BantamTestCase):
         self.assertEqual(term.wait(10), 0)
         folder = self.ws.sessions_dir()
         files = [os.path.join(folder, n) for n in os.listdir(folder)]
-        self.assertEqual(len(files), 2, files)   # autosave.json and the saved session
+        self.assertEqual(len(files), 3, files)   # the conversation, its /save copy, autosave.json (a link)
         files.append(os.path.join(self.ws.home, ".bantam_history"))
         for path in files:
             self.assertEqual(oct(os.stat(path).st_mode & 0o777), oct(0o600), path)

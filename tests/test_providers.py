@@ -137,10 +137,10 @@ class EndpointTests(BantamTestCase):
 
     def test_headers_from_the_environment(self):
         """BANTAM_HEADERS works like the key; the Bearer token still goes when there is no api-key."""
-        self.ws.write_config(self.server, api_key=None)
+        self.ws.write_config(None, api_key=None)
         self.push(text_stream("ok"))
         result = self.run_batch("hi", env={"BANTAM_HEADERS": '{"HTTP-Referer": "https://example.org"}',
-                                           "BANTAM_API_KEY": "sk-env-key-1"})
+                                           "BANTAM_API_KEY": "sk-env-key-1", "BANTAM_ENDPOINT": self.server.url})
         self.assertEqual(result.returncode, 0, result.stderr)
         headers = self.server.posts[0]["headers"]
         self.assertEqual(headers["http-referer"], "https://example.org")
@@ -176,4 +176,5 @@ class SessionFileTests(BantamTestCase):
         self.assertEqual(saved[-1]["content"], "done")
         result = self.run_bantam(input="/load autosave\n")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("[loaded session autosave", result.stdout)
+        self.assertIn("[loaded session %s: 5 messages]" % json.load(open(os.path.join(
+            self.ws.sessions_dir(), "autosave.json")))["id"], result.stdout)

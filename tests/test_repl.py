@@ -158,15 +158,21 @@ class CommandTests(ReplCase):
         self.quit(term)
 
     def test_clear(self):
-        """/clear starts over: the next request holds only the system prompt and the new prompt."""
+        """/clear starts a new conversation: the next request holds only the system prompt and
+        the new prompt; the old conversation stays in its own file."""
         self.push(text_stream("old reply"), text_stream("new reply"))
         term = self.start()
         self.say(term, "old topic", "old reply")
+        old = self.read_autosave()["id"]
         self.say(term, "/clear", "[conversation cleared]")
-        self.assertEqual([m["role"] for m in self.read_autosave()["messages"]], ["system"])
         self.say(term, "new topic", "new reply")
         self.assertEqual([(m["role"], m["content"]) for m in self.last_messages()[1:]],
                          [("user", "new topic")])
+        new = self.read_autosave()
+        self.assertNotEqual(new["id"], old)
+        self.assertEqual([m["content"] for m in new["messages"][1:]], ["new topic", "new reply"])
+        with open(os.path.join(self.ws.sessions_dir(), old + ".json"), encoding="utf-8") as f:
+            self.assertEqual([m["content"] for m in json.load(f)["messages"][1:]], ["old topic", "old reply"])
         self.quit(term)
 
     def test_save_asks_the_model_for_a_summary(self):
@@ -177,7 +183,7 @@ class CommandTests(ReplCase):
         self.say(term, "tell me about parrots", "reply one")
         out = self.say(term, "/save", "[saved session")
         sid = SESSION_ID.search(out).group(1)
-        self.assertRegex(sid, r"^\d{8}-\d{6}$")
+        self.assertRegex(sid, r"^\d{8}-\d{6}(-\d+)?$")
         summary_request = self.server.bodies[-1]
         self.assertIs(summary_request["stream"], False)
         self.assertNotIn("tools", summary_request)
@@ -189,8 +195,10 @@ class CommandTests(ReplCase):
         self.assertEqual(session["id"], sid)
         self.assertRegex(session["saved_at"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
         self.assertEqual(session["summary"], "Talking about parrots")
+        live = self.read_autosave()["id"]   # the conversation goes on in its own file
+        self.assertNotEqual(live, sid)
         self.assertEqual(sorted(os.listdir(self.ws.sessions_dir())),   # no temp file left behind
-                         sorted(["autosave.json", sid + ".json"]))
+                         sorted(["autosave.json", sid + ".json", live + ".json"]))
         self.assertEqual([(m["role"], m["content"]) for m in session["messages"][1:]],
                          [("user", "tell me about parrots"), ("assistant", "reply one")])
         self.quit(term)
@@ -200,8 +208,9 @@ class CommandTests(ReplCase):
         self.push(text_stream("reply"), completion("first summary"), completion("second summary"))
         term = self.start()
         self.say(term, "something to save", "reply")
-        now = time.time()
+        now, live = time.time(), self.read_autosave()["id"]   # the conversation's own file is its own
         taken = [time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s)) for s in range(-1, 30)]
+        taken = [sid for sid in taken if sid != live]
         for sid in taken:   # every plain id of the next half minute is taken already
             self.write_session(sid, "2000-01-01T00:00:00", "do not touch", self.conversation())
         ids = []
@@ -210,7 +219,7 @@ class CommandTests(ReplCase):
         self.assertNotEqual(ids[0], ids[1])
         for sid in ids:
             self.assertRegex(sid, r"^\d{8}-\d{6}-\d+$")
-            self.assertIn(sid.rsplit("-", 1)[0], taken)
+            self.assertIn(sid.rsplit("-", 1)[0], taken + [live])
         for sid in taken:
             with open(os.path.join(self.ws.sessions_dir(), sid + ".json"), encoding="utf-8") as f:
                 self.assertEqual(json.load(f)["summary"], "do not touch")
@@ -237,10 +246,10 @@ class CommandTests(ReplCase):
                            self.conversation(("user", "b"), ("assistant", "c"), ("user", "d")))
         term = self.start()
         out = strip_ansi(self.say(term, "/list", "the older one"))
-        rows = [l for l in out.splitlines() if l.startswith("2024") or l.startswith("2025")]
+        rows = [l for l in out.splitlines() if l[2:6] in ("2024", "2025")]
         self.assertEqual(len(rows), 2, out)
-        self.assertRegex(rows[0], r"^20250505-120000\s+2025-05-05T12:00:00\S*\s+4 msgs\s+the newer one$")
-        self.assertRegex(rows[1], r"^20240101-000000\s+2024-01-01T00:00:00\S*\s+2 msgs\s+the older one$")
+        self.assertRegex(rows[0], r"^  20250505-120000\s+2025-05-05T12:00:00\S*\s+4 msgs\s+the newer one$")
+        self.assertRegex(rows[1], r"^  20240101-000000\s+2024-01-01T00:00:00\S*\s+2 msgs\s+the older one$")
         self.quit(term)
 
     def test_load_by_id_and_prefix(self):
