@@ -2698,8 +2698,8 @@ def overrides_of(args):
         if not sep or key.strip().lower() not in DEFAULTS:
             raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)" % (item, ", ".join(DEFAULTS)))
         pairs.append((key.strip().lower(), value.strip()))
-    return {key: parse_value(key, value, "--set " + key if key not in ("model", "endpoint", "trace_file")
-                             else "--" + key.replace("_file", "")) for key, value in pairs if value is not None}
+    flag = {"model": "--model", "endpoint": "--endpoint", "trace_file": "--trace"}
+    return {key: parse_value(key, value, flag.get(key, "--set")) for key, value in pairs if value is not None}
 
 
 def show_config(cfg):
