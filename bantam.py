@@ -28,6 +28,7 @@ import os
 import re
 import sys
 import time
+import unicodedata
 
 VERSION = "1.1.0"
 USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
@@ -53,8 +54,10 @@ DEFAULTS = {
     "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
     "text_tool_calls": False,      # run a reply that is only a tool call written as text
     "trace_file": "",              # append every event as a JSON line to this file
+    "render": "auto",              # Markdown and live tool output: auto (on a terminal) | always | never
+    "tool_lines": 0,               # lines of a command's output shown on screen (0: a screenful)
 }
-CHOICES = {"color": ("auto", "always", "never")}
+CHOICES = {"color": ("auto", "always", "never"), "render": ("auto", "always", "never")}
 POSITIVE = {"max_al_iterations", "max_tool_res", "context_window"}   # 0 makes no sense for these
 
 RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
@@ -196,8 +199,12 @@ def join_surrogates(text):
 
 
 def secrets_of(cfg):
-    """The values never to print or save: the API key and the values of the extra headers."""
-    values = [cfg.get("api_key") or ""] + [str(v) for v in (cfg.get("headers") or {}).values()]
+    """The values never to print or save: the API key and the values of the extra headers
+    (and those withheld from an untrusted endpoint)."""
+    if not cfg.get("headers") and not cfg.get("withheld"):   # the usual case, made cheap
+        key = cfg.get("api_key") or ""
+        return [key] if len(key) >= 4 else []
+    values = [cfg.get("api_key") or ""] + [str(v) for v in cfg["headers"].values()] + cfg.get("withheld", [])
     return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
 
@@ -245,10 +252,7 @@ def color_wanted(cfg, stream):
 def plain_view(cfg, out=None, err=None):
     """A view printing the spec's traces: a function taking events. out gets the
     conversation (the answer and the traces), err the diagnostics."""
-    out, err = out or sys.stdout, err or sys.stderr
-    state = {"out": out, "err": err, "color": color_wanted(cfg, out), "err_color": color_wanted(cfg, err),
-             "tty": out.isatty(), "bol": True, "block": None, "status": False, "flushed": 0.0,
-             "depth": 0, "last": None}
+    state = plain_state(cfg, out or sys.stdout, err or sys.stderr)
 
     def view(event):
         handler = PLAIN.get(event["type"])
@@ -257,12 +261,20 @@ def plain_view(cfg, out=None, err=None):
     return view
 
 
-def write(state, text, style=None, depth=0):
-    """Write conversation text: made terminal-safe, behind the rail at a subagent's depth,
-    colored. The status line is cleared first."""
+def plain_state(cfg, out, err):
+    """The state of a view: its streams, colors, where the cursor is, what is open."""
+    return {"out": out, "err": err, "color": color_wanted(cfg, out), "err_color": color_wanted(cfg, err),
+            "tty": out.isatty(), "bol": True, "block": None, "status": False, "flushed": 0.0, "depth": 0}
+
+
+def write(state, text, style=None, depth=0, raw=False):
+    """Write conversation text: made terminal-safe (unless raw: already safe, with styles
+    of its own), behind the rail at a subagent's depth, colored. The status line is
+    cleared first."""
     if state["status"]:
         clear_status(state)
-    text = TERMINAL_UNSAFE.sub(visible, text)
+    if not raw:
+        text = TERMINAL_UNSAFE.sub(visible, text)
     if not text:
         return
     if depth != state["depth"]:
@@ -442,9 +454,14 @@ PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed at once (for programs and jq);
     secrets replaced."""
+    encode, secrets = json.JSONEncoder(ensure_ascii=False).encode, secrets_of(cfg)
+
     def view(event):
+        line = encode(event)
+        for secret in secrets:
+            line = line.replace(secret, "***")
         try:
-            stream.write(redact_all(cfg, json.dumps(event, ensure_ascii=False)) + "\n")
+            stream.write(line + "\n")
             stream.flush()
         except BrokenPipeError:
             stdout_closed()
@@ -576,6 +593,8 @@ def parse_value(key, raw, where):
             "comma-separated list of seconds" if isinstance(default, list) else
             "JSON object of strings" if isinstance(default, dict) else "number")
         raise ConfigError("%s: %s: %s, got %r" % (where, key, reason, raw))
+    if key == "endpoint" and not re.match(r"https?://[^/]", raw):
+        raise ConfigError("%s: endpoint: expected an http:// or https:// URL, got %r" % (where, raw))
     if key in CHOICES and raw.lower() not in CHOICES[key]:
         raise ConfigError("%s: %s: expected one of %s, got %r" % (where, key, ", ".join(CHOICES[key]), raw))
     return raw.lower() if key in CHOICES else raw
@@ -647,16 +666,25 @@ def key_at_risk(cfg):
     host), or None when there is nothing to ask."""
     if not folder_file(cfg, "endpoint"):
         return None
-    from urllib.parse import urlsplit
-    host = urlsplit(cfg["endpoint"]).hostname
     own = read_key_values(bantam_home("model.cfg")) if os.path.isfile(bantam_home("model.cfg")) else {}
     endpoint = own.get("endpoint", ("",))[0] or os.environ.get("BANTAM_ENDPOINT") or DEFAULTS["endpoint"]
-    if urlsplit(endpoint).hostname == host:
-        return None   # the host the user's own settings name anyway
+    if origin(endpoint) == origin(cfg["endpoint"]):
+        return None   # where the user's own settings send it anyway
     for key in ("api_key", "headers"):
         if cfg[key] and not folder_file(cfg, key):
             return cfg["sources"][key]
     return None
+
+
+def origin(url):
+    """(scheme, host, port) of a URL: where a request to it goes."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
 
 def folders_file():
@@ -685,9 +713,13 @@ def remember_folder(**facts):
 
 
 def withhold_secrets(cfg):
-    """cfg without the user's API key and headers (for an endpoint the user did not choose)."""
-    return dict(cfg, api_key="" if not folder_file(cfg, "api_key") else cfg["api_key"],
-                headers={} if not folder_file(cfg, "headers") else cfg["headers"])
+    """cfg without the user's API key and headers (for an endpoint the user did not choose):
+    never sent, still never printed, and kept from the commands the model runs."""
+    keep = {key: folder_file(cfg, key) for key in ("api_key", "headers")}
+    withheld = [cfg["api_key"]] * (not keep["api_key"]) + [str(v) for v in cfg["headers"].values()] * (not keep["headers"])
+    hidden = [cfg["sources"][key] for key in keep if not keep[key] and cfg["sources"][key].isupper()]
+    return dict(cfg, api_key=cfg["api_key"] if keep["api_key"] else "",
+                headers=cfg["headers"] if keep["headers"] else {}, withheld=withheld, hidden_env=hidden)
 
 
 # ----------------------------------------------------------------------------------------
@@ -738,6 +770,8 @@ def session_text(cfg, session, messages):
     head = {"id": session["id"], "uid": session["uid"], "cwd": os.getcwd(),
             "created_at": session["created_at"], "saved_at": now(),
             "summary": session["summary"] or first_user_text(messages), "count": len(messages)}
+    if session.get("copy_of"):
+        head["copy_of"] = session["copy_of"]
     text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + ",\n".join(lines) + "\n]}\n"
     return redact_all(cfg, text)
 
@@ -745,7 +779,7 @@ def session_text(cfg, session, messages):
 def message_json(session, i, message):
     """The JSON text of message i: made once, kept while the files hold that message there."""
     written, lines = session["written"], session.get("lines") or []
-    if i < len(lines) and i < len(written) and written[i] is message:
+    if len(lines) == len(written) and i < len(written) and written[i] is message:
         return lines[i]
     return json.dumps(message, ensure_ascii=False)
 
@@ -782,8 +816,9 @@ def save_step(cfg, session, messages):
         with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(new, len(written)):
                 f.write(redact_all(cfg, '{"n": %d, "m": %s}\n' % (n, line)))
+        lines = session.get("lines") or []
+        session["lines"] = lines + new if len(lines) == len(written) else []   # the cache of JSON texts
         session["written"], session["journal"] = written + messages[len(written):], True
-        session["lines"] = (session.get("lines") or [])[:len(written)] + new
     except OSError as e:
         say("warning: cannot save the conversation: %s" % e)
 
@@ -1726,6 +1761,8 @@ def shell_exec(cfg, args):
     import subprocess
     env = dict(os.environ, PAGER="cat", GIT_PAGER="cat", MANPAGER="cat", SYSTEMD_PAGER="",
                GIT_TERMINAL_PROMPT="0", DEBIAN_FRONTEND="noninteractive")
+    for name in cfg.get("hidden_env", ()):   # a key withheld from an untrusted endpoint
+        env.pop(name, None)
     try:
         proc = subprocess.Popen([shell_path(), "-c", command], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -1737,6 +1774,7 @@ def shell_exec(cfg, args):
         code, remark = pump_output(cfg, proc, output, cfg["shell_timeout"])
     except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
         kill_group(proc)
+        drain(proc, output)   # what it printed just before is kept too
         stop.tool_result = "%s\n[%s after %.1f s: the command's process group was killed]\n\nexit: %s" % (
             output.text(), "interrupted by the user" if isinstance(stop, KeyboardInterrupt)
             else "bantam was stopped", time.monotonic() - started, proc.poll())
@@ -1760,10 +1798,13 @@ def pump_output(cfg, proc, output, timeout):
     hold the pipe open forever) or times out; returns (exit code, remark)."""
     import select
     fd = proc.stdout.fileno()
-    deadline = time.monotonic() + timeout
-    exited_at = None
+    started = time.monotonic()
+    deadline, exited_at, ticked = started + timeout, None, started
     while True:
         now = time.monotonic()
+        if now - ticked >= 1:   # still running: once a second, say so
+            ticked = now
+            emit(cfg, "tool_progress", seconds=round(now - started, 1))
         if now >= deadline:
             kill_group(proc)
             return proc.wait(), "\n[timed out after %g s: the command's process group was killed]" % timeout
@@ -1782,6 +1823,21 @@ def pump_output(cfg, proc, output, timeout):
     except Exception:   # closed its output but still running: treat as a timeout
         kill_group(proc)
         return proc.wait(), "\n[timed out after %g s: the command's process group was killed]" % timeout
+
+
+def drain(proc, output):
+    """Read what is left in a stopped command's pipe, for at most DRAIN_SECONDS."""
+    import select
+    end = time.monotonic() + DRAIN_SECONDS
+    fd = proc.stdout.fileno()
+    try:
+        while time.monotonic() < end and select.select([fd], [], [], max(0, end - time.monotonic()))[0]:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                break
+            output.add(data)
+    except OSError:
+        pass
 
 
 def kill_group(proc):
@@ -2377,11 +2433,12 @@ def cmd_save(convo, arg):
     if arg and (not SESSION_NAME.match(arg) or arg == "autosave"):
         raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), got %r" % arg)
     if arg and arg != session["id"] and os.path.exists(session_path(arg)) \
-            and session_head(arg).get("uid") != session["uid"]:
+            and session_head(arg).get("copy_of") != session["uid"]:   # only this conversation's copy
         free = next(n for n in ("%s-%d" % (arg, i) for i in range(2, 1000)) if not os.path.exists(session_path(n)))
         raise BantamError("%r holds a different conversation; choose another name, e.g. /save %s" % (arg, free))
     session["summary"] = summarize(cfg, convo["messages"])
-    copy = dict(session, id=arg or None, written=[])
+    copy = dict(new_session(arg or None), summary=session["summary"], copy_of=session["uid"],
+                created_at=session["created_at"])
     save_session(cfg, copy, convo["messages"], link=False)
     if session["id"]:
         save_session(cfg, session, convo["messages"])   # the summary goes on the conversation too
@@ -2479,6 +2536,604 @@ ALIASES = {"/cont": "/continue", "/exit": "/quit"}
 
 
 # ----------------------------------------------------------------------------------------
+# Markdown: the reply rendered line by line, each line when its newline arrives
+# ----------------------------------------------------------------------------------------
+# A renderer is a plain dict (md_start). md_feed keeps only the open partial line, and while
+# a table is possible its rows; every completed line is rendered once and never revisited.
+
+MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
+             "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
+             "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
+MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
+MD_RESET = "\033[0m"
+BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
+TASK_BOXES = {" ": "\u2610", "x": "\u2611", "X": "\u2611"}   # - [ ] ☐   - [x] ☑
+
+SGR = re.compile(r"\033\[[0-9;]*m")                        # \033[1;36m
+NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# A ZWJ with the character it joins, and skin-tone modifiers, draw as part of the glyph before.
+GLUED = re.compile("\u200d.?|[\U0001f3fb-\U0001f3ff]", re.S)
+PIECES = re.compile(r"( *)([^ ]+)")                        # "  word": the gap and the word
+# One style code, or one character with the marks drawn on it (a hard break never splits them):
+# joined by ZWJ, combining accents, variation selectors, skin tones.
+CHARS = re.compile("\033\\[[0-9;]*m"
+                   "|.(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*", re.S)
+
+FENCE = re.compile(r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$")    # ```python
+FENCE_END = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*$")                 # ```
+HEADING = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")   # ## Title
+RULE = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")            # ---  ***  _ _ _
+QUOTE = re.compile(r" {0,3}((?:>[ \t]?)+)(.*)")                       # > > quoted text
+# "- item", "  * item", "12. item", "3) item", "- [x] done" (indent, marker, task, text)
+ITEM = re.compile(r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)")
+DELIMITER = re.compile(r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$")    # | :--- | :-: | --: |
+# A table row splits at "|", except inside `code spans` and in "\|".
+CELL_BREAK = re.compile(r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|")
+
+MARKUP = re.compile(r"[`\\\[<*_~]")
+# Inline spans. Every alternative starts with a literal character, which lets re skip ahead
+# fast; a lookbehind right after it checks the character before: `(?<!``)` = "not after `".
+# Spans are at most 500 characters, so a line full of unmatched markers stays linear.
+INLINE = re.compile(
+    r"`(?<!``)(?P<ticks>`*)(?!`)(?P<code>.{1,500}?)(?<!`)`(?P=ticks)(?!`)"   # `code` ``a`b``
+    r"|\\(?P<esc>[!-/:-@\[-`{-~])"                                            # \*
+    r"|\[(?P<text>[^\]]{0,500})\]\((?P<url>[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)\)"  # [text](url)
+    r"|<(?P<auto>https?://[^>\s]{1,500})>"                                  # <https://a.b>
+    r"|\*(?<!\*\*)(?P<stars>\*{0,2})(?![\s*])(?P<star>.{1,500}?)(?<![\s*\\])\*(?P=stars)(?!\*)"
+    r"|_(?<![\w\\]_)(?P<lows>_{0,2})(?![\s_])(?P<low>.{1,500}?)(?<![\s_\\])_(?P=lows)(?!\w)"
+    r"|~~(?![\s~])(?P<strike>.{1,500}?)(?<![\s~\\])~~")                     # ~~strike~~
+
+
+def md_start(width, color=True):
+    """A new renderer for a terminal width columns wide."""
+    return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
+            "part": [], "fence": None, "held": None, "table": None, "lists": [],
+            "blank": True}
+
+
+def md_feed(state, text):
+    """Terminal text for every line that text completes; the rest waits for its newline."""
+    if "\n" not in text:
+        state["part"].append(text)
+        return ""
+    lines = text.split("\n")
+    lines[0] = "".join(state["part"]) + lines[0]
+    state["part"] = [lines.pop()]
+    return "".join([md_line(state, line) for line in lines])
+
+
+def md_end(state):
+    """Terminal text for whatever is left: the last line, a table, an open code block."""
+    out = md_feed(state, "\n") if "".join(state["part"]) else ""
+    if state["held"] is not None:
+        head, state["held"] = state["held"], None
+        out += md_block(state, head, hold=False)
+    if state["table"] is not None:
+        out += md_table(state)
+    if state["fence"] is not None:             # closed as its own closing fence would
+        out += md_code(state, state["fence"][0] * state["fence"][1])
+    return out
+
+
+def md_line(state, line):
+    """One complete source line rendered (a possible table header is held for one line)."""
+    if line.endswith("\r"):
+        line = line[:-1]
+    if state["fence"] is not None:
+        return md_code(state, line)
+    out = ""
+    if state["table"] is not None:
+        if "|" in line:
+            state["table"][0].append(split_row(line))
+            return ""
+        out = md_table(state)
+    elif state["held"] is not None:
+        head, state["held"] = state["held"], None
+        cells = split_row(head)
+        delimiters = split_row(line) if "|" in line and DELIMITER.match(line) else []
+        if len(delimiters) == len(cells):      # a table: rows are kept until it ends
+            state["table"] = ([cells], [alignment(d) for d in delimiters])
+            del state["lists"][:]
+            return ""
+        out = md_block(state, head, hold=False)
+    return out + md_block(state, line)
+
+
+def md_block(state, line, hold=True):
+    """One source line outside code blocks and tables as terminal lines."""
+    if "\t" in line:
+        line = line.expandtabs(4)
+    text = line.strip()
+    if not text:
+        if state["blank"]:
+            return ""                      # runs of blank lines show as one
+        state["blank"] = True
+        return "\n"
+    state["blank"] = False
+    indent, lead = len(line) - len(line.lstrip()), text[0]
+    st, lists = state["styles"], state["lists"]
+    m = lead in "`~" and FENCE.match(line)
+    if m:
+        return md_fence(state, m, indent)
+    m = lead == "#" and HEADING.match(line)
+    if m:
+        del lists[:]
+        return md_heading(state, len(m.group(1)), m.group(2) or "")
+    if lead in "-*_" and RULE.match(line):
+        del lists[:]
+        return styled("\u2500" * state["width"], st["dim"]) + "\n"
+    m = lead == ">" and QUOTE.match(line)
+    if m:
+        del lists[:]
+        return md_quote(state, m.group(1).count(">"), m.group(2))
+    m = lead in "-*+0123456789" and ITEM.match(line)
+    if m:
+        return md_item(state, indent, m)
+    if hold and "|" in text:
+        state["held"] = line               # a table header, if a delimiter row follows
+        return ""
+    pad = " " * list_column(lists, indent)  # a paragraph, or an item's continuation
+    return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
+
+
+def hang(lines, first, rest):
+    """Lines as output text, the first behind first, the others behind rest."""
+    return first + ("\n" + rest).join(lines) + "\n"
+
+
+def list_column(lists, indent):
+    """Text column of the deepest open list item that a line continues (none: lists end)."""
+    for item_indent, _, column in reversed(lists):
+        if item_indent < indent:
+            return column
+    del lists[:]
+    return 0
+
+
+def md_item(state, indent, m):
+    """A list item: bullet by depth or the item's own number, text with a hanging indent."""
+    lists = state["lists"]
+    while lists and indent < lists[-1][0]:
+        lists.pop()
+    if lists and indent < lists[-1][0] + 2:
+        start = lists.pop()[1]             # a sibling (indents off by one still count)
+    else:
+        start = lists[-1][2] if lists else 0   # a child starts at its parent's text
+    start = min(start, state["width"] // 2)    # deep nesting in a narrow terminal
+    marker = m.group(2)
+    if not marker[0].isdigit():
+        marker = BULLETS[len(lists) % 3]
+    if m.group(3):                         # task list: the box replaces a bullet
+        box = TASK_BOXES[m.group(3)]
+        marker = box if not marker[0].isdigit() else marker + " " + box
+    column = start + display_width(marker) + 1
+    lists.append((indent, start, column))
+    text = md_inline((m.group(4) or "").strip(), state["styles"])
+    lines = wrap_words(text, state["width"] - column)
+    return hang(lines, " " * start + marker + " ", " " * column)
+
+
+def md_heading(state, level, text):
+    """A heading without its #s, bold; levels 1 and 2 underlined with a line of ═ or ─."""
+    st = state["styles"]
+    style = st["title"] if level < 3 else st["heading"]
+    lines = wrap_words(styled(md_inline(text, st, style), style), state["width"])
+    out = hang(lines, "", "")
+    wide = max(map(display_width, lines))
+    if level < 3 and wide:
+        out += styled(("\u2550" if level == 1 else "\u2500") * wide, st["dim"]) + "\n"
+    return out
+
+
+def md_quote(state, depth, text):
+    """A block quote behind one bar per level (never a leading >, which is the prompt)."""
+    st = state["styles"]
+    bar = styled(" ".join(["\u2502"] * depth), st["dim"])
+    if not text.strip():
+        return bar + "\n"
+    width, lead = state["width"] - 2 * depth, bar + " "
+    item, heading = ITEM.match(text), HEADING.match(text)
+    if item and item.group(4):             # > - item: a bullet with a hanging indent
+        marker = item.group(2) if item.group(2)[0].isdigit() else BULLETS[0]
+        lines = wrap_words(md_inline(item.group(4).strip(), st), width - len(marker) - 1)
+        return hang(lines, lead + marker + " ", lead + " " * (len(marker) + 1))
+    if heading:                            # > ## Note: bold
+        text = styled(md_inline(heading.group(2) or "", st, st["heading"]), st["heading"])
+    else:
+        text = md_inline(text.strip(), st)
+    return hang(wrap_words(text, width), lead, lead)
+
+
+def md_fence(state, m, indent):
+    """The header of a fenced code block (─── python), indented like the list it is in."""
+    pad = " " * list_column(state["lists"], indent)
+    state["fence"] = (m.group(2)[0], len(m.group(2)), indent, pad)   # ``` or ~~~, length
+    label = "\u2500" * 3 + (" " + m.group(3) if m.group(3) else "")
+    return pad + styled(label, state["styles"]["dim"]) + "\n"
+
+
+def md_code(state, line):
+    """A line inside a fenced code block: verbatim and unwrapped, or the closing fence."""
+    char, size, indent, pad = state["fence"]
+    m = FENCE_END.match(line)
+    if m and m.group(1)[0] == char and len(m.group(1)) >= size:
+        state["fence"] = None
+        return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
+    body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # drop the fence's indent
+    return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
+
+
+def split_row(line):
+    """The cells of a table row: "| a | `b|c` | d \\| e |" -> ["a", "`b|c`", "d | e"]."""
+    text = line.strip()
+    if text.startswith("|"):
+        text = text[1:]
+    if text.endswith("|") and not text.endswith("\\|"):
+        text = text[:-1]
+    cells, start = [], 0
+    for m in CELL_BREAK.finditer(text):
+        if m.group() == "|":
+            cells.append(text[start:m.start()])
+            start = m.end()
+    cells.append(text[start:])
+    return [cell.strip().replace("\\|", "|") for cell in cells]
+
+
+def alignment(cell):
+    """A delimiter cell's alignment: ":--" left, ":-:" center, "--:" right."""
+    if cell.endswith(":"):
+        return "center" if cell.startswith(":") else "right"
+    return "left"
+
+
+def align(text, width, how):
+    """Text padded to width columns, left, centered or right."""
+    gap = width - display_width(text)
+    if how == "right":
+        return " " * gap + text
+    if how == "center":
+        return " " * (gap // 2) + text + " " * (gap - gap // 2)
+    return text + " " * gap
+
+
+def fit_columns(widths, room):
+    """Column widths with the widest capped so that all of them fill room at most."""
+    if sum(widths) <= room:
+        return widths
+    left, count = room, len(widths)
+    for k, w in enumerate(sorted(widths)):    # narrow columns keep their width
+        if w * (count - k) > left:
+            cap = left // (count - k)
+            break
+        left -= w
+    fitted = [min(w, cap) for w in widths]
+    spare = room - sum(fitted)
+    for i, w in enumerate(widths):            # the remainder goes to capped columns
+        if spare and w > cap:
+            fitted[i], spare = cap + 1, spare - 1
+    return fitted
+
+
+def md_table(state):
+    """The buffered table drawn once in a box, header bold, cells wrapped to fit the width."""
+    rows, aligns = state["table"]
+    state["table"] = None
+    st, count = state["styles"], len(aligns)
+    rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
+    cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
+    cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
+    room = state["width"] - 3 * count - 1    # "│ " + " │ " between cells + " │"
+    if room < 2 * count:                   # too many columns for a frame: one line a row
+        sep = " " + styled("\u2502", st["dim"]) + " "
+        return "".join(hang(wrap_words(sep.join(row), state["width"]), "", "") for row in cells)
+    natural = [max(1, max(display_width(row[i]) for row in cells)) for i in range(count)]
+    widths = fit_columns(natural, room)
+
+    def rule(left, mid, right):
+        return styled(left + mid.join("\u2500" * (w + 2) for w in widths) + right, st["dim"])
+    bar = styled("\u2502", st["dim"])
+    out = [rule("\u250c", "\u252c", "\u2510")]
+    for r, row in enumerate(cells):
+        parts = [wrap_words(cell, w) for cell, w in zip(row, widths)]
+        for k in range(max(map(len, parts))):
+            texts = [align(part[k] if k < len(part) else "", w, how)
+                     for part, w, how in zip(parts, widths, aligns)]
+            out.append(bar + " " + (" " + bar + " ").join(texts) + " " + bar)
+        if r == 0:
+            out.append(rule("\u251c", "\u253c", "\u2524"))
+    out.append(rule("\u2514", "\u2534", "\u2518"))
+    return "\n".join(out) + "\n"
+
+
+def md_inline(text, st, base="", depth=0):
+    """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
+    if depth > 8 or not MARKUP.search(text):   # spans in spans: 8 deep is plenty
+        return text
+
+    def span(m):
+        kind = m.lastgroup                 # the last group of each alternative names it
+        inner = m.group(kind)
+        if kind == "code":                 # verbatim; `` ` x ` `` loses one space a side
+            if inner[:1] == inner[-1:] == " " and inner.strip():
+                inner = inner[1:-1]
+            return styled(inner, st["code"], base) if st["code"] else "`" + inner + "`"
+        if kind == "esc":
+            return inner
+        if kind == "auto":
+            return styled(inner, st["url"], base)
+        if kind == "url":
+            url = styled(inner, st["url"], base)
+            if m.group("text").strip() in ("", inner):
+                return url                 # [https://a.b](https://a.b) shows the URL once
+            return md_inline(m.group("text"), st, base, depth + 1) + " (" + url + ")"
+        if kind == "strike":
+            inner = md_inline(inner, st, base + st["s"], depth + 1)
+            return styled(inner, st["s"], base) if st["s"] else "~~" + inner + "~~"
+        marks = m.group("stars") or m.group("lows") or ""    # after the first * or _
+        style = st[("i", "b", "bi")[len(marks)]]
+        return styled(md_inline(inner, st, base + style, depth + 1), style, base)
+    return INLINE.sub(span, text)
+
+
+def styled(text, style, base=""):
+    """Text in a style, then the enclosing base style again (nothing when color is off)."""
+    return style + text + MD_RESET + base if style and text else text
+
+
+def wrap_words(text, width):
+    """Text broken at spaces into lines of at most width columns; a style open at a break
+    is closed at the line's end and reopened on the next line."""
+    width = max(width, 1)
+    if display_width(text) <= width:
+        return [text]
+    lines, line, used, active = [], "", 0, ""
+    for gap, word in PIECES.findall(text):
+        w = len(word) if word.isascii() and "\033" not in word else display_width(word)
+        if used + len(gap) + w <= width:           # the usual case: it fits
+            line, used = line + gap + word, used + len(gap) + w
+        elif w <= width:                           # on a new line (a leading gap is dropped)
+            if used:
+                lines.append(line + MD_RESET if active else line)
+                line = active
+            line, used = line + word, w
+        else:                                      # longer than a line: fill it, then cut
+            if width - used - len(gap) < 1:
+                lines.append(line + MD_RESET if active else line)
+                line, used, gap = active, 0, ""
+            for i, (piece, w) in enumerate(hard_split(word, width - used - len(gap), width)):
+                if i:
+                    lines.append(line + MD_RESET if active else line)
+                    line, used, gap = active, 0, ""
+                if piece:                          # empty: not even one character fitted
+                    line, used = line + gap + piece, used + len(gap) + w
+                active = active_styles(active, piece) if "\033" in piece else active
+            continue
+        if "\033" in word:
+            active = active_styles(active, word)
+    return lines + [line]
+
+
+def hard_split(word, room, width):
+    """A too-long word cut into (piece, columns): room columns first, then width each."""
+    pieces, piece, used = [], "", 0
+    for ch in CHARS.findall(word):
+        w = display_width(ch)
+        if used + w > room and (used or room < width):
+            pieces.append((piece, used))
+            piece, used, room = "", 0, width
+        piece, used = piece + ch, used + w
+    return pieces + [(piece, used)]
+
+
+def active_styles(active, text):
+    """The SGR codes still open after text, given those open before it."""
+    for code in SGR.findall(text):
+        active = "" if code in (MD_RESET, "\033[m") else active + code
+    return active
+
+
+def display_width(text):
+    """Terminal columns of text: CJK and emoji 2, combining marks and SGR codes 0."""
+    if "\033" in text:
+        text = SGR.sub("", text)
+    if text.isascii():
+        return len(text)
+    text = GLUED.sub("", text)
+    wide = NON_ASCII.findall(text)        # only the non-ASCII characters need a look-up
+    return len(text) - len(wide) + sum(map(char_width, wide))
+
+
+def char_width(ch):
+    """Columns of one character: 0 for combining and format marks, 2 for wide ones, else 1."""
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+# ----------------------------------------------------------------------------------------
+# The terminal view: the answer rendered as Markdown, tool calls shown as what they do,
+# a command's output live (cut to a screenful). Only for a terminal (render=auto) or on
+# request (render=always); pipes and files get the plain view, the spec's traces.
+# ----------------------------------------------------------------------------------------
+
+def terminal_view(cfg, out=None, err=None):
+    """A view for a person at a terminal: the plain view's layout and colors, plus rendered
+    Markdown, readable tool calls and live tool output."""
+    out = out or sys.stdout
+    view_state = {}
+
+    def view(event):
+        if not view_state:
+            view_state.update(plain_state(cfg, out, err or sys.stderr), md=None, tool=None,
+                              tool_lines=cfg.get("tool_lines") or 0)
+        handler = TERMINAL.get(event["type"]) or PLAIN.get(event["type"])
+        if handler:
+            handler(view_state, event)
+    return view
+
+
+def screen_size(state):
+    """(columns, rows) of the terminal (COLUMNS/LINES when it is not one)."""
+    try:
+        size = os.get_terminal_size(state["out"].fileno())
+        return size.columns, size.lines
+    except (OSError, ValueError, AttributeError):
+        return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
+
+
+def term_text(state, event):
+    """A piece of the answer, rendered line by line; the line in progress is previewed (its
+    tail, dim) until its newline arrives."""
+    depth = event["depth"]
+    if state["block"] != "text":
+        close_block(state, event)
+        state["block"] = "text"
+        columns = screen_size(state)[0] - 4 * depth
+        state["md"] = md_start(columns, state["color"])
+    rendered = md_feed(state["md"], TERMINAL_UNSAFE.sub(visible, event["text"]))
+    if rendered:
+        write(state, rendered, depth=depth, raw=True)
+    preview(state, "".join(state["md"]["part"]), depth)
+    flush_out(state)
+
+
+def preview(state, text, depth):
+    """Show the end of the line in progress on the current row (replaced when it is done)."""
+    if not text or not state["bol"]:
+        return
+    room = screen_size(state)[0] - 1 - 4 * depth
+    tail = text[-room:]
+    while display_width(tail) > room:
+        tail = tail[1:]
+    pad = "  \u2502 " * depth
+    state["out"].write("\r\033[K" + pad + (COLORS["dim"] + tail + RESET if state["color"] else tail))
+    state["status"] = True
+
+
+def term_reply_end(state, event):
+    """The reply is over: render what is left of it."""
+    if state["md"] is not None:
+        if state["status"]:
+            clear_status(state)
+        rest = md_end(state["md"])
+        state["md"] = None
+        if rest:
+            write(state, rest, depth=event["depth"], raw=True)
+    show_reply_end(state, event)
+
+
+def term_tool_call(state, event):
+    """A tool call as what it does: "$ command" (line breaks kept), a subagent's prompt."""
+    close_block(state, event)
+    end_line(state, event["depth"])
+    try:
+        args = json.loads(event["arguments"])
+    except ValueError:
+        args = None
+    if event["name"] in ("shell_exec", "bash") and isinstance(args, dict) and isinstance(args.get("command"), str):
+        text = "$ " + args["command"].rstrip("\n")
+    elif event["name"] == "run_subagent" and isinstance(args, dict) and isinstance(args.get("prompt"), str):
+        text = "\u00bb subagent: " + args["prompt"].rstrip("\n")
+    else:
+        text = "[tool call: %s(%s)]" % (event["name"], event["arguments"])
+    write(state, text + "\n", "call", event["depth"])
+    import collections
+    limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
+    state["tool"] = {"lines": 0, "partial": "", "tail": collections.deque(maxlen=limit - limit // 2),
+                     "limit": limit, "started": time.monotonic(), "status_at": 0.0}
+    flush_out(state, now=True)
+
+
+def term_tool_output(state, event):
+    """A command's output as it comes, dim: the first half-screenful of lines, then only the
+    count (the last lines are shown when it ends). Work per piece is small whatever its
+    size: once the first lines are shown, a piece is only counted and its end kept."""
+    tool = state["tool"]
+    if tool is None:
+        return
+    text = tool["partial"] + event["text"]
+    shown = tool["limit"] // 2
+    while tool["lines"] < shown and "\n" in text:
+        line, text = text.split("\n", 1)
+        tool["lines"] += 1
+        write(state, line[:2000] + "\n", "body", event["depth"])   # the screen needs no more
+    if tool["lines"] >= shown:
+        tool["lines"] += text.count("\n")
+        pieces = text.rsplit("\n", tool["tail"].maxlen)
+        text = pieces.pop()
+        tool["tail"].extend(pieces[-tool["tail"].maxlen:])
+    tool["partial"] = text[-4096:]   # a line this long is cut on screen anyway
+    if time.monotonic() - tool["status_at"] >= 0.1:
+        tool_status(state, event)
+    flush_out(state)
+
+
+def tool_status(state, event):
+    """The live status of a running command: seconds so far, lines not shown yet."""
+    tool = state["tool"]
+    tool["status_at"] = time.monotonic()
+    if not state["bol"] or not state["tty"]:
+        return
+    hidden = tool["lines"] - tool["limit"] // 2
+    text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
+    if hidden > 0:
+        text += " \u00b7 %d more lines" % hidden
+    state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + (COLORS["dim"] + text + RESET if state["color"] else text))
+    state["status"] = True
+
+
+def term_tool_result(state, event):
+    """The end of a tool: the rest of a command's output (its last lines after "... N more
+    lines"), then how it ended; another tool's result, cut to a screenful."""
+    tool, state["tool"] = state["tool"], None
+    depth = event["depth"]
+    if tool is not None and (tool["lines"] or tool["partial"]) and event["ok"]:
+        end_tool_output(state, event, tool)
+        code = re.search(r"\nexit: (-?\d+)$", event["content"])
+        took = time.monotonic() - tool["started"]
+        summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?", took)
+        write(state, summary + "\n", "dim" if code and code.group(1) == "0" else "error", depth)
+    else:
+        end_line(state, depth)
+        text = event["content"]
+        lines = text.split("\n")
+        limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
+        if len(lines) > limit:
+            text = "\n".join(lines[:limit // 2] + ["... %d more lines" % (len(lines) - limit)] + lines[-(limit - limit // 2):])
+        write(state, text + ("" if text.endswith("\n") else "\n"), "body" if event["ok"] else "error", depth)
+    flush_out(state, now=True)
+
+
+def end_tool_output(state, event, tool):
+    """The output lines kept back: "... N more lines", then the last ones."""
+    if tool["partial"]:   # the last line had no newline
+        if tool["lines"] < tool["limit"] // 2:
+            write(state, tool["partial"] + "\n", "body", event["depth"])
+        else:
+            tool["tail"].append(tool["partial"])
+        tool["lines"] += 1
+    if state["status"]:
+        clear_status(state)
+    hidden = tool["lines"] - tool["limit"] // 2 - len(tool["tail"])
+    if hidden > 0:
+        write(state, "... %d more lines\n" % hidden, "dim", event["depth"])
+    for line in tool["tail"]:
+        write(state, TERMINAL_UNSAFE.sub(visible, line) + "\n", "body", event["depth"], raw=True)
+
+
+def term_tool_progress(state, event):
+    """A command is still running: refresh its status line."""
+    if state["tool"] is not None:
+        tool_status(state, event)
+        flush_out(state)
+
+
+TERMINAL = {"text": term_text, "reply_end": term_reply_end, "tool_call": term_tool_call,
+            "tool_output": term_tool_output, "tool_result": term_tool_result,
+            "tool_progress": term_tool_progress}
+
+
+# ----------------------------------------------------------------------------------------
 # The REPL, batch mode and the command line
 # ----------------------------------------------------------------------------------------
 
@@ -2493,8 +3148,9 @@ def run_turn(convo, prompt, take_back=False):
     before = messages[:]
     append_user(messages, prompt)
     asked = messages[-1]
-    emit(cfg, "prompt", text=redact_all(cfg, prompt) if isinstance(prompt, str) else prompt)
     save_step(cfg, convo["session"], messages)   # the prompt survives a kill
+    emit(cfg, "prompt", text=redact_all(cfg, prompt) if isinstance(prompt, str) else prompt,
+         session=convo["session"]["id"])
     last = {}
 
     def on_event(event):   # the turn's last usage, for the token line
@@ -2524,34 +3180,102 @@ def history_path():
     return os.path.join(os.path.expanduser("~"), ".bantam_history")
 
 
+HISTORY_MARK = "#bantam history 2: one entry a line, \\n is a line break, \\\\ a backslash\n"
+
+
 def setup_readline():
-    """Line editing and history; Ctrl+J inserts a newline. None without readline."""
+    """Line editing and history: Ctrl+J inserts a newline, a paste is one prompt (bracketed
+    paste), Tab completes /commands and session ids. None without readline."""
     try:
         import readline
     except ImportError:
         return None
     readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
+    readline.parse_and_bind("set enable-bracketed-paste on")
+    readline.parse_and_bind("tab: complete")
+    readline.set_completer_delims(" \t\n")
+    readline.set_completer(complete)
     readline.set_history_length(1000)
-    try:
-        readline.read_history_file(history_path())
-    except (OSError, UnicodeDecodeError):
-        pass
+    for entry in read_history():
+        readline.add_history(entry)
     return readline
 
 
+def read_history():
+    """The history entries: a multi-line prompt is one entry (bantam 1.0's file: one a line)."""
+    try:
+        with open(history_path(), encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")[:-1]
+    except OSError:
+        return []
+    if lines[:1] != [HISTORY_MARK.rstrip("\n")]:
+        return lines
+    unescape = {"\\n": "\n", "\\\\": "\\"}
+    return [re.sub(r"\\[n\\]", lambda m: unescape[m.group()], line) for line in lines[1:]]
+
+
 def save_history(readline):
-    """Write the history file atomically, mode 0600."""
+    """Write the history file atomically, mode 0600, a multi-line entry on one line."""
     if not readline:
         return
-    import tempfile
+    entries = [readline.get_history_item(i) for i in range(1, readline.get_current_history_length() + 1)]
+    text = "".join(e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e)
     try:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(history_path()), prefix=".bantam_history.")
-        os.close(fd)
-        readline.write_history_file(tmp)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, history_path())
+        write_private_file(history_path(), HISTORY_MARK + text)
     except OSError as e:
         say("warning: cannot save history: %s" % e)
+
+
+def complete(text, state):
+    """Readline's completer: /commands at the start of the line, session ids after /load."""
+    import readline
+    line = readline.get_line_buffer()
+    if line.startswith(("/load ", "/save ")):
+        options = [sid for sid in session_ids() if sid.startswith(text)]
+    elif " " not in line:
+        options = [name for name in list(COMMANDS) + list(ALIASES) if name.startswith(text)]
+    else:
+        options = []
+    return options[state] + " " if state < len(options) else None
+
+
+def keyboard_held(fd):
+    """While a turn runs: keys typed wait for the next prompt, unseen (no echo), and an
+    Enter stays an Enter (\\r), not a line break inside the prompt. Returns the terminal
+    settings to put back (None if fd is not a terminal). Ctrl+C still interrupts."""
+    try:
+        import termios
+        before = termios.tcgetattr(fd)
+    except (ImportError, OSError):
+        return None
+    held = list(before)
+    held[0] &= ~termios.ICRNL                       # Enter arrives as \r: readline's accept-line
+    held[3] &= ~(termios.ECHO | termios.ICANON)     # unseen; each key readable as it comes
+    termios.tcsetattr(fd, termios.TCSANOW, held)    # TCSANOW: keys already typed are kept
+    return before
+
+
+def keyboard_back(fd, before):
+    """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
+    if before is not None:
+        import termios
+        termios.tcsetattr(fd, termios.TCSANOW, before)
+
+
+def did_you_mean(name):
+    """ "; did you mean /list?" for a command name that is close to a real one, else ""."""
+    import difflib
+    close = difflib.get_close_matches(name, list(COMMANDS) + list(ALIASES), n=1, cutoff=0.6)
+    return "; did you mean %s?" % close[0] if close else ""
+
+
+def startup_line(cfg):
+    """The REPL's first line: model, endpoint host, context window when configured, /help."""
+    from urllib.parse import urlsplit
+    parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
+    if cfg["sources"]["context_window"] != "default":
+        parts.append("context %d" % cfg["context_window"])
+    return " \u00b7 ".join(parts) + " \u00b7 /help for commands"
 
 
 def ask(question, default=True):
@@ -2572,7 +3296,10 @@ def ask(question, default=True):
 def repl(convo):
     """Read prompts and commands until /quit, EOF or Ctrl+C twice."""
     cfg = convo["cfg"]
-    readline = setup_readline() if sys.stdin.isatty() else None
+    terminal = sys.stdin.isatty()
+    readline = setup_readline() if terminal else None
+    if terminal:
+        note(cfg, startup_line(cfg), "info")
     last_interrupt, again = 0.0, ""
     try:
         while True:
@@ -2594,9 +3321,10 @@ def repl(convo):
             finally:
                 if again and readline:
                     readline.set_pre_input_hook(None)
-            again = ""
+            again, line = "", line.rstrip("\n")   # a paste's last line break is not sent
             if not line.strip():
                 continue
+            held = None
             try:
                 name, _, arg = line.strip().partition(" ")
                 name = ALIASES.get(name, name)
@@ -2605,9 +3333,12 @@ def repl(convo):
                         break
                     continue
                 if re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
-                    note(cfg, "unknown command %s (see /help)" % name)
+                    note(cfg, "unknown command %s%s (see /help)" % (name, did_you_mean(name)))
                     continue
+                held = keyboard_held(sys.stdin.fileno()) if terminal else None
                 share = run_turn(convo, line, take_back=True)
+                keyboard_back(sys.stdin.fileno(), held)
+                held = None
                 if share >= COMPACT_AT and sys.stdin.isatty() and ask(
                         "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
                     cmd_compact(convo, "")
@@ -2622,6 +3353,8 @@ def repl(convo):
             except BantamError as e:
                 emit(cfg, "error", message=redact_all(cfg, str(e)))
                 again = getattr(e, "prompt", "")
+            finally:
+                keyboard_back(sys.stdin.fileno(), held)
             if again:
                 note(cfg, "[no reply: your prompt is back on the input line, to edit or send again]", "info")
     finally:
@@ -2764,12 +3497,19 @@ def start_conversation(cfg, args):
     return new_session(), system
 
 
-def make_sink(cfg, args, convo):
+def make_sink(cfg, args, convo, batch):
     """Where the events go: a view (plain, quiet or JSONL), the trace file, the step saver."""
     if args.jsonl:
-        view = jsonl_view(sys.stdout, cfg)
+        stream = sys.stdout
+        if not batch:   # the REPL's prompt and its commands' output go to stderr: stdout is JSON only
+            sys.stdout.flush()
+            stream = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", errors="replace")
+            os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+        view = jsonl_view(stream, cfg)
     elif args.quiet:
         view = plain_view(cfg, out=sys.stderr)
+    elif cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty()):
+        view = terminal_view(cfg)
     else:
         view = plain_view(cfg)
     trace = None
@@ -2798,13 +3538,18 @@ def main(argv=None):
         batch = args.prompt is not None or args.prompt_file is not None or args.replay is not None
         cfg = check_key_destination(cfg, args, interactive=not batch and sys.stdin.isatty())
         prompt = read_prompt(args) if batch and not args.replay else None
+        if args.output:   # before the model is paid: a file that cannot be written fails now
+            try:
+                open(args.output, "a").close()
+            except OSError as e:
+                raise ConfigError("-o/--output: cannot write %s: %s" % (args.output, e.strerror))
         if prompt is not None and not prompt.strip():
             raise ConfigError("the prompt is empty")
         session, messages = start_conversation(cfg, args)
         convo = {"cfg": cfg, "messages": messages, "session": session}
-        cfg["on_event"] = make_sink(cfg, args, convo)
+        cfg["on_event"] = make_sink(cfg, args, convo, batch)
         emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
-             session=session["id"])
+             session=session["id"], time=now())
         if args.replay:
             return replay(convo, args.replay)
         if not batch:
@@ -2891,12 +3636,13 @@ def replayed_reply(cfg, quiet):
     message = json.loads(json.dumps(state["replies"][state["replied"]]))   # a copy
     state["replied"] += 1
     if not quiet:
-        emit(cfg, "request", model=cfg["model"], messages=0, stream=False)
+        emit(cfg, "request", model=cfg["model"], messages=None, stream=False)
         if message.get("reasoning_content"):
             emit(cfg, "reasoning", text=message["reasoning_content"])
         if message.get("content"):
             emit(cfg, "text", text=message["content"])
         emit(cfg, "reply_end", finish=None)
+    emit(cfg, "reply", message=message, quiet=quiet)
     return message
 
 

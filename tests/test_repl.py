@@ -15,6 +15,8 @@ from tests.support import (
     BantamTestCase, completion, error, strip_ansi, text_stream, tool_call_stream)
 
 PROMPT = "> "
+# The prompt at the start of a line; readline may switch bracketed paste on just before it.
+PROMPT_LINE = re.compile(r"\n(?:\x1b\[\?2004h)?> ")
 SESSION_ID = re.compile(r"\[saved session (\d{8}-\d{6}(?:-\d+)?)\]")
 
 
@@ -38,8 +40,8 @@ class ReplCase(BantamTestCase):
         term.sendline(line)
         for text in expected:
             term.expect(text)
-        term.expect("\n" + PROMPT)
-        return term.output[start:]
+        term.expect(PROMPT_LINE)
+        return term.output[start:].replace("\r", "")   # (readline ends a line with \r\n or \r)
 
     def quit(self, term, keys="/quit\r"):
         """Leave with keys (/quit or Ctrl+D) at the prompt and assert a clean exit."""
@@ -93,7 +95,7 @@ class TurnTests(ReplCase):
         term.send("first line\x0asecond line\x0athird")
         term.sendline()
         term.expect("got both lines")
-        term.expect("\n" + PROMPT)
+        term.expect(PROMPT_LINE)
         self.assertEqual(len(self.server.posts), 1)
         self.assertEqual(self.last_messages()[-1]["content"], "first line\nsecond line\nthird")
         self.quit(term)
@@ -120,17 +122,21 @@ class TurnTests(ReplCase):
         self.quit(term)
 
     def test_color_auto_on_a_terminal(self):
-        """color=auto on a terminal uses the palette: a yellow tool-call trace, a green result header."""
-        self.ws.write_config(self.server, color="auto")
-        self.push(tool_call_stream([("c1", "shell_exec", {"command": "echo painted"})]),
-                  text_stream("colored"))
-        term = self.start()
-        term.sendline("hi")
-        term.expect("\033[33m[tool call: shell_exec(")
-        term.expect("\033[32m[tool result: shell_exec]")
-        term.expect("colored")
-        term.expect("\n" + PROMPT)
-        self.quit(term, "\x04")
+        """color=auto on a terminal uses the palette: with render=never (the spec's traces) a
+        yellow tool-call trace and a green result header; rendered, a yellow "$ command"."""
+        for render, call, result in (("never", "\033[33m[tool call: shell_exec(", "\033[32m[tool result: shell_exec]"),
+                                     ("auto", "\033[33m$ echo painted", "\033[2mexit 0 \u00b7 ")):
+            with self.subTest(render=render):
+                self.ws.write_config(self.server, color="auto", render=render)
+                self.push(tool_call_stream([("c1", "shell_exec", {"command": "echo painted"})]),
+                          text_stream("colored"))
+                term = self.start()
+                term.sendline("hi")
+                term.expect(call)
+                term.expect(result)
+                term.expect("colored")
+                term.expect(PROMPT_LINE)
+                self.quit(term, "\x04")
 
 
 class CommandTests(ReplCase):

@@ -500,7 +500,7 @@ class StartupTests(TransportCase):
         term = Pty([sys.executable, "-X", "importtime", BANTAM], cwd=self.ws.work,
                    env=self.ws.env())
         self.addCleanup(term.kill)
-        term.expect(re.compile(r"(?:^|\n)> "))
+        term.expect(re.compile(r"(?:^|\n)(?:\x1b\[\?2004h)?> "))
         before_prompt = imported(term.before)
         time.sleep(0.3)   # grace for anything started in the background
         self.assertEqual((self.server.connections, self.server.requests), (0, []))
