@@ -1,0 +1,783 @@
+"""The event stream (issue 11): --jsonl, the schema of every event type, a golden run, the
+trace file, record and replay, the library API, two runs in two threads, and a fleet of 50.
+
+bantam.py runs as a real subprocess against the scripted FakeServer; the library tests run
+small Python programs that `import bantam` in a subprocess of their own.
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import unittest
+
+import bantam
+from tests.support import (
+    BANTAM, BantamTestCase, chunk, completion, error, run_program, sse, text_stream,
+    tool_call_stream, usage)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASE = {"type", "t", "depth"}
+# The fields of each event type, besides type, t and depth (read from bantam.py's emit calls).
+FIELDS = {
+    "start": {"version", "model", "mode", "session"},
+    "prompt": {"text"},
+    "turn_start": {"messages"},
+    "request": {"model", "messages", "stream"},
+    "reasoning": {"text"},
+    "text": {"text"},
+    "reply_end": {"finish"},
+    "reply": {"message", "quiet"},
+    "usage": {"model", "prompt_tokens", "cached_tokens", "completion_tokens", "estimated", "quiet",
+              "seconds", "first_output"},
+    "message": {"message"},
+    "tool_call": {"id", "name", "arguments"},
+    "tool_output": {"text"},
+    "tool_result": {"id", "name", "content", "ok"},
+    "retry": {"error", "attempt", "of", "wait"},
+    "note": {"text", "level"},
+    "error": {"message"},
+    "compaction": {"before", "after", "kept_prompt"},
+    "context": {"model", "prompt_tokens", "cached_tokens", "completion_tokens", "estimated", "window",
+                "share"},
+    "turn_end": {"status", "error"},
+}
+SECRET = "sk-secret-9f8e7d6c5b4a"
+HEADER_SECRET = "hdr-secret-0a1b2c3d"
+FORBIDDEN_MODULES = ("http.client", "socket", "subprocess", "ssl", "readline", "argparse")
+
+
+def shell_call(call_id, command):
+    """A (id, name, args) tool call of shell_exec."""
+    return (call_id, "shell_exec", {"command": command})
+
+
+def closed_port():
+    """A local TCP port nothing listens on (bound, then closed)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def of_type(events, kind, depth=None):
+    """The events of one type (at one depth, if given)."""
+    return [e for e in events if e["type"] == kind and (depth is None or e["depth"] == depth)]
+
+
+def joined(events, kind, depth=0):
+    """The text of all events of a kind (text, reasoning, tool_output) at a depth, joined."""
+    return "".join(e["text"] for e in of_type(events, kind, depth))
+
+
+def merged(events):
+    """Events with each run of text, reasoning or tool_output pieces (same depth) joined into one:
+    how a stream is cut into pieces is not part of the schema."""
+    out = []
+    for event in events:
+        last = out[-1] if out else None
+        if (last and event["type"] in ("text", "reasoning", "tool_output") and last["type"] == event["type"]
+                and last["depth"] == event["depth"]):
+            out[-1] = dict(last, text=last["text"] + event["text"])
+        else:
+            out.append(dict(event))
+    return out
+
+
+class EventCase(BantamTestCase):
+    """Helpers: parse and check a JSONL stream, run bantam with --jsonl, a library program."""
+
+    def parse(self, text):
+        """The events of a JSONL text, after checking every line: a JSON object with a known
+        type, exactly its type's fields, a number t that never decreases within a run (a
+        trace file holds run after run), an integer depth."""
+        events, last_t = [], 0.0
+        for number, line in enumerate(text.splitlines(), 1):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                self.fail("line %d is not JSON: %r\n%s" % (number, line, text[-3000:]))
+            self.assertIsInstance(event, dict, line)
+            self.assertIn(event.get("type"), FIELDS, "unknown event type: %s" % line)
+            self.assertEqual(set(event), BASE | FIELDS[event["type"]], "fields of %s" % line)
+            self.assertIsInstance(event["t"], (int, float), line)
+            if event["type"] == "start":   # t counts from its process's start: a new run starts again
+                last_t = 0.0
+            self.assertGreaterEqual(event["t"], last_t, "t decreased at line %d" % number)
+            last_t = event["t"]
+            self.assertIsInstance(event["depth"], int, line)
+            self.assertGreaterEqual(event["depth"], 0, line)
+            events.append(event)
+        return events
+
+    def run_jsonl(self, *args, code=0, **kw):
+        """Run `bantam --jsonl *args`; assert the exit code; return (result, parsed events)."""
+        result = self.run_bantam("--jsonl", *args, **kw)
+        self.assertEqual(result.returncode, code, "stdout:\n%s\nstderr:\n%s" % (result.stdout, result.stderr))
+        return result, self.parse(result.stdout)
+
+    def one(self, events, kind, depth=0):
+        """The single event of a type at a depth."""
+        found = of_type(events, kind, depth)
+        self.assertEqual(len(found), 1, "one %s event expected: %s" % (kind, found))
+        return found[0]
+
+    def run_python(self, code, *args, env=None, timeout=60):
+        """Run `python -c code *args` in the workspace with bantam importable; the CompletedProcess."""
+        env = dict(env or {}, PYTHONPATH=ROOT)
+        return run_program(self.ws, [sys.executable, "-c", code] + list(args), env=env, timeout=timeout)
+
+    def read_json(self, path):
+        """A JSON file's value."""
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+    def read_text(self, path):
+        """A text file's content."""
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+
+
+class EventSchemaTests(EventCase):
+    """One test per event type: its place in the run and the values of its fields."""
+
+    def tool_run(self, *args, command="echo hi"):
+        """A run making one shell_exec call, then answering "Done."; (result, events)."""
+        self.push(tool_call_stream([shell_call("call_1", command)], usage=usage(30, 7)),
+                  text_stream("Done.", usage=usage(50, 4)))
+        return self.run_jsonl("-p", "do it", *args)
+
+    def test_start(self):
+        """start: first, with the version, the model, the mode (batch) and the session id."""
+        self.push(text_stream("ok"))
+        _, events = self.run_jsonl("--session", "s-start", "-p", "hi")
+        self.assertEqual(events[0], dict(events[0], type="start", depth=0, version=bantam.VERSION,
+                                         model="test-model", mode="batch", session="s-start"))
+        self.assertEqual(len(of_type(events, "start")), 1)
+
+    def test_start_in_the_repl(self):
+        """start: mode is "repl" without a prompt."""
+        result = self.run_bantam("--trace", "t.jsonl", input="")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        events = self.parse(self.read_text(self.ws.path("work", "t.jsonl")))
+        self.assertEqual(events[0]["mode"], "repl")
+
+    def test_prompt(self):
+        """prompt: the user's prompt, before the turn starts."""
+        self.push(text_stream("ok"))
+        _, events = self.run_jsonl("-p", "the prompt text")
+        event = self.one(events, "prompt")
+        self.assertEqual(event["text"], "the prompt text")
+        self.assertLess(events.index(event), events.index(self.one(events, "turn_start")))
+
+    def test_turn_start(self):
+        """turn_start: the number of messages the turn starts with (system + prompt)."""
+        self.push(text_stream("ok"))
+        _, events = self.run_jsonl("-p", "hi")
+        self.assertEqual(self.one(events, "turn_start")["messages"], 2)
+
+    def test_request(self):
+        """request: one per model call, with the model, the messages sent and whether it streams."""
+        _, events = self.tool_run()
+        requests = of_type(events, "request")
+        self.assertEqual([(e["model"], e["messages"], e["stream"]) for e in requests],
+                         [("test-model", 2, True), ("test-model", 4, True)])
+        self.push(text_stream("ok"))
+        _, events = self.run_jsonl("--set", "stream=false", "-p", "hi")
+        self.assertIs(self.one(events, "request")["stream"], False)
+
+    def test_reasoning(self):
+        """reasoning: the reasoning pieces, in order, before the answer's text."""
+        self.push(text_stream("The answer.", reasoning="Thinking it over."))
+        _, events = self.run_jsonl("-p", "hi")
+        self.assertEqual(joined(events, "reasoning"), "Thinking it over.")
+        last_reasoning = max(i for i, e in enumerate(events) if e["type"] == "reasoning")
+        first_text = min(i for i, e in enumerate(events) if e["type"] == "text")
+        self.assertLess(last_reasoning, first_text)
+
+    def test_text(self):
+        """text: the answer's pieces, which join to the whole answer, between request and reply_end."""
+        self.push(text_stream("A streamed answer in many pieces.", pieces=3))
+        _, events = self.run_jsonl("-p", "hi")
+        self.assertEqual(joined(events, "text"), "A streamed answer in many pieces.")
+        types = [e["type"] for e in merged(events)]
+        self.assertEqual(types[types.index("request"):types.index("reply_end") + 1],
+                         ["request", "text", "reply_end"])
+
+    def test_reply_end(self):
+        """reply_end: one per model call, with its finish reason."""
+        _, events = self.tool_run()
+        self.assertEqual([e["finish"] for e in of_type(events, "reply_end")], ["tool_calls", "stop"])
+
+    def test_reply(self):
+        """reply: the whole assistant message of each model call."""
+        _, events = self.tool_run()
+        replies = of_type(events, "reply")
+        self.assertEqual(len(replies), 2)
+        self.assertEqual(replies[0]["message"]["tool_calls"][0]["function"],
+                         {"name": "shell_exec", "arguments": '{"command": "echo hi"}'})
+        self.assertEqual(replies[1]["message"], {"role": "assistant", "content": "Done."})
+        self.assertEqual([r["quiet"] for r in replies], [False, False])
+
+    def test_usage(self):
+        """usage: one per model call with the server's token figures and timing in seconds."""
+        self.push(text_stream("ok", usage=usage(12, 5, cached=4)))
+        _, events = self.run_jsonl("-p", "hi")
+        event = self.one(events, "usage")
+        self.assertEqual({k: event[k] for k in ("model", "prompt_tokens", "cached_tokens", "completion_tokens",
+                                                "estimated", "quiet")},
+                         {"model": "test-model", "prompt_tokens": 12, "cached_tokens": 4, "completion_tokens": 5,
+                          "estimated": False, "quiet": False})
+        self.assertGreaterEqual(event["seconds"], 0)
+        self.assertGreaterEqual(event["first_output"], 0)
+        self.assertLessEqual(event["first_output"], event["seconds"])
+
+    def test_usage_estimated(self):
+        """usage: without the server's figures, estimated is true and the counts are positive."""
+        self.push(text_stream("an answer without usage"))
+        _, events = self.run_jsonl("-p", "hi")
+        event = self.one(events, "usage")
+        self.assertIs(event["estimated"], True)
+        self.assertGreater(event["prompt_tokens"], 0)
+        self.assertGreater(event["completion_tokens"], 0)
+        self.assertIsNone(event["cached_tokens"])
+
+    def test_message(self):
+        """message: each message added to the conversation, as the session file holds them."""
+        _, events = self.tool_run("--session", "s-msg")
+        added = [e["message"] for e in of_type(events, "message")]
+        self.assertEqual([m["role"] for m in added], ["assistant", "tool", "assistant"])
+        saved = self.read_json(os.path.join(self.ws.sessions_dir(), "s-msg.json"))["messages"]
+        self.assertEqual(saved[2:], added)
+
+    def test_tool_call(self):
+        """tool_call: the call's id, the tool's name and its arguments as JSON text."""
+        _, events = self.tool_run()
+        event = self.one(events, "tool_call")
+        self.assertEqual((event["id"], event["name"], json.loads(event["arguments"])),
+                         ("call_1", "shell_exec", {"command": "echo hi"}))
+
+    def test_tool_output(self):
+        """tool_output: a command's output as it comes, between its tool_call and tool_result."""
+        _, events = self.tool_run(command="echo first; sleep 0.3; echo second")
+        outputs = of_type(events, "tool_output")
+        self.assertGreaterEqual(len(outputs), 2, "output arrives as it is printed")
+        self.assertEqual(joined(events, "tool_output"), "first\nsecond\n")
+        call = events.index(self.one(events, "tool_call"))
+        result = events.index(self.one(events, "tool_result"))
+        self.assertTrue(all(call < events.index(e) < result for e in outputs))
+
+    def test_tool_result(self):
+        """tool_result: the call's id, the tool's name, the result sent to the model, ok true."""
+        _, events = self.tool_run()
+        event = self.one(events, "tool_result")
+        self.assertEqual((event["id"], event["name"], event["content"], event["ok"]),
+                         ("call_1", "shell_exec", "hi\n\n\nexit: 0", True))
+
+    def test_tool_result_not_ok(self):
+        """tool_result: ok is false for a call that could not run (an unknown tool)."""
+        self.push(tool_call_stream([("call_x", "no_such_tool", {})]), text_stream("Done."))
+        _, events = self.run_jsonl("-p", "hi")
+        event = self.one(events, "tool_result")
+        self.assertIs(event["ok"], False)
+        self.assertIn("unknown tool", event["content"])
+
+    def test_retry(self):
+        """retry: the error, the attempt number, the number of retries allowed, and the wait."""
+        self.push(error(503, "busy right now"), text_stream("recovered"))
+        _, events = self.run_jsonl("--set", "backoff=0.01,0.02", "-p", "hi")
+        event = self.one(events, "retry")
+        self.assertIn("busy right now", event["error"])
+        self.assertEqual((event["attempt"], event["of"], event["wait"]), (1, 2, 0.01))
+        self.assertEqual(joined(events, "text"), "recovered")
+
+    def test_note(self):
+        """note: a diagnostic with its level (a reply cut at the token limit is a warning)."""
+        self.push(sse([chunk({"role": "assistant", "content": ""}), chunk({"content": "cut sho"}),
+                       chunk({}, finish_reason="length")]))
+        _, events = self.run_jsonl("-p", "hi")
+        event = self.one(events, "note")
+        self.assertEqual(event["level"], "warning")
+        self.assertIn("finish_reason: length", event["text"])
+
+    def test_error(self):
+        """error: a failed turn's message (exit 1), after turn_end with status "failed"."""
+        self.push(error(401, "the key is not valid"))
+        result, events = self.run_jsonl("-p", "hi", code=1)
+        event = self.one(events, "error")
+        self.assertIn("the key is not valid", event["message"])
+        turn_end = self.one(events, "turn_end")
+        self.assertEqual(turn_end["status"], "failed")
+        self.assertIn("the key is not valid", turn_end["error"])
+        self.assertLess(events.index(turn_end), events.index(event))
+
+    def test_compaction(self):
+        """compaction: the message counts before and after, and whether the prompt was kept."""
+        self.push(error(400, body={"error": {
+            "message": "This model's maximum context length is 128000 tokens. However, your messages "
+                       "resulted in 130211 tokens.", "type": "invalid_request_error",
+            "code": "context_length_exceeded"}}),
+            completion("SUMMARY of the talk"), text_stream("after compaction"))
+        _, events = self.run_jsonl("-p", "a prompt that overflows")
+        event = self.one(events, "compaction")
+        self.assertEqual((event["before"], event["after"], event["kept_prompt"]), (2, 2, True))
+        self.assertEqual(joined(events, "text"), "after compaction")
+        self.assertIn("SUMMARY of the talk", self.server.bodies[-1]["messages"][1]["content"])
+
+    def test_context(self):
+        """context: after the turn, the last call's figures and the share of the window it fills."""
+        _, events = self.tool_run()
+        event = self.one(events, "context")
+        self.assertEqual(events[-1], event)
+        self.assertEqual({k: event[k] for k in FIELDS["context"]},
+                         {"model": "test-model", "prompt_tokens": 50, "cached_tokens": None,
+                          "completion_tokens": 4, "estimated": False, "window": 100000, "share": 0.0005})
+
+    def test_turn_end(self):
+        """turn_end: status "done" and no error after a finished turn."""
+        _, events = self.tool_run()
+        event = self.one(events, "turn_end")
+        self.assertEqual((event["status"], event["error"]), ("done", None))
+
+    def test_subagent_events_are_one_level_deeper(self):
+        """A subagent's events carry depth 1; its answer is the parent's tool result at depth 0."""
+        self.push(tool_call_stream([("call_s", "run_subagent", {"prompt": "child task"})]),
+                  text_stream("child answer"), text_stream("parent done"))
+        _, events = self.run_jsonl("-p", "delegate")
+        self.assertEqual(joined(events, "text", depth=1), "child answer")
+        self.assertEqual(joined(events, "text", depth=0), "parent done")
+        self.assertEqual([e["depth"] for e in of_type(events, "turn_start")], [0, 1])
+        self.assertEqual([e["depth"] for e in of_type(events, "turn_end")], [1, 0])
+        self.assertEqual(self.one(events, "tool_result")["content"], "child answer")
+
+
+GOLDEN = [
+    {"type": "start", "depth": 0, "version": bantam.VERSION, "model": "test-model", "mode": "batch",
+     "session": "golden"},
+    {"type": "prompt", "depth": 0, "text": "say hello with a command"},
+    {"type": "turn_start", "depth": 0, "messages": 2},
+    {"type": "request", "depth": 0, "model": "test-model", "messages": 2, "stream": True},
+    {"type": "reply_end", "depth": 0, "finish": "tool_calls"},
+    {"type": "reply", "depth": 0, "quiet": False, "message": {
+        "role": "assistant", "content": "", "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "shell_exec", "arguments": '{"command": "echo hello"}'}}]}},
+    {"type": "usage", "depth": 0, "model": "test-model", "prompt_tokens": 30, "cached_tokens": None,
+     "completion_tokens": 7, "estimated": False, "quiet": False, "seconds": "S", "first_output": "S"},
+    {"type": "message", "depth": 0, "message": {
+        "role": "assistant", "content": "", "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "shell_exec", "arguments": '{"command": "echo hello"}'}}]}},
+    {"type": "tool_call", "depth": 0, "id": "call_1", "name": "shell_exec",
+     "arguments": '{"command": "echo hello"}'},
+    {"type": "tool_output", "depth": 0, "text": "hello\n"},
+    {"type": "tool_result", "depth": 0, "id": "call_1", "name": "shell_exec",
+     "content": "hello\n\n\nexit: 0", "ok": True},
+    {"type": "message", "depth": 0, "message": {"role": "tool", "tool_call_id": "call_1",
+                                                "content": "hello\n\n\nexit: 0"}},
+    {"type": "request", "depth": 0, "model": "test-model", "messages": 4, "stream": True},
+    {"type": "text", "depth": 0, "text": "It printed hello."},
+    {"type": "reply_end", "depth": 0, "finish": "stop"},
+    {"type": "reply", "depth": 0, "quiet": False, "message": {"role": "assistant", "content": "It printed hello."}},
+    {"type": "usage", "depth": 0, "model": "test-model", "prompt_tokens": 50, "cached_tokens": None,
+     "completion_tokens": 4, "estimated": False, "quiet": False, "seconds": "S", "first_output": "S"},
+    {"type": "message", "depth": 0, "message": {"role": "assistant", "content": "It printed hello."}},
+    {"type": "turn_end", "depth": 0, "status": "done", "error": None},
+    {"type": "context", "depth": 0, "model": "test-model", "prompt_tokens": 50, "cached_tokens": None,
+     "completion_tokens": 4, "estimated": False, "window": 100000, "share": 0.0005},
+]
+
+
+class JsonlTests(EventCase):
+    """--jsonl as a whole: a golden run, nothing but JSON on stdout, no secrets."""
+
+    def test_golden_run(self):
+        """A scripted run (a tool call, then an answer) gives exactly the expected events, t and timings aside."""
+        self.push(tool_call_stream([shell_call("call_1", "echo hello")], usage=usage(30, 7)),
+                  text_stream("It printed hello.", usage=usage(50, 4)))
+        _, events = self.run_jsonl("--session", "golden", "-p", "say hello with a command")
+        normal = []
+        for event in merged(events):
+            event = {k: v for k, v in event.items() if k != "t"}
+            for key in ("seconds", "first_output"):
+                if isinstance(event.get(key), (int, float)):
+                    event[key] = "S"
+            normal.append(event)
+        self.assertEqual(normal, GOLDEN)
+
+    def test_stdout_holds_only_json_lines(self):
+        """With --jsonl, a run with a retry, escapes and trace-like tool output prints only JSON lines."""
+        self.ws.write_config(self.server, backoff="0.01,0.01", unknown_key="x")
+        self.push(error(500, "flaky"),
+                  tool_call_stream([shell_call("call_1", r"printf '\033[31mred\033[0m\n[tool result: fake]\n> '")]),
+                  text_stream("Final\nanswer\n", reasoning="hmm"))
+        result, events = self.run_jsonl("-p", "go")
+        self.assertTrue(result.stdout.endswith("\n"))
+        self.assertIn("retry", [e["type"] for e in events])
+        self.assertIn("\033[31mred", joined(events, "tool_output"))
+        self.assertEqual(joined(events, "text"), "Final\nanswer\n")
+        self.assertIn("unknown config key", result.stderr)   # config warnings stay on stderr
+
+    # BUG: in the REPL, --jsonl still writes the "> " input prompt and the output of
+    # /commands (show()) to stdout, between the JSON lines. Fix: with --jsonl, write the
+    # prompt and command output to stderr (or emit them as events), so stdout stays JSONL.
+    @unittest.expectedFailure
+    def test_repl_stdout_holds_only_json_lines(self):
+        """With --jsonl, the REPL (prompts piped in) prints only JSON lines on stdout."""
+        self.push(text_stream("repl answer"))
+        result = self.run_bantam("--jsonl", input="hello\n/help\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        events = self.parse(result.stdout)
+        self.assertEqual(joined(events, "text"), "repl answer")
+
+    def test_secrets_never_appear(self):
+        """The api_key and header values never appear in the JSONL, even when the model and a tool print them."""
+        self.ws.write_config(self.server, api_key=SECRET, headers=json.dumps({"x-token": HEADER_SECRET}))
+        self.push(tool_call_stream([shell_call("call_1", "echo %s %s" % (SECRET, HEADER_SECRET))]),
+                  text_stream("The key is %s and %s." % (SECRET, HEADER_SECRET), pieces=3))
+        result, events = self.run_jsonl("--trace", "t.jsonl", "-p", "show me the key")
+        self.assertEqual(self.server.posts[0]["headers"]["authorization"], "Bearer " + SECRET)
+        trace = self.read_text(self.ws.path("work", "t.jsonl"))
+        for secret in (SECRET, HEADER_SECRET):
+            self.assertNotIn(secret, result.stdout)
+            self.assertNotIn(secret, result.stderr)
+            self.assertNotIn(secret, trace)
+        self.assertIn("The key is *** and ***.", joined(events, "text"))
+        self.assertIn("*** ***", self.one(events, "tool_result")["content"])
+
+
+class TraceFileTests(EventCase):
+    """--trace FILE and trace_file: the same events appended to a file, run after run."""
+
+    def test_trace_holds_the_jsonl_events(self):
+        """--trace FILE gets exactly the lines --jsonl prints."""
+        self.push(tool_call_stream([shell_call("call_1", "echo traced")]), text_stream("ok"))
+        result, _ = self.run_jsonl("--trace", "trace.jsonl", "-p", "go")
+        self.assertEqual(self.read_text(self.ws.path("work", "trace.jsonl")), result.stdout)
+
+    def test_trace_appends_run_after_run(self):
+        """Two batch runs with --trace append: two start events, each run's events whole and in order."""
+        self.push(text_stream("first"), text_stream("second"))
+        for prompt in ("prompt one", "prompt two"):
+            result = self.run_bantam("--trace", "trace.jsonl", "-p", prompt)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertNotIn('"type"', result.stdout)   # the human view stays on stdout
+        events = self.parse(self.read_text(self.ws.path("work", "trace.jsonl")))
+        starts = [i for i, e in enumerate(events) if e["type"] == "start"]
+        self.assertEqual(len(starts), 2)
+        runs = [events[starts[0]:starts[1]], events[starts[1]:]]
+        self.assertEqual([self.one(run, "prompt")["text"] for run in runs], ["prompt one", "prompt two"])
+        self.assertEqual([joined(run, "text") for run in runs], ["first", "second"])
+        for run in runs:
+            self.assertEqual([run[0]["type"], run[-1]["type"]], ["start", "context"])
+
+    def test_trace_file_key_in_repl_and_batch(self):
+        """trace_file in model.cfg: a REPL run then a batch run append to it, in that order."""
+        self.ws.write_config(self.server, trace_file="events.jsonl")
+        self.push(text_stream("repl answer"), text_stream("batch answer"))
+        result = self.run_bantam(input="repl prompt\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        result = self.run_bantam("-p", "batch prompt")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        events = self.parse(self.read_text(self.ws.path("work", "events.jsonl")))
+        self.assertEqual([e["mode"] for e in of_type(events, "start")], ["repl", "batch"])
+        self.assertEqual([e["text"] for e in of_type(events, "prompt")], ["repl prompt", "batch prompt"])
+        self.assertEqual(joined(events, "text"), "repl answerbatch answer")
+
+
+class ReplayTests(EventCase):
+    """--replay TRACE: the recorded model replies instead of the network, the tools for real."""
+
+    def record(self, *commands):
+        """Record a run whose shell_exec calls (one per command) run with VALUE=alpha, then answer."""
+        calls = [shell_call("call_%d" % i, c) for i, c in enumerate(commands, 1)]
+        self.push(tool_call_stream(calls), text_stream("Value seen."))
+        result = self.run_bantam("--trace", "trace.jsonl", "-p", "show the value", env={"VALUE": "alpha"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("alpha", result.stdout)
+        return self.ws.path("work", "trace.jsonl")
+
+    def replay(self, value, *args, endpoint=None):
+        """Replay trace.jsonl with VALUE=value against an endpoint nobody listens on."""
+        endpoint = endpoint or "http://127.0.0.1:%d/v1" % closed_port()
+        return self.run_bantam("--replay", "trace.jsonl", "-e", endpoint, *args, env={"VALUE": value})
+
+    def test_matching_replay(self):
+        """Replaying with the same environment runs the tool again and exits 0: all tool results matched."""
+        self.record("echo $VALUE > seen.txt; cat seen.txt")
+        os.unlink(self.ws.path("work", "seen.txt"))
+        result = self.replay("alpha")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("replay: all 1 tool results matched the recording", result.stderr)
+        self.assertIn("Value seen.", result.stdout)
+        self.assertEqual(self.read_text(self.ws.path("work", "seen.txt")), "alpha\n")   # the tool ran for real
+
+    def test_replay_uses_no_network(self):
+        """A replay sends nothing to the endpoint, even one that is listening."""
+        self.record("echo $VALUE")
+        listening = self.make_server()
+        result = self.replay("alpha", endpoint=listening.url)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(listening.requests, [])
+        self.assertEqual(listening.connections, 0)
+
+    def test_diverging_replay(self):
+        """A tool result that differs from the recording: exit 1 and a note naming it with a diff."""
+        self.record("echo $VALUE")
+        result = self.replay("beta")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("replay: diverged at tool result 1: shell_exec differs from the recording", result.stderr)
+        self.assertIn("-alpha", result.stderr)
+        self.assertIn("+beta", result.stderr)
+
+    def test_replay_names_the_first_difference(self):
+        """With several tool results, the note names the first one that differs (here the second)."""
+        self.record("echo fixed", "echo $VALUE", "echo again $VALUE")
+        result = self.replay("beta")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("diverged at tool result 2:", result.stderr)
+        self.assertNotIn("tool result 3", result.stderr)
+
+    def test_replay_with_jsonl(self):
+        """--replay --jsonl prints the replayed events and an info note as JSON lines."""
+        self.record("echo $VALUE")
+        result = self.replay("alpha", "--jsonl")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        events = self.parse(result.stdout)
+        self.assertEqual(self.one(events, "prompt")["text"], "show the value")
+        self.assertEqual(self.one(events, "tool_result")["content"], "alpha\n\n\nexit: 0")
+        self.assertEqual(joined(events, "text"), "Value seen.")
+        note = of_type(events, "note")[-1]
+        self.assertEqual(note["level"], "info")
+        self.assertIn("all 1 tool results matched", note["text"])
+
+    def test_replay_without_a_prompt(self):
+        """A trace with no recorded prompt is a usage error (exit 2) naming the file."""
+        self.ws.write("empty.jsonl", '{"type": "start", "t": 0, "depth": 0}\n')
+        result = self.run_bantam("--replay", "empty.jsonl")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("empty.jsonl", result.stderr)
+
+
+IMPORT_PROBE = r"""
+import json, os, signal, sys
+def handlers():
+    found = {}
+    for sig in signal.valid_signals():
+        try:
+            found[int(sig)] = repr(signal.getsignal(sig))
+        except (OSError, ValueError):
+            pass
+    return found
+def files(root):
+    return sorted(os.path.join(d, n) for d, dirs, names in os.walk(root) for n in dirs + names)
+home = os.path.expanduser("~")
+before = handlers(), files(home), set(sys.modules), dict(os.environ), os.getcwd()
+import bantam
+after = handlers(), files(home), set(sys.modules), dict(os.environ), os.getcwd()
+with open(sys.argv[1], "w") as f:
+    json.dump({"signals": [s for s in before[0] if before[0][s] != after[0].get(s)],
+               "files": [p for p in after[1] if p not in before[1]],
+               "modules": sorted(after[2] - before[2]),
+               "environ": before[3] == after[3], "cwd": before[4] == after[4]}, f)
+"""
+
+README_EXAMPLE = r"""
+import json, sys
+import bantam
+
+cfg = bantam.load_config(overrides={"endpoint": sys.argv[1], "model": "m"})
+messages = [{"role": "system", "content": cfg["system_prompt"]},
+            {"role": "user", "content": "hi"}]
+events = []
+bantam.AL(cfg, messages, on_event=events.append)
+
+with open(sys.argv[2], "w") as f:
+    json.dump({"messages": messages, "events": events, "cfg_keys": sorted(cfg)}, f)
+"""
+
+PLAIN_EXAMPLE = r"""
+import sys
+import bantam
+cfg = bantam.load_config(overrides={"endpoint": sys.argv[1], "model": "m", "color": "never"})
+bantam.AL(cfg, [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}])
+"""
+
+THREADS = r"""
+import json, sys, threading
+import bantam
+
+def run(name, url, model, key):
+    cfg = bantam.load_config(overrides={"endpoint": url, "model": model, "api_key": key})
+    messages = [{"role": "system", "content": cfg["system_prompt"]},
+                {"role": "user", "content": "task " + name}]
+    events = []
+    bantam.AL(cfg, messages, on_event=events.append)
+    results[name] = {"messages": messages, "events": events}
+
+results = {}
+threads = [threading.Thread(target=run, args=("a", sys.argv[1], "model-a", "key-aaaa")),
+           threading.Thread(target=run, args=("b", sys.argv[2], "model-b", "key-bbbb"))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+with open(sys.argv[3], "w") as f:
+    json.dump(results, f)
+"""
+
+
+class LibraryTests(EventCase):
+    """`import bantam`: no side effects, cheap; load_config + AL with an event callback."""
+
+    def test_import_has_no_side_effects(self):
+        """import bantam prints nothing, writes nothing under HOME, changes no signal handler or environment."""
+        out = self.ws.path("tmp", "probe.json")
+        result = self.run_python(IMPORT_PROBE, out)
+        self.assertEqual((result.returncode, result.stdout, result.stderr), (0, "", ""))
+        probe = self.read_json(out)
+        self.assertEqual(probe["signals"], [])
+        self.assertEqual(probe["files"], [])
+        self.assertTrue(probe["environ"])
+        self.assertTrue(probe["cwd"])
+        self.assertIn("bantam", probe["modules"])
+        for name in FORBIDDEN_MODULES:
+            self.assertNotIn(name, probe["modules"])
+
+    def test_import_is_cheap(self):
+        """`python -X importtime -c "import bantam"` imports no network, process, readline or argparse module."""
+        result = self.run_python("import bantam")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        result = run_program(self.ws, [sys.executable, "-X", "importtime", "-c", "import bantam"],
+                             env={"PYTHONPATH": ROOT})
+        imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                    if line.startswith("import time:")}
+        self.assertIn("bantam", imported)
+        for name in FORBIDDEN_MODULES:
+            self.assertNotIn(name, imported)
+
+    def test_readme_example(self):
+        """The README example (load_config + AL with on_event): prints nothing, answers, collects the events."""
+        self.push(tool_call_stream([shell_call("call_1", "echo from-the-tool")]),
+                  text_stream("Hello from the library."))
+        out = self.ws.path("tmp", "example.json")
+        result = self.run_python(README_EXAMPLE, self.server.url, out)
+        self.assertEqual((result.returncode, result.stdout, result.stderr), (0, "", ""))
+        data = self.read_json(out)
+        self.assertEqual(data["messages"][-1], {"role": "assistant", "content": "Hello from the library."})
+        self.assertEqual([m["role"] for m in data["messages"]], ["system", "user", "assistant", "tool", "assistant"])
+        events = self.parse("".join(json.dumps(e) + "\n" for e in data["events"]))
+        self.assertEqual([events[0]["type"], events[-1]["type"]], ["turn_start", "turn_end"])
+        self.assertEqual(joined(events, "tool_output"), "from-the-tool\n")
+        self.assertEqual(joined(events, "text"), "Hello from the library.")
+        self.assertEqual(self.server.bodies[0]["model"], "m")
+        self.assertNotIn("run", data["cfg_keys"], "AL leaves the caller's cfg as it was")
+
+    def test_al_without_callback_prints_plain_traces(self):
+        """AL(cfg, messages) without on_event prints the spec's plain traces and the answer on stdout."""
+        self.push(tool_call_stream([shell_call("call_1", "echo plain-tool")]), text_stream("Plain answer."))
+        result = self.run_python(PLAIN_EXAMPLE, self.server.url)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, '[tool call: shell_exec({"command": "echo plain-tool"})]\n'
+                                        "[tool result: shell_exec]\nplain-tool\n\n\nexit: 0\nPlain answer.\n")
+
+    def test_two_runs_in_two_threads(self):
+        """Two overlapping AL runs in two threads: each its own connection, model, events and usage."""
+        server_a = self.make_server([
+            tool_call_stream([shell_call("call_a", "echo from-a")], usage=usage(101, 11), delay=0.05),
+            text_stream("Answer A, slowly.", pieces=1, usage=usage(102, 12), delay=0.03)])
+        server_b = self.make_server([
+            tool_call_stream([shell_call("call_b", "echo from-b")], usage=usage(201, 21), delay=0.05),
+            text_stream("Answer B, slowly.", pieces=1, usage=usage(202, 22), delay=0.03)])
+        out = self.ws.path("tmp", "threads.json")
+        result = self.run_python(THREADS, server_a.url, server_b.url, out)
+        self.assertEqual((result.returncode, result.stdout, result.stderr), (0, "", ""))
+        data = self.read_json(out)
+        a, b = data["a"]["events"], data["b"]["events"]
+        # the runs overlapped in time ("t" is one clock for the whole process)
+        self.assertLess(a[0]["t"], b[-1]["t"])
+        self.assertLess(b[0]["t"], a[-1]["t"])
+        for name, server, events, other in (("a", server_a, a, "b"), ("b", server_b, b, "a")):
+            with self.subTest(run=name):
+                self.assertEqual(server.connections, 1)
+                self.assertEqual(len(server.posts), 2)
+                self.assertEqual({body["model"] for body in server.bodies}, {"model-" + name})
+                self.assertEqual({p["headers"]["authorization"] for p in server.posts}, {"Bearer key-%s" % (name * 4)})
+                self.assertEqual(joined(events, "text"), "Answer %s, slowly." % name.upper())
+                self.assertEqual(joined(events, "tool_output"), "from-%s\n" % name)
+                base = 100 if name == "a" else 200
+                self.assertEqual([(e["model"], e["prompt_tokens"], e["completion_tokens"])
+                                  for e in of_type(events, "usage")],
+                                 [("model-" + name, base + 1, base // 10 + 1),
+                                  ("model-" + name, base + 2, base // 10 + 2)])
+                text = json.dumps(events) + json.dumps(data[name]["messages"])
+                for foreign in ("model-" + other, "from-" + other, "Answer %s" % other.upper(), "task " + other):
+                    self.assertNotIn(foreign, text)
+                self.assertEqual(data[name]["messages"][-1]["content"], "Answer %s, slowly." % name.upper())
+
+
+FLEET = 50
+FLEET_SCRIPT = r"""
+mkdir -p out
+seq -w 1 %d | xargs -P %d -I {} sh -c '
+  "$0" "$1" --session run-{} --jsonl -p "task-{}: greet me" > out/{}.jsonl 2> out/{}.err
+  echo $? > out/{}.rc' "%s" "%s"
+"""
+
+
+class FleetTests(EventCase):
+    """50 batch runs at once through xargs -P, each with its own --session and --jsonl."""
+
+    def answer_by_prompt(self, record):
+        """The fake server's answer to one request of a fleet run: a tool call for its number, then its answer."""
+        messages = record["body"]["messages"]
+        prompt = next(m["content"] for m in messages if m["role"] == "user")
+        n = re.match(r"task-(\d+):", prompt).group(1)
+        if messages[-1]["role"] == "user":
+            return tool_call_stream([shell_call("call_%s" % n, "echo tool-%s" % n)])
+        return text_stream("answer-%s" % n)
+
+    def test_fifty_runs_at_once(self):
+        """50 parallel runs exit 0; each session file and JSONL stream holds only its own run; autosave is one."""
+        self.push(*[self.answer_by_prompt] * (2 * FLEET + 20))   # a few spare for retries
+        result = run_program(self.ws, ["sh", "-c", FLEET_SCRIPT % (FLEET, FLEET, sys.executable, BANTAM)],
+                             timeout=180)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        numbers = ["%02d" % n for n in range(1, FLEET + 1)]
+        tag = re.compile(r"(?:task|tool|answer)-(\d\d)")
+        for n in numbers:
+            with self.subTest(run=n):
+                out = self.ws.path("work", "out", n)
+                self.assertEqual(self.read_text(out + ".rc").strip(), "0", self.read_text(out + ".err"))
+                stream = self.read_text(out + ".jsonl")
+                events = self.parse(stream)
+                self.assertEqual(self.one(events, "start")["session"], "run-" + n)
+                self.assertEqual(joined(events, "text"), "answer-" + n)
+                self.assertEqual(set(tag.findall(stream)), {n})
+                path = os.path.join(self.ws.sessions_dir(), "run-%s.json" % n)
+                text = self.read_text(path)
+                session = json.loads(text)
+                self.assertEqual(session["id"], "run-" + n)
+                self.assertEqual([m["role"] for m in session["messages"]],
+                                 ["system", "user", "assistant", "tool", "assistant"])
+                self.assertEqual([(m["role"], m.get("content")) for m in session["messages"][1:]
+                                  if not m.get("tool_calls")],
+                                 [("user", "task-%s: greet me" % n), ("tool", "tool-%s\n\n\nexit: 0" % n),
+                                  ("assistant", "answer-" + n)])
+                self.assertEqual(set(tag.findall(text)), {n}, "nothing of another run")
+        self.assertFalse(self.server.exhausted)
+        names = sorted(os.listdir(self.ws.sessions_dir()))
+        self.assertEqual([n for n in names if not n.startswith(".")],
+                         sorted(["autosave.json"] + ["run-%s.json" % n for n in numbers]))
+        autosave = os.path.join(self.ws.sessions_dir(), "autosave.json")
+        target = os.path.realpath(autosave)
+        self.assertRegex(os.path.basename(target), r"^run-\d\d\.json$")
+        self.assertEqual(self.read_json(autosave), self.read_json(target))
+        self.assertEqual(self.read_json(autosave)["id"], os.path.basename(target)[:-5])
+
+
+if __name__ == "__main__":
+    unittest.main()
