@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark for bantam: start-up, REPL prompt, stream throughput, tool loop, memory.
+"""Benchmark for bantam: start-up, REPL, streams, tool loop, step saves, fleets, memory.
 
 The tool loop runs once per HTTP framing the fake server can answer in (chunked,
 Content-Length, close-delimited, HTTP/1.0, Connection: close; see FRAMINGS).
@@ -20,6 +20,7 @@ import os
 import pty
 import queue
 import re
+import resource
 import select
 import shutil
 import signal
@@ -369,7 +370,7 @@ class FakeServer(object):
 
     def __init__(self):
         self.stats = Stats()
-        self.commands = {"big": BIG_CMD, "quiet": QUIET_CMD}
+        self.commands = {"big": BIG_CMD, "quiet": QUIET_CMD, "true": "true"}
         self._bodies = {}
         self._blk = threading.Lock()
         self.listeners = dict((name, Listener(self, name)) for name in FRAMING_NAMES)
@@ -550,6 +551,180 @@ print(json.dumps({"status": status, "maxrss_kb": ru.ru_maxrss, "wall": wall,
 '''
 
 
+# Starts every argv of a fleet at once, each in its own session, reaps each by its PID with
+# os.wait4 and prints one rusage line per run. A process's ru_maxrss counts the peak RSS of
+# the process that forked it (Linux folds the old mm's high-water mark in at exec), so the
+# fleet is spawned from this small helper, not from run.py with its server and buffers; the
+# helper's own peak is printed too (a floor under every figure). On timeout every process
+# group still running gets SIGTERM (bantam then stops its tool's group), SIGKILL 3 s later. The PIDs are written to a file as they start, so that run.py
+# can kill their groups should the helper itself die.
+FLEET_HELPER_SRC = r"""
+import json, os, resource, signal, subprocess, sys, threading, time
+spec = json.loads(sys.argv[1])
+procs, results, reaped, killed = [], [], set(), set()
+lock = threading.Lock()
+
+
+def kill(pid, sig=signal.SIGKILL):
+    try:
+        os.killpg(pid, sig)
+    except OSError:
+        pass
+
+
+def running(pid):   # True while pid (a child not reaped yet) has not exited
+    if not hasattr(os, "waitid"):
+        return True
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
+
+
+def signal_all(sig):
+    with lock:   # never a PID already reaped: it may be someone else's by now
+        for p in procs:
+            if p.pid not in reaped:
+                if running(p.pid):
+                    killed.add(p.pid)
+                kill(p.pid, sig)   # its group: what it started may still run
+
+
+def kill_all():
+    # SIGTERM first: bantam then saves and stops its tool's process group (its own session)
+    signal_all(signal.SIGTERM)
+    last = threading.Timer(3.0, signal_all, [signal.SIGKILL])
+    last.daemon = True
+    last.start()
+
+
+dog = threading.Timer(spec["timeout"], kill_all)
+dog.daemon = True
+t0 = time.perf_counter()
+try:
+    with open(spec["pids"], "w") as pids:
+        for argv, errpath in zip(spec["argvs"], spec["stderr"]):
+            with open(errpath, "wb") as err:
+                p = subprocess.Popen(argv, cwd=spec["cwd"], env=spec["env"],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=err, start_new_session=True)
+            procs.append(p)
+            pids.write("%d\n" % p.pid)
+            pids.flush()
+    dog.start()
+    for p in procs:
+        if hasattr(os, "waitid"):   # wait without reaping, then reap under the lock
+            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+        with lock:
+            _, status, ru = os.wait4(p.pid, 0)
+            reaped.add(p.pid)
+        p.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+        results.append({"rc": p.returncode, "maxrss_kb": ru.ru_maxrss, "user_s": ru.ru_utime,
+                        "sys_s": ru.ru_stime, "cpu_s": ru.ru_utime + ru.ru_stime,
+                        "wall_s": time.perf_counter() - t0})
+finally:
+    dog.cancel()
+    with lock:   # an exception above: kill and reap whatever is left
+        for p in procs:
+            if p.pid not in reaped:
+                kill(p.pid)
+                try:
+                    os.wait4(p.pid, 0)
+                except ChildProcessError:
+                    pass
+                reaped.add(p.pid)
+# this process's own high-water mark, as its children inherit it (VmHWM); its ru_maxrss
+# would hold run.py's peak, folded in at its own exec
+hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    with open("/proc/self/status") as f:
+        hwm = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+except (OSError, StopIteration, ValueError, IndexError):
+    pass
+print(json.dumps({"runs": results, "timed_out": bool(killed), "killed": len(killed),
+                  "started": len(procs), "helper_maxrss_kb": hwm}))
+"""
+
+
+# The step-save micro-benchmark: imports bantam (importlib, from --bantam) with HOME in the
+# temp dir, grows a conversation the way the tool loop does (an assistant message with one
+# shell_exec call, then its tool message) and times every save of it, for each strategy:
+#   journal  bantam's own save_step at every message (appends to <id>.steps)
+#   whole    save_session at every message instead (the whole <id>.json rewritten, fsynced)
+#   nofsync  the same whole rewrite with os.fsync made a no-op (how much of it is fsync)
+# Each growth starts after the prompt's save (untimed, it creates the file) and ends with
+# the turn's final save_session (timed). Prints JSON: {strategy: [one dict per rep]}.
+STEPS_SRC = r"""
+import importlib.util, json, os, sys, time
+spec = json.loads(sys.argv[1])
+os.environ["HOME"] = spec["home"]
+os.chdir(spec["cwd"])
+mod = importlib.util.spec_from_file_location("bantam", spec["bantam"])
+bantam = importlib.util.module_from_spec(mod)
+sys.modules["bantam"] = bantam
+mod.loader.exec_module(bantam)
+cfg = bantam.load_config(config_file=spec["config"])
+real_fsync = os.fsync
+
+
+def no_fsync(fd):
+    pass
+
+
+def save_whole(cfg, session, messages):
+    bantam.save_session(cfg, session, messages, link=False)
+
+
+def grow(strategy, n):
+    session = bantam.new_session()
+    messages = [{"role": "system", "content": cfg["system_prompt"]}]
+    bantam.append_user(messages, "Run the benchmark step.\n")
+    bantam.save_step(cfg, session, messages)   # the prompt's save: creates the file
+    save = bantam.save_step if strategy == "journal" else save_whole
+    os.fsync = no_fsync if strategy == "nofsync" else real_fsync
+    steps, clock = [], time.perf_counter
+    journaled = False
+    try:
+        for i in range(n // 2):
+            call = {"id": "call_%d" % i, "type": "function",
+                    "function": {"name": "shell_exec", "arguments": '{"command": "true"}'}}
+            for m in ({"role": "assistant", "content": "", "tool_calls": [call]},
+                      bantam.tool_message(call["id"], "\n\nexit: 0")):
+                messages.append(m)
+                t0 = clock()
+                save(cfg, session, messages)
+                steps.append(clock() - t0)
+        path = bantam.session_path(session["id"])
+        journaled = os.path.exists(path[:-5] + ".steps")
+        t0 = clock()
+        bantam.save_session(cfg, session, messages)   # the turn's end
+        final = clock() - t0
+    finally:
+        os.fsync = real_fsync
+    with open(path, encoding="utf-8") as f:
+        saved = len(json.load(f)["messages"])
+    for p in (path, path[:-5] + ".steps"):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+    tail = steps[-max(1, n // 10):]
+    return {"step_mean_s": sum(steps) / len(steps), "tail_mean_s": sum(tail) / len(tail),
+            "step_max_s": max(steps), "final_s": final,
+            "per_step_s": (sum(steps) + final) / len(steps), "saved_messages": saved,
+            "expected_messages": len(messages), "journaled": journaled}
+
+
+out = dict((s, []) for s in spec["strategies"])
+grow("journal", 40)   # warm-up: imports, caches, the sessions folder
+grow("whole", 40)
+for _ in range(spec["reps"]):
+    for strategy in spec["strategies"]:
+        out[strategy].append(grow(strategy, spec["messages"]))
+print(json.dumps(out))
+"""
+
+
 # --------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------
@@ -576,7 +751,12 @@ class Bench(object):
         self.reader = self._write("reader.py", READER_SRC)
         self.looper = self._write("loop.py", LOOP_SRC)
         self.rss_helper = self._write("rss_helper.py", RSS_HELPER_SRC)
+        self.steps_helper = self._write("steps.py", STEPS_SRC)
+        self.fleet_helper = self._write("fleet.py", FLEET_HELPER_SRC)
         self.errlog = os.path.join(self.tmp, "stderr.log")
+        self.lib = None
+        self.fleet_helper_kb = 0
+        self.last_cpu = None
 
     def _write(self, name, text):
         path = os.path.join(self.tmp, name)
@@ -604,7 +784,10 @@ class Bench(object):
 
     def run(self, argv, cwd, timeout=300, capture=False):
         """Run argv, return (seconds, rc, stdout-bytes-or-None).  Own session so a
-        timeout can kill the process and whatever it spawned."""
+        timeout can kill the process and whatever it spawned. self.last_cpu is then the
+        CPU seconds (user + system) of the process and the children it reaped (run.py
+        starts children from its main thread only, one at a time)."""
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         with open(self.errlog, "wb") as err:
             t0 = time.perf_counter()
             p = subprocess.Popen(argv, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL,
@@ -621,6 +804,8 @@ class Bench(object):
             finally:
                 dog.cancel()
             dt = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            self.last_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             if fired:
                 raise RuntimeError("timed out after %ss: %s" % (timeout, " ".join(argv)))
         return dt, p.returncode, out
@@ -651,6 +836,20 @@ class Bench(object):
 
     def bantam_argv(self, *extra):
         return [PY, self.bantam] + list(extra)
+
+    def installed_argv(self, *extra):
+        """bantam as the installed command runs it. pip's console-script shim imports the
+        module (`from bantam import main`), so Python compiles bantam.py once and reuses the
+        cached .pyc; `python3 bantam.py` recompiles the file on every start."""
+        if self.lib is None:
+            self.lib = os.path.join(self.tmp, "lib")
+            os.makedirs(self.lib, exist_ok=True)
+            shutil.copy(self.bantam, os.path.join(self.lib, "bantam.py"))
+            argv = [PY, "-c", "import sys; sys.path.insert(0, %r); import bantam" % self.lib]
+            _, rc, _ = self.run(argv, self.tmp)   # writes the .pyc, as after `pip install`
+            self.check(rc, "import bantam")
+        return [PY, "-c", "import sys; sys.path.insert(0, %r); from bantam import main; "
+                "sys.exit(main())" % self.lib] + list(extra)
 
     def row(self, measure, bantam, baseline, ratio, target, met=None):
         self.rows.append((measure, bantam, baseline, ratio, target, met))
@@ -689,6 +888,19 @@ def progress(msg):
 # Measurements
 # --------------------------------------------------------------------------
 
+IMPORT_TIME = re.compile(r"^import time:\s*(\d+) \|\s*(\d+) \| ( *)(\S+)\s*$")
+
+
+def import_times(text):
+    """{top-level module: cumulative microseconds} from `python3 -X importtime` output."""
+    out = {}
+    for line in text.splitlines():
+        m = IMPORT_TIME.match(line)
+        if m and not m.group(3):
+            out[m.group(4)] = int(m.group(2))
+    return out
+
+
 def bench_startup(b, reps):
     cwd = b.workdir("stream-1")
     dt, rc, out = b.run(b.bantam_argv("--version"), cwd, capture=True)
@@ -697,27 +909,50 @@ def bench_startup(b, reps):
     if not version.startswith("bantam "):
         b.notes.append("--version printed %r (expected 'bantam X.Y.Z')" % version)
     b.results["version"] = version
-    # The installed `bantam` command is pip's console-script shim: it imports the module, so
-    # Python compiles bantam.py once and reuses the cached .pyc. `python3 bantam.py` runs it as
-    # a script, which Python recompiles on every start; that form is shown for information.
-    lib = os.path.join(b.tmp, "lib")
-    os.makedirs(lib, exist_ok=True)
-    shutil.copy(b.bantam, os.path.join(lib, "bantam.py"))
-    command = [PY, "-c", "import sys; sys.path.insert(0, %r); from bantam import main; "
-               "sys.exit(main())" % lib, "--version"]
-    b.run(command, cwd)   # writes the .pyc, as the first run after `pip install` does
-    tb, ts, tp = [], [], []
-    for _ in range(reps):  # interleaved so drift hits both sides alike
+    _, rc, out = b.run(b.bantam_argv("--help"), cwd, capture=True)
+    b.check(rc, "bantam --help")
+    if b"--version" not in out:
+        b.notes.append("--help did not list --version: %r" % out[:200])
+    # The installed `bantam` command is pip's console-script shim (see installed_argv); the
+    # rows with `python3 bantam.py` (recompiled every time) are for information.
+    command = b.installed_argv("--version")
+    tb, ts, th, tp = [], [], [], []
+    for _ in range(reps):  # interleaved so drift hits every command alike
         tb.append(b.run(command, cwd)[0])
         ts.append(b.run(b.bantam_argv("--version"), cwd)[0])
+        th.append(b.run(b.bantam_argv("--help"), cwd)[0])
         tp.append(b.run([PY, "-c", "pass"], cwd)[0])
-    mb, ms, mp = med(tb), med(ts), med(tp)
-    b.results["startup"] = {"bantam_s": mb, "script_s": ms, "python_s": mp, "ratio": mb / mp,
-                            "runs": reps}
+    mb, ms, mh, mp = med(tb), med(ts), med(th), med(tp)
+    # What the command line costs: bantam's imports as `-X importtime` reports them on the
+    # --version path (argparse's line is its cost on top of what bantam imports anyway).
+    imports = {}
+    for _ in range(max(3, reps // 3)):
+        _, rc, _ = b.run([PY, "-X", "importtime"] + command[1:], cwd)
+        b.check(rc, "bantam --version (-X importtime)")
+        with open(b.errlog, encoding="utf-8", errors="replace") as f:
+            for name, us in import_times(f.read()).items():
+                imports.setdefault(name, []).append(us)
+    argparse_us = med(imports["argparse"]) if "argparse" in imports else None
+    bantam_us = med(imports["bantam"]) if "bantam" in imports else None
+    b.results["startup"] = {"bantam_s": mb, "script_s": ms, "help_s": mh, "python_s": mp,
+                            "ratio": mb / mp, "runs": reps,
+                            "argparse_import_us": argparse_us, "bantam_import_us": bantam_us}
     b.row("start-up: `bantam --version` vs `python3 -c pass`", fmt_ms(mb), fmt_ms(mp),
           "%.2fx" % (mb / mp), "<= 2x", mb / mp <= 2.0)
     b.row("start-up: `python3 bantam.py --version` (no .pyc)", fmt_ms(ms), fmt_ms(mp),
           "%.2fx" % (ms / mp), "—")
+    b.row("start-up: `python3 bantam.py --help` (no .pyc)", fmt_ms(mh), fmt_ms(mp),
+          "%.2fx" % (mh / mp), "—")
+    if argparse_us is None:
+        b.notes.append("start-up: `bantam --version` did not import argparse (-X importtime).")
+    else:
+        budget = 2.0 * mp - mb
+        b.notes.append("start-up: `bantam --version` imports argparse: %.1f ms (-X importtime, "
+                       "cumulative, median of %d; `import bantam` itself %.1f ms); the run is "
+                       "%s %s the 2x target (2 x `python3 -c pass`)." % (
+                           argparse_us / 1000.0, len(imports["argparse"]),
+                           (bantam_us or 0) / 1000.0, fmt_ms(abs(budget)),
+                           "under" if budget >= 0 else "over"))
 
 
 ANSI = re.compile(rb"\x1b(\[[0-9;?<=>]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-Za-z]|[=>])")
@@ -833,6 +1068,22 @@ def bench_stream(b, reps, n):
     got = out.count(b"word")
     if got < n:
         b.notes.append("stream: bantam printed %d of %d words" % (got, n))
+    _, rc, out = b.run(b.bantam_argv("--jsonl", "prompt.txt"), cwd_n, capture=True)
+    b.check(rc, "bantam --jsonl stream run")
+    words, bad, types = 0, 0, {}
+    for line in out.splitlines():
+        try:
+            ev = json.loads(line.decode("utf-8"))
+        except ValueError:
+            bad += 1
+            continue
+        types[ev.get("type")] = types.get(ev.get("type"), 0) + 1
+        if ev.get("type") == "text" and isinstance(ev.get("text"), str):
+            words += ev["text"].count("word")
+    if bad or words < n:
+        b.notes.append("stream: `--jsonl` printed %d of %d words in text events, %d lines "
+                       "that are not JSON" % (words, n, bad))
+    b.results["jsonl_events"] = types
     _, rc, out = b.run([PY, b.reader, b.server.endpoint(big)], cwd_n, capture=True)
     b.check(rc, "reader")
     if out.count(b"word") != n:
@@ -850,21 +1101,25 @@ def bench_stream(b, reps, n):
                 b.server.endpoint(mode) + "/chat/completions"]
 
     progs = [("bantam", lambda m: b.bantam_argv("prompt.txt")),
+             ("jsonl", lambda m: b.bantam_argv("--jsonl", "prompt.txt")),
              ("reader", lambda m: [PY, b.reader, b.server.endpoint(m)])]
     if curl:
         progs.append(("curl", curl_argv))
-    times = {name: {"n": [], "1": []} for name, _ in progs}
+    times = {name: {"n": [], "1": [], "cpu_n": [], "cpu_1": []} for name, _ in progs}
     for _ in range(reps):
         for name, argv in progs:
             for key, mode, cwd in (("1", one, cwd_1), ("n", big, cwd_n)):
                 dt, rc, _ = b.run(argv(mode), cwd)
                 b.check(rc, "%s (%s)" % (name, mode))
                 times[name][key].append(dt)
+                times[name]["cpu_" + key].append(b.last_cpu)
     res = {}
     for name, _ in progs:
         tn, t1 = med(times[name]["n"]), med(times[name]["1"])
         net = max(tn - t1, 1e-6)
-        res[name] = {"total_s": tn, "one_chunk_s": t1, "net_s": net, "chunks_per_s": n / net}
+        cpu = max(med(times[name]["cpu_n"]) - med(times[name]["cpu_1"]), 1e-6)
+        res[name] = {"total_s": tn, "one_chunk_s": t1, "net_s": net, "chunks_per_s": n / net,
+                     "cpu_net_s": cpu, "cpu_us_per_chunk": cpu / n * 1e6}
     ratio = res["bantam"]["chunks_per_s"] / res["reader"]["chunks_per_s"]
     res["ratio_vs_reader"] = ratio
     res["chunks"] = n
@@ -872,6 +1127,11 @@ def bench_stream(b, reps, n):
     b.row("stream %d chunks: chunks/s vs stdlib reader" % n,
           "%.0f/s" % res["bantam"]["chunks_per_s"], "%.0f/s" % res["reader"]["chunks_per_s"],
           "%.2f" % ratio, ">= 0.9", ratio >= 0.9)
+    rj = res["jsonl"]["chunks_per_s"] / res["bantam"]["chunks_per_s"]
+    res["ratio_jsonl_vs_human"] = rj
+    b.row("stream %d chunks: `--jsonl` chunks/s vs human output" % n,
+          "%.0f/s" % res["jsonl"]["chunks_per_s"], "%.0f/s" % res["bantam"]["chunks_per_s"],
+          "%.2f" % rj, ">= 0.9", rj >= 0.9)
     if curl:
         rc_ = res["bantam"]["chunks_per_s"] / res["curl"]["chunks_per_s"]
         res["ratio_vs_curl"] = rc_
@@ -880,11 +1140,24 @@ def bench_stream(b, reps, n):
               "%.2f" % rc_, "—")
     else:
         b.notes.append("stream: curl not found, curl row skipped.")
-    b.notes.append("stream: wall time for %d chunks incl. start-up: bantam %s, reader %s%s; "
-                   "1-chunk run (fixed cost, subtracted): bantam %s, reader %s." % (
-                       n, fmt_ms(res["bantam"]["total_s"]), fmt_ms(res["reader"]["total_s"]),
+    b.notes.append("stream: wall time for %d chunks incl. start-up: bantam %s, bantam --jsonl "
+                   "%s, reader %s%s; 1-chunk run (fixed cost, subtracted): bantam %s, "
+                   "--jsonl %s, reader %s; --jsonl printed %s." % (
+                       n, fmt_ms(res["bantam"]["total_s"]), fmt_ms(res["jsonl"]["total_s"]),
+                       fmt_ms(res["reader"]["total_s"]),
                        (", curl " + fmt_ms(res["curl"]["total_s"])) if curl else "",
-                       fmt_ms(res["bantam"]["one_chunk_s"]), fmt_ms(res["reader"]["one_chunk_s"])))
+                       fmt_ms(res["bantam"]["one_chunk_s"]), fmt_ms(res["jsonl"]["one_chunk_s"]),
+                       fmt_ms(res["reader"]["one_chunk_s"]),
+                       ", ".join("%d %s" % (c, t) for t, c in sorted(
+                           types.items(), key=lambda x: -x[1])[:4])))
+    b.notes.append("stream: CPU time (user+sys, the 1-chunk run's subtracted) per chunk: "
+                   "bantam %.1f µs, --jsonl %.1f µs, reader %.1f µs; the same ratios by CPU "
+                   "time (less sensitive to load than wall time): bantam / reader %.2f, "
+                   "--jsonl / human %.2f." % (
+                       res["bantam"]["cpu_us_per_chunk"], res["jsonl"]["cpu_us_per_chunk"],
+                       res["reader"]["cpu_us_per_chunk"],
+                       res["reader"]["cpu_net_s"] / res["bantam"]["cpu_net_s"],
+                       res["bantam"]["cpu_net_s"] / res["jsonl"]["cpu_net_s"]))
     b.results["stream"] = res
 
 
@@ -901,7 +1174,7 @@ def loop_request_body(b, mode_k):
             {"role": "system", "content": "You are a helpful agent."},
             {"role": "user", "content": "Run the benchmark step."}]}
         source = "a synthetic body (could not reuse bantam's)"
-    path = os.path.join(b.tmp, "loop-req.json")
+    path = os.path.join(b.tmp, mode_k + "-req.json")
     with open(path, "wb") as f:
         f.write(json.dumps(req).encode("utf-8"))
     return path, source
@@ -943,10 +1216,12 @@ def bantam_loop_runs(b, framing, k, rec):
     dt, rc, _ = b.run(b.bantam_argv("prompt.txt"), b.workdir("loop-0", framing), timeout=60)
     b.check(rc, "bantam loop-0 [%s]" % framing)
     rec["zero_iter_s"].append(dt)
+    rec["zero_iter_cpu_s"].append(b.last_cpu)
     c0, r0, chat0 = st.connections, st.requests, st.mode(mode_k)["requests"]
     dt, rc, _ = b.run(b.bantam_argv("prompt.txt"), b.workdir(mode_k, framing), timeout=120)
     b.check(rc, "bantam %s [%s]" % (mode_k, framing))
     rec["total_s"].append(dt)
+    rec["total_cpu_s"].append(b.last_cpu)
     conns, reqs = st.connections - c0, st.requests - r0
     rec["connections"].append(conns)
     rec["requests"].append(reqs)
@@ -969,9 +1244,10 @@ def bench_loop(b, reps, k):
     mode_k, mode_0 = "loop-%d" % k, "loop-0"
     cwd_k, cwd_0 = b.workdir(mode_k), b.workdir(mode_0)
     st = b.server.stats
-    recs = dict((f, {"total_s": [], "zero_iter_s": [], "connections": [], "requests": [],
-                     "problems": {}, "stderr": [], "failed": None}) for f in FRAMING_NAMES)
-    lk, l0 = [], []
+    recs = dict((f, {"total_s": [], "zero_iter_s": [], "total_cpu_s": [], "zero_iter_cpu_s": [],
+                     "connections": [], "requests": [], "problems": {}, "stderr": [],
+                     "failed": None}) for f in FRAMING_NAMES)
+    lk, l0, ck, c0 = [], [], [], []
     req_path = source = None
     for _ in range(reps):  # framings and baseline interleaved, so drift hits all alike
         for framing in FRAMING_NAMES:
@@ -990,15 +1266,19 @@ def bench_loop(b, reps, k):
         dt, rc, _ = b.run([PY, b.looper, b.server.endpoint(mode_0), req_path, str(k + 5)], cwd_0)
         b.check(rc, "baseline loop-0")
         l0.append(dt)
+        c0.append(b.last_cpu)
         dt, rc, _ = b.run([PY, b.looper, b.server.endpoint(mode_k), req_path, str(k + 5)], cwd_k)
         b.check(rc, "baseline %s" % mode_k)
         lk.append(dt)
+        ck.append(b.last_cpu)
     if st.mode(mode_k)["max_tool_msgs"] != k:
         b.notes.append("loop: bantam sent at most %d tool messages, expected %d"
                        % (st.mode(mode_k)["max_tool_msgs"], k))
     li = max(med(lk) - med(l0), 1e-9) / k
+    lc = max(med(ck) - med(c0), 1e-9) / k
     res = {"iterations": k, "runs": reps, "baseline_body_source": source,
-           "baseline": {"total_s": med(lk), "zero_iter_s": med(l0), "per_iter_s": li},
+           "baseline": {"total_s": med(lk), "zero_iter_s": med(l0), "per_iter_s": li,
+                        "cpu_per_iter_s": lc},
            "framings": {}}
     conn_rows = []
     for framing in FRAMING_NAMES:
@@ -1012,7 +1292,8 @@ def bench_loop(b, reps, k):
             continue
         bi = max(med(rec["total_s"]) - med(rec["zero_iter_s"]), 1e-9) / k
         ratio = bi / li
-        res["framings"][framing] = dict(rec, per_iter_s=bi, ratio=ratio)
+        bc = max(med(rec["total_cpu_s"]) - med(rec["zero_iter_cpu_s"]), 1e-9) / k
+        res["framings"][framing] = dict(rec, per_iter_s=bi, ratio=ratio, cpu_per_iter_s=bc)
         b.row("tool loop [%s]: time per iteration (%d x `true`)" % (framing, k), fmt_ms(bi),
               fmt_ms(li), "%.2f" % ratio, "<= 1.2", ratio <= 1.2)
         conns, reqs = rec["connections"], rec["requests"]
@@ -1039,9 +1320,235 @@ def bench_loop(b, reps, k):
                        source, k, fmt_ms(med(lk)), fmt_ms(med(l0)), k, ", ".join(
                            "%s %s" % (f, fmt_ms(med(recs[f]["total_s"])))
                            for f in FRAMING_NAMES if recs[f]["total_s"])))
+    cpus = [(f, res["framings"][f]["cpu_per_iter_s"]) for f in FRAMING_NAMES
+            if "cpu_per_iter_s" in res["framings"].get(f, {})]
+    if cpus:
+        b.notes.append("loop: CPU time per iteration (user+sys, with the tool's bash; "
+                       "the 0-iteration run's subtracted), less sensitive to load than wall "
+                       "time: baseline %s; bantam %s." % (fmt_ms(lc), ", ".join(
+                           "%s %s (%.2fx)" % (f, fmt_ms(c), c / lc) for f, c in cpus)))
     failed = [f for f in FRAMING_NAMES if recs[f]["failed"]]
     if failed:  # main() reports it and exits 1: these measurements could not be made
         raise RuntimeError("bantam failed in framing %s (see the notes above)" % ", ".join(failed))
+
+
+def filesystem_of(path):
+    """The type of the filesystem holding path (from /proc/self/mounts), or '?'."""
+    try:
+        path = os.path.realpath(path)
+        best, kind = "", "?"
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2:
+                    mnt = parts[1].replace("\\040", " ")
+                    if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                        best, kind = mnt, parts[2]
+        return kind
+    except OSError:
+        return "?"
+
+
+def us(seconds):
+    return "%.0f µs" % (seconds * 1e6)
+
+
+def bench_steps(b, reps, n):
+    """Step saves (issue 10): bantam's own save_step (a journal appended at every message)
+    plus the final save_session, vs a whole-file rewrite at every message, for a conversation
+    growing by n messages of the tool loop's shape; timed in-process (STEPS_SRC)."""
+    root = os.path.join(b.tmp, "steps")
+    home, cwd = os.path.join(root, "home"), os.path.join(root, "cwd")
+    os.makedirs(home)
+    os.makedirs(cwd)
+    config = os.path.join(cwd, "model.cfg")
+    with open(config, "w") as f:   # a key as long as a real one: every saved line is redacted
+        f.write("endpoint=%s\nmodel=bench\napi_key=sk-bench-%s\n" % (
+            b.server.endpoint("loop-0"), "0123456789abcdef" * 3))
+    strategies = ["journal", "whole", "nofsync"]
+    spec = {"bantam": b.bantam, "home": home, "cwd": cwd, "config": config, "reps": reps,
+            "messages": n, "strategies": strategies}
+    _, rc, out = b.run([PY, b.steps_helper, json.dumps(spec)], cwd, timeout=240, capture=True)
+    b.check(rc, "step-save micro-benchmark")
+    runs = json.loads(out.decode("utf-8"))
+    res = {"messages": n, "runs": reps, "filesystem": filesystem_of(home)}
+    for strategy in strategies:
+        rs = runs[strategy]
+        res[strategy] = dict((k, med([r[k] for r in rs])) for k in (
+            "per_step_s", "step_mean_s", "tail_mean_s", "step_max_s", "final_s"))
+        lost = [r for r in rs if r["saved_messages"] != r["expected_messages"]]
+        if lost:
+            b.notes.append("steps [%s]: the saved file held %d of %d messages" % (
+                strategy, lost[0]["saved_messages"], lost[0]["expected_messages"]))
+    if not all(r["journaled"] for r in runs["journal"]):
+        b.notes.append("steps: save_step wrote no <id>.steps journal (it rewrote the file?)")
+    j, w, nf = res["journal"], res["whole"], res["nofsync"]
+    ratio = j["per_step_s"] / w["per_step_s"]
+    res["ratio_journal_vs_whole"] = ratio
+    b.row("step saves: per step, %d messages (save_step journal vs whole rewrite per step)" % n,
+          us(j["per_step_s"]), us(w["per_step_s"]), "%.2f" % ratio, "—")
+    loop = b.results.get("loop", {}).get("framings", {}).get("chunked", {})
+    if loop.get("per_iter_s"):   # an iteration adds two messages: the call and its result
+        it = loop["per_iter_s"]
+        share, share_w = 2 * j["per_step_s"] / it, 2 * w["per_step_s"] / it
+        res.update(loop_iter_s=it, share_of_iteration=share, share_whole=share_w)
+        b.row("step saves: share of one tool-loop iteration [chunked] (2 saves)",
+              "%.1f%%" % (100 * share), fmt_ms(it), "—", "—")
+        b.notes.append("steps: 2 whole rewrites per iteration would take %.1f%% of it "
+                       "(the loop's target, <= 1.2x a loop that saves nothing, leaves 20%%)."
+                       % (100 * share_w))
+    else:
+        b.notes.append("steps: no tool-loop row in this run (--only), so no share of an "
+                       "iteration; run with --only loop,steps for it.")
+    b.notes.append("steps: median of %d growths by %d messages on %s (HOME in the temp dir): "
+                   "journal %s/append (%s over the last tenth, %s at most) + final save %s; "
+                   "whole rewrite %s/step (last tenth %s) + final %s; whole rewrite without "
+                   "fsync %s/step (last tenth %s)." % (
+                       reps, n, res["filesystem"], us(j["step_mean_s"]), us(j["tail_mean_s"]),
+                       us(j["step_max_s"]), us(j["final_s"]), us(w["step_mean_s"]),
+                       us(w["tail_mean_s"]), us(w["final_s"]), us(nf["step_mean_s"]),
+                       us(nf["tail_mean_s"])))
+    b.results["steps"] = res
+
+
+def run_fleet(b, argvs, cwd, timeout, tag):
+    """Run every argv at once through FLEET_HELPER_SRC (each in its own session, stdout to
+    /dev/null, stderr to a file of its own, reaped by PID with os.wait4); one dict per run:
+    exit status, ru_maxrss (KB), CPU seconds (user + system, with its reaped children).
+    Raises RuntimeError when a run timed out (all were killed) or exited non-zero."""
+    errs = [os.path.join(b.tmp, "stderr-%s-%d.log" % (tag, i)) for i in range(len(argvs))]
+    pids = os.path.join(b.tmp, "fleet-%s.pids" % tag)
+    spec = {"argvs": argvs, "cwd": cwd, "env": b.env, "timeout": timeout, "stderr": errs,
+            "pids": pids}
+    try:
+        p = subprocess.run([PY, b.fleet_helper, json.dumps(spec)], stdout=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL, timeout=timeout + 30)
+        out = json.loads(p.stdout.decode("utf-8"))
+    except (subprocess.TimeoutExpired, ValueError) as e:   # the helper itself failed
+        try:
+            with open(pids) as f:
+                for line in f:
+                    killpg(int(line))
+        except (OSError, ValueError):
+            pass
+        raise RuntimeError("%s: the fleet helper failed (%s); its runs were killed" % (tag, e))
+    results = out["runs"]
+    b.fleet_helper_kb = max(b.fleet_helper_kb, out["helper_maxrss_kb"])
+    if out["timed_out"]:
+        raise RuntimeError("%s: timed out after %ss: %d of %d runs still running were "
+                           "stopped (SIGTERM, then SIGKILL after 3 s)" % (
+                               tag, timeout, out["killed"], len(argvs)))
+    for i, r in enumerate(results):
+        if r["rc"] != 0:
+            with open(errs[i], "rb") as f:
+                tail = f.read()[-1500:].decode("utf-8", "replace")
+            raise RuntimeError("%s: run %d of %d exited %s; stderr:\n%s" % (
+                tag, i + 1, len(argvs), r["rc"], tail))
+    return results
+
+
+def check_fleet_sessions(b, sids, prompts):
+    """Problems with the conversation files of a fleet: each must exist, parse, hold its own
+    prompt and the whole turn (5 messages), and no journal may be left."""
+    problems = []
+    sessions = os.path.join(b.home, ".bantam", "sessions")
+    for sid, prompt in zip(sids, prompts):
+        path = os.path.join(sessions, sid + ".json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                msgs = json.load(f)["messages"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            problems.append("%s: %s" % (sid, e))
+            continue
+        users = [m.get("content") for m in msgs if m.get("role") == "user"]
+        if users != [prompt] or len(msgs) != 5:
+            problems.append("%s: %d messages, user messages %r" % (sid, len(msgs), users[:2]))
+        if os.path.exists(path[:-5] + ".steps"):
+            problems.append("%s: journal left behind" % sid)
+    link = os.path.join(sessions, "autosave.json")
+    target = os.path.basename(os.readlink(link))[:-5] if os.path.islink(link) else None
+    if target not in sids:
+        problems.append("autosave.json points at %r, not at a run of this fleet" % target)
+    return problems
+
+
+def bench_fleet(b, rounds, n):
+    """Fleets (issue 11): n batch runs at once, each with its own --session, one `true` tool
+    call and an answer; peak RSS per run and CPU time per run vs one run alone. bantam runs
+    as the installed command (the .pyc cached), as a fleet on a runner would. The same fleet
+    of the minimal stdlib client (LOOP_SRC: same requests, `bash -c true`) shows what running
+    n at once costs any process on this machine (cache, scheduler, the loaded server)."""
+    mode = "tool-true"
+    cwd = b.workdir(mode)
+    prompts = ["Run the benchmark step (run %d).\n" % i for i in range(n)]
+    for i, text in enumerate(prompts):
+        with open(os.path.join(cwd, "prompt-%d.txt" % i), "w") as f:
+            f.write(text)
+
+    def argv(sid, i):
+        return b.installed_argv("--session", sid, "prompt-%d.txt" % i)
+
+    _, rc, _ = b.run(argv("warm-up", 0), cwd)   # the sessions folder; bantam's request body
+    b.check(rc, "bantam (fleet warm-up run)")
+    req_path, _ = loop_request_body(b, mode)
+    ref = [PY, b.looper, b.server.endpoint(mode), req_path, "5"]
+    chat0 = b.server.stats.mode(mode)["requests"]
+    runs = {"alone": [], "fleet": [], "ref_alone": [], "ref_fleet": []}
+    walls, problems = [], []
+
+    def alone(r):
+        for k in range(5):
+            runs["alone"] += run_fleet(b, [argv("alone-%s-%d" % (r, k), k)], cwd, 60, "alone")
+            runs["ref_alone"] += run_fleet(b, [ref], cwd, 60, "ref")
+
+    for r in range(rounds):   # runs alone before and after each fleet, so drift hits both
+        alone(r)
+        sids = ["fleet-%d-%d" % (r, i) for i in range(n)]
+        t0 = time.perf_counter()
+        runs["fleet"] += run_fleet(b, [argv(sid, i) for i, sid in enumerate(sids)], cwd, 180, "fleet")
+        walls.append(time.perf_counter() - t0)
+        problems += check_fleet_sessions(b, sids, prompts)
+        runs["ref_fleet"] += run_fleet(b, [ref] * n, cwd, 180, "ref-fleet")
+    alone("end")
+    chat = b.server.stats.mode(mode)["requests"] - chat0
+    expected = 2 * sum(len(v) for v in runs.values())
+    stat = dict((k, {"cpu_s": med([x["cpu_s"] for x in v]), "user_s": med([x["user_s"] for x in v]),
+                     "sys_s": med([x["sys_s"] for x in v]),
+                     "maxrss_kb": med([x["maxrss_kb"] for x in v]),
+                     "maxrss_kb_max": max(x["maxrss_kb"] for x in v), "runs": len(v)})
+                for k, v in runs.items())
+    fl, al = stat["fleet"], stat["alone"]
+    ratio = fl["cpu_s"] / al["cpu_s"]
+    ref_ratio = stat["ref_fleet"]["cpu_s"] / stat["ref_alone"]["cpu_s"]
+    res = dict(stat, runs_at_once=n, rounds=rounds, ratio=ratio, ref_ratio=ref_ratio,
+               fleet_wall_s=walls, chat_requests=chat, problems=problems)
+    b.results["fleet"] = res
+    b.row("fleet: %d runs at once: peak RSS per run (max / median)" % n,
+          "%.1f / %.1f MB" % (fl["maxrss_kb_max"] / 1024.0, fl["maxrss_kb"] / 1024.0),
+          "%.1f MB alone" % (al["maxrss_kb"] / 1024.0), "—", "<= 25 MB",
+          fl["maxrss_kb_max"] <= 25 * 1024)
+    b.row("fleet: %d runs at once: CPU time per run (median) vs one run alone" % n,
+          fmt_ms(fl["cpu_s"]), fmt_ms(al["cpu_s"]), "%.2f" % ratio, "<= 1.3", ratio <= 1.3)
+    b.row("fleet: same for the minimal stdlib client (reference)",
+          fmt_ms(stat["ref_fleet"]["cpu_s"]), fmt_ms(stat["ref_alone"]["cpu_s"]),
+          "%.2f" % ref_ratio, "—")
+    b.notes.append("fleet: %d round(s) of %d runs (bantam as installed, its own --session "
+                   "each); a round took %s wall; %d runs alone; CPU per run user+sys: fleet "
+                   "%s+%s, alone %s+%s; reference client fleet %s+%s, alone %s+%s; every run "
+                   "exited 0; %d chat requests (expected %d)." % (
+                       rounds, n, "/".join("%.1f s" % w for w in walls), al["runs"],
+                       fmt_ms(fl["user_s"]), fmt_ms(fl["sys_s"]), fmt_ms(al["user_s"]),
+                       fmt_ms(al["sys_s"]), fmt_ms(stat["ref_fleet"]["user_s"]),
+                       fmt_ms(stat["ref_fleet"]["sys_s"]), fmt_ms(stat["ref_alone"]["user_s"]),
+                       fmt_ms(stat["ref_alone"]["sys_s"]), chat, expected))
+    b.notes.append("fleet: runs are spawned by a small helper process (peak RSS %.1f MB), "
+                   "not by run.py: Linux counts the spawning process's peak in a child's "
+                   "ru_maxrss." % (b.fleet_helper_kb / 1024.0))
+    if problems:
+        b.notes.append("fleet: conversation files: %s%s" % (
+            "; ".join(problems[:5]), " ... %d more" % (len(problems) - 5)
+            if len(problems) > 5 else ""))
+        raise RuntimeError("fleet: %d conversation file problem(s), see the note" % len(problems))
 
 
 def bench_memory(b, reps):
@@ -1122,13 +1629,16 @@ def serve_only(seconds):
         srv.stop()
 
 
+ALL_STEPS = "startup,repl,stream,loop,steps,fleet,memory"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     ap.add_argument("--bantam", default=DEFAULT_BANTAM, help="path to bantam.py")
-    ap.add_argument("--only", default="startup,repl,stream,loop,memory",
-                    help="comma list of: startup,repl,stream,loop,memory")
+    ap.add_argument("--only", default=ALL_STEPS,
+                    help="comma list of: " + ALL_STEPS)
     ap.add_argument("--serve", type=float, metavar="SECONDS",
                     help="only run the fake server for SECONDS (for profiling)")
     args = ap.parse_args()
@@ -1140,6 +1650,10 @@ def main():
         return 2
     q = args.quick
     only = set(x.strip() for x in args.only.split(",") if x.strip())
+    if only - set(ALL_STEPS.split(",")):
+        sys.stderr.write("bench: --only: unknown %s (expected some of %s)\n" % (
+            ", ".join(sorted(only - set(ALL_STEPS.split(",")))), ALL_STEPS))
+        return 2
     started = time.perf_counter()
     b = Bench(args)
     status = 0
@@ -1147,8 +1661,10 @@ def main():
         b.server = FakeServer().start()
         steps = [("startup", lambda: bench_startup(b, 10 if q else 30)),
                  ("repl", lambda: bench_repl(b, 5 if q else 15)),
-                 ("stream", lambda: bench_stream(b, 2 if q else 5, 50000)),
+                 ("stream", lambda: bench_stream(b, 3 if q else 5, 50000)),
                  ("loop", lambda: bench_loop(b, 1 if q else 3, 100 if q else 200)),
+                 ("steps", lambda: bench_steps(b, 3 if q else 7, 400)),
+                 ("fleet", lambda: bench_fleet(b, 1 if q else 2, 50)),
                  ("memory", lambda: bench_memory(b, 1 if q else 2))]
         for name, fn in steps:
             if name not in only:
