@@ -3243,10 +3243,10 @@ def keyboard_held(fd):
     """While a turn runs: keys typed wait for the next prompt, unseen (no echo), and an
     Enter stays an Enter (\\r), not a line break inside the prompt. Returns the terminal
     settings to put back (None if fd is not a terminal). Ctrl+C still interrupts."""
+    import termios
     try:
-        import termios
         before = termios.tcgetattr(fd)
-    except (ImportError, OSError):
+    except (OSError, termios.error):
         return None
     held = list(before)
     held[0] &= ~termios.ICRNL                       # Enter arrives as \r: readline's accept-line
@@ -3259,7 +3259,10 @@ def keyboard_back(fd, before):
     """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
     if before is not None:
         import termios
-        termios.tcsetattr(fd, termios.TCSANOW, before)
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, before)
+        except (termios.error, OSError):   # the terminal is gone (a hang-up)
+            pass
 
 
 def did_you_mean(name):
@@ -3521,6 +3524,14 @@ def make_sink(cfg, args, convo, batch):
     return both(view, trace, step_saver(convo))
 
 
+def hung_up(*_):
+    """SIGHUP: the terminal is gone; stop like SIGTERM (saving), with output to /dev/null."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(null, fd)
+    sys.exit(129)
+
+
 def main(argv=None):
     """The command line: REPL without a prompt, batch mode with one. Returns the exit status."""
     if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji, no crash
@@ -3530,7 +3541,7 @@ def main(argv=None):
         args = parse_args(sys.argv[1:] if argv is None else argv)
         import signal
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved and stopped like Ctrl+C
-        signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))    # a closed terminal, a dropped SSH
+        signal.signal(signal.SIGHUP, hung_up)                     # a closed terminal, a dropped SSH
         cfg = load_config(overrides_of(args), args.config)
         if args.show_config:
             show_config(cfg)

@@ -720,6 +720,11 @@ def strip_ansi(text):
     return ANSI_RE.sub("", text)
 
 
+# Readline switches the terminal's bracketed-paste mode on before each prompt and off (with a
+# carriage return) after each line; Pty leaves these out of its text, so "\n> " finds a prompt.
+PASTE_MODE = ("\x1b[?2004l\r", "\x1b[?2004h", "\x1b[?2004l")
+
+
 class Pty:
     """A child process on a real pseudo-terminal, driven pexpect-style.
 
@@ -740,6 +745,7 @@ class Pty:
         self._pos = 0
         self._eof = False
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._held = ""
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # child: the pty slave is fds 0, 1 and 2
             try:
@@ -777,8 +783,16 @@ class Pty:
             data = b""
         if not data:
             self._eof = True
+            text, self._held = self._held, ""
+            self._text += text
             return False
-        self._text += self._decoder.decode(data)
+        text = self._held + self._decoder.decode(data)
+        cut = text.rfind("\x1b", max(0, len(text) - 8))   # a sequence split by the read: wait for the rest
+        self._held = text[cut:] if cut >= 0 and any(p.startswith(text[cut:]) and p != text[cut:] for p in PASTE_MODE) else ""
+        text = text[:len(text) - len(self._held)]
+        for sequence in PASTE_MODE:
+            text = text.replace(sequence, "")
+        self._text += text
         return True
 
     def _drain(self):

@@ -22,8 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = {"type", "t", "depth"}
 # The fields of each event type, besides type, t and depth (read from bantam.py's emit calls).
 FIELDS = {
-    "start": {"version", "model", "mode", "session"},
-    "prompt": {"text"},
+    "start": {"version", "model", "mode", "session", "time"},
+    "prompt": {"text", "session"},
     "turn_start": {"messages"},
     "request": {"model", "messages", "stream"},
     "reasoning": {"text"},
@@ -35,6 +35,7 @@ FIELDS = {
     "message": {"message"},
     "tool_call": {"id", "name", "arguments"},
     "tool_output": {"text"},
+    "tool_progress": {"seconds"},
     "tool_result": {"id", "name", "content", "ok"},
     "retry": {"error", "attempt", "of", "wait"},
     "note": {"text", "level"},
@@ -357,7 +358,7 @@ class EventSchemaTests(EventCase):
 GOLDEN = [
     {"type": "start", "depth": 0, "version": bantam.VERSION, "model": "test-model", "mode": "batch",
      "session": "golden"},
-    {"type": "prompt", "depth": 0, "text": "say hello with a command"},
+    {"type": "prompt", "depth": 0, "text": "say hello with a command", "session": "golden"},
     {"type": "turn_start", "depth": 0, "messages": 2},
     {"type": "request", "depth": 0, "model": "test-model", "messages": 2, "stream": True},
     {"type": "reply_end", "depth": 0, "finish": "tool_calls"},
@@ -402,6 +403,8 @@ class JsonlTests(EventCase):
         normal = []
         for event in merged(events):
             event = {k: v for k, v in event.items() if k != "t"}
+            if event["type"] == "start":
+                self.assertRegex(event.pop("time"), r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
             for key in ("seconds", "first_output"):
                 if isinstance(event.get(key), (int, float)):
                     event[key] = "S"
@@ -421,10 +424,6 @@ class JsonlTests(EventCase):
         self.assertEqual(joined(events, "text"), "Final\nanswer\n")
         self.assertIn("unknown config key", result.stderr)   # config warnings stay on stderr
 
-    # BUG: in the REPL, --jsonl still writes the "> " input prompt and the output of
-    # /commands (show()) to stdout, between the JSON lines. Fix: with --jsonl, write the
-    # prompt and command output to stderr (or emit them as events), so stdout stays JSONL.
-    @unittest.expectedFailure
     def test_repl_stdout_holds_only_json_lines(self):
         """With --jsonl, the REPL (prompts piped in) prints only JSON lines on stdout."""
         self.push(text_stream("repl answer"))

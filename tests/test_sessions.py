@@ -397,16 +397,9 @@ class SaveLoadTests(SessionCase):
         self.assertEqual([c for _, c in talk(saved["messages"])], ["step 1", "reply 1", "step 2", "reply 2"])
         self.quit(term)
 
-    @unittest.expectedFailure
     def test_save_never_overwrites_a_branch_that_went_another_way(self):
         """A /save copy that was loaded and continued is a different conversation from the one it
         was copied from: saving it under the original's name must not drop the original's turns."""
-        # BUG: cmd_save decides "same conversation" by uid alone, and a /save copy keeps the
-        # uid of its original. After /save copy, a turn in the original, /load copy and a turn
-        # there, `/save <original id>` is accepted and replaces the original's file: its
-        # "original only" turn is lost. Fix: give a copy its own uid (remember the source's
-        # uid as e.g. "copied_from"), or accept a same-uid name only when that file's messages
-        # are a prefix of the conversation being saved.
         self.push(text_stream("common reply"), completion("Copy"), text_stream("original reply"),
                   text_stream("branch reply"), completion("Branch"))
         term = self.start_repl()
@@ -625,18 +618,6 @@ class StepSaveTests(SessionCase):
 class ContinuedFileTests(SessionCase):
     """The file of a conversation that is continued holds the whole conversation."""
 
-    # BUG (both tests): load_session sets session["written"] to the loaded messages but leaves
-    # session["lines"] (the cached JSON text of each written message) unset. save_step then
-    # appends the new steps' text as lines[:len(written)] + new, i.e. at positions 0, 1, ...
-    # instead of len(written), ...; at the turn's end session_text -> message_json finds
-    # written[i] is messages[i] and returns lines[i]: the file's first messages (the system
-    # prompt, the first prompt) are replaced by copies of the new ones. Every conversation
-    # continued with /load, /continue, -c or --session loses its beginning for good at the
-    # end of the next turn. Fix: in load_session set session["lines"] to the JSON text of the
-    # loaded messages (or reset it to [] and, in save_step, keep the cache only when
-    # len(lines) == len(written)).
-
-    @unittest.expectedFailure
     def test_batch_session_file_holds_the_whole_conversation(self):
         """After two turns with --session ID, ID.json holds system, both prompts and both answers,
         and a third turn sends them all."""
@@ -650,7 +631,6 @@ class ContinuedFileTests(SessionCase):
         self.assertEqual([c for _, c in talk(self.last_messages())],
                          ["prompt one", "answer one", "prompt two", "answer two", "prompt three"])
 
-    @unittest.expectedFailure
     def test_loaded_conversation_file_holds_the_whole_conversation(self):
         """After /load of a bantam 1.0 file and one turn, the file holds the old messages exactly,
         then the new prompt and answer."""
@@ -806,16 +786,9 @@ class KeyDestinationBatchTests(KeyCase):
         self.assert_never_sent(USER_KEY)
         self.assertEqual(set(self.authorizations()) - {None}, set())
 
-    @unittest.expectedFailure
     def test_same_host_other_port_is_another_destination(self):
         """The user's endpoint on this host at one port does not make another port (another
         server, perhaps another user's) a place the user sent the key to."""
-        # BUG: key_at_risk compares host names only. With the user's own endpoint
-        # http://127.0.0.1:9/v1 (BANTAM_ENDPOINT), a folder's model.cfg naming
-        # http://127.0.0.1:<other port>/v1, or http:// instead of https:// on the same host,
-        # gets the key without a question: on a shared machine any local user can listen on a
-        # port, and http sends the key in clear. Fix: compare (scheme, host, port), e.g.
-        # urlsplit(...)[:2] with the default port filled in.
         self.push(text_stream("should not run"))
         result = self.run_bantam("-p", "hello", env={"OPENAI_API_KEY": USER_KEY,
                                                      "BANTAM_ENDPOINT": "http://127.0.0.1:9/v1"})
@@ -892,16 +865,9 @@ class KeyDestinationReplTests(KeyCase):
         self.assertEqual(set(self.authorizations()), {"Bearer " + FOLDER_KEY})
         self.assert_never_sent(USER_KEY)
 
-    @unittest.expectedFailure
     def test_untrusted_endpoint_never_gets_the_key_from_a_command(self):
         """After N, the withheld key does not reach the untrusted endpoint through a tool result
         either (a model printing the environment while debugging)."""
-        # BUG: withhold_secrets only drops the key from cfg. shell_exec passes the whole
-        # environment, OPENAI_API_KEY included, to the command, and with the key gone from cfg
-        # redact_all no longer knows it: `env` puts the key in the tool message sent to the
-        # untrusted endpoint. Fix: when the folder is not trusted, remove the withheld
-        # variables (OPENAI_API_KEY, BANTAM_API_KEY, BANTAM_HEADERS) from shell_exec's
-        # environment and keep their values among the secrets redacted from tool results.
         self.push(tool_call_stream([("call_env", "shell_exec", {"command": "env | sort"})]),
                   text_stream("seen the environment"))
         term = self.answer("n")
@@ -986,16 +952,9 @@ class InterruptedCommandTests(SessionCase):
         seconds = float(self.NOTE.search(content).group(1))
         self.assertLessEqual(seconds, time.monotonic() - started)
 
-    @unittest.expectedFailure
     def test_output_printed_just_before_ctrl_c_is_kept(self):
         """Output the command printed before Ctrl+C but bantam had not read yet (a busy machine)
         is in the tool message too."""
-        # BUG: on an interrupt, shell_exec kills the group and builds the result from what
-        # pump_output had read; bytes still in the pipe are dropped. Made deterministic here:
-        # bantam is stopped (SIGSTOP) while the command prints, Ctrl+C is pressed, then bantam
-        # continues. Fix: after kill_group() in shell_exec's except branch, read what is left in
-        # the pipe (select with a short timeout, os.read until EOF, bounded by DRAIN_SECONDS)
-        # into `output` before building stop.tool_result.
         term = self.run_command("echo $$ >shell.pid; echo early; while [ ! -e go ]; do sleep 0.02; done; "
                                 "echo late-line; touch printed; sleep 30")
         self.assertTrue(wait_until(lambda: "early" in tool_outputs(self.trace)), "no output came")
