@@ -297,14 +297,15 @@ def write(state, text, style=None, depth=0, raw=False):
 
 def flush_out(state, now=False):
     """Flush the conversation stream: a terminal at once, a pipe at most every FLUSH_EVERY s."""
-    if now or state["tty"] or time.monotonic() - state["flushed"] >= FLUSH_EVERY:
+    clock = time.monotonic() - STARTED   # the clock of the events' "t"
+    if now or state["tty"] or clock - state["flushed"] >= FLUSH_EVERY:
         try:
             state["out"].flush()
         except BrokenPipeError:
             stdout_closed()
         except OSError:
             terminal_gone(state)
-        state["flushed"] = time.monotonic()
+        state["flushed"] = clock
 
 
 def stdout_closed():
@@ -365,7 +366,8 @@ def show_text(state, event):
         close_block(state, event)
         state["block"] = "text"
     write(state, event["text"], None, event["depth"])
-    flush_out(state)
+    if state["tty"] or event["t"] - state["flushed"] >= FLUSH_EVERY:   # (flush_out, inlined: the hot path)
+        flush_out(state, now=True)
 
 
 def show_reply_end(state, event):
@@ -870,10 +872,14 @@ def point_autosave(sid):
 
 def step_saver(convo):
     """A view that saves convo's conversation whenever the loop adds a message to it (a
-    kill then loses at most the step in flight)."""
+    kill then loses at most the step in flight), and keeps the last usage of the turn."""
     def view(event):
-        if event["type"] == "message" and not event["depth"]:
+        if event["depth"]:
+            return
+        if event["type"] == "message":
             save_step(convo["cfg"], convo["session"], convo["messages"])
+        elif event["type"] == "usage" and not event["quiet"]:
+            convo["usage"] = event
     return view
 
 
@@ -1500,9 +1506,13 @@ DECODE_JSON = json.JSONDecoder().raw_decode
 
 
 def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply until [DONE] or the end, passing on what each
-    network read brought (as one text or reasoning event, not one per chunk). Until the
-    model's output begins, reads may wait first_byte_timeout; then timeout."""
+    """Merge a streamed reply into reply until [DONE] or the end, passing on the text that
+    came (one text or reasoning event per burst of reads, not one per chunk: while more bytes
+    are already waiting on the socket, reading goes on first). Until the model's output
+    begins, reads may wait first_byte_timeout; then timeout."""
+    import select
+    entry = connections().get(cfg["endpoint"])
+    waiting = (lambda: select.select([entry["sock"]], [], [], 0)[0]) if entry and entry["sock"] else (lambda: False)
     for events in sse_events(response):
         for data in events:
             if data[:6] == b"[DONE]":
@@ -1517,7 +1527,7 @@ def read_stream(cfg, response, reply):
                     if chunk.get("error"):   # OpenRouter sends it next to choices
                         raise stream_error(chunk["error"])
                     merge_chunk(reply, chunk)
-        if reply["pending"]:
+        if reply["pending"] and not waiting():
             pass_on(cfg, reply)
         if not reply["first"] and (reply["content"] or reply["reasoning"] or reply["calls"]):
             reply["first"] = time.monotonic()
@@ -1670,7 +1680,7 @@ def add_pending(reply, kind, text):
 def pass_on(cfg, reply):
     """Emit what the last network read brought: one event per run of text or reasoning."""
     for kind, pieces in reply["pending"]:
-        text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], "".join(pieces))
+        text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], pieces[0] if len(pieces) == 1 else "".join(pieces))
         if text:
             emit(cfg, kind, text=text)
     del reply["pending"][:]
@@ -3151,14 +3161,9 @@ def run_turn(convo, prompt, take_back=False):
     save_step(cfg, convo["session"], messages)   # the prompt survives a kill
     emit(cfg, "prompt", text=redact_all(cfg, prompt) if isinstance(prompt, str) else prompt,
          session=convo["session"]["id"])
-    last = {}
-
-    def on_event(event):   # the turn's last usage, for the token line
-        if event["type"] == "usage" and not event["depth"] and not event["quiet"]:
-            last["usage"] = event
-        cfg["on_event"](event)
+    convo["usage"] = None   # the turn's last usage, for the token line (see step_saver)
     try:
-        AL(cfg, messages, on_event)
+        AL(cfg, messages)
     except BaseException as e:
         if take_back and messages[-1] is asked:   # nothing came back: as if it was never sent
             messages[:] = before
@@ -3166,7 +3171,7 @@ def run_turn(convo, prompt, take_back=False):
         raise
     finally:
         save_session(cfg, convo["session"], messages)
-    return report_context(cfg, last["usage"]) if last else 0.0
+    return report_context(cfg, convo["usage"]) if convo.get("usage") else 0.0
 
 
 def last_answer(messages):
