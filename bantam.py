@@ -56,8 +56,22 @@ DEFAULTS = {
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown and live tool output: auto (on a terminal) | always | never
     "tool_lines": 0,               # lines of a command's output shown on screen (0: a screenful)
+    # the leash (see "Approvals and budgets"): what may run, and what a turn may spend
+    "approve": "auto",             # shell commands: auto (run them) | ask (REPL asks) | deny
+    "allow": "",                   # comma-separated shell patterns of commands that always run
+    "deny": "",                    # ... that never run (deny wins over allow, allow over approve)
+    "max_turn_tokens": 0,          # prompt + completion tokens per turn, subagents included (0: no limit)
+    "max_turn_seconds": 0.0,       # wall-clock seconds per turn (0: no limit)
+    "max_cost": 0.0,               # dollars per turn, from the prices below (0: no limit)
+    "price_in": 0.0,               # dollars per million prompt tokens
+    "price_out": 0.0,              # dollars per million completion tokens
+    "price_cached": 0.0,           # dollars per million cached prompt tokens (0: price_in)
+    "max_identical_calls": 3,      # the same tool call this many times in a row stops the turn (0: off)
+    "max_repair_calls": 3,         # per turn: nudges after an empty reply, and the final-answer call
+    "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
 }
-CHOICES = {"color": ("auto", "always", "never"), "render": ("auto", "always", "never")}
+CHOICES = {"color": ("auto", "always", "never"), "render": ("auto", "always", "never"),
+           "approve": ("auto", "ask", "deny")}
 POSITIVE = {"max_al_iterations", "max_tool_res", "context_window"}   # 0 makes no sense for these
 
 RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
@@ -70,6 +84,7 @@ COMPACT_AT = 0.60                      # offer /compact at this share of the con
 MAX_SUBAGENT_DEPTH = 4                 # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
+BUDGET_EXIT = 3                        # batch mode's exit status when a budget stopped the turn
 
 DEFAULT_SYSTEM = """\
 You are Bantam, a command-line AI agent working on the user's machine.
@@ -434,9 +449,20 @@ def show_context(state, event):
     about = "~" if event["estimated"] else ""
     cached = event["cached_tokens"]
     split = " (%d cached, %d uncached)" % (cached, event["prompt_tokens"] - cached) if cached is not None else ""
-    show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)]" % (
+    cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
+        about, event["cost"], about, event["session_cost"])
+    show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]" % (
         event["model"], about, event["prompt_tokens"], split, about, event["completion_tokens"], about,
-        event["prompt_tokens"], event["window"], event["share"] * 100), "dim")
+        event["prompt_tokens"], event["window"], event["share"] * 100, cost), "dim")
+
+
+def show_approval(state, event):
+    """[command refused (deny rm *)]: a decision about a command, unless approve=auto made it."""
+    if event["rule"] != "approve=auto":
+        who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
+        show_on_stderr(state, "[command %s %s%s]" % (
+            {"run": "run", "always": "run, and from now on", "edit": "changed and run",
+             "refuse": "refused"}[event["decision"]], who, ": " + event["reason"] if event["reason"] else ""), "dim")
 
 
 def show_turn_end(state, event):
@@ -450,7 +476,7 @@ def show_turn_end(state, event):
 PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
          "reply_end": show_reply_end, "tool_call": show_tool_call, "tool_result": show_tool_result,
          "note": show_note, "retry": show_retry, "error": show_error, "context": show_context,
-         "turn_end": show_turn_end}
+         "approval": show_approval, "turn_end": show_turn_end}
 
 
 def jsonl_view(stream, cfg):
@@ -874,12 +900,16 @@ def step_saver(convo):
     """A view that saves convo's conversation whenever the loop adds a message to it (a
     kill then loses at most the step in flight), and keeps the last usage of the turn."""
     def view(event):
+        if event["type"] == "usage":   # every call of the turn costs, subagents' too
+            convo["cost"] = convo.get("cost", 0.0) + (event["cost"] or 0.0)
         if event["depth"]:
             return
         if event["type"] == "message":
             save_step(convo["cfg"], convo["session"], convo["messages"])
         elif event["type"] == "usage" and not event["quiet"]:
             convo["usage"] = event
+        elif event["type"] == "turn_end":
+            convo["status"] = event["status"]
     return view
 
 
@@ -1233,16 +1263,17 @@ def unsupported_field(text, body):
     return next((f for f in sent if re.search(r"[`'\"]%s[`'\"]|\b%s\b" % (f, f), text)), None)
 
 
-def chat(cfg, messages, tools=True, quiet=False):
+def chat(cfg, messages, tools=True, quiet=False, nudge=None):
     """The model's reply to messages as an assistant message dict, shown as it arrives
     (as events) unless quiet. Retries per the backoff ladder; raises ApiError when it
-    cannot get one. Emits a "usage" event per reply (estimated when the server sent none)."""
+    cannot get one. Emits a "usage" event per reply (estimated when the server sent none).
+    nudge: a line of bantam's for the model, sent after the messages but not stored."""
     if cfg.get("replay"):   # --replay: the recorded reply instead of the network
         return replayed_reply(cfg, quiet)
     stream = cfg["stream"] and not quiet
     delays, retries = cfg["backoff"], 0
     while True:
-        body = request_body(cfg, messages, tools, stream)
+        body = request_body(cfg, with_nudge(messages, nudge) if nudge else messages, tools, stream)
         try:
             started = time.monotonic()
             message, usage, first, sent = exchange(cfg, body, quiet)
@@ -1281,8 +1312,10 @@ def report_call(cfg, sent, message, usage, started, first, quiet):
     if estimated:
         usage = {"prompt_tokens": estimate_tokens(sent), "completion_tokens": estimate_tokens(text_size([message]))}
     prompt, cached, completion = usage_numbers(usage)
+    cost = call_cost(cfg, prompt, cached, completion)
+    spend(cfg, prompt + completion, cost)
     emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
-         completion_tokens=completion, estimated=estimated, quiet=quiet,
+         completion_tokens=completion, estimated=estimated, quiet=quiet, cost=cost,
          seconds=round(time.monotonic() - started, 3), first_output=round(first - started, 3) if first else None)
 
 
@@ -2014,8 +2047,9 @@ def run_tool_call(cfg, call, args):
     elif name not in TOOLS:
         result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(TOOLS))
     else:
+        args, told = approval(cfg, call["id"], name, args)   # approve, allow, deny: may the command run?
         try:
-            result, failed = TOOLS[name][1](cfg, args), False
+            result, failed = (told, True) if args is None else (told + TOOLS[name][1](cfg, args), False)
         except (OSError, ValueError, TypeError) as e:
             result = "error: %s failed: %s" % (name, e)
     result = clean_for_model(result)
@@ -2055,13 +2089,14 @@ def answer_unanswered(cfg, messages, calls, stop=None):
 
 def AL(cfg, messages, on_event=None):
     """The Bantam agentic loop: ask the model, run the tool calls it makes, append their
-    results, and repeat until it makes none (or max_al_iterations). Returns messages.
-    Every event of the run goes to on_event (else cfg["on_event"], else the plain view)."""
+    results, and repeat until it makes none (or a budget runs out: then one last call
+    asks for the best answer without tools). Returns messages. Every event of the run
+    goes to on_event (else cfg["on_event"], else the plain view)."""
     cfg = enter_run(cfg, on_event)
     emit(cfg, "turn_start", messages=len(messages))
     try:
         for _ in range(cfg["max_al_iterations"]):
-            reply = ask_model(cfg, messages)
+            reply = ask_model(cfg, messages)            # (an empty reply gets one nudge)
             if not reply["content"] and not reply.get("tool_calls"):
                 note(cfg, "[the model sent an empty reply]")
                 return messages                         # never store an empty assistant message
@@ -2075,8 +2110,10 @@ def AL(cfg, messages, on_event=None):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
             finally:                                    # one tool message per call id, always
                 answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
-        note(cfg, "[stopped after max_al_iterations=%d model calls]" % cfg["max_al_iterations"])
-        return messages
+            spent = over_budget(cfg, calls)             # tokens, seconds, cost, one call again and again
+            if spent:
+                return final_answer(cfg, messages, *spent)
+        return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"], cfg["max_al_iterations"])
     finally:
         leave_run(cfg, sys.exc_info()[1])
 
@@ -2087,9 +2124,11 @@ def enter_run(cfg, on_event=None):
     parent's, one level deeper; two runs share nothing else."""
     parent = cfg.get("run")
     if parent:
-        run = dict(parent, depth=parent["depth"] + 1)
+        run = dict(parent, depth=parent["depth"] + 1, streak=(None, 0), budget=None)
     else:
-        run = {"emit": on_event or cfg.get("on_event") or plain_view(cfg), "depth": 0, "spill": []}
+        run = {"emit": on_event or cfg.get("on_event") or plain_view(cfg), "depth": 0, "spill": [],
+               "turn": new_tally(), "streak": (None, 0), "budget": None,
+               "approved": cfg["approved"] if isinstance(cfg.get("approved"), set) else set()}
     return dict(cfg, run=run)
 
 
@@ -2097,7 +2136,8 @@ def leave_run(cfg, stop):
     """The run is over: say how it ended; the top run removes the turn's tool-output files."""
     if not cfg["run"]["depth"]:
         remove_spill_files(cfg["run"]["spill"])
-    status = ("done" if stop is None else "interrupted" if isinstance(stop, KeyboardInterrupt)
+    status = (("budget" if cfg["run"]["budget"] else "done") if stop is None
+              else "interrupted" if isinstance(stop, KeyboardInterrupt)
               else "failed" if isinstance(stop, BantamError) else "stopped")
     emit(cfg, "turn_end", status=status, error=redact_all(cfg, str(stop)) if isinstance(stop, BantamError) else None)
 
@@ -2109,17 +2149,27 @@ def add_message(cfg, messages, message):
 
 
 def ask_model(cfg, messages):
-    """chat() plus the repairs a turn may need: compact once when the context overflows,
-    read a tool call the model wrote as text, keep the text shown before a Ctrl+C."""
+    """chat() plus the repairs a turn may need: ask once more after an empty reply (see
+    repair_call), compact once when the context overflows, read a tool call the model wrote
+    as text, keep the text shown before a Ctrl+C."""
+    reply = ask_once(cfg, messages)
+    if not reply["content"] and not reply.get("tool_calls") and repair_call(
+            cfg, "[the model sent an empty reply: asking it once more]"):
+        reply = ask_once(cfg, messages, EMPTY_NUDGE)
+    return reply
+
+
+def ask_once(cfg, messages, nudge=None):
+    """One reply for messages (plus a nudge of bantam's, sent but not stored)."""
     try:
-        reply = chat(cfg, messages)
+        reply = chat(cfg, messages, nudge=nudge)
     except ApiError as e:
         if e.kind != "overflow":
             raise
         note(cfg, "[%s: the context window is full; compacting and trying again]" % e, "warning")
         compact(cfg, messages, current_prompt(messages))
         try:
-            reply = chat(cfg, messages)
+            reply = chat(cfg, messages, nudge=nudge)
         except ApiError as again:
             if again.kind == "overflow":
                 raise ApiError("%s (even after compacting the conversation)" % again)
@@ -2176,6 +2226,176 @@ def text_tool_call(cfg, reply):
     return {"role": "assistant", "content": "", "tool_calls": [{
         "id": "call_" + os.urandom(12).hex(), "type": "function",
         "function": {"name": name, "arguments": arguments}}]}
+
+
+# ----------------------------------------------------------------------------------------
+# Approvals and budgets: what may run, and what a turn may spend
+# ----------------------------------------------------------------------------------------
+# approve=auto runs every command (the spec); ask asks the user (cfg["approver"], set by the
+# REPL); deny runs none. The allow and deny patterns decide first (deny wins). Budgets are
+# per turn and shared with the turn's subagents; a stop makes one last call without tools
+# for the best answer from what the model has. Nudges after an empty reply and that final
+# call come from a budget of their own (max_repair_calls), as banna does.
+
+EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
+               "or call a tool if you need one.")
+FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any more. "
+                "From what you have found so far, give your best final answer to the user's request, "
+                "and say briefly what is left undone.")
+BUDGETS = {   # key: how its use is said
+    "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
+    "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
+    "max_al_iterations": "%s model calls"}
+
+
+def new_tally():
+    """What a turn has spent so far: shared by its subagents, never by two turns."""
+    return {"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0, "noted": set()}
+
+
+def call_cost(cfg, prompt, cached, completion):
+    """Dollars for one model call at the configured prices; None when no price is set."""
+    if not (cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]):
+        return None
+    cached = cached or 0
+    return ((prompt - cached) * cfg["price_in"] + cached * (cfg["price_cached"] or cfg["price_in"])
+            + completion * cfg["price_out"]) / 1e6
+
+
+def spend(cfg, tokens, cost):
+    """Add one model call's tokens and cost to the turn's tally (calls outside AL: none)."""
+    run = cfg.get("run")
+    if run:
+        run["turn"]["tokens"] += tokens
+        run["turn"]["cost"] += cost or 0.0
+
+
+def over_budget(cfg, calls):
+    """After a step's tool calls: (key, limit, used) of the first budget the turn has used
+    up, else None. Counts the same call with the same arguments made again and again."""
+    run, turn = cfg["run"], cfg["run"]["turn"]
+    last, count = run["streak"]
+    for call in calls:
+        key = (call["function"]["name"], call["function"]["arguments"])
+        last, count = key, (count + 1 if key == last else 1)
+    run["streak"] = (last, count)
+    used = {"max_turn_tokens": turn["tokens"], "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
+            "max_cost": round(turn["cost"], 6), "max_identical_calls": count}
+    for key, value in used.items():
+        if cfg[key] and value >= cfg[key]:
+            return key, cfg[key], value
+    return None
+
+
+def final_answer(cfg, messages, key, limit, used):
+    """A budget stopped the loop while the model still wanted tools: say so, then ask once,
+    without tools and with a short timeout, for the best answer from what it has."""
+    cfg["run"]["budget"] = key
+    emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
+    asking = repair_call(cfg, None)
+    note(cfg, "[stopped: %s (%s=%s)%s]" % (BUDGETS[key] % used, key, limit,
+                                          "; asking for a final answer" if asking else ""), "warning")
+    if not asking:
+        return messages
+    quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], cfg["final_answer_timeout"]),
+                 timeout=min(cfg["timeout"], cfg["final_answer_timeout"]))
+    try:
+        reply = chat(quick, messages, tools=False, nudge=FINAL_PROMPT % (BUDGETS[key] % used))
+    except ApiError as e:
+        note(cfg, "[no final answer: %s]" % e)
+        return messages
+    reply.pop("tool_calls", None)   # nothing runs any more
+    if reply["content"]:
+        add_message(cfg, messages, reply)
+    return messages
+
+
+def repair_call(cfg, say_why):
+    """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
+    turn = cfg["run"]["turn"]
+    turn["repairs"] += 1
+    if turn["repairs"] > cfg["max_repair_calls"]:
+        return False
+    if say_why:
+        note(cfg, say_why, "warning")
+    return True
+
+
+def with_nudge(messages, text):
+    """The messages to send with a line of bantam's after them; never two user messages in a row."""
+    last = messages[-1] if messages else {}
+    if last.get("role") == "user" and isinstance(last.get("content"), str):
+        return messages[:-1] + [dict(last, content=last["content"] + "\n\n" + text)]
+    return messages + [{"role": "user", "content": text}]
+
+
+def approval(cfg, call_id, name, args):
+    """May this tool call run? (args to run it with, or None; text for the model to read
+    first, or the refusal). Only shell commands are asked about; every decision is an event."""
+    command = args.get("command") if name == "shell_exec" else None
+    if not isinstance(command, str):
+        return args, ""
+    decision, rule, reason = decide(cfg, command.strip())
+    edited = None
+    if decision == "ask":
+        decision, reason, edited = ask_user(cfg, command)
+        rule = "asked"
+    emit(cfg, "approval", id=call_id, command=redact_all(cfg, command), decision=decision, rule=rule,
+         reason=reason, edited=redact_all(cfg, edited) if edited else None)
+    if decision == "always":
+        cfg["run"]["approved"].add(command)
+    if decision == "edit":
+        return dict(args, command=edited), "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+    if decision == "refuse":
+        return None, refusal(rule, reason)
+    return args, ""
+
+
+def refusal(rule, reason):
+    """The tool result of a refused command: who refused it and why, for the model to adjust."""
+    if rule == "asked":
+        return "[the user did not let this command run%s]" % (": " + reason if reason else "")
+    if rule == "no terminal":
+        return "[not run: commands need the user's approval (approve=ask) and no one is there to ask]"
+    if rule == "approve=deny":
+        return "[not run: running commands is turned off in bantam's settings (approve=deny)]"
+    return "[not run: the command matches the pattern %r of bantam's deny setting]" % rule.partition(" ")[2]
+
+
+def decide(cfg, command):
+    """(decision, rule, None) for a command by the deny and allow patterns, then approve."""
+    import fnmatch
+    for key, decision in (("deny", "refuse"), ("allow", "run")):
+        for pattern in filter(None, (p.strip() for p in cfg[key].split(","))):
+            if fnmatch.fnmatchcase(command, pattern):
+                return decision, "%s %s" % (key, pattern), None
+    if command in cfg["run"]["approved"]:
+        return "run", "always", None
+    if cfg["approve"] == "ask" and not cfg.get("approver"):
+        if "no terminal" not in cfg["run"]["turn"]["noted"]:
+            cfg["run"]["turn"]["noted"].add("no terminal")
+            note(cfg, "[approve=ask, but there is no terminal to ask: commands are refused]", "warning")
+        return "refuse", "no terminal", None
+    return {"auto": "run", "ask": "ask", "deny": "refuse"}[cfg["approve"]], "approve=" + cfg["approve"], None
+
+
+def ask_user(cfg, command):
+    """Ask the user (cfg["approver"]) about a command: (decision, reason, edited command).
+    Answers: y(es), a(lways), e(dit), n(o) or Enter; any other text refuses, as the reason."""
+    answer = cfg["approver"]("Run? [y/N/a/e] ", "")
+    word, _, rest = (answer or "").strip().partition(" ")
+    word = word.lower().rstrip(",:")
+    if word in ("y", "yes"):
+        return "run", None, None
+    if word in ("a", "always"):
+        return "always", None, None
+    if word in ("e", "edit"):
+        edited = cfg["approver"]("Command: ", command)
+        if edited and edited.strip() and edited != command:
+            return "edit", None, edited
+        return ("run", None, None) if edited == command else ("refuse", None, None)
+    reason = rest.strip() if word in ("n", "no") else (answer or "").strip()
+    return "refuse", reason or None, None
 
 
 # ----------------------------------------------------------------------------------------
@@ -2319,14 +2539,17 @@ def usage_numbers(usage):
     return prompt, cached, completion
 
 
-def report_context(cfg, usage):
+def report_context(cfg, usage, cost=None, session_cost=None):
     """Emit the "context" event (the token line) for the usage event of a turn's last model
-    call: its figures and the share of the context window its prompt fills. Returns the share."""
+    call: its figures, the share of the context window its prompt fills, and (when prices
+    are set) what the turn and the session cost. Returns the share."""
     window = context_window(cfg)
     share = usage["prompt_tokens"] / window if window else 0.0
     emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
          cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
-         estimated=usage["estimated"], window=window, share=share)
+         estimated=usage["estimated"], window=window, share=share,
+         cost=None if usage["cost"] is None else round(cost, 6),
+         session_cost=None if usage["cost"] is None else round(session_cost, 6))
     return share
 
 
@@ -3054,6 +3277,14 @@ def term_tool_call(state, event):
     flush_out(state, now=True)
 
 
+def term_approval(state, event):
+    """A decision about a command: the clock starts now; the user's own answer is not repeated."""
+    if state["tool"]:
+        state["tool"]["started"] = time.monotonic()
+    if event["rule"] != "asked":
+        show_approval(state, event)
+
+
 def term_tool_output(state, event):
     """A command's output as it comes, dim: the first half-screenful of lines, then only the
     count (the last lines are shown when it ends). Work per piece is small whatever its
@@ -3140,7 +3371,7 @@ def term_tool_progress(state, event):
 
 TERMINAL = {"text": term_text, "reply_end": term_reply_end, "tool_call": term_tool_call,
             "tool_output": term_tool_output, "tool_result": term_tool_result,
-            "tool_progress": term_tool_progress}
+            "tool_progress": term_tool_progress, "approval": term_approval}
 
 
 # ----------------------------------------------------------------------------------------
@@ -3161,7 +3392,7 @@ def run_turn(convo, prompt, take_back=False):
     save_step(cfg, convo["session"], messages)   # the prompt survives a kill
     emit(cfg, "prompt", text=redact_all(cfg, prompt) if isinstance(prompt, str) else prompt,
          session=convo["session"]["id"])
-    convo["usage"] = None   # the turn's last usage, for the token line (see step_saver)
+    convo["usage"], spent_before = None, convo.get("cost", 0.0)   # for the token line (see step_saver)
     try:
         AL(cfg, messages)
     except BaseException as e:
@@ -3171,7 +3402,9 @@ def run_turn(convo, prompt, take_back=False):
         raise
     finally:
         save_session(cfg, convo["session"], messages)
-    return report_context(cfg, convo["usage"]) if convo.get("usage") else 0.0
+    if not convo.get("usage"):
+        return 0.0
+    return report_context(cfg, convo["usage"], convo.get("cost", 0.0) - spent_before, convo.get("cost", 0.0))
 
 
 def last_answer(messages):
@@ -3260,6 +3493,21 @@ def keyboard_held(fd):
     return before
 
 
+def keyboard_shown(fd):
+    """Keys seen and lines edited as usual (undoing keyboard_held for a question); the
+    settings to put back, or None."""
+    import termios
+    try:
+        before = termios.tcgetattr(fd)
+    except (OSError, termios.error):
+        return None
+    shown = list(before)
+    shown[0] |= termios.ICRNL
+    shown[3] |= termios.ECHO | termios.ICANON
+    termios.tcsetattr(fd, termios.TCSANOW, shown)
+    return before
+
+
 def keyboard_back(fd, before):
     """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
     if before is not None:
@@ -3288,15 +3536,32 @@ def startup_line(cfg):
 
 def ask(question, default=True):
     """A yes/no question on the terminal (Enter gives default); the answer stays out of the history."""
-    readline = sys.modules.get("readline")
-    before = readline.get_current_history_length() if readline else 0
     try:
-        answer = input(question).strip().lower()
-        return default if not answer else answer in ("y", "yes")
-    except (EOFError, KeyboardInterrupt):
+        answer = ask_line(question).strip().lower()
+    except KeyboardInterrupt:
         show("\n")
         return False
+    return default if not answer else answer in ("y", "yes")
+
+
+def ask_line(question, text=""):
+    """A line typed at the terminal in answer to question ("" at end of input), with text
+    ready to edit; the answer stays out of the history. Also mid-turn, when the keys are
+    held unseen (keyboard_held): they are shown while the user answers."""
+    readline = sys.modules.get("readline")
+    before = readline.get_current_history_length() if readline else 0
+    held = keyboard_shown(sys.stdin.fileno())
+    if text and readline:
+        readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
+    try:
+        return input(question)
+    except EOFError:
+        show("\n")
+        return ""
     finally:
+        keyboard_back(sys.stdin.fileno(), held)
+        if text and readline:
+            readline.set_pre_input_hook(None)
         if readline and readline.get_current_history_length() > before:
             readline.remove_history_item(before)
 
@@ -3415,6 +3680,11 @@ def parse_args(argv):
     add("--jsonl", action="store_true", help="print the events as JSON lines instead of the human output")
     add("--trace", metavar="FILE", help="append the events as JSON lines to FILE (config key trace_file)")
     add("--replay", metavar="TRACE", help="run a recorded trace again: its model replies, real tools")
+    leash = parser.add_mutually_exclusive_group()
+    leash.add_argument("--ask", dest="approve", action="store_const", const="ask",
+                       help="ask before each shell command (approve=ask); without a terminal: refuse them")
+    leash.add_argument("--yolo", dest="approve", action="store_const", const="auto",
+                       help="run shell commands without asking (approve=auto); deny patterns still apply")
     add("--trust", action="store_true", help="trust this folder's model.cfg endpoint with your API key")
     add("--show-config", action="store_true", help="print every setting and where it comes from, then exit")
     add("--version", action="version", version="bantam " + VERSION)
@@ -3428,18 +3698,21 @@ environment. Keys: """ + ", ".join(DEFAULTS) + """.
 bantam --show-config lists them with their values and sources.
 
 exit status: 0 done, 1 failed (a transient failure: retrying later may work), 2 usage or
-config error (final), 130 interrupted, 129 hang-up, 143 terminated, 141 stdout closed."""
+config error (final), 3 stopped by a budget (max_turn_tokens, max_cost, ...; the answer
+is the model's best from what it had), 130 interrupted, 129 hang-up, 143 terminated,
+141 stdout closed."""
 
 
 def overrides_of(args):
     """The config values the flags set, parsed: {key: value}."""
-    pairs = [("model", args.model), ("endpoint", args.endpoint), ("trace_file", args.trace)]
+    pairs = [("model", args.model), ("endpoint", args.endpoint), ("trace_file", args.trace),
+             ("approve", args.approve)]
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or key.strip().lower() not in DEFAULTS:
             raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)" % (item, ", ".join(DEFAULTS)))
         pairs.append((key.strip().lower(), value.strip()))
-    flag = {"model": "--model", "endpoint": "--endpoint", "trace_file": "--trace"}
+    flag = {"model": "--model", "endpoint": "--endpoint", "trace_file": "--trace", "approve": "--ask/--yolo"}
     return {key: parse_value(key, value, flag.get(key, "--set")) for key, value in pairs if value is not None}
 
 
@@ -3564,6 +3837,9 @@ def main(argv=None):
         session, messages = start_conversation(cfg, args)
         convo = {"cfg": cfg, "messages": messages, "session": session}
         cfg["on_event"] = make_sink(cfg, args, convo, batch)
+        cfg["approved"] = set()   # commands the user said "always" to, for this conversation
+        if cfg["approve"] == "ask" and sys.stdin.isatty() and sys.stdout.isatty() and not args.replay:
+            cfg["approver"] = ask_line   # else approve=ask refuses: no one to ask
         emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
              session=session["id"], time=now())
         if args.replay:
@@ -3580,7 +3856,7 @@ def main(argv=None):
         if args.output:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(answer)
-        return 0
+        return BUDGET_EXIT if convo.get("status") == "budget" else 0
     except KeyboardInterrupt:
         if convo:
             note(convo["cfg"], "[interrupted]")

@@ -393,10 +393,12 @@ class LoopTests(BatchCase):
         self.assertEqual(self.tool_results()["c4"], "last\n\n\nexit: 0")
 
     def test_max_al_iterations_stops_the_loop(self):
-        """max_al_iterations=2 stops after two model calls even if the model keeps calling tools."""
-        self.ws.write_config(self.server, max_al_iterations=2)
+        """max_al_iterations=2 stops after two model calls even if the model keeps calling tools
+        (with max_repair_calls=0, no final-answer call: the spec's loop exactly); exit 3."""
+        self.ws.write_config(self.server, max_al_iterations=2, max_repair_calls=0)
         self.push(*[tool_call_stream([shell_call("c%d" % i, "echo %d" % i)]) for i in range(4)])
-        result = self.run_ok()
+        result = self.run_batch("do it")
+        self.assertEqual(result.returncode, 3, result.stderr)
         self.assertEqual(len(self.server.posts), 2)
         self.assertIn("max_al_iterations=2", result.stderr)
         messages = self.saved_messages()

@@ -28,6 +28,10 @@ SAMPLES = {
     "shell_timeout": "9", "max_al_iterations": "3", "backoff": "0.5,1", "max_tool_res": "1000",
     "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "yes",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
+    "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
+    "max_turn_seconds": "30", "max_cost": "0.5", "price_in": "2.5", "price_out": "10",
+    "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
+    "final_answer_timeout": "20",
 }
 # What --show-config prints for each sample (secrets hidden).
 SHOWN = {
@@ -37,6 +41,10 @@ SHOWN = {
     "max_al_iterations": "3", "backoff": "[0.5, 1.0]", "max_tool_res": "1000",
     "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "true",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
+    "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
+    "max_turn_seconds": "30.0", "max_cost": "0.5", "price_in": "2.5", "price_out": "10.0",
+    "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
+    "final_answer_timeout": "20.0",
 }
 
 
@@ -179,10 +187,13 @@ class SettingFlagTests(CliCase):
         self.assertEqual(self.server.posts[0]["headers"].get("x-extra"), "extra-value")
 
     def test_set_integer_key(self):
-        """--set max_al_iterations=1 (an int) stops the loop after one model call."""
-        self.push(tool_call_stream([shell_call("call_1", "echo once")]), text_stream("never asked"))
-        result = self.run_ok("--set", "max_al_iterations=1", "-p", "loop")
-        self.assertEqual(len(self.server.posts), 1)
+        """--set max_al_iterations=1 (an int) stops the loop after one model call (then one
+        call without tools for the final answer: exit 3)."""
+        self.push(tool_call_stream([shell_call("call_1", "echo once")]), text_stream("final"))
+        result = self.run_bantam("--set", "max_al_iterations=1", "-p", "loop")
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertEqual(len(self.server.posts), 2)
+        self.assertNotIn("tools", self.server.bodies[1])
         self.assertIn("max_al_iterations=1", result.stderr)
 
     def test_set_list_key(self):

@@ -31,7 +31,7 @@ FIELDS = {
     "reply_end": {"finish"},
     "reply": {"message", "quiet"},
     "usage": {"model", "prompt_tokens", "cached_tokens", "completion_tokens", "estimated", "quiet",
-              "seconds", "first_output"},
+              "seconds", "first_output", "cost"},
     "message": {"message"},
     "tool_call": {"id", "name", "arguments"},
     "tool_output": {"text"},
@@ -42,7 +42,9 @@ FIELDS = {
     "error": {"message"},
     "compaction": {"before", "after", "kept_prompt"},
     "context": {"model", "prompt_tokens", "cached_tokens", "completion_tokens", "estimated", "window",
-                "share"},
+                "share", "cost", "session_cost"},
+    "approval": {"id", "command", "decision", "rule", "reason", "edited"},
+    "budget_stop": {"reason", "limit", "used"},
     "turn_end": {"status", "error"},
 }
 SECRET = "sk-secret-9f8e7d6c5b4a"
@@ -145,11 +147,11 @@ class EventCase(BantamTestCase):
 class EventSchemaTests(EventCase):
     """One test per event type: its place in the run and the values of its fields."""
 
-    def tool_run(self, *args, command="echo hi"):
+    def tool_run(self, *args, command="echo hi", code=0):
         """A run making one shell_exec call, then answering "Done."; (result, events)."""
         self.push(tool_call_stream([shell_call("call_1", command)], usage=usage(30, 7)),
                   text_stream("Done.", usage=usage(50, 4)))
-        return self.run_jsonl("-p", "do it", *args)
+        return self.run_jsonl("-p", "do it", *args, code=code)
 
     def test_start(self):
         """start: first, with the version, the model, the mode (batch) and the session id."""
@@ -335,7 +337,33 @@ class EventSchemaTests(EventCase):
         self.assertEqual(events[-1], event)
         self.assertEqual({k: event[k] for k in FIELDS["context"]},
                          {"model": "test-model", "prompt_tokens": 50, "cached_tokens": None,
-                          "completion_tokens": 4, "estimated": False, "window": 100000, "share": 0.0005})
+                          "completion_tokens": 4, "estimated": False, "window": 100000, "share": 0.0005,
+                          "cost": None, "session_cost": None})
+
+    def test_context_with_prices(self):
+        """context: with prices set, what the turn and the session cost (every call of the turn)."""
+        _, events = self.tool_run("--set", "price_in=2", "--set", "price_out=10")
+        event = self.one(events, "context")
+        # two calls: (30 + 50) prompt tokens at $2/M, (7 + 4) completion tokens at $10/M
+        self.assertAlmostEqual(event["cost"], (80 * 2 + 11 * 10) / 1e6)
+        self.assertAlmostEqual(event["session_cost"], event["cost"])
+        self.assertEqual([e["cost"] for e in of_type(events, "usage")], [(30 * 2 + 7 * 10) / 1e6, (50 * 2 + 4 * 10) / 1e6])
+
+    def test_approval(self):
+        """approval: each command's decision, with the rule that made it."""
+        _, events = self.tool_run("--set", "deny=echo *", command="echo hello")
+        event = self.one(events, "approval")
+        self.assertEqual({k: event[k] for k in FIELDS["approval"]},
+                         {"id": "call_1", "command": "echo hello", "decision": "refuse", "rule": "deny echo *",
+                          "reason": None, "edited": None})
+
+    def test_budget_stop(self):
+        """budget_stop: which budget stopped the turn, its limit and what was used; turn_end says "budget"."""
+        _, events = self.tool_run("--set", "max_turn_tokens=20", code=3)
+        event = self.one(events, "budget_stop")
+        self.assertEqual({k: event[k] for k in FIELDS["budget_stop"]},
+                         {"reason": "max_turn_tokens", "limit": 20, "used": 37})
+        self.assertEqual(self.one(events, "turn_end")["status"], "budget")
 
     def test_turn_end(self):
         """turn_end: status "done" and no error after a finished turn."""
@@ -367,13 +395,16 @@ GOLDEN = [
             "id": "call_1", "type": "function",
             "function": {"name": "shell_exec", "arguments": '{"command": "echo hello"}'}}]}},
     {"type": "usage", "depth": 0, "model": "test-model", "prompt_tokens": 30, "cached_tokens": None,
-     "completion_tokens": 7, "estimated": False, "quiet": False, "seconds": "S", "first_output": "S"},
+     "completion_tokens": 7, "estimated": False, "quiet": False, "seconds": "S", "first_output": "S",
+     "cost": None},
     {"type": "message", "depth": 0, "message": {
         "role": "assistant", "content": "", "tool_calls": [{
             "id": "call_1", "type": "function",
             "function": {"name": "shell_exec", "arguments": '{"command": "echo hello"}'}}]}},
     {"type": "tool_call", "depth": 0, "id": "call_1", "name": "shell_exec",
      "arguments": '{"command": "echo hello"}'},
+    {"type": "approval", "depth": 0, "id": "call_1", "command": "echo hello", "decision": "run",
+     "rule": "approve=auto", "reason": None, "edited": None},
     {"type": "tool_output", "depth": 0, "text": "hello\n"},
     {"type": "tool_result", "depth": 0, "id": "call_1", "name": "shell_exec",
      "content": "hello\n\n\nexit: 0", "ok": True},
@@ -384,11 +415,13 @@ GOLDEN = [
     {"type": "reply_end", "depth": 0, "finish": "stop"},
     {"type": "reply", "depth": 0, "quiet": False, "message": {"role": "assistant", "content": "It printed hello."}},
     {"type": "usage", "depth": 0, "model": "test-model", "prompt_tokens": 50, "cached_tokens": None,
-     "completion_tokens": 4, "estimated": False, "quiet": False, "seconds": "S", "first_output": "S"},
+     "completion_tokens": 4, "estimated": False, "quiet": False, "seconds": "S", "first_output": "S",
+     "cost": None},
     {"type": "message", "depth": 0, "message": {"role": "assistant", "content": "It printed hello."}},
     {"type": "turn_end", "depth": 0, "status": "done", "error": None},
     {"type": "context", "depth": 0, "model": "test-model", "prompt_tokens": 50, "cached_tokens": None,
-     "completion_tokens": 4, "estimated": False, "window": 100000, "share": 0.0005},
+     "completion_tokens": 4, "estimated": False, "window": 100000, "share": 0.0005, "cost": None,
+     "session_cost": None},
 ]
 
 
