@@ -15,6 +15,7 @@ The sections, in reading order:
   the HTTP client        one keep-alive connection, retries, SSE, assembling a reply
   the tools              shell_exec, run_subagent (and read, write); the TOOLS table
   the agentic loop       AL
+  approvals and budgets  what may run (approve, allow, deny) and what a turn may spend
   usage and compaction   the context window, the token line, summaries
   commands               /save, /load, ... : the COMMANDS table
   the REPL and main      interactive mode, batch mode, the command line

@@ -225,6 +225,15 @@ class AskTests(LeashCase):
         self.assertEqual(json.loads(saved[0]["tool_calls"][0]["function"]["arguments"]),
                          {"command": "touch wrong.txt"}, "the model's call is stored as it made it")
 
+    def test_batch_run_on_a_terminal_asks_too(self):
+        """`bantam --ask -p ...` typed at a terminal asks there (the REPL is not needed)."""
+        self.push(tool_call_stream([shell("c1", "touch batch.txt")]), text_stream("batch done"))
+        term = self.pty("--ask", "-p", "make a file")
+        self.answer(term, "y")
+        term.expect("batch done")
+        self.assertEqual(term.wait(), 0, term.output)
+        self.assertTrue(self.exists("batch.txt"))
+
     def test_answers_stay_out_of_the_history(self):
         """The answers typed at Run? are not prompts: Up at the prompt brings the last prompt."""
         self.push(tool_call_stream([shell("c1", "true")]), text_stream("done"))
