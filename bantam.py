@@ -3494,6 +3494,31 @@ def keyboard_held(fd):
     return before
 
 
+def terminal_approver(convo):
+    """approve=ask's questions, asked at the terminal. Keys typed ahead while the reply
+    streamed must not answer them: they are set aside for the next prompt line."""
+    def approver(question, text=""):
+        convo["typed"] = convo.get("typed", "") + keys_typed_ahead(sys.stdin.fileno())
+        return ask_line(question, text)
+    return approver
+
+
+def keys_typed_ahead(fd):
+    """The printable text of the keys waiting unread on the terminal (Enter becomes a space)."""
+    import select
+    waiting = b""
+    try:
+        while select.select([fd], [], [], 0)[0]:
+            more = os.read(fd, 4096)
+            if not more:
+                break
+            waiting += more
+    except OSError:
+        pass
+    text = waiting.decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
+
+
 def keyboard_shown(fd):
     """Keys seen and lines edited as usual (undoing keyboard_held for a question); the
     settings to put back, or None."""
@@ -3577,8 +3602,9 @@ def repl(convo):
     last_interrupt, again = 0.0, ""
     try:
         while True:
-            if again and readline:   # a prompt that got no reply comes back for editing
-                readline.set_pre_input_hook(lambda text=again: (readline.insert_text(text),
+            ready = again or convo.pop("typed", "")   # a prompt that got no reply, keys typed ahead
+            if ready and readline:                     # come back on the line for editing
+                readline.set_pre_input_hook(lambda text=ready: (readline.insert_text(text),
                                                                 readline.redisplay()))
             try:
                 line = input("> ")
@@ -3593,7 +3619,7 @@ def repl(convo):
                 show("\n")
                 break
             finally:
-                if again and readline:
+                if ready and readline:
                     readline.set_pre_input_hook(None)
             again, line = "", line.rstrip("\n")   # a paste's last line break is not sent
             if not line.strip():
@@ -3840,7 +3866,7 @@ def main(argv=None):
         cfg["on_event"] = make_sink(cfg, args, convo, batch)
         cfg["approved"] = set()   # commands the user said "always" to, for this conversation
         if cfg["approve"] == "ask" and sys.stdin.isatty() and sys.stdout.isatty() and not args.replay:
-            cfg["approver"] = ask_line   # else approve=ask refuses: no one to ask
+            cfg["approver"] = terminal_approver(convo)   # else approve=ask refuses: no one to ask
         emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
              session=session["id"], time=now())
         if args.replay:
