@@ -2293,15 +2293,15 @@ def final_answer(cfg, messages, key, limit, used):
     without tools and with a short timeout, for the best answer from what it has."""
     cfg["run"]["budget"] = key
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking = repair_call(cfg, None)
-    note(cfg, "[stopped: %s (%s=%s)%s]" % (BUDGETS[key] % used, key, limit,
-                                          "; asking for a final answer" if asking else ""), "warning")
+    asking, words = repair_call(cfg, None), budget_words(key, used)
+    note(cfg, "[stopped: %s (%s=%s)%s]" % (words, key, limit, "; asking for a final answer" if asking else ""),
+         "warning")
     if not asking:
         return messages
     quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], cfg["final_answer_timeout"]),
                  timeout=min(cfg["timeout"], cfg["final_answer_timeout"]))
     try:
-        reply = chat(quick, messages, tools=False, nudge=FINAL_PROMPT % (BUDGETS[key] % used))
+        reply = chat(quick, messages, tools=False, nudge=FINAL_PROMPT % words)
     except ApiError as e:
         note(cfg, "[no final answer: %s]" % e)
         return messages
@@ -2309,6 +2309,12 @@ def final_answer(cfg, messages, key, limit, used):
     if reply["content"]:
         add_message(cfg, messages, reply)
     return messages
+
+
+def budget_words(key, used):
+    """How much of a budget was used, in words: "615 tokens this turn", "1 model call"."""
+    words = BUDGETS[key] % used
+    return words.replace("calls", "call").replace("times", "time") if used == 1 else words
 
 
 def repair_call(cfg, say_why):

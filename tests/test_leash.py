@@ -416,7 +416,7 @@ class RepairTests(LeashCase):
         self.push(tool_call_stream([shell("c1", "ls")]), text_stream("never asked"))
         result = self.batch("--set", "max_al_iterations=1", "--set", "max_repair_calls=0", code=BUDGET_EXIT)
         self.assertEqual(len(self.server.posts), 1)
-        self.assertIn("[stopped: 1 model calls (max_al_iterations=1)]", result.stderr)
+        self.assertIn("[stopped: 1 model call (max_al_iterations=1)]", result.stderr)
 
 
 if __name__ == "__main__":
