@@ -143,6 +143,12 @@ class ApiError(BantamError):
         BantamError.__init__(self, message)
         self.kind, self.status, self.wait, self.body = kind, status, wait, body
 
+    @property
+    def exit_code(self):
+        """1 when retrying later may work (it failed after its retries), else 2 (a wrong key,
+        endpoint or model, a rejected request, a full context: the same run fails again)."""
+        return 1 if self.kind == "retry" else 2
+
 
 # ----------------------------------------------------------------------------------------
 # Events and views: everything a run reports is one event (a dict) passed to one function;
@@ -1295,11 +1301,13 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
                 stream = False              # in a reply that is not streamed: ask that way
             if e.kind != "retry" or retries >= len(delays):
                 if e.kind == "retry" and retries:
-                    raise ApiError("%s (gave up after %d %s)" % (e, retries, "retry" if retries == 1 else "retries"))
+                    raise ApiError("%s (gave up after %d %s)" % (e, retries, "retry" if retries == 1 else "retries"),
+                                   "retry", e.status)
                 raise
             wait = max(delays[retries], e.wait or 0)
             if wait > MAX_SERVER_WAIT:
-                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (e, wait))
+                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (e, wait),
+                               "retry", e.status)
             retries += 1
             emit(cfg, "retry", error=redact_all(cfg, str(e)), attempt=retries, of=len(delays), wait=wait)
             time.sleep(wait)
@@ -2593,7 +2601,7 @@ def compact(cfg, messages, prompt=None):
             break
         except ApiError as e:
             if e.kind != "overflow" or not trim_for_summary(request, context_window(cfg) * 2):
-                raise ApiError("compaction failed: %s" % e)
+                raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
     else:
         raise ApiError("compaction failed: the conversation does not fit even when trimmed")
     if not summary:
@@ -3730,8 +3738,8 @@ out comes from BANTAM_<KEY>, then the default. Flags beat the file, the file bea
 environment. Keys: """ + ", ".join(DEFAULTS) + """.
 bantam --show-config lists them with their values and sources.
 
-exit status: 0 done, 1 failed (a transient failure: retrying later may work), 2 usage or
-config error (final), 3 stopped by a budget (max_turn_tokens, max_cost, ...; the answer
+exit status: 0 done, 1 failed after retries (transient: retrying later may work), 2 usage,
+config or request error (final: the same run fails again), 3 stopped by a budget (max_turn_tokens, max_cost, ...; the answer
 is the model's best from what it had), 130 interrupted, 129 hang-up, 143 terminated,
 141 stdout closed."""
 

@@ -145,7 +145,8 @@ class RetryTests(BatchCase):
                 self.assertEqual(len(self.server.posts) - before, 2)
 
     def test_client_errors_fail_at_once(self):
-        """400, 401, 403 and 404 are not retried: exit 1 with the server's message on stderr."""
+        """400, 401, 403 and 404 are not retried: exit 2 (final: the same run fails again) with
+        the server's message on stderr."""
         cases = [(400, {"stream": False}), (401, {}), (403, {}), (404, {})]
         for status, cfg in cases:
             with self.subTest(status=status):
@@ -153,7 +154,7 @@ class RetryTests(BatchCase):
                 before = len(self.server.posts)
                 self.push(error(status, "server says no (%d)" % status))
                 result = self.run_batch("go")
-                self.assertEqual(result.returncode, 1, result.stderr)
+                self.assertEqual(result.returncode, 2, result.stderr)
                 self.assertIn("server says no (%d)" % status, result.stderr)
                 self.assertNotIn("retry", result.stderr)
                 self.assertEqual(len(self.server.posts) - before, 1)

@@ -141,7 +141,7 @@ class ConfigFileTests(ConfigCase):
         """BANTAM_MAX_AL_ITERATIONS limits the model calls of a turn when model.cfg does not set it."""
         self.push(tool_call_stream([("c1", "shell_exec", {"command": "echo one"})]),
                   tool_call_stream([("c2", "shell_exec", {"command": "echo two"})]))
-        result = self.run_batch("loop", env={"BANTAM_MAX_AL_ITERATIONS": "1"})
+        result = self.run_batch("loop", env={"BANTAM_MAX_AL_ITERATIONS": "1", "BANTAM_MAX_REPAIR_CALLS": "0"})
         self.assertEqual(len(self.server.posts), 1, result.stderr)
         self.assertIn("max_al_iterations=1", result.stderr)
 

@@ -307,9 +307,9 @@ class EventSchemaTests(EventCase):
         self.assertIn("finish_reason: length", event["text"])
 
     def test_error(self):
-        """error: a failed turn's message (exit 1), after turn_end with status "failed"."""
+        """error: a failed turn's message (exit 2: a wrong key is final), after turn_end with status "failed"."""
         self.push(error(401, "the key is not valid"))
-        result, events = self.run_jsonl("-p", "hi", code=1)
+        result, events = self.run_jsonl("-p", "hi", code=2)
         event = self.one(events, "error")
         self.assertIn("the key is not valid", event["message"])
         turn_end = self.one(events, "turn_end")

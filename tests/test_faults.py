@@ -342,11 +342,11 @@ class RetryTests(BantamTestCase):
         exhausted quota never is; every retry is announced on stderr."""
         quota = {"message": "You exceeded your current quota, please check your plan.",
                  "type": "insufficient_quota", "code": "insufficient_quota"}
-        cases = [  # (first response, requests made, exit status, stderr must match)
-            (error(500, "oops", headers={"x-should-retry": "false"}), 1, 1, r"HTTP 500: oops"),
+        cases = [  # (first response, requests made, exit status, stderr must match): 2 = final
+            (error(500, "oops", headers={"x-should-retry": "false"}), 1, 2, r"HTTP 500: oops"),
             (error(400, "flaky", headers={"x-should-retry": "true"}), 2, 0, r"HTTP 400: flaky.*retry 1/3"),
-            (error(429, body={"error": quota}), 1, 1, r"quota"),
-            (error(429, body={"error": quota}, headers={"x-should-retry": "true"}), 1, 1, r"quota"),
+            (error(429, body={"error": quota}), 1, 2, r"quota"),
+            (error(429, body={"error": quota}, headers={"x-should-retry": "true"}), 1, 2, r"quota"),
             (error(503, "warming up"), 2, 0, r"HTTP 503: warming up.*retry 1/3"),
         ]
         for first, requests, status, pattern in cases:
@@ -631,7 +631,7 @@ class HostileOutputTests(BantamTestCase):
                   error(401, "Incorrect API key provided: %s. Find yours at example.com." % key))
         self.ws.write("prompt.txt", "what is my key?")
         outputs = [run_raw(self.ws, "prompt.txt"), run_raw(self.ws, "prompt.txt")]
-        self.assertEqual([o[0] for o in outputs], [0, 1], outputs[1][2])
+        self.assertEqual([o[0] for o in outputs], [0, 2], outputs[1][2])
         self.assertEqual(self.server.posts[0]["headers"]["authorization"], "Bearer " + key)
         secret = key.encode()
         (_, out, err), (_, out401, err401) = outputs

@@ -70,7 +70,7 @@ class UnsupportedFieldTests(BantamTestCase):
         """A 400 that names a field without saying it is unsupported fails the turn as before."""
         self.push(error(400, "Invalid value for 'temperature': must be at most 2.", type="invalid_request_error"))
         result = self.run_batch("hi")
-        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.returncode, 2)
         self.assertEqual(len(self.server.posts), 1)
         self.assertIn("must be at most 2", result.stderr)
 

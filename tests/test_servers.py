@@ -228,13 +228,13 @@ class FailAtOnceTests(BantamTestCase):
 
     def test_self_signed_certificate(self):
         """An HTTPS server with a self-signed certificate: one line naming the host and
-        SSL_CERT_FILE, exit 1, no retries; with SSL_CERT_FILE pointing at it, it works."""
+        SSL_CERT_FILE, exit 2 (final), no retries; with SSL_CERT_FILE pointing at it, it works."""
         server = FakeServer([text_stream("over TLS")], tls=True).start()
         self.addCleanup(server.stop)
         self.ws.write_config(server, backoff="1,1,1")
         started = time.monotonic()
         result = self.run_batch("hi")
-        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(result.returncode, 2, result.stderr)
         self.assertLess(time.monotonic() - started, 2.5, "no retry ladder")
         self.assertNotIn("retry", result.stderr)
         self.assertRegex(result.stderr, r"certificate of 127\.0\.0\.1 is not trusted .*SSL_CERT_FILE")
@@ -248,7 +248,7 @@ class FailAtOnceTests(BantamTestCase):
         target = "https://127.0.0.1:9/v1/chat/completions"
         self.push(json_reply({"moved": True}, status=301, headers={"Location": target}))
         result = self.run_batch("hi")
-        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.returncode, 2)
         self.assertIn("HTTP 301: the endpoint moved to " + target, result.stderr)
         self.assertIn("set endpoint to https://127.0.0.1:9/v1", result.stderr)
         self.assertEqual(len(self.server.posts), 1)

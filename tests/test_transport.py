@@ -412,7 +412,7 @@ class ProxyTests(TransportCase):
         """A proxy that answers CONNECT with 407 fails the run with a message naming it."""
         proxy = self.make_proxy(refuse=407)
         result, server = self.run_turn_via({"HTTP_PROXY": "http://127.0.0.1:%d" % proxy.port})
-        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(result.returncode, 2, result.stderr)
         self.assertIn("407", result.stderr)
         self.assertNotIn("Traceback", result.stderr)
         self.assertEqual((server.connections, server.requests), (0, []))
