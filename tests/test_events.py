@@ -617,18 +617,24 @@ with open(sys.argv[1], "w") as f:
                "environ": before[3] == after[3], "cwd": before[4] == after[4]}, f)
 """
 
-README_EXAMPLE = r"""
-import json, sys
-import bantam
+README_ENDPOINT = '"http://localhost:11434/v1"'   # the endpoint the README's example names
 
-cfg = bantam.load_config(overrides={"endpoint": sys.argv[1], "model": "m"})
-messages = [{"role": "system", "content": cfg["system_prompt"]},
-            {"role": "user", "content": "hi"}]
-events = []
-bantam.AL(cfg, messages, on_event=events.append)
 
-with open(sys.argv[2], "w") as f:
-    json.dump({"messages": messages, "events": events, "cfg_keys": sorted(cfg)}, f)
+def readme_example():
+    """The README's library example (the python block of its "Library use" section), exactly
+    as printed, and the model it names."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        section = f.read().split("## Library use", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return code, re.search(r'"model": "([^"]+)"', code).group(1)
+
+
+# What the test adds around the README's example: the endpoint pointed at the test server, and
+# the example's messages, events and cfg written to a file for the checks.
+EXAMPLE_AROUND = r"""
+import json as _json, sys as _sys
+with open(_sys.argv[2], "w") as _f:
+    _json.dump({"messages": messages, "events": events, "cfg_keys": sorted(cfg)}, _f)
 """
 
 PLAIN_EXAMPLE = r"""
@@ -692,12 +698,17 @@ class LibraryTests(EventCase):
             self.assertNotIn(name, imported)
 
     def test_readme_example(self):
-        """The README example (load_config + AL with on_event): prints nothing, answers, collects the events."""
+        """The README's example, as printed there (load_config + AL with on_event): AL prints
+        nothing, the example prints the answer and the tools run; the events are collected."""
+        code, model = readme_example()
+        self.assertEqual(code.count(README_ENDPOINT), 1, "the README example names its endpoint once")
+        program = code.replace(README_ENDPOINT, "__import__('sys').argv[1]") + EXAMPLE_AROUND
         self.push(tool_call_stream([shell_call("call_1", "echo from-the-tool")]),
                   text_stream("Hello from the library."))
         out = self.ws.path("tmp", "example.json")
-        result = self.run_python(README_EXAMPLE, self.server.url, out)
-        self.assertEqual((result.returncode, result.stdout, result.stderr), (0, "", ""))
+        result = self.run_python(program, self.server.url, out)
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+        self.assertEqual(result.stdout, "Hello from the library.\n['shell_exec']\n")
         data = self.read_json(out)
         self.assertEqual(data["messages"][-1], {"role": "assistant", "content": "Hello from the library."})
         self.assertEqual([m["role"] for m in data["messages"]], ["system", "user", "assistant", "tool", "assistant"])
@@ -705,7 +716,7 @@ class LibraryTests(EventCase):
         self.assertEqual([events[0]["type"], events[-1]["type"]], ["turn_start", "turn_end"])
         self.assertEqual(joined(events, "tool_output"), "from-the-tool\n")
         self.assertEqual(joined(events, "text"), "Hello from the library.")
-        self.assertEqual(self.server.bodies[0]["model"], "m")
+        self.assertEqual(self.server.bodies[0]["model"], model)
         self.assertNotIn("run", data["cfg_keys"], "AL leaves the caller's cfg as it was")
 
     def test_al_without_callback_prints_plain_traces(self):
