@@ -3069,9 +3069,10 @@ def term_tool_output(state, event):
         write(state, line[:2000] + "\n", "body", event["depth"])   # the screen needs no more
     if tool["lines"] >= shown:
         tool["lines"] += text.count("\n")
-        pieces = text.rsplit("\n", tool["tail"].maxlen)
+        keep = tool["tail"].maxlen   # one split more: a first piece that held lines is left out
+        pieces = text.rsplit("\n", keep + 1)
         text = pieces.pop()
-        tool["tail"].extend(pieces[-tool["tail"].maxlen:])
+        tool["tail"].extend(pieces[-keep:])
     tool["partial"] = text[-4096:]   # a line this long is cut on screen anyway
     if time.monotonic() - tool["status_at"] >= 0.1:
         tool_status(state, event)
@@ -3270,6 +3271,16 @@ def keyboard_back(fd, before):
             pass
 
 
+def forget_trailing_newline(readline, line):
+    """The line without a paste's last line break: not sent, nor kept in the history."""
+    if line.endswith("\n"):
+        line = line.rstrip("\n")
+        last = readline.get_current_history_length() if readline else 0
+        if last and line.strip():
+            readline.replace_history_item(last - 1, line)
+    return line
+
+
 def did_you_mean(name):
     """ "; did you mean /list?" for a command name that is close to a real one, else ""."""
     import difflib
@@ -3329,7 +3340,7 @@ def repl(convo):
             finally:
                 if again and readline:
                     readline.set_pre_input_hook(None)
-            again, line = "", line.rstrip("\n")   # a paste's last line break is not sent
+            again, line = "", forget_trailing_newline(readline, line)
             if not line.strip():
                 continue
             held = None
