@@ -12,7 +12,7 @@ import re
 import unittest
 
 from tests.support import (
-    BantamTestCase, sse, chunk, strip_ansi, text_stream, tool_call_stream)
+    BantamTestCase, strip_ansi, text_stream, tool_call_stream)
 
 PROMPT = "> "
 PROMPT_LINE = re.compile(r"\n(?:\x1b\[\?2004h)?> ")
