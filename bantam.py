@@ -344,9 +344,9 @@ def show_status(state, event):
 
 
 def clear_status(state):
-    """Erase the ...requesting... status line."""
-    state["status"] = False
-    state["out"].write("\r\033[K")
+    """Erase the ...requesting... status line (or the rows of a preview: status is their count)."""
+    rows, state["status"] = int(state["status"]), False
+    state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
 
 
 def show_reasoning(state, event):
@@ -2991,6 +2991,9 @@ def screen_size(state):
         return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
 
 
+PREVIEW_ROWS = 3   # rows of the line in progress shown (it has not been rendered yet)
+
+
 def term_text(state, event):
     """A piece of the answer, rendered line by line; the line in progress is previewed (its
     tail, dim) until its newline arrives."""
@@ -3008,16 +3011,18 @@ def term_text(state, event):
 
 
 def preview(state, text, depth):
-    """Show the end of the line in progress on the current row (replaced when it is done)."""
+    """Show the line in progress, dim and wrapped at words, on its last PREVIEW_ROWS rows
+    (erased when its newline arrives and the rendered line replaces it)."""
     if not text or not state["bol"]:
         return
-    room = screen_size(state)[0] - 1 - 4 * depth
-    tail = text[-room:]
-    while display_width(tail) > room:
-        tail = tail[1:]
+    room = state["md"]["width"]   # wrapped as it will be once rendered
+    rows = wrap_words(text[-2000:], room)[-PREVIEW_ROWS:]   # (a longer line: its end)
     pad = "  \u2502 " * depth
-    state["out"].write("\r\033[K" + pad + (COLORS["dim"] + tail + RESET if state["color"] else tail))
-    state["status"] = True
+    if state["status"]:
+        clear_status(state)
+    text = ("\r\n" + pad).join(rows)
+    state["out"].write("\r\033[K" + pad + (COLORS["dim"] + text + RESET if state["color"] else text))
+    state["status"] = len(rows)
 
 
 def term_reply_end(state, event):
@@ -3066,7 +3071,7 @@ def term_tool_output(state, event):
     while tool["lines"] < shown and "\n" in text:
         line, text = text.split("\n", 1)
         tool["lines"] += 1
-        write(state, line[:2000] + "\n", "body", event["depth"])   # the screen needs no more
+        write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
     if tool["lines"] >= shown:
         tool["lines"] += text.count("\n")
         keep = tool["tail"].maxlen   # one split more: a first piece that held lines is left out
@@ -3077,6 +3082,18 @@ def term_tool_output(state, event):
     if time.monotonic() - tool["status_at"] >= 0.1:
         tool_status(state, event)
     flush_out(state)
+
+
+def screen_line(state, line, depth):
+    """A line of a command's output cut to the terminal's width (the model gets it whole):
+    a minified file or a long log line takes one row, not a screenful."""
+    room = max(screen_size(state)[0] - 4 * depth, 10)
+    if len(line) <= room and line.isascii() or display_width(line) <= room:
+        return line
+    line = line[:room]
+    while display_width(line) > room - 1:
+        line = line[:-1]
+    return line + "\u2026"
 
 
 def tool_status(state, event):
@@ -3095,7 +3112,8 @@ def tool_status(state, event):
 
 def term_tool_result(state, event):
     """The end of a tool: the rest of a command's output (its last lines after "... N more
-    lines"), then how it ended; another tool's result, cut to a screenful."""
+    lines"), then how it ended; a subagent's end (its answer was shown as it came); another
+    tool's result, cut to a screenful."""
     tool, state["tool"] = state["tool"], None
     depth = event["depth"]
     if tool is not None and (tool["lines"] or tool["partial"]) and event["ok"]:
@@ -3104,6 +3122,9 @@ def term_tool_result(state, event):
         took = time.monotonic() - tool["started"]
         summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?", took)
         write(state, summary + "\n", "dim" if code and code.group(1) == "0" else "error", depth)
+    elif event["name"] == "run_subagent" and event["ok"] and not event["content"].startswith(("error:", "(")):
+        end_line(state, depth)   # its answer is on screen already, behind the rail
+        write(state, "\u00bb subagent done\n", "dim", depth)
     else:
         end_line(state, depth)
         text = event["content"]
@@ -3129,7 +3150,8 @@ def end_tool_output(state, event, tool):
     if hidden > 0:
         write(state, "... %d more lines\n" % hidden, "dim", event["depth"])
     for line in tool["tail"]:
-        write(state, TERMINAL_UNSAFE.sub(visible, line) + "\n", "body", event["depth"], raw=True)
+        line = TERMINAL_UNSAFE.sub(visible, screen_line(state, line, event["depth"]))
+        write(state, line + "\n", "body", event["depth"], raw=True)
 
 
 def term_tool_progress(state, event):

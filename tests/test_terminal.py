@@ -11,8 +11,9 @@ import os
 import re
 import unittest
 
+import bantam
 from tests.support import (
-    BantamTestCase, strip_ansi, text_stream, tool_call_stream)
+    BantamTestCase, text_stream, tool_call_stream)
 
 PROMPT = "> "
 PROMPT_LINE = re.compile(r"\n(?:\x1b\[\?2004h)?> ")
@@ -22,11 +23,32 @@ UP = "\x1b[A"
 SLOW_COMMAND = "for i in 1 2 3 4 5 6; do echo step $i; sleep 0.3; done"
 
 
+TOKEN = re.compile(r"\x1b\[[0-9;?]*[@-~]|\x1b\][^\x07]*\x07|\x1b.?|[\r\n\b]|[^\x1b\r\n\b]+")
+
+
 def screen(text):
-    """Terminal output as the lines a person sees: a line erased by "\\r ESC[K" (a status or
-    the preview of a line in progress, replaced) is gone, escape sequences too."""
-    text = re.sub(r"[^\n]*\r\x1b\[K", "", text)
-    return strip_ansi(text).replace("\r", "")
+    """Terminal output as the lines a person sees: a small terminal that knows the moves
+    bantam and readline make (carriage return, erase to the end of the line, cursor up,
+    backspace); colors and other sequences are dropped."""
+    rows, row, col = [""], 0, 0
+    for token in TOKEN.findall(text):
+        if token == "\n":
+            row, col = row + 1, 0
+            if row == len(rows):
+                rows.append("")
+        elif token == "\r":
+            col = 0
+        elif token == "\b":
+            col = max(0, col - 1)
+        elif token == "\x1b[K":
+            rows[row] = rows[row][:col]
+        elif token == "\x1b[A":
+            row = max(0, row - 1)
+        elif not token.startswith("\x1b"):
+            line = rows[row].ljust(col)
+            rows[row] = line[:col] + token + line[col + len(token):]
+            col += len(token)
+    return "\n".join(rows)
 
 
 class TerminalCase(BantamTestCase):
@@ -187,6 +209,31 @@ class ToolScreenTests(TerminalCase):
         self.assertEqual(sent["always"], sent["never"])
         self.assertEqual(len(sent["always"]), 1)
 
+    def test_long_line_is_cut_to_the_width_on_screen_only(self):
+        """A 500-character output line takes one row of the 100-column screen, ending in "…";
+        the model gets it whole."""
+        self.push(tool_call_stream([("c1", "shell_exec", {"command": "printf '%0500d\\n' 7; echo end"})]),
+                  text_stream("printed"))
+        term = self.start()
+        out = self.turn(term, "print", "printed")
+        self.assertIn("\n" + "0" * 99 + "\u2026\nend\n", out)
+        self.assertIn("0" * 499 + "7\nend\n", self.tool_messages()[0]["content"])
+        self.quit(term)
+
+    def test_subagent_shows_its_prompt_and_answer_once(self):
+        """A run_subagent call shows its prompt with its line breaks; the subagent's work and
+        answer appear behind a rail, and its answer is not repeated as the tool result."""
+        self.push(tool_call_stream([("c1", "run_subagent", {"prompt": "Count the files\nhere"})]),
+                  text_stream("There are 3 files."),
+                  text_stream("The subagent counted."))
+        term = self.start()
+        out = self.turn(term, "delegate", "The subagent counted.")
+        self.assertIn("\u00bb subagent: Count the files\nhere\n", out)
+        self.assertIn("\n  \u2502 There are 3 files.\n\u00bb subagent done\nThe subagent counted.", out)
+        self.assertEqual(out.count("There are 3 files."), 1)
+        self.assertEqual(self.tool_messages()[0]["content"], "There are 3 files.")
+        self.quit(term)
+
     def test_multi_line_command_shows_its_line_breaks(self):
         """A `cat > f <<'EOF'` call is shown as the command with real line breaks."""
         command = "cat > hello.py <<'PY'\nprint('hello')\nPY\npython3 hello.py"
@@ -218,6 +265,23 @@ class RenderTests(TerminalCase):
         self.assertNotRegex(answer, r"(?m)^(> Note|#|\|)")
         self.turn(term, "more", "next")
         self.assertEqual(self.server.bodies[-1]["messages"][-2], {"role": "assistant", "content": MARKDOWN})
+        self.quit(term)
+
+    def test_long_line_preview_leaves_only_the_rendered_paragraph(self):
+        """A long line streamed in small pieces is previewed wrapped over several rows while
+        it comes; when it ends, the screen holds the rendered paragraph once, nothing more."""
+        para = "Every word of this long line arrives in small pieces, " * 6 + "and **ends** here."
+        self.push(text_stream(para, pieces=5, delay=0.005))
+        term = self.start()
+        start = len(term.output)
+        term.sendline("talk")
+        term.expect("here.")
+        term.expect(PROMPT_LINE)
+        raw = term.output[start:]
+        self.assertIn("\x1b[A\x1b[K", raw)   # a preview of several rows was erased
+        out = screen(raw)
+        answer = out[out.index("Every"):out.index("\n[test-model")]
+        self.assertEqual(answer, "\n".join(bantam.wrap_words(para.replace("**", ""), 100)))
         self.quit(term)
 
     def test_color_styles_are_present(self):
