@@ -3018,11 +3018,10 @@ def preview(state, text, depth):
     room = state["md"]["width"]   # wrapped as it will be once rendered
     rows = wrap_words(text[-2000:], room)[-PREVIEW_ROWS:]   # (a longer line: its end)
     pad = "  \u2502 " * depth
-    if state["status"]:
-        clear_status(state)
+    erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
     text = ("\r\n" + pad).join(rows)
-    state["out"].write("\r\033[K" + pad + (COLORS["dim"] + text + RESET if state["color"] else text))
-    state["status"] = len(rows)
+    state["out"].write("\r\033[K" + erase + pad + (COLORS["dim"] + text + RESET if state["color"] else text))
+    state["status"] = len(rows)   # one write: a terminal's stream flushes at every \r
 
 
 def term_reply_end(state, event):
