@@ -3309,13 +3309,15 @@ def did_you_mean(name):
     return "; did you mean %s?" % close[0] if close else ""
 
 
-def startup_line(cfg):
-    """The REPL's first line: model, endpoint host, context window when configured, /help."""
+def startup_line(cfg, columns=80):
+    """The REPL's first line: model, endpoint host, context window when configured, /help
+    (said shortly when the line would not fit the terminal)."""
     from urllib.parse import urlsplit
     parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
     if cfg["sources"]["context_window"] != "default":
         parts.append("context %d" % cfg["context_window"])
-    return " \u00b7 ".join(parts) + " \u00b7 /help for commands"
+    line = " \u00b7 ".join(parts) + " \u00b7 /help for commands"
+    return line if len(line) <= columns else line[:-len(" for commands")]
 
 
 def ask(question, default=True):
@@ -3339,7 +3341,7 @@ def repl(convo):
     terminal = sys.stdin.isatty()
     readline = setup_readline() if terminal else None
     if terminal:
-        note(cfg, startup_line(cfg), "info")
+        note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
     last_interrupt, again = 0.0, ""
     try:
         while True:

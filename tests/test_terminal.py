@@ -54,10 +54,11 @@ def screen(text):
 class TerminalCase(BantamTestCase):
     """Start the REPL on a terminal, rendered or plain."""
 
-    def start(self, render="always", **keys):
-        """Write model.cfg with render (and keys), start bantam on a Pty, wait for the prompt."""
+    def start(self, render="always", cols=100, **keys):
+        """Write model.cfg with render (and keys), start bantam on a Pty cols wide, wait for
+        the prompt."""
         self.ws.write_config(self.server, render=render, **keys)
-        term = self.pty()
+        term = self.pty(cols=cols)
         term.expect(PROMPT)
         return term
 
@@ -165,7 +166,12 @@ class InputTests(TerminalCase):
         term = self.start(context_window=32000)
         first = screen(term.before).strip().splitlines()[0]
         self.assertRegex(first, r"^bantam \S+ \u00b7 test-model @ 127\.0\.0\.1:%d \u00b7 context 32000 "
-                                r"\u00b7 /help" % self.server.port)
+                                r"\u00b7 /help for commands$" % self.server.port)
+        self.quit(term)
+        term = self.start(cols=70, context_window=32000)   # a narrow terminal: said shortly
+        first = screen(term.before).strip().splitlines()[0]
+        self.assertTrue(first.endswith("context 32000 \u00b7 /help"), first)
+        self.assertLessEqual(len(first), 70)
         self.quit(term)
 
 
