@@ -111,6 +111,7 @@ class InputTests(TerminalCase):
         term.sendline("first question")
         term.expect("word")
         term.send("typed ahead\r")
+        self.assertNotIn("[test-model:", term.output)   # typed while the reply still streams
         term.expect("second answer", timeout=15)
         self.assertEqual(len(self.server.posts), 2)
         self.assertEqual(self.user_messages(), ["first question", "typed ahead"])
