@@ -2995,8 +2995,8 @@ PREVIEW_ROWS = 3   # rows of the line in progress shown (it has not been rendere
 
 
 def term_text(state, event):
-    """A piece of the answer, rendered line by line; the line in progress is previewed (its
-    tail, dim) until its newline arrives."""
+    """A piece of the answer, rendered line by line; the line in progress is previewed (dim,
+    wrapped) until its newline arrives."""
     depth = event["depth"]
     if state["block"] != "text":
         close_block(state, event)

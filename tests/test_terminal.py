@@ -13,7 +13,7 @@ import unittest
 
 import bantam
 from tests.support import (
-    BantamTestCase, text_stream, tool_call_stream)
+    BantamTestCase, chunk, sse, text_stream, tool_call_stream)
 
 PROMPT = "> "
 PROMPT_LINE = re.compile(r"\n(?:\x1b\[\?2004h)?> ")
@@ -290,6 +290,27 @@ class RenderTests(TerminalCase):
         answer = out[out.index("Every"):out.index("\n[test-model")]
         self.assertEqual(answer, "\n".join(bantam.wrap_words(para.replace("**", ""), 100)))
         self.quit(term)
+
+    def test_interrupted_answer_shows_what_came(self):
+        """Ctrl+C while a table streams: the rows that came are drawn (the conversation keeps
+        the raw text, marked as interrupted)."""
+        events = [chunk({"role": "assistant", "content": ""}),
+                  chunk({"content": "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4"})]
+        events += [chunk({"content": " more"}) for _ in range(20)]
+        self.push(sse(events, delay=0.5), text_stream("next"))
+        term = self.start()
+        term.sendline("table")
+        term.expect("| 3 | 4")   # the line in progress, previewed
+        term.send("\x03")
+        term.expect("interrupted")
+        term.expect(PROMPT_LINE)
+        self.assertIn("\u2502 1 \u2502 2 \u2502\n\u2502 3 \u2502 4 \u2502\n\u2514", screen(term.output))
+        self.assertEqual(self.user_messages(), ["table"])
+        term.sendline("go on")
+        term.expect("next")
+        kept = self.server.bodies[-1]["messages"][-2]
+        self.assertTrue(kept["content"].startswith("| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4"), kept)
+        self.quit(term, "\x04")
 
     def test_color_styles_are_present(self):
         """With color the heading, bold text and the frame carry styles."""
