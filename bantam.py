@@ -1678,12 +1678,14 @@ def add_pending(reply, kind, text):
 
 
 def pass_on(cfg, reply):
-    """Emit what the last network read brought: one event per run of text or reasoning."""
-    for kind, pieces in reply["pending"]:
+    """Emit what the last network read brought: one event per run of text or reasoning.
+    Taken off the queue first: a Ctrl+C inside a view must not have it passed on twice."""
+    pending = reply["pending"][:]
+    del reply["pending"][:]
+    for kind, pieces in pending:
         text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], pieces[0] if len(pieces) == 1 else "".join(pieces))
         if text:
             emit(cfg, kind, text=text)
-    del reply["pending"][:]
 
 
 def end_reply(cfg, reply):
