@@ -366,9 +366,9 @@ def show_status(state, event):
 
 
 def clear_status(state):
-    """Erase the ...requesting... status line."""
-    state["status"] = False
-    state["out"].write("\r\033[K")
+    """Erase the ...requesting... status line (or the rows of a preview: status is their count)."""
+    rows, state["status"] = int(state["status"]), False
+    state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
 
 
 def show_reasoning(state, event):
@@ -1720,12 +1720,14 @@ def add_pending(reply, kind, text):
 
 
 def pass_on(cfg, reply):
-    """Emit what the last network read brought: one event per run of text or reasoning."""
-    for kind, pieces in reply["pending"]:
+    """Emit what the last network read brought: one event per run of text or reasoning.
+    Taken off the queue first: a Ctrl+C inside a view must not have it passed on twice."""
+    pending = reply["pending"][:]
+    del reply["pending"][:]
+    for kind, pieces in pending:
         text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], pieces[0] if len(pieces) == 1 else "".join(pieces))
         if text:
             emit(cfg, kind, text=text)
-    del reply["pending"][:]
 
 
 def end_reply(cfg, reply):
@@ -3229,9 +3231,12 @@ def screen_size(state):
         return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
 
 
+PREVIEW_ROWS = 3   # rows of the line in progress shown (it has not been rendered yet)
+
+
 def term_text(state, event):
-    """A piece of the answer, rendered line by line; the line in progress is previewed (its
-    tail, dim) until its newline arrives."""
+    """A piece of the answer, rendered line by line; the line in progress is previewed (dim,
+    wrapped) until its newline arrives."""
     depth = event["depth"]
     if state["block"] != "text":
         close_block(state, event)
@@ -3246,16 +3251,17 @@ def term_text(state, event):
 
 
 def preview(state, text, depth):
-    """Show the end of the line in progress on the current row (replaced when it is done)."""
+    """Show the line in progress, dim and wrapped at words, on its last PREVIEW_ROWS rows
+    (erased when its newline arrives and the rendered line replaces it)."""
     if not text or not state["bol"]:
         return
-    room = screen_size(state)[0] - 1 - 4 * depth
-    tail = text[-room:]
-    while display_width(tail) > room:
-        tail = tail[1:]
+    room = state["md"]["width"]   # wrapped as it will be once rendered
+    rows = wrap_words(text[-2000:], room)[-PREVIEW_ROWS:]   # (a longer line: its end)
     pad = "  \u2502 " * depth
-    state["out"].write("\r\033[K" + pad + (COLORS["dim"] + tail + RESET if state["color"] else tail))
-    state["status"] = True
+    erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
+    text = ("\r\n" + pad).join(rows)
+    state["out"].write("\r\033[K" + erase + pad + (COLORS["dim"] + text + RESET if state["color"] else text))
+    state["status"] = len(rows)   # one write: a terminal's stream flushes at every \r
 
 
 def term_reply_end(state, event):
@@ -3312,16 +3318,29 @@ def term_tool_output(state, event):
     while tool["lines"] < shown and "\n" in text:
         line, text = text.split("\n", 1)
         tool["lines"] += 1
-        write(state, line[:2000] + "\n", "body", event["depth"])   # the screen needs no more
+        write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
     if tool["lines"] >= shown:
         tool["lines"] += text.count("\n")
-        pieces = text.rsplit("\n", tool["tail"].maxlen)
+        keep = tool["tail"].maxlen   # one split more: a first piece that held lines is left out
+        pieces = text.rsplit("\n", keep + 1)
         text = pieces.pop()
-        tool["tail"].extend(pieces[-tool["tail"].maxlen:])
+        tool["tail"].extend(pieces[-keep:])
     tool["partial"] = text[-4096:]   # a line this long is cut on screen anyway
     if time.monotonic() - tool["status_at"] >= 0.1:
         tool_status(state, event)
     flush_out(state)
+
+
+def screen_line(state, line, depth):
+    """A line of a command's output cut to the terminal's width (the model gets it whole):
+    a minified file or a long log line takes one row, not a screenful."""
+    room = max(screen_size(state)[0] - 4 * depth, 10)
+    if len(line) <= room and line.isascii() or display_width(line) <= room:
+        return line
+    line = line[:room]
+    while display_width(line) > room - 1:
+        line = line[:-1]
+    return line + "\u2026"
 
 
 def tool_status(state, event):
@@ -3340,7 +3359,8 @@ def tool_status(state, event):
 
 def term_tool_result(state, event):
     """The end of a tool: the rest of a command's output (its last lines after "... N more
-    lines"), then how it ended; another tool's result, cut to a screenful."""
+    lines"), then how it ended; a subagent's end (its answer was shown as it came); another
+    tool's result, cut to a screenful."""
     tool, state["tool"] = state["tool"], None
     depth = event["depth"]
     if tool is not None and (tool["lines"] or tool["partial"]) and event["ok"]:
@@ -3349,6 +3369,9 @@ def term_tool_result(state, event):
         took = time.monotonic() - tool["started"]
         summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?", took)
         write(state, summary + "\n", "dim" if code and code.group(1) == "0" else "error", depth)
+    elif event["name"] == "run_subagent" and event["ok"] and not event["content"].startswith(("error:", "(")):
+        end_line(state, depth)   # its answer is on screen already, behind the rail
+        write(state, "\u00bb subagent done\n", "dim", depth)
     else:
         end_line(state, depth)
         text = event["content"]
@@ -3374,7 +3397,8 @@ def end_tool_output(state, event, tool):
     if hidden > 0:
         write(state, "... %d more lines\n" % hidden, "dim", event["depth"])
     for line in tool["tail"]:
-        write(state, TERMINAL_UNSAFE.sub(visible, line) + "\n", "body", event["depth"], raw=True)
+        line = TERMINAL_UNSAFE.sub(visible, screen_line(state, line, event["depth"]))
+        write(state, line + "\n", "body", event["depth"], raw=True)
 
 
 def term_tool_progress(state, event):
@@ -3558,6 +3582,16 @@ def keyboard_back(fd, before):
             pass
 
 
+def forget_trailing_newline(readline, line):
+    """The line without a paste's last line break: not sent, nor kept in the history."""
+    if line.endswith("\n"):
+        line = line.rstrip("\n")
+        last = readline.get_current_history_length() if readline else 0
+        if last and line.strip():
+            readline.replace_history_item(last - 1, line)
+    return line
+
+
 def did_you_mean(name):
     """ "; did you mean /list?" for a command name that is close to a real one, else ""."""
     import difflib
@@ -3565,13 +3599,15 @@ def did_you_mean(name):
     return "; did you mean %s?" % close[0] if close else ""
 
 
-def startup_line(cfg):
-    """The REPL's first line: model, endpoint host, context window when configured, /help."""
+def startup_line(cfg, columns=80):
+    """The REPL's first line: model, endpoint host, context window when configured, /help
+    (said shortly when the line would not fit the terminal)."""
     from urllib.parse import urlsplit
     parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
     if cfg["sources"]["context_window"] != "default":
         parts.append("context %d" % cfg["context_window"])
-    return " \u00b7 ".join(parts) + " \u00b7 /help for commands"
+    line = " \u00b7 ".join(parts) + " \u00b7 /help for commands"
+    return line if len(line) <= columns else line[:-len(" for commands")]
 
 
 def ask(question, default=True):
@@ -3612,7 +3648,7 @@ def repl(convo):
     terminal = sys.stdin.isatty()
     readline = setup_readline() if terminal else None
     if terminal:
-        note(cfg, startup_line(cfg), "info")
+        note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
     last_interrupt, again = 0.0, ""
     try:
         while True:
@@ -3635,7 +3671,7 @@ def repl(convo):
             finally:
                 if ready and readline:
                     readline.set_pre_input_hook(None)
-            again, line = "", line.rstrip("\n")   # a paste's last line break is not sent
+            again, line = "", forget_trailing_newline(readline, line)
             if not line.strip():
                 continue
             held = None

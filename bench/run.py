@@ -15,6 +15,7 @@ reaped (or killed by PID / its own process group); temp dirs are removed.
 """
 
 import argparse
+import fcntl
 import json
 import os
 import pty
@@ -27,9 +28,11 @@ import signal
 import socket
 import socketserver
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import warnings
@@ -65,6 +68,47 @@ def chunked_body(events):
 
 WORD_EVENT = (b'data: {"id":"x","object":"chat.completion.chunk","choices":'
               b'[{"index":0,"delta":{"content":"word "}}]}\n\n')
+
+
+# The rendering rows' answer: Markdown with a table, code blocks, lists, a quote, repeated
+# as often as needed and cut into chunks of MD_CHUNK characters (about a token each).
+MD_SAMPLE = """## Step {n}: what changed
+
+The **parser** now reads `model.cfg` once, and *every* key has a default; see
+[the notes](https://example.com/notes) for why. A longer paragraph follows, so that the
+renderer has words to wrap at the terminal's width, as an answer explaining a change would.
+
+| Key | Default | Meaning |
+|-----|:-------:|---------|
+| `render` | auto | Markdown on a terminal |
+| `tool_lines` | 0 | lines of output shown |
+| 名前 | ✅ | wide characters 🚀 |
+
+```python
+def main(argv=None):
+    args = parse(argv or sys.argv[1:])   # a | pipe and *stars* stay as they are
+    return run(args)
+```
+
+1. First, **install** it.
+   - then configure the `endpoint`
+2. Run `bantam -p "hi"`.
+
+> Note: the conversation keeps the raw text.
+
+---
+"""
+MD_CHUNK = 6
+
+
+def markdown_text(n):
+    """The Markdown answer of n chunks of MD_CHUNK characters."""
+    parts, size, k = [], 0, 0
+    while size < n * MD_CHUNK:
+        parts.append(MD_SAMPLE.replace("{n}", str(k)))
+        size += len(parts[-1])
+        k += 1
+    return "".join(parts)[:n * MD_CHUNK]
 
 
 def chunk_obj(delta, finish=None):
@@ -291,6 +335,11 @@ class Handler(socketserver.StreamRequestHandler):
                 self.send("200 OK", "application/json",
                           json.dumps(nonstream_reply("word " * n)).encode())
             return
+        if kind == "md" and stream:
+            chunked = self.server.framing[1] == "chunked"
+            self.respond("200 OK", "text/event-stream",
+                         self.fake.markdown_body(int(arg), chunked), chunked)
+            return
         call = None
         if kind == "loop":
             if len(tool_msgs) < int(arg or "0"):
@@ -388,6 +437,20 @@ class FakeServer(object):
                 else:
                     b = b"".join(ev) + b"data: [DONE]\n\n"
                 self._bodies[(n, chunked)] = b
+            return b
+
+    def markdown_body(self, n, chunked=True):
+        """The n-chunk Markdown stream (see MD_SAMPLE), encoded once."""
+        with self._blk:
+            b = self._bodies.get(("md", n, chunked))
+            if b is None:
+                text = markdown_text(n)
+                ev = [sse(chunk_obj({"role": "assistant", "content": ""}))]
+                ev += [sse(chunk_obj({"content": text[i:i + MD_CHUNK]}))
+                       for i in range(0, len(text), MD_CHUNK)]
+                ev.append(sse(chunk_obj({}, "stop")))
+                b = chunked_body(ev) if chunked else b"".join(ev) + b"data: [DONE]\n\n"
+                self._bodies[("md", n, chunked)] = b
             return b
 
     def endpoint(self, mode, framing="chunked"):
@@ -764,9 +827,10 @@ class Bench(object):
             f.write(text)
         return path
 
-    def workdir(self, mode, framing="chunked", **cfg):
-        """A directory with model.cfg (endpoint: mode in framing) and prompt.txt."""
-        d = os.path.join(self.tmp, "w-" + mode + ("" if framing == "chunked" else "-" + framing))
+    def workdir(self, mode, framing="chunked", tag="", **cfg):
+        """A directory with model.cfg (endpoint: mode in framing) and prompt.txt; tag names
+        a variant with other cfg keys."""
+        d = os.path.join(self.tmp, "w-" + mode + ("" if framing == "chunked" else "-" + framing) + tag)
         if not os.path.isdir(d):
             os.mkdir(d)
         conf = {"endpoint": self.server.endpoint(mode, framing), "model": "bench", "api_key": "x",
@@ -1159,6 +1223,95 @@ def bench_stream(b, reps, n):
                        res["reader"]["cpu_net_s"] / res["bantam"]["cpu_net_s"],
                        res["bantam"]["cpu_net_s"] / res["jsonl"]["cpu_net_s"]))
     b.results["stream"] = res
+
+
+def pty_run(argv, cwd, env, cols=100, rows=40, timeout=300):
+    """Run argv with a pty of cols x rows as its terminal, reading everything it prints;
+    return (seconds, exit status, output bytes, CPU seconds of the child)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        pid, fd = pty.fork()
+    if pid == 0:  # child: only exec-safe calls
+        try:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            os.chdir(cwd)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    out, deadline = [], t0 + timeout
+    try:
+        while time.perf_counter() < deadline:
+            if select.select([fd], [], [], 0.5)[0]:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:   # EIO: the child closed the terminal
+                    data = b""
+                if not data:
+                    break
+                out.append(data)
+        else:
+            killpg(pid)
+        status = os.waitpid(pid, 0)[1]
+    finally:
+        os.close(fd)
+    dt = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    return dt, rc, b"".join(out), cpu
+
+
+def bench_render(b, reps, n):
+    """Markdown rendered to a pty (render=always) vs the raw text (render=never), same
+    stream; and the rendered run at twice the length, for linearity."""
+    env = dict(b.env)
+    env.pop("NO_COLOR", None)   # rendered as a person sees it: with color
+    double = 2 * n
+    runs = {}   # (render, chunks) -> [(wall, cpu)]
+    dirs = {}
+    for render in ("always", "never"):
+        for k in (1, n, double):
+            dirs[render, k] = b.workdir("md-%d" % k, tag="-" + render, render=render, color="always")
+            b.server.markdown_body(k)   # pre-encoded outside the timings
+    argv = b.bantam_argv("prompt.txt")
+    for render, marks, raw in (("always", "\u250c".encode(), b"|-----|"), ("never", b"|-----|", None)):
+        _, rc, out, _ = pty_run(argv, dirs[render, n], env)   # checked once
+        if rc != 0:
+            raise RuntimeError("render=%s run exited %s: %r" % (render, rc, out[-500:]))
+        if marks not in out or (raw and raw in out):
+            b.notes.append("render: render=%s printed no %r (or a raw %r)" % (render, marks, raw))
+    for _ in range(reps):
+        for render, k in (("always", 1), ("always", n), ("never", 1), ("never", n), ("always", double)):
+            dt, rc, out, cpu = pty_run(argv, dirs[render, k], env)
+            if rc != 0:
+                raise RuntimeError("render=%s, %d chunks: exit %s: %r" % (render, k, rc, out[-500:]))
+            runs.setdefault((render, k), []).append((dt, cpu))
+
+    def net(render, k, which=0):
+        return max(med([r[which] for r in runs[render, k]]) - med([r[which] for r in runs[render, 1]]), 1e-6)
+    on, off, on_double = net("always", n), net("never", n), net("always", double)
+    ratio, growth = off / on, on_double / on
+    res = {"chunks": n, "runs": reps, "on_s": on, "off_s": off, "double_on_s": on_double,
+           "on_chunks_per_s": n / on, "off_chunks_per_s": n / off, "ratio_on_off": ratio,
+           "doubling": growth, "cpu_ratio_on_off": net("never", n, 1) / net("always", n, 1),
+           "cpu_doubling": net("always", double, 1) / net("always", n, 1),
+           "text_chars": n * MD_CHUNK}
+    b.results["render"] = res
+    b.row("render %d chunks to a pty: chunks/s, Markdown on vs off" % n, "%.0f/s" % (n / on),
+          "%.0f/s" % (n / off), "%.2fx" % ratio, ">= 0.5x", ratio >= 0.5)
+    cpu_on, cpu_double = net("always", n, 1), net("always", double, 1)
+    b.row("render: CPU time for %d chunks / for %d (rendered)" % (double, n), fmt_ms(cpu_double),
+          fmt_ms(cpu_on), "%.2fx" % res["cpu_doubling"], "<= 2.2x", res["cpu_doubling"] <= 2.2)
+    b.row("render: wall time for %d chunks / for %d (rendered)" % (double, n), fmt_ms(on_double),
+          fmt_ms(on), "%.2fx" % growth, "—")
+    b.notes.append("render: %d chunks of %d characters (%d KB of Markdown: tables, code blocks, "
+                   "lists, a quote), batch run with stdout a 100x40 pty, color on; the 1-chunk run "
+                   "subtracted; median of %d. On/off by CPU time: %.2fx. Doubling is judged by CPU "
+                   "time: on a loaded machine the wall time of one run varies more than 2x, and "
+                   "the CPU time is what the renderer does." % (
+                       n, MD_CHUNK, n * MD_CHUNK // 1000, reps, res["cpu_ratio_on_off"]))
 
 
 def loop_request_body(b, mode_k):
@@ -1629,7 +1782,7 @@ def serve_only(seconds):
         srv.stop()
 
 
-ALL_STEPS = "startup,repl,stream,loop,steps,fleet,memory"
+ALL_STEPS = "startup,repl,stream,render,loop,steps,fleet,memory"
 
 
 def main():
@@ -1662,6 +1815,7 @@ def main():
         steps = [("startup", lambda: bench_startup(b, 10 if q else 30)),
                  ("repl", lambda: bench_repl(b, 5 if q else 15)),
                  ("stream", lambda: bench_stream(b, 3 if q else 5, 50000)),
+                 ("render", lambda: bench_render(b, 3 if q else 5, 50000)),
                  ("loop", lambda: bench_loop(b, 1 if q else 3, 100 if q else 200)),
                  ("steps", lambda: bench_steps(b, 3 if q else 7, 400)),
                  ("fleet", lambda: bench_fleet(b, 1 if q else 2, 50)),

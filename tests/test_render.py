@@ -1,0 +1,577 @@
+"""The Markdown renderer of the terminal view (issue 12): expected screens, chunked streaming,
+layout invariants, widths.
+
+The renderer is bantam's md_start/md_feed/md_end, called directly: a fixed set of documents is
+rendered at widths 40, 80 and 120 and compared with the screens written out below (color off,
+so the expected text is readable); fed in random chunkings (seeded), the screen is the same.
+"""
+import random
+import re
+import unittest
+
+import bantam
+
+ANSI = re.compile(r"\033\[[0-9;]*m")
+
+# ----------------------------------------------------------------------------------------
+# The documents, and what a terminal shows for them with color=False
+# ----------------------------------------------------------------------------------------
+
+BASICS = r"""# Release notes
+
+Version **2.1** adds *streaming* output, `--json` mode and a [changelog](https://example.com/changes). Names like snake_case_name and 2 * 3 stay as they are; \*escaped\* stars too.
+
+## What changed
+
+### Fixes
+Bold with _underscores_ and __double underscores__, ***both*** and ~~gone~~.
+Unmatched **markers stay and a lone ` backtick too.
+
+---
+The end.
+"""
+
+TABLE_CJK = r"""Status of the team:
+
+| 名前 | 状態 | メモ |
+|------|:----:|-----:|
+| Alice | ✅ | 🚀 launched |
+| 山田太郎 | ❌ | `a|b` and x \| y |
+| Bob | ⏳ | **late** |
+| Zoé | 👍🏽 | *café* |
+
+Next line after the table.
+"""
+
+TABLE_WIDE = """\
+| Option | Default | Description |
+| --- | --- | --- |
+| `--timeout` | 60 | Seconds to wait for the server before giving up on the request |
+| `--color` | auto | Whether to use colors: auto, always or never |
+| `--model` | gpt-4o | The model name sent to the endpoint |
+"""
+
+LISTS = """\
+Steps:
+
+1. Install the package with pip and check that the command works from any folder
+2. **Configure** it:
+   - set the endpoint
+   - set the model
+     - or use the default, which works for most people who run a local server
+3. Run it
+
+- two-space nesting
+  - level two
+    - level three
+      - level four
+- four-space nesting
+    - child
+        - grandchild
+- [ ] write tests
+- [x] write code
+"""
+
+CODE = """\
+Example:
+
+```python
+def f(*args, **kwargs):
+    return a | b  # **not bold**
+| not | a | table |
+|---|---|---|
+```
+
+- inside a list:
+  ~~~
+  echo "*x*" | tr x y
+  ~~~
+after the list
+"""
+
+QUOTE = """\
+> **Note:** quoted text with `code` and a long sentence that needs to wrap around at forty columns.
+>
+> > nested quote
+> - a quoted item
+>> deeper still
+
+Back to normal.
+"""
+
+DOCS = {"basics": BASICS, "table_cjk": TABLE_CJK, "table_wide": TABLE_WIDE, "lists": LISTS,
+        "code": CODE, "quote": QUOTE}
+
+BASICS_40 = """\
+Release notes
+═════════════
+
+Version 2.1 adds streaming output,
+`--json` mode and a changelog
+(https://example.com/changes). Names
+like snake_case_name and 2 * 3 stay as
+they are; *escaped* stars too.
+
+What changed
+────────────
+
+Fixes
+Bold with underscores and double
+underscores, both and ~~gone~~.
+Unmatched **markers stay and a lone `
+backtick too.
+
+────────────────────────────────────────
+The end.
+"""
+
+BASICS_80 = """\
+Release notes
+═════════════
+
+Version 2.1 adds streaming output, `--json` mode and a changelog
+(https://example.com/changes). Names like snake_case_name and 2 * 3 stay as they
+are; *escaped* stars too.
+
+What changed
+────────────
+
+Fixes
+Bold with underscores and double underscores, both and ~~gone~~.
+Unmatched **markers stay and a lone ` backtick too.
+
+────────────────────────────────────────────────────────────────────────────────
+The end.
+"""
+
+BASICS_120 = """\
+Release notes
+═════════════
+
+Version 2.1 adds streaming output, `--json` mode and a changelog (https://example.com/changes). Names like
+snake_case_name and 2 * 3 stay as they are; *escaped* stars too.
+
+What changed
+────────────
+
+Fixes
+Bold with underscores and double underscores, both and ~~gone~~.
+Unmatched **markers stay and a lone ` backtick too.
+
+────────────────────────────────────────────────────────────────────────────────────────────────────────────────────────
+The end.
+"""
+
+# Fits in 40 columns: the same at every width. CJK and emoji take 2 columns each.
+TABLE_CJK_ALL = """\
+Status of the team:
+
+┌──────────┬──────┬─────────────────┐
+│ 名前     │ 状態 │            メモ │
+├──────────┼──────┼─────────────────┤
+│ Alice    │  ✅  │     🚀 launched │
+│ 山田太郎 │  ❌  │ `a|b` and x | y │
+│ Bob      │  ⏳  │            late │
+│ Zoé      │  👍🏽  │            café │
+└──────────┴──────┴─────────────────┘
+
+Next line after the table.
+"""
+
+TABLE_WIDE_40 = """\
+┌─────────────┬─────────┬──────────────┐
+│ Option      │ Default │ Description  │
+├─────────────┼─────────┼──────────────┤
+│ `--timeout` │ 60      │ Seconds to   │
+│             │         │ wait for the │
+│             │         │ server       │
+│             │         │ before       │
+│             │         │ giving up on │
+│             │         │ the request  │
+│ `--color`   │ auto    │ Whether to   │
+│             │         │ use colors:  │
+│             │         │ auto, always │
+│             │         │ or never     │
+│ `--model`   │ gpt-4o  │ The model    │
+│             │         │ name sent to │
+│             │         │ the endpoint │
+└─────────────┴─────────┴──────────────┘
+"""
+
+TABLE_WIDE_80 = """\
+┌─────────────┬─────────┬──────────────────────────────────────────────────────┐
+│ Option      │ Default │ Description                                          │
+├─────────────┼─────────┼──────────────────────────────────────────────────────┤
+│ `--timeout` │ 60      │ Seconds to wait for the server before giving up on   │
+│             │         │ the request                                          │
+│ `--color`   │ auto    │ Whether to use colors: auto, always or never         │
+│ `--model`   │ gpt-4o  │ The model name sent to the endpoint                  │
+└─────────────┴─────────┴──────────────────────────────────────────────────────┘
+"""
+
+TABLE_WIDE_120 = """\
+┌─────────────┬─────────┬────────────────────────────────────────────────────────────────┐
+│ Option      │ Default │ Description                                                    │
+├─────────────┼─────────┼────────────────────────────────────────────────────────────────┤
+│ `--timeout` │ 60      │ Seconds to wait for the server before giving up on the request │
+│ `--color`   │ auto    │ Whether to use colors: auto, always or never                   │
+│ `--model`   │ gpt-4o  │ The model name sent to the endpoint                            │
+└─────────────┴─────────┴────────────────────────────────────────────────────────────────┘
+"""
+
+LISTS_40 = """\
+Steps:
+
+1. Install the package with pip and
+   check that the command works from any
+   folder
+2. Configure it:
+   ◦ set the endpoint
+   ◦ set the model
+     ▪ or use the default, which works
+       for most people who run a local
+       server
+3. Run it
+
+• two-space nesting
+  ◦ level two
+    ▪ level three
+      • level four
+• four-space nesting
+  ◦ child
+    ▪ grandchild
+☐ write tests
+☑ write code
+"""
+
+LISTS_80 = """\
+Steps:
+
+1. Install the package with pip and check that the command works from any folder
+2. Configure it:
+   ◦ set the endpoint
+   ◦ set the model
+     ▪ or use the default, which works for most people who run a local server
+3. Run it
+
+• two-space nesting
+  ◦ level two
+    ▪ level three
+      • level four
+• four-space nesting
+  ◦ child
+    ▪ grandchild
+☐ write tests
+☑ write code
+"""
+
+# Code is never wrapped nor parsed: the same at every width.
+CODE_ALL = """\
+Example:
+
+─── python
+    def f(*args, **kwargs):
+        return a | b  # **not bold**
+    | not | a | table |
+    |---|---|---|
+───
+
+• inside a list:
+  ───
+      echo "*x*" | tr x y
+  ───
+after the list
+"""
+
+QUOTE_40 = """\
+│ Note: quoted text with `code` and a
+│ long sentence that needs to wrap
+│ around at forty columns.
+│
+│ │ nested quote
+│ • a quoted item
+│ │ deeper still
+
+Back to normal.
+"""
+
+QUOTE_80 = """\
+│ Note: quoted text with `code` and a long sentence that needs to wrap around at
+│ forty columns.
+│
+│ │ nested quote
+│ • a quoted item
+│ │ deeper still
+
+Back to normal.
+"""
+
+QUOTE_120 = """\
+│ Note: quoted text with `code` and a long sentence that needs to wrap around at forty columns.
+│
+│ │ nested quote
+│ • a quoted item
+│ │ deeper still
+
+Back to normal.
+"""
+
+SCREENS = {
+    ("basics", 40): BASICS_40, ("basics", 80): BASICS_80, ("basics", 120): BASICS_120,
+    ("table_cjk", 40): TABLE_CJK_ALL, ("table_cjk", 80): TABLE_CJK_ALL,
+    ("table_cjk", 120): TABLE_CJK_ALL,
+    ("table_wide", 40): TABLE_WIDE_40, ("table_wide", 80): TABLE_WIDE_80,
+    ("table_wide", 120): TABLE_WIDE_120,
+    ("lists", 40): LISTS_40, ("lists", 80): LISTS_80, ("lists", 120): LISTS_80,
+    ("code", 40): CODE_ALL, ("code", 80): CODE_ALL, ("code", 120): CODE_ALL,
+    ("quote", 40): QUOTE_40, ("quote", 80): QUOTE_80, ("quote", 120): QUOTE_120,
+}
+
+CODE_HEADER = re.compile(r" *\u2500\u2500\u2500( \S+)?$")   # ─── python
+
+
+def render_whole(text, width, color=False):
+    """The screen for text fed in one piece."""
+    state = bantam.md_start(width, color)
+    return bantam.md_feed(state, text) + bantam.md_end(state)
+
+
+def render_pieces(pieces, width, color=False):
+    """The screen for text fed piece by piece."""
+    state = bantam.md_start(width, color)
+    return "".join([bantam.md_feed(state, piece) for piece in pieces]) + bantam.md_end(state)
+
+
+def cut(text, rng, low, high):
+    """Text cut into random pieces of low..high characters."""
+    pieces, at = [], 0
+    while at < len(text):
+        size = rng.randint(low, high)
+        pieces.append(text[at:at + size])
+        at += size
+    return pieces
+
+
+def chunkings(text, seed):
+    """Several ways a stream may deliver text."""
+    rng = random.Random(seed)
+    return {"chars": list(text), "1-5": cut(text, rng, 1, 5), "1-40": cut(text, rng, 1, 40),
+            "lines": text.splitlines(True), "whole": [text], "with empties": ["", text, ""]}
+
+
+def code_lines(lines):
+    """Indexes of the lines inside code blocks (between ─── header and ─── footer)."""
+    inside, found = False, set()
+    for i, line in enumerate(lines):
+        if CODE_HEADER.match(line):
+            inside = not inside
+        elif inside:
+            found.add(i)
+    return found
+
+
+class Screens(unittest.TestCase):
+    def test_expected_screens(self):
+        for (name, width), expected in SCREENS.items():
+            with self.subTest(doc=name, width=width):
+                self.assertEqual(render_whole(DOCS[name], width), expected)
+
+    def test_no_escape_sequences_without_color(self):
+        for name, text in DOCS.items():
+            self.assertNotIn("\033", render_whole(text, 80))
+
+    def test_color_is_the_same_layout(self):
+        # Without inline code or strike-through (shown with markers when color is off),
+        # color only adds escape sequences.
+        for name in ("lists", "code"):
+            for width in (40, 80):
+                colored = render_whole(DOCS[name], width, color=True)
+                self.assertIn("\033[", colored)
+                self.assertEqual(ANSI.sub("", colored), render_whole(DOCS[name], width))
+
+    def test_quote_lines_never_start_with_prompt(self):
+        for width in (40, 80, 120):
+            for line in render_whole(QUOTE, width, True).splitlines():
+                self.assertFalse(ANSI.sub("", line).startswith(">"), line)
+
+
+class Streaming(unittest.TestCase):
+    def test_any_chunking_gives_the_same_screen(self):
+        for name, text in DOCS.items():
+            for color in (False, True):
+                for width in (40, 80):
+                    whole = render_whole(text, width, color)
+                    for seed in (1, 2, 3):
+                        for how, pieces in chunkings(text, seed).items():
+                            with self.subTest(doc=name, color=color, width=width, seed=seed, how=how):
+                                self.assertEqual(render_pieces(pieces, width, color), whole)
+
+    def test_lines_show_when_their_newline_arrives(self):
+        state = bantam.md_start(80, False)
+        self.assertEqual(bantam.md_feed(state, "Hello **wor"), "")
+        self.assertEqual(bantam.md_feed(state, "ld**\nnext"), "Hello world\n")
+        self.assertEqual(bantam.md_end(state), "next\n")
+
+    def test_md_end_flushes_table_and_open_code(self):
+        state = bantam.md_start(40, False)
+        out = bantam.md_feed(state, "| a | b |\n|---|---|\n| 1 | 2 |")
+        self.assertEqual(out, "")
+        self.assertEqual(bantam.md_end(state), "┌───┬───┐\n│ a │ b │\n├───┼───┤\n│ 1 │ 2 │\n└───┴───┘\n")
+        state = bantam.md_start(40, False)
+        self.assertEqual(bantam.md_feed(state, "```\nx = 1\n") + bantam.md_end(state),
+                         "───\n    x = 1\n───\n")
+
+    def test_random_text_never_crashes(self):
+        rng = random.Random(7)
+        alphabet = list("ab |*_`~#>-+1.[]()\\:\t\n\n") + [
+            "名", "🚀", "e\u0301", "\u200d", "👍🏽", "```", "|---|", "- [x] ", "**", "    "]
+        for _ in range(300):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 150)))
+            width = rng.choice([1, 12, 40, 80])
+            for color in (False, True):
+                whole = render_whole(text, width, color)
+                self.assertEqual(render_pieces(cut(text, rng, 1, 6), width, color), whole)
+
+
+class Invariants(unittest.TestCase):
+    def test_widths_with_color(self):
+        for name, text in DOCS.items():
+            for width in (40, 60, 80, 120):
+                lines = ANSI.sub("", render_whole(text, width, True)).splitlines()
+                code = code_lines(lines)
+                table = [line for line in lines if line and line[0] in "┌│├└" and line[-1] in "┐│┤┘"]
+                with self.subTest(doc=name, width=width):
+                    if name.startswith("table"):
+                        self.assertEqual(len({bantam.display_width(l) for l in table}), 1)
+                    for i, line in enumerate(lines):
+                        if i not in code:
+                            self.assertLessEqual(bantam.display_width(line), width, line)
+
+    def test_table_narrower_than_its_text_keeps_the_frame(self):
+        """Every line of a table too wide for the terminal has the terminal's width: wide
+        characters, emoji (with skin tones, ZWJ) and combining marks counted as drawn."""
+        text = ("| Key | Value | 🚀 |\n|---|---|---|\n| 名前 | " + "長い値 " * 12 + "| ✅ |\n"
+                "| url | https://example.com/" + "x" * 60 + " | 👍🏽 |\n"
+                "| cafe\u0301 | " + "nai\u0308ve re\u0301sume\u0301 " * 6 + "| 👨\u200d👩\u200d👧 |\n")
+        for width in (20, 30, 40):
+            lines = ANSI.sub("", render_whole(text, width, True)).splitlines()
+            with self.subTest(width=width):
+                self.assertGreater(len(lines), 10)
+                self.assertEqual({bantam.display_width(line) for line in lines}, {width})
+                self.assertTrue(all(line[0] in "┌│├└" and line[-1] in "┐│┤┘" for line in lines))
+
+    def test_not_a_table_without_a_delimiter_row(self):
+        self.assertEqual(render_whole("a | b\nc | d\n", 40), "a | b\nc | d\n")
+        self.assertEqual(render_whole("| a | b |\n|---|\n", 40), "| a | b |\n|---|\n")
+
+
+class Inline(unittest.TestCase):
+    def test_inline_markup_without_color(self):
+        cases = [
+            ("**bold** and __bold__", "bold and bold"),
+            ("*it* and _it_", "it and it"),
+            ("snake_case_name __init__ x_y_z", "snake_case_name init x_y_z"),
+            ("`a **b** | c`", "`a **b** | c`"),
+            ("``a ` b``", "`a ` b`"),
+            ("[docs](https://a.b/c_(d))", "docs (https://a.b/c_(d))"),
+            ("[https://a.b](https://a.b) <https://c.d>", "https://a.b https://c.d"),
+            (r"\*not\* \_em\_ \\", "*not* _em_ \\"),
+            ("2 * 3 * 4, a ** b", "2 * 3 * 4, a ** b"),
+            ("**unclosed and *also", "**unclosed and *also"),
+            ("**bold with *italic* inside**", "bold with italic inside"),
+        ]
+        for source, shown in cases:
+            with self.subTest(source=source):
+                self.assertEqual(bantam.md_inline(source, bantam.MD_PLAIN), shown)
+
+    def test_inline_markup_with_color(self):
+        st = bantam.MD_STYLES
+        self.assertEqual(bantam.md_inline("a **b *c* d** e", st),
+                         "a \033[1mb \033[3mc\033[0m\033[1m d\033[0m e")
+        self.assertEqual(bantam.md_inline("`x*`", st), "\033[36mx*\033[0m")
+
+    def test_headings(self):
+        self.assertEqual(render_whole("# Title #\n## Sub\n###### Six\n#hashtag\n", 40),
+                         "Title\n═════\nSub\n───\nSix\n#hashtag\n")
+
+    def test_rules(self):
+        for source in ("---", "***", "___", "- - -", " * * *"):
+            self.assertEqual(render_whole(source + "\n", 12), "─" * 12 + "\n")
+
+
+class Widths(unittest.TestCase):
+    def test_display_width(self):
+        cases = [
+            ("", 0), ("abc", 3), ("名前", 4), ("🚀", 2), ("✅", 2), ("e\u0301", 1),
+            ("\033[1mX\033[0m", 1), ("\033[1;36m名\033[0m", 2),
+            ("👍🏽", 2),          # a skin-tone modifier is part of the emoji before it
+            ("👨\u200d👩\u200d👧", 2),   # ZWJ family: one glyph
+            ("🇯🇵", 2),          # a flag: two regional indicators of 1 column each
+            ("❤\ufe0f", 1),       # variation selectors count 0 (text-default emoji stay 1)
+            ("a\u200bb", 2),      # zero-width space
+            ("ｶﾀｶﾅ", 4), ("ＡＢ", 4),   # halfwidth 1, fullwidth 2
+            ("•─│", 3),           # ambiguous-width symbols count 1
+        ]
+        for text, width in cases:
+            with self.subTest(text=text):
+                self.assertEqual(bantam.display_width(text), width)
+
+    def test_wrap_words(self):
+        self.assertEqual(bantam.wrap_words("one two three four", 9), ["one two", "three", "four"])
+        self.assertEqual(bantam.wrap_words("ab abcdefghij", 4), ["ab a", "bcde", "fghi", "j"])
+        self.assertEqual(bantam.wrap_words("名前名前名前", 5), ["名前", "名前", "名前"])
+        self.assertEqual(bantam.wrap_words("short", 80), ["short"])
+        # a hard break never separates an emoji from its skin tone or its ZWJ partners
+        family = "👨\u200d👩\u200d👧"
+        self.assertEqual(bantam.wrap_words("👍🏽👍🏽" + family, 3), ["👍🏽", "👍🏽", family])
+
+    def test_wrap_words_closes_and_reopens_styles(self):
+        bold, reset = "\033[1m", "\033[0m"
+        lines = bantam.wrap_words(bold + "bold words here" + reset + " plain", 10)
+        self.assertEqual(lines, [bold + "bold words" + reset, bold + "here" + reset + " plain"])
+        lines = bantam.wrap_words("\033[36m" + "x" * 12 + reset, 5)
+        self.assertEqual([ANSI.sub("", line) for line in lines], ["xxxxx", "xxxxx", "xx"])
+        for line in lines:
+            self.assertTrue(line.startswith("\033[36m") and line.endswith(reset), line)
+
+
+class LinearWork(unittest.TestCase):
+    def held_text(self, state):
+        """Characters of source text the renderer still keeps."""
+        rows = state["table"][0] if state["table"] else []
+        return len("".join(state["part"])) + len(state["held"] or "") + sum(len("".join(r)) for r in rows)
+
+    def test_state_keeps_only_the_open_line(self):
+        text = (LISTS + CODE + QUOTE + BASICS) * 20
+        state, fed = bantam.md_start(80, True), ""
+        for piece in cut(text, random.Random(3), 1, 7):
+            bantam.md_feed(state, piece)
+            fed += piece
+            open_line = fed[fed.rfind("\n") + 1:]
+            self.assertEqual("".join(state["part"]), open_line)
+            self.assertLessEqual(self.held_text(state), 200)   # the longest line is shorter
+            self.assertLessEqual(len(state["lists"]), 4)
+
+    def test_each_line_is_rendered_once(self):
+        calls = []
+        real = bantam.md_line
+
+        def counting(state, line):
+            calls.append(line)
+            return real(state, line)
+        bantam.md_line = counting
+        try:
+            counts = []
+            for copies in (1, 2, 4):
+                del calls[:]
+                text = (LISTS + TABLE_CJK + CODE) * copies
+                render_pieces(cut(text, random.Random(5), 1, 5), 80)
+                counts.append(len(calls))
+                self.assertEqual(calls, text.split("\n")[:-1])
+        finally:
+            bantam.md_line = real
+        self.assertEqual(counts, [counts[0], 2 * counts[0], 4 * counts[0]])
+
+
+if __name__ == "__main__":
+    unittest.main()
