@@ -28,6 +28,8 @@ SAMPLES = {
     "shell_timeout": "9", "max_al_iterations": "3", "backoff": "0.5,1", "max_tool_res": "1000",
     "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "yes",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
+    "tools": "shell_exec,bash,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
+    "project_instructions": "no",
 }
 # What --show-config prints for each sample (secrets hidden).
 SHOWN = {
@@ -37,6 +39,8 @@ SHOWN = {
     "max_al_iterations": "3", "backoff": "[0.5, 1.0]", "max_tool_res": "1000",
     "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "true",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
+    "tools": "shell_exec,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
+    "project_instructions": "false",
 }
 
 
