@@ -12,11 +12,12 @@ The sections, in reading order:
   events and views       everything a run reports is one event; views print them
   config                 model.cfg, BANTAM_<KEY>, flags; whom the API key may go to
   sessions               one file per conversation, saved at every step
-  the HTTP client        one keep-alive connection, retries, SSE, assembling a reply
+  the HTTP client        one keep-alive connection (HTTP(S) or SOCKS5 proxy), retries, SSE
   the tools              shell_exec, run_subagent (and read, write); the TOOLS table
   the agentic loop       AL
   usage and compaction   the context window, the token line, summaries
-  commands               /save, /load, ... : the COMMANDS table
+  settings               /cfg writes one key=value line back, keeping the rest of the file
+  commands               /save, /load, /cfg, /skill ... : the COMMANDS table
   the REPL and main      interactive mode, batch mode, the command line
 
 Usage:  bantam               interactive REPL (readline, history, /commands)
@@ -3275,6 +3276,8 @@ def cmd_cfg(convo, arg):
     if not raw:
         show("%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
         return
+    if key in SECRET_KEYS:
+        forget_last_input()   # a key typed at the prompt stays out of ~/.bantam_history
     value = parse_value(key, raw, "/cfg")
     before = cfg["sources"][key]
     where = save_setting(setting_file(cfg, key), key, raw)
@@ -3284,6 +3287,13 @@ def cmd_cfg(convo, arg):
         show("[note: the command line set %s; a flag still wins over the file at the next start]\n" % key)
     if key == "endpoint" and cfg.get("withheld"):
         show("[your API key stays withheld: this folder is not trusted (start with --trust to send it)]\n")
+
+
+def forget_last_input():
+    """Take the line just entered out of the readline history."""
+    readline = sys.modules.get("readline")
+    if readline and readline.get_current_history_length():
+        readline.remove_history_item(readline.get_current_history_length() - 1)
 
 
 def cmd_model(convo, arg):

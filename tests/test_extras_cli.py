@@ -148,6 +148,10 @@ class CfgTests(ExtrasCase):
         self.assertNotIn("team-secret", out)
         self.assertNotIn("sk-new-secret", out.split("/cfg api_key sk-new-secret-789", 1)[1])
         self.quit(term)
+        with open(os.path.join(self.ws.home, ".bantam_history"), encoding="utf-8") as f:
+            history = f.read()
+        self.assertIn("/cfg headers\n", history)
+        self.assertNotIn("sk-new-secret", history)   # the typed key is not kept in the history
 
     def test_cfg_without_a_config_file_writes_home_model_cfg(self):
         os.unlink(os.path.join(self.ws.work, "model.cfg"))
