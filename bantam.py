@@ -4194,7 +4194,7 @@ def repl(convo):
             held = None
             try:
                 if line.startswith("!"):   # a shell command of the user's: not part of the conversation
-                    run_direct(cfg, line[1:])
+                    run_direct(cfg, line[1:], own_stdin=terminal)
                     continue
                 name, _, arg = line.strip().partition(" ")
                 name = ALIASES.get(name, name)
@@ -4234,14 +4234,15 @@ def repl(convo):
         save_history(readline)
 
 
-def run_direct(cfg, command):
+def run_direct(cfg, command, own_stdin=True):
     """`!command` (the REPL, or a prompt that starts with !): run it with bash on the user's
     terminal, outside the conversation: nothing goes to the model or the session. Its exit
-    status (128+N for signal N); a non-zero one is noted."""
+    status (128+N for signal N); a non-zero one is noted. Without own_stdin (a REPL reading
+    piped prompts) it reads /dev/null: the prompts that follow stay the REPL's."""
     import subprocess
     sys.stdout.flush()
     try:
-        proc = subprocess.Popen([shell_path(), "-c", command])
+        proc = subprocess.Popen([shell_path(), "-c", command], stdin=None if own_stdin else subprocess.DEVNULL)
     except OSError as e:
         raise BantamError("cannot start the shell: %s" % e)
     while True:

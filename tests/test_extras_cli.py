@@ -63,6 +63,25 @@ class BangTests(ExtrasCase):
         self.assertEqual(len(self.server.bodies), 1)
         self.quit(term)
 
+    def test_ctrl_c_stops_a_bang_command_and_the_repl_goes_on(self):
+        term = self.start()
+        """Ctrl+C goes to the command (here its trap answers it), bantam waits for it to end."""
+        term.sendline("!trap 'echo got-int; exit 7' INT; echo go-$((2+3)); while :; do sleep 0.05; done")
+        term.expect("go-5")   # (not the typed line: the command runs, its trap is set)
+        term.send("\x03")
+        term.expect("got-int")
+        term.expect("[exit 7]")
+        term.expect("> ")
+        self.quit(term)
+
+    def test_bang_in_a_piped_repl_leaves_the_next_prompts_alone(self):
+        """`!cat` reads /dev/null, not the prompts piped after it."""
+        self.push(text_stream("answered"))
+        result = self.run_bantam(input="!cat; echo cat-done\nhello\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("cat-done", result.stdout)
+        self.assertEqual(self.server.bodies[0]["messages"][-1], {"role": "user", "content": "hello"})
+
     def test_bang_prompt_file_runs_the_command_and_exits_with_its_status(self):
         """A prompt file whose first line starts with ! is a shell script: no model call, no
         session, its exit status is bantam's."""
