@@ -4340,6 +4340,8 @@ def show_config(cfg):
         show("%-20s %-40s %s\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
     show("%-20s %-40s %s\n" % ("system_prompt", "(%d characters)" % len(cfg["system_prompt"]),
                                cfg["sources"]["system_prompt"]))
+    if cfg["sources"].get("project_instructions_file"):
+        show("%-20s %-40s %s\n" % ("", "+ project instructions", cfg["sources"]["project_instructions_file"]))
 
 
 def check_key_destination(cfg, args, interactive):

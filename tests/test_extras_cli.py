@@ -289,6 +289,8 @@ class SkillTests(ExtrasCase):
         system = self.server.bodies[0]["messages"][0]["content"]
         self.assertIn("You are Bantam", system)
         self.assertIn("Always run the tests with make check.", system)
+        shown = self.run_bantam("--show-config").stdout
+        self.assertRegex(shown, r"\+ project instructions\s+%s" % re.escape(os.path.join(self.ws.work, "AGENTS.md")))
         result = self.run_batch("hi", "--set", "project_instructions=false")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertNotIn("make check", self.server.bodies[1]["messages"][0]["content"])
