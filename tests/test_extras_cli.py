@@ -280,6 +280,20 @@ class SkillTests(ExtrasCase):
         term = self.start()
         out = self.say(term, "/skill", "bantam_skills_dir")
         self.assertIn("no skills folder", out)
+        out = self.say(term, "/help", "/quit")
+        for command in ("/cfg", "/model", "/endpoint", "/skill"):
+            self.assertRegex(out, r"\n%s +/" % command)
+        self.quit(term)
+
+    def test_skills_folder_set_live_updates_the_system_prompt(self):
+        skills = self.make_skills()
+        self.push(text_stream("ok"))
+        term = self.start()
+        self.say(term, "/cfg bantam_skills_dir " + skills, "saved in")
+        self.assertRegex(self.say(term, "/skill", "plain"), r"deploy\s+Ship the app")
+        self.say(term, "hi", "ok")
+        self.assertIn("Skills may be discovered and invoked from " + skills,
+                      self.server.bodies[0]["messages"][0]["content"])
         self.quit(term)
 
     def test_agents_md_is_added_and_can_be_turned_off(self):
