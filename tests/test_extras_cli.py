@@ -70,7 +70,7 @@ class BangTests(ExtrasCase):
         term.expect("go-5")   # (not the typed line: the command runs, its trap is set)
         term.send("\x03")
         term.expect("got-int")
-        term.expect("[exit 7]")
+        term.expect("[exit 7]", timeout=30)
         term.expect("> ")
         self.quit(term)
 
