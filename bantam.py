@@ -500,12 +500,12 @@ PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed at once (for programs and jq);
-    secrets replaced."""
-    encode, secrets = json.JSONEncoder(ensure_ascii=False).encode, secrets_of(cfg)
+    secrets replaced (those of now: /cfg may set a new key)."""
+    encode = json.JSONEncoder(ensure_ascii=False).encode
 
     def view(event):
         line = encode(event)
-        for secret in secrets:
+        for secret in secrets_of(cfg):
             line = line.replace(secret, "***")
         try:
             stream.write(line + "\n")

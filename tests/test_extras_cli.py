@@ -172,6 +172,20 @@ class CfgTests(ExtrasCase):
         self.assertIn("/cfg headers\n", history)
         self.assertNotIn("sk-new-secret", history)   # the typed key is not kept in the history
 
+    def test_a_key_set_live_is_hidden_from_the_screen_and_the_trace(self):
+        self.ws.write_config(self.server, trace_file="trace.jsonl")
+        self.push(text_stream("your key is sk-live-typed-4242, right?"))
+        term = self.start()
+        self.say(term, "/cfg api_key sk-live-typed-4242", "saved in")
+        out = self.say(term, "what is my key?", "right?")
+        self.assertIn("your key is ***, right?", out)
+        self.assertEqual(self.server.posts[0]["headers"]["authorization"], "Bearer sk-live-typed-4242")
+        self.quit(term)
+        with open(os.path.join(self.ws.work, "trace.jsonl"), encoding="utf-8") as f:
+            trace = f.read()
+        self.assertIn("your key is ***", trace)
+        self.assertNotIn("sk-live-typed", trace)
+
     def test_cfg_without_a_config_file_writes_home_model_cfg(self):
         os.unlink(os.path.join(self.ws.work, "model.cfg"))
         term = self.start(BANTAM_ENDPOINT=self.server.url, BANTAM_API_KEY="k")
