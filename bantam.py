@@ -2022,7 +2022,7 @@ def finish_reply(reply):
 
 
 # ----------------------------------------------------------------------------------------
-# The tools: shell_exec and run_subagent (each takes cfg and a dict, returns a string)
+# The tools: shell_exec, run_subagent, read and write (each takes cfg and a dict, returns a string)
 # ----------------------------------------------------------------------------------------
 
 def shell_exec(cfg, args):
