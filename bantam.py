@@ -12,12 +12,13 @@ The sections, in reading order:
   events and views       everything a run reports is one event; views print them
   config                 model.cfg, BANTAM_<KEY>, flags; whom the API key may go to
   sessions               one file per conversation, saved at every step
-  the HTTP client        one keep-alive connection, retries, SSE, assembling a reply
+  the HTTP client        one keep-alive connection (HTTP(S) or SOCKS5 proxy), retries, SSE
   the tools              shell_exec, run_subagent (and read, write); the TOOLS table
   the agentic loop       AL
   approvals and budgets  what may run (approve, allow, deny) and what a turn may spend
   usage and compaction   the context window, the token line, summaries
-  commands               /save, /load, ... : the COMMANDS table
+  settings               /cfg writes one key=value line back, keeping the rest of the file
+  commands               /save, /load, /cfg, /skill ... : the COMMANDS table
   the REPL and main      interactive mode, batch mode, the command line
 
 Usage:  bantam               interactive REPL (readline, history, /commands)
@@ -27,6 +28,7 @@ Usage:  bantam               interactive REPL (readline, history, /commands)
 import json
 import os
 import re
+import stat
 import sys
 import time
 import unicodedata
@@ -57,6 +59,10 @@ DEFAULTS = {
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown and live tool output: auto (on a terminal) | always | never
     "tool_lines": 0,               # lines of a command's output shown on screen (0: a screenful)
+    "tools": "shell_exec,run_subagent",  # the tools offered to the model (also: read, write)
+    "bantam_tools_dir": "",        # a folder of helper scripts, named in the system prompt
+    "bantam_skills_dir": "",       # a folder of skills (<name>/SKILL.md), named in the system prompt
+    "project_instructions": True,  # add this folder's AGENTS.md to the system prompt
     # the leash (see "Approvals and budgets"): what may run, and what a turn may spend
     "approve": "auto",             # shell commands: auto (run them) | ask (REPL asks) | deny
     "allow": "",                   # comma-separated shell patterns of commands that always run
@@ -404,8 +410,47 @@ def show_tool_call(state, event):
     """[tool call: name(arguments)]"""
     close_block(state, event)
     end_line(state, event["depth"])
-    write(state, "[tool call: %s(%s)]\n" % (event["name"], event["arguments"]), "call", event["depth"])
+    write(state, "[tool call: %s(%s)]\n" % (event["name"], short_arguments(event)), "call", event["depth"])
     flush_out(state, now=True)
+
+
+def short_arguments(event):
+    """A tool call's arguments for the trace; a write's long content as its size only."""
+    if event["name"] not in ("write", "write_file") or len(event["arguments"]) < 400:
+        return event["arguments"]
+    try:
+        args = json.loads(event["arguments"])
+        content = args["content"]
+        args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")), count_lines(content))
+        return json.dumps(args, ensure_ascii=False)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return event["arguments"]
+
+
+def file_tool_call(name, args):
+    """A read or write call in words ("read notes.txt lines 10-29", "write a.txt: 3 lines at
+    line 5, deleting 2 lines"), or None for another call."""
+    if name not in ("read", "write", "write_file") or not isinstance(args, dict):
+        return None
+    path = args.get("filePath", args.get("path"))
+    if not isinstance(path, str):
+        return None
+    if name == "read":
+        offset, limit = args.get("offset"), args.get("limit")
+        if offset is None and limit is None:
+            return "\u00bb read %s" % path
+        first = offset if isinstance(offset, int) and offset > 0 else 1
+        last = "%d" % (first + limit - 1) if isinstance(limit, int) and limit > 0 else "end"
+        return "\u00bb read %s lines %d-%s" % (path, first, last)
+    content = args.get("content") if isinstance(args.get("content"), str) else ""
+    size = "%d lines" % count_lines(content) if content else "nothing"
+    at = next(("at %s %s" % (word, args[key]) for key, word in (("lineOffset", "line"), ("byteOffset", "byte"),
+                                                               ("offset", "byte")) if args.get(key) is not None), "")
+    cut = next((", deleting %s %s" % (args[key], word) for key, word in (("delLines", "lines"), ("delBytes", "bytes"),
+                                                                       ("del_bytes", "bytes")) if args.get(key) is not None), "")
+    if not at and not cut:
+        return "\u00bb write %s: %s (whole file)" % (path, size)
+    return "\u00bb write %s: %s %s%s" % (path, size, at or "at the start", cut)
 
 
 def show_tool_result(state, event):
@@ -488,12 +533,12 @@ PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed at once (for programs and jq);
-    secrets replaced."""
-    encode, secrets = json.JSONEncoder(ensure_ascii=False).encode, secrets_of(cfg)
+    secrets replaced (those of now: /cfg may set a new key)."""
+    encode = json.JSONEncoder(ensure_ascii=False).encode
 
     def view(event):
         line = encode(event)
-        for secret in secrets:
+        for secret in secrets_of(cfg):
             line = line.replace(secret, "***")
         try:
             stream.write(line + "\n")
@@ -630,6 +675,8 @@ def parse_value(key, raw, where):
         raise ConfigError("%s: %s: %s, got %r" % (where, key, reason, raw))
     if key == "endpoint" and not re.match(r"https?://[^/]", raw):
         raise ConfigError("%s: endpoint: expected an http:// or https:// URL, got %r" % (where, raw))
+    if key == "tools":
+        return check_tool_names(raw, where)
     if key in CHOICES and raw.lower() not in CHOICES[key]:
         raise ConfigError("%s: %s: expected one of %s, got %r" % (where, key, ", ".join(CHOICES[key]), raw))
     return raw.lower() if key in CHOICES else raw
@@ -656,7 +703,7 @@ def load_config(overrides=None, config_file=None, env=None):
         if raw is None:
             raw, where = from_file.get(key, ("", ""))
         if raw in ("", "-"):   # blank or '-' in the file defers to the environment
-            raw, where = env.get("BANTAM_" + key.upper(), ""), "BANTAM_" + key.upper()
+            raw, where = env.get(env_name(key), ""), env_name(key)
         if key == "api_key" and not raw:
             raw, where = env.get("OPENAI_API_KEY", ""), "OPENAI_API_KEY"
         if raw == "":
@@ -673,7 +720,13 @@ def load_config(overrides=None, config_file=None, env=None):
         os.path.abspath(path)) == os.getcwd() else "home" if path else "none"
     cfg["sources"] = sources
     cfg["system_prompt"], sources["system_prompt"] = load_system_prompt()
+    add_prompt_extras(cfg)
     return cfg
+
+
+def env_name(key):
+    """The variable of a key: BANTAM_<KEY>; BANTAM_TOOLS_DIR for bantam_tools_dir (the C++ port's)."""
+    return key.upper() if key.startswith("bantam_") else "BANTAM_" + key.upper()
 
 
 def load_system_prompt():
@@ -687,6 +740,34 @@ def load_system_prompt():
             return f.read(), path
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("%s: cannot read system prompt: %s" % (path, e))
+
+
+def add_prompt_extras(cfg):
+    """The system prompt plus what the C++ port and the peers add to it: the tools and skills
+    folders (the port's words) and this folder's AGENTS.md (Codex, Pi, opencode)."""
+    extras = []
+    more = [name for name in ("read", "write") if name in cfg["tools"].split(",")]
+    if more:
+        extras.append("You also have %s." % " and ".join(FILE_TOOL_LINES[name] for name in more))
+    if cfg["bantam_tools_dir"]:
+        extras.append("Extra shell tools can be found at %s" % cfg["bantam_tools_dir"])
+    if cfg["bantam_skills_dir"]:
+        extras.append("Skills may be discovered and invoked from %s" % cfg["bantam_skills_dir"])
+    path = os.path.join(os.getcwd(), "AGENTS.md")
+    cfg["sources"]["project_instructions_file"] = None
+    if cfg["project_instructions"] and os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8-sig", errors="replace") as f:
+                extras.append("Project instructions (AGENTS.md of %s):\n\n%s" % (os.getcwd(), f.read().strip()))
+            cfg["sources"]["project_instructions_file"] = path
+        except OSError as e:
+            say("warning: cannot read %s: %s" % (path, e.strerror))
+    base = cfg.setdefault("base_system_prompt", cfg["system_prompt"])
+    cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" if extras else base
+
+
+FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
+                   "write": "write (a whole file, or a splice at a line or byte offset)"}
 
 
 def folder_file(cfg, key):
@@ -1080,13 +1161,25 @@ def proxy_for(scheme, host):
     """The proxy URL for host from HTTPS_PROXY / HTTP_PROXY, unless NO_PROXY matches."""
     env = os.environ
     proxy = env.get(scheme + "_proxy") or env.get(scheme.upper() + "_PROXY")
-    if not proxy:
+    if not proxy or no_proxy(host):
         return None
+    return proxy if "://" in proxy else "http://" + proxy
+
+
+def no_proxy(host):
+    """True when NO_PROXY names host (or a domain above it, or is *)."""
+    env = os.environ
     for rule in (env.get("no_proxy") or env.get("NO_PROXY") or "").split(","):
         rule = rule.strip().lower().lstrip(".").split(":")[0]
         if rule == "*" or (rule and (host == rule or host.endswith("." + rule))):
-            return None
-    return proxy if "://" in proxy else "http://" + proxy
+            return True
+    return False
+
+
+def socks_proxy_for(host):
+    """The SOCKS_PROXY URL for host, unless NO_PROXY matches it."""
+    proxy = socks_proxy_from_env()
+    return None if not proxy or no_proxy(host) else proxy
 
 
 def load_http_client(endpoint):
@@ -1101,6 +1194,171 @@ def load_http_client(endpoint):
         del sys.modules["ssl"]
 
 
+# SOCKS5 (RFC 1928, with RFC 1929 user/password), as the C++ port: SOCKS_PROXY=socks5://[user:pass@]host:port
+# (socks5h:// too). Host names are always resolved by the proxy. It is tried before
+# HTTP(S)_PROXY, and NO_PROXY applies to it as to them.
+
+# RFC 1928 section 6: the REP field of a CONNECT reply
+SOCKS_REPLIES = {1: "general SOCKS server failure", 2: "connection not allowed by ruleset",
+                 3: "network unreachable", 4: "host unreachable", 5: "connection refused",
+                 6: "TTL expired", 7: "command not supported", 8: "address type not supported"}
+SOCKS_TRANSIENT = {1, 3, 4, 5, 6}   # the target or the route may come back; 2, 7, 8 will not
+
+
+class SocksError(OSError):
+    """A SOCKS5 failure, with a one-line message; .retry says whether waiting may help."""
+    retry = False
+
+
+def socks_transient(error):
+    """error, marked as worth retrying after a wait."""
+    error.retry = True
+    return error
+
+
+def socks_proxy_from_env(environ=None):
+    """The SOCKS_PROXY (else socks_proxy) value, or None; NO_PROXY is the caller's business."""
+    environ = os.environ if environ is None else environ
+    for name in ("SOCKS_PROXY", "socks_proxy"):
+        value = (environ.get(name) or "").strip()
+        if value:
+            return value
+    return None
+
+
+def parse_socks_url(url):
+    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare host:port;
+    user and password are percent-decoded, None without credentials; the port defaults to 1080."""
+    from urllib.parse import unquote, urlsplit
+    parts = urlsplit(url if "://" in url else "socks5://" + url)
+    if parts.scheme.lower() not in ("socks5", "socks5h"):
+        raise SocksError("unsupported proxy scheme %r (use socks5:// or socks5h://)" % parts.scheme)
+    try:
+        port = parts.port or 1080
+    except ValueError:   # the message never shows the URL: it may hold a password
+        raise SocksError("bad port in the SOCKS proxy address") from None
+    if not parts.hostname:
+        raise SocksError("no host in the SOCKS proxy address")
+    user, password = parts.username, parts.password
+    if not user and not password:
+        return parts.hostname, port, None, None
+    return parts.hostname, port, unquote(user or ""), unquote(password or "")
+
+
+def socks5_connect(proxy_url, host, port, timeout):
+    """A socket connected to host:port through the SOCKS5 proxy at proxy_url; host names are
+    resolved by the proxy (socks5:// behaves as socks5h://). Failures raise SocksError."""
+    import socket
+    proxy_host, proxy_port, user, password = parse_socks_url(proxy_url)
+    where = "SOCKS5 proxy %s:%d" % (
+        "[%s]" % proxy_host if ":" in proxy_host else proxy_host, proxy_port)
+    if not 0 < port < 65536:
+        raise SocksError("bad port %r for %s" % (port, host))
+    try:   # timeout may be socket._GLOBAL_DEFAULT_TIMEOUT, as http.client passes it
+        sock = socket.create_connection((proxy_host, proxy_port), timeout)
+    except OSError as e:
+        raise socks_transient(SocksError("cannot connect to %s: %s" % (where, e))) from e
+    stage = "greeting"
+    try:
+        method = socks_greet(sock, where, user is not None)
+        if method == 2:
+            stage = "authentication"
+            socks_authenticate(sock, where, user, password)
+        stage = "CONNECT"
+        socks_request_connect(sock, where, host, port)
+        return sock
+    except SocksError:
+        sock.close()
+        raise
+    except OSError as e:   # a timeout or reset halfway through the handshake
+        sock.close()
+        raise socks_transient(SocksError("%s failed during %s: %s" % (where, stage, e))) from e
+    except BaseException:
+        sock.close()
+        raise
+
+
+def socks_greet(sock, where, with_password):
+    """Offer one authentication method; the one the proxy chose (0 none, 2 username/password)."""
+    offer = 2 if with_password else 0
+    sock.sendall(bytes([5, 1, offer]))   # VER=05 NMETHODS=01 METHODS: 05 01 00 or 05 01 02
+    version, method = socks_recv(sock, 2, where, "greeting")   # VER=05 METHOD (FF: none)
+    if version != 5:
+        raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
+    if method == 0xFF:
+        raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
+            where, "username/password" if with_password else "no authentication; it may need "
+                   "user:password@ in the proxy address"))
+    if method != offer:
+        raise SocksError("%s chose authentication method %d, which we did not offer" % (where, method))
+    return method
+
+
+def socks_authenticate(sock, where, user, password):
+    """RFC 1929 username/password sub-negotiation."""
+    name, secret = user.encode("utf-8"), password.encode("utf-8")
+    if len(name) > 255 or len(secret) > 255:
+        raise SocksError("SOCKS5 username and password must be at most 255 bytes each")
+    # VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
+    sock.sendall(bytes([1, len(name)]) + name + bytes([len(secret)]) + secret)
+    _, status = socks_recv(sock, 2, where, "authentication")   # VER=01 STATUS (00: success)
+    if status != 0:
+        raise SocksError("%s rejected the username/password (authentication failed)" % where)
+
+
+def socks_request_connect(sock, where, host, port):
+    """Ask the proxy to connect to host:port; consume its whole reply."""
+    import struct
+    # VER=05 CMD=01 (CONNECT) RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
+    sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
+    # VER=05 REP RSV=00 ATYP BND.ADDR BND.PORT
+    version, rep, _, atyp = socks_recv(sock, 4, where, "CONNECT")
+    if version != 5:
+        raise SocksError("%s answered CONNECT with version %d" % (where, version))
+    if rep != 0:
+        error = SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
+            where, host, port, SOCKS_REPLIES.get(rep, "unknown error"), rep))
+        raise socks_transient(error) if rep in SOCKS_TRANSIENT else error
+    if atyp == 3:   # 03 LEN NAME
+        size = socks_recv(sock, 1, where, "CONNECT")[0]
+    elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
+        size = 4 if atyp == 1 else 16
+    else:
+        raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
+    socks_recv(sock, size + 2, where, "CONNECT")   # BND.ADDR BND.PORT: unused, but not HTTP
+
+
+def socks_address(host):
+    """ATYP + DST.ADDR for host: 01 + 4 bytes, 04 + 16 bytes, or 03 LEN name (never resolved here)."""
+    import ipaddress
+    host = host.strip("[]")   # a URL's [::1]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            name = host.encode("ascii")
+        except UnicodeEncodeError:
+            try:
+                name = host.encode("idna")
+            except UnicodeError:
+                raise SocksError("bad host name %r" % host) from None
+        if not 0 < len(name) < 256:
+            raise SocksError("host name must be 1 to 255 bytes for SOCKS5: %r" % host)
+        return bytes([3, len(name)]) + name
+    return bytes([1 if ip.version == 4 else 4]) + ip.packed
+
+
+def socks_recv(sock, size, where, stage):
+    """Exactly size bytes from sock; SocksError when the proxy hangs up first."""
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise socks_transient(SocksError("%s closed the connection during %s" % (where, stage)))
+        data += chunk
+    return data
+
+
 def open_connection(endpoint, timeout):
     """A new http.client connection to the endpoint's host, through a CONNECT proxy if set."""
     import http.client
@@ -1108,7 +1366,8 @@ def open_connection(endpoint, timeout):
     url = urlsplit(endpoint)
     https = url.scheme == "https"
     port = url.port or (443 if https else 80)
-    proxy = proxy_for(url.scheme, url.hostname)
+    socks = socks_proxy_for(url.hostname)
+    proxy = None if socks else proxy_for(url.scheme, url.hostname)
     host, host_port = url.hostname, port
     if proxy:
         p = urlsplit(proxy)
@@ -1126,6 +1385,9 @@ def open_connection(endpoint, timeout):
             login = "%s:%s" % (unquote(p.username), unquote(p.password or ""))
             headers["Proxy-Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
         conn.set_tunnel(url.hostname, port, headers=headers)
+    if socks:   # every (re)connect goes through the proxy; http.client still does the TLS
+        conn._create_connection = lambda address, timeout, source=None: socks5_connect(
+            socks, address[0], address[1], timeout)
     return conn
 
 
@@ -1226,7 +1488,7 @@ def request_body(cfg, messages, tools, stream):
     body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
             "stream": stream}
     if tools:
-        body["tools"] = TOOL_DEFINITIONS
+        body["tools"] = tool_definitions(cfg)
     if stream:
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
@@ -1391,6 +1653,8 @@ def network_error(e, cfg, got_output=False):
     proxy = proxy_for(url.scheme, url.hostname)
     p = urlsplit(proxy) if proxy else None
     host = p.hostname if proxy else url.hostname   # the proxy's URL may hold a password: never print it
+    if isinstance(e, SocksError):   # its message names the proxy, never its password
+        return ApiError("network error: %s (SOCKS_PROXY)" % e, "retry" if e.retry else "fatal")
     ssl = sys.modules.get("ssl")
     if ssl and isinstance(e, ssl.SSLCertVerificationError):
         return ApiError("TLS error: the certificate of %s is not trusted (%s); to trust a private "
@@ -1802,7 +2066,7 @@ def finish_reply(reply):
 
 
 # ----------------------------------------------------------------------------------------
-# The tools: shell_exec and run_subagent (each takes cfg and a dict, returns a string)
+# The tools: shell_exec, run_subagent, read and write (each takes cfg and a dict, returns a string)
 # ----------------------------------------------------------------------------------------
 
 def shell_exec(cfg, args):
@@ -1996,6 +2260,309 @@ def run_subagent(cfg, args):
     return answers[-1] if answers else "(the subagent gave no answer)"
 
 
+# The C++ port's read and write tools (offered when listed in the tools key): read shows a
+# file's numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a directory's
+# entries; write replaces a whole file or splices content in at a line or byte offset.
+
+READ_LIMIT = 2000       # lines shown when no limit is given
+LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
+BINARY_SNIFF = 8192     # a NUL byte in this many leading bytes marks a binary file
+HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" hint
+
+READ_SCHEMA = {
+    "description": "Read a text file as numbered lines '<line>: <content>' (the numbers are the "
+                   "lineOffset values of write), or list a directory (subdirectories end with '/'). "
+                   "Long files are shown in pages: a last line says which offset reads the rest.",
+    "parameters": {"type": "object", "properties": {
+        "filePath": {"type": "string", "description": "The file or directory to read."},
+        "offset": {"type": "integer", "description": "The first line to show, 1-indexed (default 1)."},
+        "limit": {"type": "integer", "description": "How many lines to show at most (default 2000)."}},
+        "required": ["filePath"]}}
+
+WRITE_SCHEMA = {
+    "description": "Write a file. With only filePath and content, the whole file is replaced (it and "
+                   "its folders are created if missing). With lineOffset or byteOffset, content is "
+                   "inserted there, after deleting delLines lines or delBytes bytes; with lineOffset "
+                   "content is whole lines (a missing final newline is added before following text).",
+    "parameters": {"type": "object", "properties": {
+        "filePath": {"type": "string", "description": "The file to write."},
+        "content": {"type": "string",
+                    "description": "The text to write (may be empty, e.g. to delete lines)."},
+        "lineOffset": {"type": "integer", "description": "1-indexed line to write at, as numbered by "
+                       "read; past the end appends. Takes precedence over byteOffset."},
+        "byteOffset": {"type": "integer", "description": "0-indexed byte to write at; used only "
+                       "without lineOffset."},
+        "delLines": {"type": "integer", "description": "Lines to delete at the insertion point first. "
+                     "Takes precedence over delBytes."},
+        "delBytes": {"type": "integer", "description": "Bytes to delete at the insertion point first; "
+                     "used only without delLines."}},
+        "required": ["filePath", "content"]}}
+
+
+def path_argument(args):
+    """The filePath (or legacy path) argument with ~ expanded; ValueError when missing."""
+    path = args.get("filePath")
+    if path is None:
+        path = args.get("path")
+    if not isinstance(path, str) or not path.strip():
+        raise ValueError("filePath must be a non-empty string")
+    return os.path.expanduser(path)
+
+
+def int_argument(args, names, low):
+    """The first of names present in args as an int >= low, else None; ValueError when bad."""
+    for name in names:
+        value = args.get(name)
+        if value is None:   # models send null for optional parameters they skip
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)   # JSON 10.0 is still ten
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("%s must be an integer, got %r" % (name, value))
+        if value < low:
+            raise ValueError("%s must be %d or more, got %d" % (name, low, value))
+        return value
+    return None
+
+
+def count_lines(data):
+    """Lines in text or bytes as read numbers them: a last line without a newline counts."""
+    newline = "\n" if isinstance(data, str) else b"\n"
+    return data.count(newline) + (1 if data and not data.endswith(newline) else 0)
+
+
+def output_budget(cfg):
+    """Bytes the read tool may return: max_tool_res minus room for the hint line."""
+    limit = cfg.get("max_tool_res")
+    limit = limit if isinstance(limit, int) and limit > 0 else 65536
+    return max(1, limit - HINT_ROOM)
+
+
+def read_tool(cfg, args):
+    """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries."""
+    try:
+        path = path_argument(args)
+        offset = int_argument(args, ("offset",), 0) or 1   # 0 is taken as 1: harmless for a read
+        limit = int_argument(args, ("limit",), 1) or READ_LIMIT
+    except ValueError as e:
+        return "error: read: %s" % e
+    try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            return read_directory(path, offset, limit, output_budget(cfg))
+        if not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
+            return "error: %s is not a regular file or a directory" % path
+        with open(path, "rb") as f:
+            return read_numbered(f, path, offset, limit, output_budget(cfg))
+    except FileNotFoundError:
+        return "error: no such file or directory: %s" % path
+    except OSError as e:
+        return "error: cannot read %s: %s" % (path, e.strerror or e)
+
+
+def read_numbered(f, path, offset, limit, budget):
+    """Lines offset.. of an open file, numbered, at most limit lines and budget bytes."""
+    if b"\0" in f.read(BINARY_SNIFF):   # text files have no NULs; binary garbage wastes context
+        return "error: %s looks like a binary file (%d bytes); inspect it with bash, e.g. " \
+               "xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
+    f.seek(0)
+    shown, total, following = paginate(
+        file_lines(f), offset, limit, budget,
+        lambda item: "%d: %s" % (item[0], model_line(item[1], item[2])), lambda number: count_rest(f))
+    if total == 0:
+        return "(%s is empty: 0 lines)" % path
+    if not shown:
+        return "error: offset %d is past the end of %s (%d lines)" % (offset, path, total)
+    if following:
+        shown.append("[... %d more lines: read with offset=%d]" % (total - following + 1, following))
+    return "\n".join(shown)
+
+
+def read_directory(path, offset, limit, budget):
+    """The entries of a directory, sorted, one a line, subdirectories with a trailing /."""
+    with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
+        names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+    shown, total, following = paginate(enumerate(names, 1), offset, limit, budget,
+                                       lambda item: item[1], lambda number: len(names) - number)
+    if total == 0:
+        return "(%s is an empty directory)" % path
+    if not shown:
+        return "error: offset %d is past the end of %s (%d entries)" % (offset, path, total)
+    if following:
+        shown.append("[... %d more entries: read with offset=%d]" % (total - following + 1, following))
+    return "\n".join(shown)
+
+
+def paginate(items, offset, limit, budget, text, rest):
+    """(texts, total, first number not shown or None) of numbered items from offset on.
+    items yields tuples whose [0] is the 1-indexed number; text(item) is its shown line;
+    rest(number) counts the items after that one, so stopping early still knows the total."""
+    shown, used, number = [], 0, 0
+    for item in items:
+        number = item[0]
+        if number < offset:
+            continue
+        line = text(item)
+        cost = len(line.encode("utf-8", "replace")) + 1
+        if len(shown) == limit or (shown and used + cost > budget):
+            return shown, number + rest(number), number
+        shown.append(line)
+        used += cost
+    return shown, number, None
+
+
+def file_lines(f):
+    """(number, first LINE_BYTES+1 bytes, length without the newline) of each line of f.
+    Lines end at \\n; the rest of a long line is skipped in pieces, never held whole."""
+    number = 0
+    while True:
+        head = piece = f.readline(LINE_BYTES + 1)
+        if not head:
+            return
+        length = len(head)
+        while not piece.endswith(b"\n"):
+            piece = f.readline(1 << 16)
+            if not piece:
+                break
+            length += len(piece)
+        number += 1
+        yield number, head, length - (1 if piece.endswith(b"\n") else 0)
+
+
+def model_line(head, length):
+    """One line for the model: without its newline (and a CRLF's CR), invalid UTF-8 as U+FFFD,
+    cut at LINE_BYTES on a character boundary with a note of its full length."""
+    body = head[:length]
+    if length <= LINE_BYTES:
+        return body[:-1 if body.endswith(b"\r") else None].decode("utf-8", "replace")
+    cut = LINE_BYTES
+    while cut > 0 and (body[cut] & 0xC0) == 0x80:   # 10xxxxxx: inside a UTF-8 character
+        cut -= 1
+    return body[:cut].decode("utf-8", "replace") + " [... line cut: %d bytes in all]" % length
+
+
+def count_rest(f):
+    """Lines from f's position (a line start) to its end."""
+    count, last = 0, b"\n"
+    for block in iter(lambda: f.read(1 << 20), b""):
+        count, last = count + block.count(b"\n"), block[-1:]
+    return count + (last != b"\n")
+
+
+def write_tool(cfg, args):
+    """The write tool: replace a whole file, or splice content in at a line or byte offset."""
+    try:
+        path = path_argument(args)
+        content = args.get("content")
+        if not isinstance(content, str):
+            raise ValueError("content must be a string (it may be empty)")
+        line = int_argument(args, ("lineOffset",), 1)
+        byte = int_argument(args, ("byteOffset", "offset"), 0)         # offset: legacy name
+        del_lines = int_argument(args, ("delLines",), 0)
+        del_bytes = int_argument(args, ("delBytes", "del_bytes"), 0)   # del_bytes: legacy name
+    except ValueError as e:
+        return "error: write: %s" % e
+    data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
+    target = os.path.realpath(path)   # write through a symlink, do not replace the link
+    try:
+        if os.path.isdir(target):
+            return "error: %s is a directory" % path
+        if os.path.exists(target) and not os.access(target, os.W_OK):
+            return "error: %s is read-only" % path
+        if line is None and byte is None and del_lines is None and del_bytes is None:
+            existed = os.path.exists(target)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            atomic_write(target, data)
+            return "wrote %d bytes to %s (%d lines%s)" % (
+                len(data), path, count_lines(data), "" if existed else ", new file")
+        with open(target, "rb") as f:
+            old = f.read()
+        return splice(target, path, old, data, line, byte, del_lines, del_bytes)
+    except FileNotFoundError:
+        return "error: %s does not exist; to create it, give only filePath and content" % path
+    except OSError as e:
+        return "error: cannot write %s: %s" % (path, e.strerror or e)
+
+
+def splice(target, path, old, data, line, byte, del_lines, del_bytes):
+    """Write old[:at] + data + old[end:] to target; the confirmation text.
+    Without an offset, delLines starts at line 1 and delBytes at byte 0."""
+    by_line = line is not None or (byte is None and del_lines is not None)
+    lead = b""
+    if by_line:
+        line = line or 1
+        at = line_start(old, line)
+        past = at is None
+        at = len(old) if past else at
+        if past and old and not old.endswith(b"\n"):
+            lead = b"\n"   # the new text starts a line of its own
+    else:
+        byte = byte or 0
+        past, at = byte > len(old), min(byte, len(old))
+    end = at
+    if del_lines is not None:
+        for _ in range(del_lines):
+            end = old.find(b"\n", end) + 1 or len(old)
+            if end == len(old):
+                break
+    elif del_bytes is not None:
+        end = min(at + del_bytes, len(old))
+    if by_line and data and not data.endswith(b"\n") and old[end:]:
+        data += b"\n"   # keep lines whole: "X" inserted before "b\n" must not become "Xb"
+    new = old[:at] + lead + data + old[end:]
+    atomic_write(target, new)
+    removed = old[at:end]
+    in_lines = del_lines is not None or (by_line and del_bytes is None)
+    deleted = ("%d lines" % count_lines(removed)) if in_lines else "%d bytes" % len(removed)
+    if by_line:
+        where = ("appended at the end of %s (lineOffset %d is past its %d lines)" % (
+            path, line, count_lines(old))) if past else "spliced at line %d of %s" % (line, path)
+        return "%s: deleted %s, inserted %d lines (now %d lines)" % (
+            where, deleted, count_lines(data), count_lines(new))
+    where = ("appended at the end of %s (byteOffset %d is past its %d bytes)" % (
+        path, byte, len(old))) if past else "spliced at byte %d of %s" % (byte, path)
+    return "%s: deleted %s, inserted %d bytes (now %d bytes)" % (where, deleted, len(data), len(new))
+
+
+def line_start(data, number):
+    """Byte index where 1-indexed line number starts (len(data) just past a final newline),
+    or None when data has fewer lines than that."""
+    at = 0
+    for _ in range(number - 1):
+        at = data.find(b"\n", at) + 1
+        if at == 0:
+            return None
+    return at
+
+
+def atomic_write(target, data):
+    """Replace target with data in one step (temp file in its folder, then os.replace);
+    an existing file keeps its permission bits, a new one gets 0666 minus the umask."""
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = None
+    folder, name = os.path.split(target)
+    temp = os.path.join(folder, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)   # no CRLF on Windows
+    fd = os.open(temp, flags, 0o666 if mode is None else 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())   # the data is on disk before the name points at it
+        if mode is not None:
+            os.chmod(temp, mode)
+        os.replace(temp, target)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+
+
+
 # The tool table: the single source of truth for dispatch and for the schema sent to the model.
 TOOLS = {
     "shell_exec": ({
@@ -2012,9 +2579,37 @@ TOOLS = {
         "parameters": {"type": "object", "properties": {"prompt": {
             "type": "string", "description": "The complete task for the subagent."}},
             "required": ["prompt"]}}, run_subagent),
+    "read": (READ_SCHEMA, read_tool),
+    "write": (WRITE_SCHEMA, write_tool),
 }
-TOOL_DEFINITIONS = [{"type": "function", "function": dict(schema, name=name)}
-                    for name, (schema, _) in TOOLS.items()]
+# Names of other agents' tools that models still call: run as the tool they mean (C++ port).
+TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
+
+
+def check_tool_names(raw, where):
+    """The tools key: comma-separated names of TOOLS (or their aliases), normalized."""
+    names = [TOOL_ALIASES.get(n.strip(), n.strip()) for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TOOLS]
+    if unknown:
+        raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (where, unknown[0], ", ".join(TOOLS)))
+    return ",".join(dict.fromkeys(names))
+
+
+def enabled_tools(cfg):
+    """The names of the tools offered to the model (the tools key), in TOOLS order."""
+    wanted = cfg.get("tools", DEFAULTS["tools"]).split(",")
+    return [name for name in TOOLS if name in wanted]
+
+
+def tool_definitions(cfg):
+    """The tools part of a request: the schemas of the enabled tools."""
+    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)} for name in enabled_tools(cfg)]
+
+
+def tool_named(cfg, name):
+    """The function of an enabled tool called name (or an alias of one), else None."""
+    name = TOOL_ALIASES.get(name, name)
+    return TOOLS[name][1] if name in enabled_tools(cfg) else None
 
 
 def tool_message(call_id, content):
@@ -2055,12 +2650,12 @@ def run_tool_call(cfg, call, args):
     failed = True
     if isinstance(args, str):
         result = args
-    elif name not in TOOLS:
-        result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(TOOLS))
+    elif tool_named(cfg, name) is None:
+        result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
     else:
-        args, told = approval(cfg, call["id"], name, args)   # approve, allow, deny: may the command run?
+        args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)   # may the command run?
         try:
-            result, failed = (told, True) if args is None else (told + TOOLS[name][1](cfg, args), False)
+            result, failed = (told, True) if args is None else (told + tool_named(cfg, name)(cfg, args), False)
         except (OSError, ValueError, TypeError) as e:
             result = "error: %s failed: %s" % (name, e)
     result = clean_for_model(result)
@@ -2649,6 +3244,155 @@ def trim_for_summary(request, room):
 
 
 # ----------------------------------------------------------------------------------------
+# Settings changed live (/cfg): one key=value line of a config file rewritten, every other
+# line (comments, order, blank lines, line breaks) kept byte for byte
+# ----------------------------------------------------------------------------------------
+
+INLINE_COMMENT = re.compile(r"\s+#.*$")   # read_key_values' inline comment: "key=value  # note"
+
+
+def set_config_line(text, key, value):
+    """text with key set to value: the last key= line (the one read_key_values keeps) is changed,
+    keeping its spacing and inline comment, else key=value is appended. ValueError for a key or
+    value that read_key_values would not read back exactly."""
+    check_config_key(key)
+    if not isinstance(value, str) or value.splitlines() not in ([], [value]):
+        raise ValueError("a config value must be a single line of text")
+    bom = "\ufeff" if text.startswith("\ufeff") else ""   # read_key_values reads utf-8-sig
+    lines = text[len(bom):].splitlines(True)   # the same line breaks as read_key_values sees
+    found = None
+    for number, line in enumerate(lines):
+        if config_line_key(split_ending(line)[0]) == key.lower():
+            found = number   # a later line overrides an earlier one when read
+    if found is None:
+        newline = "\r\n" if "\r\n" in text else "\n"
+        if lines and not split_ending(lines[-1])[1]:
+            lines[-1] += newline   # the old last line must stay a line of its own
+        lines.append(checked_line(key + "=" + value, key, value) + newline)
+    else:
+        body, ending = split_ending(lines[found])
+        lines[found] = replace_config_value(body, key, value) + ending
+    return bom + "".join(lines)
+
+
+def check_config_key(key):
+    """ValueError unless key can stand left of '=' on a line of its own."""
+    if (not isinstance(key, str) or not key or key != key.strip() or "=" in key
+            or key.startswith("#") or len(key.splitlines()) != 1):
+        raise ValueError("bad config key %r" % (key,))
+
+
+def split_ending(line):
+    """(text, line break) of one line from splitlines(True)."""
+    body = line.splitlines()[0] if line else ""
+    return body, line[len(body):]
+
+
+def config_line_key(body):
+    """The lowercased key of a key=value line as read_key_values parses it, else None."""
+    body = body.strip()
+    if not body or body.startswith("#"):   # blank, or a comment (also "# key=value")
+        return None
+    key, sep, _ = body.partition("=")
+    return key.strip().lower() if sep else None
+
+
+def config_line_value(body):
+    """The value read_key_values takes from a key=value line."""
+    return INLINE_COMMENT.sub("", body.strip().partition("=")[2]).strip()
+
+
+def replace_config_value(body, key, value):
+    """body with its value replaced; its spaces around the value and inline comment kept."""
+    head, _, rest = body.partition("=")
+    match = INLINE_COMMENT.search(rest)
+    comment = rest[match.start():] if match else ""
+    old = rest[:match.start()] if match else rest
+    lead = old[:len(old) - len(old.lstrip())]
+    trail = old[len(old.rstrip()):] if old.strip() else ""
+    # "key = #x" would read as a comment, "key=#x" would not: try without the leading space too
+    for candidate in (head + "=" + lead + value + trail + comment, head + "=" + value + trail + comment):
+        if config_line_value(candidate) == value:
+            return candidate
+    return checked_line(candidate, key, value)
+
+
+def checked_line(line, key, value):
+    """line, after making sure read_key_values reads value back from it; else ValueError."""
+    if config_line_value(line) != value:
+        raise ValueError(
+            "cannot store %r as %s: it would be read back as %r, because values lose "
+            "surrounding spaces and a space followed by '#' starts a comment" % (
+                value, key, config_line_value(line)))
+    return line
+
+
+SECRET_KEYS = ("api_key", "headers")
+
+
+def shown_value(cfg, key):
+    """A setting as /cfg and --show-config print it: secrets as ***."""
+    value = cfg[key]
+    if key == "api_key" and value:
+        value = "***"
+    elif key == "headers":
+        value = {k: "***" for k in value}
+    return json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
+
+
+def setting_file(cfg, key):
+    """The config file /cfg writes key to: the one it came from, else the one in use, else
+    ~/.bantam/model.cfg (the file bantam reads when no folder has one)."""
+    source = cfg["sources"].get(key, "")
+    if cfg["config_file"] and source.startswith(cfg["config_file"] + ":"):
+        return cfg["config_file"]
+    return cfg["config_file"] or bantam_home("model.cfg")
+
+
+def save_setting(path, key, raw):
+    """Write key=raw into the config file at path (created 0600 if missing), keeping every
+    other line as it was; the 'path:line' it now comes from."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:   # newline="": CRLF files stay CRLF
+            text = f.read()
+    except FileNotFoundError:
+        text = None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BantamError("%s: cannot read config: %s" % (path, getattr(e, "strerror", None) or e))
+    try:
+        new = set_config_line(text or "", key, raw)
+    except ValueError as e:
+        raise BantamError("%s: %s" % (key, e))
+    try:
+        if text is None:
+            write_private_file(path, new)   # it may hold the API key: 0600
+        else:
+            atomic_write(os.path.realpath(path), new.encode("utf-8"))   # keeps the file's mode
+    except OSError as e:
+        raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
+    return read_key_values(path).get(key, ("", path))[1]
+
+
+def apply_setting(convo, key, value, where):
+    """Use a new value of key from now on, in this conversation too."""
+    cfg = convo["cfg"]
+    if key == "endpoint":
+        value = value.rstrip("/")
+        drop_connection(cfg)
+        if value.startswith("https:") and "http.client" in sys.modules \
+                and not hasattr(sys.modules["http.client"], "HTTPSConnection"):
+            import importlib   # loaded without ssl for an http:// endpoint (load_http_client)
+            importlib.import_module("ssl")
+            importlib.reload(sys.modules["http.client"])
+    cfg[key], cfg["sources"][key] = value, where
+    if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
+        add_prompt_extras(cfg)   # the system prompt names them
+        first = convo["messages"][0] if convo["messages"] else {}
+        if first.get("role") == "system":
+            first["content"] = cfg["system_prompt"]
+
+
+# ----------------------------------------------------------------------------------------
 # Commands: name -> (handler, help). A handler takes (convo, argument): convo is the
 # conversation of the REPL, {"cfg", "messages", "session"}; it changes it in place and
 # returns QUIT to end the REPL.
@@ -2758,6 +3502,110 @@ def cmd_models(convo, arg):
         show("%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
 
 
+def cmd_cfg(convo, arg):
+    """/cfg [key [value]]: every setting, one with where it comes from, or set one live and
+    write it to its config file."""
+    cfg = convo["cfg"]
+    if not arg:
+        show_config(cfg)
+        return
+    key, _, raw = arg.partition(" ")
+    key, raw = key.lower(), raw.strip()
+    if key not in DEFAULTS:
+        raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
+    if not raw:
+        show("%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
+        return
+    if key in SECRET_KEYS:
+        forget_last_input()   # a key typed at the prompt stays out of ~/.bantam_history
+    value = parse_value(key, raw, "/cfg")
+    before = cfg["sources"][key]
+    where = save_setting(setting_file(cfg, key), key, raw)
+    apply_setting(convo, key, value, where)
+    show("[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
+    if before == "flag":
+        show("[note: the command line set %s; a flag still wins over the file at the next start]\n" % key)
+    if key == "endpoint" and cfg.get("withheld"):
+        show("[your API key stays withheld: this folder is not trusted (start with --trust to send it)]\n")
+
+
+def forget_last_input():
+    """Take the line just entered out of the readline history."""
+    readline = sys.modules.get("readline")
+    if readline and readline.get_current_history_length():
+        readline.remove_history_item(readline.get_current_history_length() - 1)
+
+
+def cmd_model(convo, arg):
+    """/model [name]: switch the model; without a name, the endpoint's models to choose from."""
+    if arg:
+        return cmd_cfg(convo, "model " + arg)
+    cmd_models(convo, "")
+    show("(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
+
+
+def cmd_endpoint(convo, arg):
+    """/endpoint [url]: show or switch the API's base URL (the user's choice: the key goes there)."""
+    return cmd_cfg(convo, "endpoint" + (" " + arg if arg else ""))
+
+
+def skills(cfg):
+    """{name: folder} of the skills under bantam_skills_dir (folders holding a SKILL.md)."""
+    root = os.path.expanduser(cfg["bantam_skills_dir"])
+    try:
+        names = sorted(os.listdir(root)) if root else []
+    except OSError:
+        return {}
+    return {n: os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, "SKILL.md"))}
+
+
+def front_matter(text):
+    """The key: value pairs of a Markdown file's leading --- block ({} when none)."""
+    match = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|$)", text, re.S)
+    pairs = (line.partition(":") for line in match.group(1).splitlines()) if match else ()
+    return {k.strip().lower(): v.strip().strip("\"'") for k, sep, v in pairs if sep}
+
+
+def read_skill(path):
+    """The text of a SKILL.md; a BantamError naming it when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
+            return f.read()
+    except OSError as e:
+        raise BantamError("cannot read skill %s: %s" % (path, e.strerror))
+
+
+def cmd_skill(convo, arg):
+    """/skill [name [prompt]]: list the skills, or send one's SKILL.md (and the prompt) as the
+    next user turn."""
+    cfg = convo["cfg"]
+    found = skills(cfg)
+    if not arg:
+        if not cfg["bantam_skills_dir"]:
+            show("(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir ~/skills)\n")
+        for name, folder in found.items():
+            about = front_matter(read_skill(os.path.join(folder, "SKILL.md")))
+            show("%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
+        if cfg["bantam_skills_dir"] and not found:
+            show("(no skills in %s: a skill is a folder with a SKILL.md)\n" % cfg["bantam_skills_dir"])
+        return None
+    name, _, prompt = arg.partition(" ")
+    if name in found:
+        path = os.path.join(found[name], "SKILL.md")
+    elif os.path.isabs(os.path.expanduser(name)) and not cfg["bantam_skills_dir"]:   # as the C++ port
+        path = os.path.expanduser(name)
+        path = os.path.join(path, "SKILL.md") if os.path.isdir(path) else path
+    else:
+        raise BantamError("no skill %r%s" % (name, " (the skills: %s)" % ", ".join(found) if found
+                                             else " (set bantam_skills_dir)" if not cfg["bantam_skills_dir"] else ""))
+    text = read_skill(path).rstrip("\n")
+    return SendPrompt(text + ("\n\n" + prompt.strip() if prompt.strip() else ""))
+
+
+class SendPrompt(str):
+    """What a command returns to have the REPL send it as the next user turn (/skill)."""
+
+
 def cmd_help(convo, arg):
     """/help: the commands."""
     for name, (_, text) in COMMANDS.items():
@@ -2779,6 +3627,10 @@ COMMANDS = {
     "/compact": (cmd_compact, "replace the conversation by a summary of it"),
     "/clear": (cmd_clear, "start a new conversation (the old one stays saved)"),
     "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
+    "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
+    "/endpoint": (cmd_endpoint, "/endpoint [url]: show or switch the API's base URL"),
+    "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its file)"),
+    "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
     "/help": (cmd_help, "show this help"),
     "/quit": (cmd_quit, "exit (also /exit, or Ctrl+D on an empty line)"),
 }
@@ -3288,6 +4140,8 @@ def term_tool_call(state, event):
         text = "$ " + args["command"].rstrip("\n")
     elif event["name"] == "run_subagent" and isinstance(args, dict) and isinstance(args.get("prompt"), str):
         text = "\u00bb subagent: " + args["prompt"].rstrip("\n")
+    elif file_tool_call(event["name"], args):
+        text = file_tool_call(event["name"], args)
     else:
         text = "[tool call: %s(%s)]" % (event["name"], event["arguments"])
     write(state, text + "\n", "call", event["depth"])
@@ -3460,9 +4314,9 @@ def history_path():
 HISTORY_MARK = "#bantam history 2: one entry a line, \\n is a line break, \\\\ a backslash\n"
 
 
-def setup_readline():
+def setup_readline(cfg=None):
     """Line editing and history: Ctrl+J inserts a newline, a paste is one prompt (bracketed
-    paste), Tab completes /commands and session ids. None without readline."""
+    paste), Tab completes /commands, session ids, config keys and skills. None without readline."""
     try:
         import readline
     except ImportError:
@@ -3471,7 +4325,7 @@ def setup_readline():
     readline.parse_and_bind("set enable-bracketed-paste on")
     readline.parse_and_bind("tab: complete")
     readline.set_completer_delims(" \t\n")
-    readline.set_completer(complete)
+    readline.set_completer(lambda text, state: complete(text, state, cfg))
     readline.set_history_length(1000)
     for entry in read_history():
         readline.add_history(entry)
@@ -3503,12 +4357,17 @@ def save_history(readline):
         say("warning: cannot save history: %s" % e)
 
 
-def complete(text, state):
-    """Readline's completer: /commands at the start of the line, session ids after /load."""
+def complete(text, state, cfg=None):
+    """Readline's completer: /commands at the start of the line, session ids after /load,
+    config keys after /cfg, skill names after /skill."""
     import readline
     line = readline.get_line_buffer()
     if line.startswith(("/load ", "/save ")):
         options = [sid for sid in session_ids() if sid.startswith(text)]
+    elif line.startswith("/cfg ") and line.count(" ") == 1:
+        options = [key for key in DEFAULTS if key.startswith(text)]
+    elif line.startswith("/skill ") and line.count(" ") == 1 and cfg:
+        options = [name for name in skills(cfg) if name.startswith(text)]
     elif " " not in line:
         options = [name for name in list(COMMANDS) + list(ALIASES) if name.startswith(text)]
     else:
@@ -3646,7 +4505,7 @@ def repl(convo):
     """Read prompts and commands until /quit, EOF or Ctrl+C twice."""
     cfg = convo["cfg"]
     terminal = sys.stdin.isatty()
-    readline = setup_readline() if terminal else None
+    readline = setup_readline(cfg) if terminal else None
     if terminal:
         note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
     last_interrupt, again = 0.0, ""
@@ -3676,12 +4535,18 @@ def repl(convo):
                 continue
             held = None
             try:
+                if line.startswith("!"):   # a shell command of the user's: not part of the conversation
+                    run_direct(cfg, line[1:], own_stdin=terminal)
+                    continue
                 name, _, arg = line.strip().partition(" ")
                 name = ALIASES.get(name, name)
                 if name in COMMANDS:
-                    if COMMANDS[name][0](convo, arg.strip()) == QUIT:
-                        break
-                    continue
+                    result = COMMANDS[name][0](convo, arg.strip())
+                    if not isinstance(result, SendPrompt):
+                        if result == QUIT:
+                            break
+                        continue
+                    name, line = "", result   # /skill: the skill is the next prompt
                 if re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
                     note(cfg, "unknown command %s%s (see /help)" % (name, did_you_mean(name)))
                     continue
@@ -3711,8 +4576,34 @@ def repl(convo):
         save_history(readline)
 
 
+def run_direct(cfg, command, own_stdin=True):
+    """`!command` (the REPL, or a prompt that starts with !): run it with bash on the user's
+    terminal, outside the conversation: nothing goes to the model or the session. Its exit
+    status (128+N for signal N); a non-zero one is noted. Without own_stdin (a REPL reading
+    piped prompts) it reads /dev/null: the prompts that follow stay the REPL's."""
+    import subprocess
+    sys.stdout.flush()
+    try:
+        proc = subprocess.Popen([shell_path(), "-c", command], stdin=None if own_stdin else subprocess.DEVNULL)
+    except OSError as e:
+        raise BantamError("cannot start the shell: %s" % e)
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:   # the terminal's Ctrl+C reached the command too: let it end
+            continue
+    code = 128 - code if code < 0 else code
+    if code:
+        note(cfg, "[exit %d]" % code, "info")
+    return code
+
+
 def read_prompt(args):
-    """The batch prompt: -p TEXT (with piped stdin added as context), a file, or stdin for '-'."""
+    """The batch prompt: -p TEXT (with piped stdin added as context), a file, or stdin for '-'.
+    A prompt that starts with ! is a shell command (see run_direct): stdin is left to it."""
+    if args.prompt is not None and args.prompt.startswith("!"):
+        return args.prompt
     if args.prompt is not None:
         if args.prompt_file:
             raise ConfigError("give a prompt file or -p, not both")
@@ -3796,15 +4687,11 @@ def overrides_of(args):
 def show_config(cfg):
     """--show-config: every setting, its value (secrets as ***) and where it came from."""
     for key in DEFAULTS:
-        value = cfg[key]
-        if key == "api_key" and value:
-            value = "***"
-        elif key == "headers":
-            value = {k: "***" for k in value}
-        shown = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
-        show("%-20s %-40s %s\n" % (key, shown, cfg["sources"][key]))
+        show("%-20s %-40s %s\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
     show("%-20s %-40s %s\n" % ("system_prompt", "(%d characters)" % len(cfg["system_prompt"]),
                                cfg["sources"]["system_prompt"]))
+    if cfg["sources"].get("project_instructions_file"):
+        show("%-20s %-40s %s\n" % ("", "+ project instructions", cfg["sources"]["project_instructions_file"]))
 
 
 def check_key_destination(cfg, args, interactive):
@@ -3836,6 +4723,12 @@ def note_folder_system_prompt(cfg):
     if where == os.path.join(os.getcwd(), "system.txt") and not folder_memory().get(os.getcwd(), {}).get("system_txt"):
         say("[this folder's system.txt replaces the system prompt]")
         remember_folder(system_txt=True)
+
+
+def note_project_instructions(cfg):
+    """In the REPL, say that this folder's AGENTS.md is in the system prompt."""
+    if cfg["sources"].get("project_instructions_file"):
+        say("[this folder's AGENTS.md is added to the system prompt (project_instructions=false turns it off)]")
 
 
 def start_conversation(cfg, args):
@@ -3902,8 +4795,10 @@ def main(argv=None):
             show_config(cfg)
             return 0
         batch = args.prompt is not None or args.prompt_file is not None or args.replay is not None
-        cfg = check_key_destination(cfg, args, interactive=not batch and sys.stdin.isatty())
         prompt = read_prompt(args) if batch and not args.replay else None
+        if prompt is not None and prompt.startswith("!"):   # the C++ port: run it, exit with its status
+            return run_direct(cfg, prompt[1:])
+        cfg = check_key_destination(cfg, args, interactive=not batch and sys.stdin.isatty())
         if args.output:   # before the model is paid: a file that cannot be written fails now
             try:
                 open(args.output, "a").close()
@@ -3924,6 +4819,7 @@ def main(argv=None):
         if not batch:
             if sys.stdin.isatty():
                 note_folder_system_prompt(cfg)
+                note_project_instructions(cfg)
             repl(convo)
             return 0
         run_turn(convo, prompt)

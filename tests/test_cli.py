@@ -28,6 +28,8 @@ SAMPLES = {
     "shell_timeout": "9", "max_al_iterations": "3", "backoff": "0.5,1", "max_tool_res": "1000",
     "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "yes",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
+    "tools": "shell_exec,bash,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
+    "project_instructions": "no",
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "max_turn_seconds": "30", "max_cost": "0.5", "price_in": "2.5", "price_out": "10",
     "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
@@ -41,6 +43,8 @@ SHOWN = {
     "max_al_iterations": "3", "backoff": "[0.5, 1.0]", "max_tool_res": "1000",
     "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "true",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
+    "tools": "shell_exec,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
+    "project_instructions": "false",
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "max_turn_seconds": "30.0", "max_cost": "0.5", "price_in": "2.5", "price_out": "10.0",
     "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
@@ -592,7 +596,10 @@ class ReadmeTests(unittest.TestCase):
         text = self.readme()
         block = re.search(r"`TOOLS` is exactly:\s*```json\n(.*?)```", text, re.S)
         self.assertIsNotNone(block, "README.md shows no TOOLS block")
-        self.assertEqual(json.loads(block.group(1)), bantam.TOOL_DEFINITIONS)
+        self.assertEqual(json.loads(block.group(1)), bantam.tool_definitions({}))
+        files = re.search(r"\*\*The read and write tools\*\*.*?```json\n(.*?)```", text, re.S)
+        self.assertIsNotNone(files, "README.md shows no read/write block")
+        self.assertEqual(json.loads(files.group(1)), bantam.tool_definitions({"tools": "read,write"}))
 
     def test_readme_mirrors_the_server_tables_of_the_tests(self):
         """Every row of the shape table (tests/test_wire.py) and the overflow table

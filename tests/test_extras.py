@@ -1,0 +1,490 @@
+"""Unit tests of the C++ port's extras inside bantam.py: the read and write tools, the SOCKS5
+client (against tests/socks_server.py) and set_config_line (the /cfg file editor).
+
+The same features are tested end to end (a real bantam process, the FakeServer, a pty) in
+tests/test_extras_cli.py."""
+import http.client
+import http.server
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import unittest
+
+import bantam
+from tests.socks_server import Socks5Server
+
+tools = socks = cfgfile = bantam   # the parts' tests call them by their old module names
+
+CFG = {"max_tool_res": 65536}
+
+
+class Workspace(unittest.TestCase):
+    """A fresh temporary folder per test."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bantam-extras-")
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def path(self, *names):
+        return os.path.join(self.dir, *names)
+
+    def make(self, name, data):
+        """Create a file with bytes or text; its path."""
+        path = self.path(name)
+        with open(path, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        return path
+
+    def content(self, path):
+        with open(path, "rb") as f:
+            return f.read()
+
+
+# ---- read -------------------------------------------------------------------------------
+
+class ReadTest(Workspace):
+
+    def setUp(self):
+        super().setUp()
+        self.file = self.make("five.txt", "".join("line %d\n" % n for n in range(1, 6)))
+
+    def read(self, **args):
+        return tools.read_tool(CFG, args)
+
+    def test_defaults_show_every_line_numbered(self):
+        self.assertEqual(self.read(filePath=self.file),
+                         "1: line 1\n2: line 2\n3: line 3\n4: line 4\n5: line 5")
+
+    def test_offset_in_the_middle_with_limit(self):
+        self.assertEqual(self.read(filePath=self.file, offset=2, limit=2),
+                         "2: line 2\n3: line 3\n[... 2 more lines: read with offset=4]")
+
+    def test_limit_one(self):
+        self.assertEqual(self.read(filePath=self.file, limit=1),
+                         "1: line 1\n[... 4 more lines: read with offset=2]")
+
+    def test_offset_to_the_end_has_no_hint(self):
+        self.assertEqual(self.read(filePath=self.file, offset=4), "4: line 4\n5: line 5")
+
+    def test_offset_past_the_end_says_how_many_lines(self):
+        result = self.read(filePath=self.file, offset=9)
+        self.assertTrue(result.startswith("error: "), result)
+        self.assertIn("past the end", result)
+        self.assertIn("(5 lines)", result)
+
+    def test_last_line_without_newline_and_crlf(self):
+        path = self.make("crlf.txt", b"a\r\nb\r\nc")
+        self.assertEqual(self.read(filePath=path), "1: a\n2: b\n3: c")
+
+    def test_empty_file(self):
+        self.assertIn("0 lines", self.read(filePath=self.make("empty", b"")))
+
+    def test_long_line_is_cut_on_a_character_boundary(self):
+        path = self.make("min.js", "é" * 3000 + "\nnext\n")   # 6000 bytes of 2-byte characters
+        first, second = self.read(filePath=path).split("\n")
+        self.assertEqual(first, "1: " + "é" * 1000 + " [... line cut: 6000 bytes in all]")
+        self.assertEqual(second, "2: next")
+
+    def test_output_stays_within_max_tool_res(self):
+        path = self.make("big.txt", "".join("%05d %s\n" % (n, "x" * 90) for n in range(1, 1001)))
+        result = tools.read_tool({"max_tool_res": 10000}, {"filePath": path})
+        self.assertLessEqual(len(result.encode()), 10000)
+        last = result.split("\n")[-1]
+        shown = len(result.split("\n")) - 1
+        self.assertEqual(last, "[... %d more lines: read with offset=%d]" % (1000 - shown, shown + 1))
+
+    def test_invalid_utf8_is_replaced(self):
+        path = self.make("latin1.txt", b"caf\xe9\n")
+        self.assertEqual(self.read(filePath=path), "1: caf\ufffd")
+
+    def test_binary_file_is_not_dumped(self):
+        path = self.make("blob.bin", bytes(range(256)) * 4)
+        result = self.read(filePath=path)
+        self.assertTrue(result.startswith("error: "), result)
+        self.assertIn("binary", result)
+        self.assertIn("1024 bytes", result)
+
+    def test_directory_listing_sorted_with_dirs_and_dotfiles(self):
+        os.makedirs(self.path("sub", "deeper"))
+        os.mkdir(self.path(".git"))
+        self.make(".env", "X=1\n")
+        self.assertEqual(self.read(filePath=self.dir), ".env\n.git/\nfive.txt\nsub/")
+        self.assertEqual(self.read(filePath=self.dir, offset=2, limit=1),
+                         ".git/\n[... 2 more entries: read with offset=3]")
+
+    def test_missing_file_names_the_path(self):
+        missing = self.path("nope.txt")
+        result = self.read(filePath=missing)
+        self.assertTrue(result.startswith("error: "), result)
+        self.assertIn(missing, result)
+
+    def test_path_alias_and_bad_arguments(self):
+        self.assertEqual(self.read(path=self.file, limit=1).split("\n")[0], "1: line 1")
+        for args in ({}, {"filePath": ""}, {"filePath": self.file, "offset": "2"},
+                     {"filePath": self.file, "offset": -1}, {"filePath": self.file, "limit": 0},
+                     {"filePath": self.file, "limit": True}):
+            self.assertTrue(self.read(**args).startswith("error: "), args)
+
+
+# ---- write ------------------------------------------------------------------------------
+
+class WriteTest(Workspace):
+
+    def setUp(self):
+        super().setUp()
+        self.file = self.make("f.txt", "a\nb\nc\nd\n")
+
+    def write(self, **args):
+        return tools.write_tool(CFG, args)
+
+    def test_whole_file_creates_parents(self):
+        path = self.path("new", "deep", "x.txt")
+        self.assertEqual(self.write(filePath=path, content="one\ntwo\n"),
+                         "wrote 8 bytes to %s (2 lines, new file)" % path)
+        self.assertEqual(self.content(path), b"one\ntwo\n")
+
+    def test_whole_file_overwrite_keeps_mode_and_leaves_no_temp_file(self):
+        os.chmod(self.file, 0o640)
+        self.assertEqual(self.write(filePath=self.file, content=""),
+                         "wrote 0 bytes to %s (0 lines)" % self.file)
+        self.assertEqual(self.content(self.file), b"")
+        self.assertEqual(os.stat(self.file).st_mode & 0o777, 0o640)
+        self.assertEqual(os.listdir(self.dir), ["f.txt"])
+
+    def test_write_through_a_symlink_keeps_the_link(self):
+        link = self.path("link.txt")
+        os.symlink(self.file, link)
+        self.write(filePath=link, content="new\n")
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(self.content(self.file), b"new\n")
+
+    def test_insert_at_line(self):
+        self.assertEqual(self.write(filePath=self.file, content="X\nY\n", lineOffset=2),
+                         "spliced at line 2 of %s: deleted 0 lines, inserted 2 lines (now 6 lines)"
+                         % self.file)
+        self.assertEqual(self.content(self.file), b"a\nX\nY\nb\nc\nd\n")
+
+    def test_replace_lines(self):
+        self.assertIn("deleted 2 lines, inserted 1 lines",
+                      self.write(filePath=self.file, content="B\n", lineOffset=2, delLines=2))
+        self.assertEqual(self.content(self.file), b"a\nB\nd\n")
+
+    def test_missing_final_newline_is_added_before_following_text(self):
+        self.write(filePath=self.file, content="B", lineOffset=2, delLines=1)
+        self.assertEqual(self.content(self.file), b"a\nB\nc\nd\n")
+
+    def test_empty_content_deletes_lines(self):
+        self.write(filePath=self.file, content="", lineOffset=3, delLines=5)
+        self.assertEqual(self.content(self.file), b"a\nb\n")
+
+    def test_line_offset_past_the_end_appends(self):
+        path = self.make("nonl.txt", "a\nb")   # no final newline: the new text gets its own line
+        result = self.write(filePath=path, content="c\n", lineOffset=99)
+        self.assertIn("appended at the end", result)
+        self.assertIn("past its 2 lines", result)
+        self.assertEqual(self.content(path), b"a\nb\nc\n")
+        self.write(filePath=self.file, content="e\n", lineOffset=5)   # the line after the last
+        self.assertEqual(self.content(self.file), b"a\nb\nc\nd\ne\n")
+
+    def test_byte_offset_with_del_bytes(self):
+        self.assertEqual(self.write(filePath=self.file, content="XY", byteOffset=2, delBytes=3),
+                         "spliced at byte 2 of %s: deleted 3 bytes, inserted 2 bytes (now 7 bytes)"
+                         % self.file)
+        self.assertEqual(self.content(self.file), b"a\nXY\nd\n")   # "b\nc" went
+
+    def test_line_offset_wins_over_byte_offset(self):
+        self.write(filePath=self.file, content="X\n", lineOffset=4, byteOffset=0)
+        self.assertEqual(self.content(self.file), b"a\nb\nc\nX\nd\n")
+
+    def test_del_lines_wins_over_del_bytes(self):
+        self.write(filePath=self.file, content="", lineOffset=1, delLines=1, delBytes=6)
+        self.assertEqual(self.content(self.file), b"b\nc\nd\n")
+
+    def test_legacy_offset_and_del_bytes(self):
+        self.write(filePath=self.file, content="Z", offset=0, del_bytes=1)
+        self.assertEqual(self.content(self.file), b"Z\nb\nc\nd\n")
+
+    def test_path_alias(self):
+        self.write(path=self.file, content="via path\n")
+        self.assertEqual(self.content(self.file), b"via path\n")
+
+    def test_bad_arguments_are_error_text(self):
+        bad = ({"content": "x"}, {"filePath": "", "content": "x"}, {"filePath": self.file},
+               {"filePath": self.file, "content": 5},
+               {"filePath": self.file, "content": "x", "lineOffset": "2"},
+               {"filePath": self.file, "content": "x", "lineOffset": 0},
+               {"filePath": self.file, "content": "x", "byteOffset": -1},
+               {"filePath": self.file, "content": "x", "delLines": 1.5},
+               {"filePath": self.dir, "content": "x"},
+               {"filePath": self.path("missing.txt"), "content": "x", "lineOffset": 1})
+        for args in bad:
+            result = self.write(**args)
+            self.assertTrue(result.startswith("error: "), (args, result))
+        self.assertEqual(self.content(self.file), b"a\nb\nc\nd\n")
+        self.assertFalse(os.path.exists(self.path("missing.txt")))
+
+    def test_round_trip_numbering(self):
+        listing = tools.read_tool(CFG, {"filePath": self.file})
+        number = next(int(line.split(":")[0]) for line in listing.split("\n") if line.endswith(": c"))
+        self.write(filePath=self.file, content="C\n", lineOffset=number, delLines=1)
+        self.assertEqual(tools.read_tool(CFG, {"filePath": self.file, "offset": number, "limit": 1}),
+                         "3: C\n[... 1 more lines: read with offset=4]")
+
+
+# ---- SOCKS5 -----------------------------------------------------------------------------
+
+class Hello(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with its path; /close asks the client to close the connection."""
+    protocol_version = "HTTP/1.1"
+    timeout = 5
+
+    def do_GET(self):
+        body = ("hello " + self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        if self.path == "/close":
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class SocksTest(unittest.TestCase):
+
+    def setUp(self):
+        self.http = self.serve_http()
+
+    def serve_http(self, context=None):
+        """A real HTTP(S) server on 127.0.0.1; its port."""
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+        server.daemon_threads = False   # so server_close() joins the handler threads
+        if context:
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+        thread.start()
+        self.addCleanup(thread.join)
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        return server.server_address[1]
+
+    def proxy(self, users=None):
+        server = Socks5Server(users)
+        self.addCleanup(server.stop)
+        return server
+
+    def get(self, conn, path):
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+
+    def test_http_through_conn_sock_without_auth(self):
+        proxy = self.proxy()
+        conn = http.client.HTTPConnection("localhost", self.http, timeout=5)
+        self.addCleanup(conn.close)
+        conn.sock = socks.socks5_connect(proxy.url, "localhost", self.http, 5)
+        self.assertEqual(self.get(conn, "/a"), (200, "hello /a"))
+        self.assertEqual(self.get(conn, "/b"), (200, "hello /b"))   # keep-alive, same tunnel
+        self.assertEqual(proxy.methods, [b"\x00"])
+        self.assertEqual(proxy.requests, [
+            {"command": 1, "atyp": 3, "address": "localhost", "port": self.http}])
+
+    def test_conn_sock_reconnects_directly_after_close(self):
+        """Why NOTES.md prefers the _create_connection hook: conn.sock covers one socket only."""
+        proxy = self.proxy()
+        conn = http.client.HTTPConnection("localhost", self.http, timeout=5)
+        self.addCleanup(conn.close)
+        conn.sock = socks.socks5_connect(proxy.url, "localhost", self.http, 5)
+        self.get(conn, "/close")
+        self.assertEqual(self.get(conn, "/again"), (200, "hello /again"))
+        self.assertEqual(len(proxy.requests), 1)   # the second connection bypassed the proxy
+
+    def test_http_through_hook_with_password_survives_reconnects(self):
+        proxy = self.proxy({"bob": "p@ss:w%rd"})
+        proxy.bound = b"\x03\x09localhost\x04\x38"   # a domain BND.ADDR must be consumed whole
+        url = "socks5h://bob:p%40ss%3Aw%25rd@" + proxy.address
+        conn = http.client.HTTPConnection("localhost", self.http, timeout=5)
+        self.addCleanup(conn.close)
+        conn._create_connection = lambda address, timeout, source=None: socks.socks5_connect(
+            url, address[0], address[1], timeout)
+        self.assertEqual(self.get(conn, "/close"), (200, "hello /close"))
+        self.assertEqual(self.get(conn, "/again"), (200, "hello /again"))
+        self.assertEqual(proxy.methods, [b"\x02", b"\x02"])
+        self.assertEqual(proxy.auths, [("bob", "p@ss:w%rd")] * 2)
+        self.assertEqual([(r["atyp"], r["address"]) for r in proxy.requests], [(3, "localhost")] * 2)
+
+    @unittest.skipUnless(shutil.which("openssl"), "needs openssl to make a test certificate")
+    def test_https_through_the_tunnel(self):
+        folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, folder)
+        cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                        "-keyout", key, "-out", cert], check=True, capture_output=True)
+        server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_context.load_cert_chain(cert, key)
+        port = self.serve_http(server_context)
+        context = ssl.create_default_context(cafile=cert)
+        context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)   # 3.13: a bare test cert
+        proxy = self.proxy()
+        hooked = http.client.HTTPSConnection("localhost", port, timeout=5, context=context)
+        self.addCleanup(hooked.close)
+        hooked._create_connection = lambda address, timeout, source=None: socks.socks5_connect(
+            proxy.url, address[0], address[1], timeout)
+        self.assertEqual(self.get(hooked, "/tls"), (200, "hello /tls"))
+        manual = http.client.HTTPSConnection("localhost", port, timeout=5, context=context)
+        self.addCleanup(manual.close)
+        manual.sock = context.wrap_socket(socks.socks5_connect(proxy.url, "localhost", port, 5),
+                                          server_hostname="localhost")
+        self.assertEqual(self.get(manual, "/manual"), (200, "hello /manual"))
+        self.assertEqual([r["address"] for r in proxy.requests], ["localhost", "localhost"])
+
+    def test_wrong_password(self):
+        proxy = self.proxy({"bob": "secret"})
+        url = "socks5://bob:wrong@" + proxy.address
+        with self.assertRaisesRegex(socks.SocksError, "rejected the username/password") as caught:
+            socks.socks5_connect(url, "localhost", self.http, 5)
+        self.assertNotIn("wrong", str(caught.exception))
+        self.assertFalse(caught.exception.retry)
+        self.assertEqual(proxy.requests, [])
+
+    def test_no_acceptable_method(self):
+        proxy = self.proxy({"bob": "secret"})
+        with self.assertRaisesRegex(socks.SocksError, "no acceptable authentication method"):
+            socks.socks5_connect(proxy.url, "localhost", self.http, 5)
+
+    def test_each_refusal_code_has_its_message(self):
+        proxy = self.proxy()
+        for rep, text in sorted(bantam.SOCKS_REPLIES.items()):
+            proxy.reply = rep
+            with self.assertRaises(socks.SocksError) as caught:
+                socks.socks5_connect(proxy.url, "localhost", self.http, 5)
+            self.assertEqual(str(caught.exception), "SOCKS5 proxy %s could not connect to "
+                             "localhost:%d: %s (REP %d)" % (proxy.address, self.http, text, rep))
+            self.assertEqual(caught.exception.retry, rep not in (2, 7, 8))
+
+    def test_ip_literals_use_atyp_1_and_4(self):
+        proxy = self.proxy()
+        socks.socks5_connect(proxy.url, "127.0.0.1", self.http, 5).close()
+        with self.assertRaisesRegex(socks.SocksError, "not allowed by ruleset"):
+            socks.socks5_connect(proxy.url, "[::1]", self.http, 5)
+        self.assertEqual([(r["atyp"], r["address"]) for r in proxy.requests],
+                         [(1, "127.0.0.1"), (4, "::1")])
+
+    def test_proxy_refusing_the_connection(self):
+        with socket.socket() as probe:   # a port with nobody listening
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        with self.assertRaisesRegex(socks.SocksError, "cannot connect to SOCKS5 proxy 127.0.0.1:%d"
+                                    % port) as caught:
+            socks.socks5_connect("127.0.0.1:%d" % port, "localhost", 80, 5)
+        self.assertIsInstance(caught.exception, OSError)
+        self.assertTrue(caught.exception.retry)
+
+    def test_proxy_addresses_and_environment(self):
+        parse = bantam.parse_socks_url
+        self.assertEqual(parse("10.0.0.1:9050"), ("10.0.0.1", 9050, None, None))
+        self.assertEqual(parse("socks5h://proxy.lan"), ("proxy.lan", 1080, None, None))
+        self.assertEqual(parse("socks5://a%40b:c%3Ad@[::1]:1"), ("::1", 1, "a@b", "c:d"))
+        self.assertRaises(socks.SocksError, parse, "http://proxy:3128")
+        env = socks.socks_proxy_from_env
+        self.assertEqual(env({"socks_proxy": "h:1"}), "h:1")
+        self.assertEqual(env({"SOCKS_PROXY": "H:2", "socks_proxy": "h:1"}), "H:2")
+        self.assertIsNone(env({"SOCKS_PROXY": " ", "HTTP_PROXY": "x"}))
+
+
+# ---- cfgfile ----------------------------------------------------------------------------
+
+CONFIG = """\
+# bantam settings
+endpoint=https://api.example.com/v1
+
+# model = old-model   (commented out: not the key)
+model = gpt-4o
+timeout=60   # seconds
+Temperature=0.7
+api_key=
+temperature = 0.2\t# this later line wins
+"""
+
+
+def read_back(text):
+    """{key: value} as bantam's read_key_values parses text (later lines win)."""
+    values = {}
+    for line in text.lstrip("\ufeff").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            values[key.strip().lower()] = re.sub(r"\s+#.*$", "", value).strip()
+    return values
+
+
+class ConfigTest(unittest.TestCase):
+
+    def assertChanged(self, before, after, changed):
+        """Every line of before is in after unchanged, except line index changed (None: none)."""
+        old, new = before.splitlines(True), after.splitlines(True)
+        for number, line in enumerate(old):
+            if number != changed:
+                self.assertEqual(new[number], line, "line %d" % (number + 1))
+        return new
+
+    def test_existing_key_keeps_its_spacing(self):
+        text = cfgfile.set_config_line(CONFIG, "model", "o3")
+        self.assertEqual(self.assertChanged(CONFIG, text, 4)[4], "model = o3\n")
+        self.assertEqual(read_back(text)["model"], "o3")
+
+    def test_inline_comment_is_kept(self):
+        text = cfgfile.set_config_line(CONFIG, "timeout", "30")
+        self.assertEqual(self.assertChanged(CONFIG, text, 5)[5], "timeout=30   # seconds\n")
+        self.assertEqual(len(text), len(CONFIG))
+
+    def test_missing_key_is_appended(self):
+        text = cfgfile.set_config_line(CONFIG, "stream", "false")
+        self.assertEqual(text, CONFIG + "stream=false\n")
+        no_final_newline = CONFIG.rstrip("\n")
+        self.assertEqual(cfgfile.set_config_line(no_final_newline, "stream", "false"),
+                         CONFIG + "stream=false\n")
+        self.assertEqual(cfgfile.set_config_line("", "model", "m"), "model=m\n")
+
+    def test_duplicated_key_changes_the_last_one(self):
+        text = cfgfile.set_config_line(CONFIG, "TEMPERATURE", "1.0")
+        self.assertEqual(self.assertChanged(CONFIG, text, 8)[8],
+                         "temperature = 1.0\t# this later line wins\n")
+        self.assertEqual(read_back(text)["temperature"], "1.0")
+
+    def test_empty_value_and_filling_one(self):
+        text = cfgfile.set_config_line(CONFIG, "api_key", "sk-1")
+        self.assertEqual(self.assertChanged(CONFIG, text, 7)[7], "api_key=sk-1\n")
+        self.assertEqual(cfgfile.set_config_line(text, "api_key", ""), CONFIG)
+
+    def test_crlf_and_bom_are_kept(self):
+        windows = "\ufeff" + CONFIG.replace("\n", "\r\n")
+        text = cfgfile.set_config_line(windows, "timeout", "5")
+        self.assertTrue(text.startswith("\ufeff# bantam settings\r\n"))
+        self.assertEqual(self.assertChanged(windows, text, 5)[5], "timeout=5   # seconds\r\n")
+        appended = cfgfile.set_config_line(windows.rstrip("\r\n"), "color", "never")
+        self.assertEqual(appended, windows + "color=never\r\n")
+        self.assertEqual(read_back(appended)["color"], "never")
+
+    def test_values_with_hash_read_back_or_are_refused(self):
+        text = cfgfile.set_config_line(CONFIG, "api_key", "a#b")
+        self.assertEqual(read_back(text)["api_key"], "a#b")
+        text = cfgfile.set_config_line(CONFIG, "model", "#x")   # "model = #x" would be a comment
+        self.assertEqual(read_back(text)["model"], "#x")
+        for value in ("a #b", " padded", "two\nlines"):
+            with self.assertRaises(ValueError):
+                cfgfile.set_config_line(CONFIG, "model", value)
+        for key in ("", "a=b", "# model", " model"):
+            with self.assertRaises(ValueError):
+                cfgfile.set_config_line(CONFIG, key, "x")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,484 @@
+"""The C++ port's extras end to end: `!cmd`, /cfg (and /model, /endpoint), skills and the tools
+folder, AGENTS.md, the read/write tools and the tools key, SOCKS_PROXY.
+
+A real bantam.py runs as a subprocess or on a pseudo-terminal against the scripted FakeServer;
+SOCKS_PROXY goes through tests/socks_server.py, which records what it relayed.
+"""
+
+import json
+import os
+import re
+import unittest
+
+from tests.socks_server import Socks5Server
+from tests.support import (
+    CERT_FILE, BantamTestCase, FakeServer, strip_ansi, text_stream, tool_call_stream)
+
+PROMPT_LINE = re.compile(r"\n> ")
+
+
+class ExtrasCase(BantamTestCase):
+    """Helpers: the REPL on a pty, the messages of a request, the tool results sent back."""
+
+    def start(self, *args, **env):
+        term = self.pty(*args, env=env)
+        term.expect("> ")
+        return term
+
+    def say(self, term, line, *expected):
+        """Type line + Enter, wait for each expected text and the next prompt; the output of it."""
+        start = len(term.output)
+        term.sendline(line)
+        for text in expected:
+            term.expect(text)
+        term.expect(PROMPT_LINE)
+        return strip_ansi(term.output[start:].replace("\r", ""))
+
+    def quit(self, term):
+        term.send("/quit\r")
+        self.assertEqual(term.wait(), 0, term.output[-2000:])
+
+    def tool_results(self, body):
+        """{tool_call_id: content} of the tool messages of a request body."""
+        return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
+
+    def read_text(self, path):
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read()
+
+
+class BangTests(ExtrasCase):
+    """!cmd: the user's own shell command, outside the conversation."""
+
+    def test_bang_in_the_repl_runs_outside_the_conversation(self):
+        """The output shows live, a failing status is noted, and the model never sees any of it."""
+        self.push(text_stream("answered"))
+        term = self.start()
+        out = self.say(term, "!echo bang-output-$((6*7)); exit 3", "bang-output-42", "[exit 3]")
+        self.assertNotIn("tool call", out)
+        self.say(term, "hello", "answered")
+        sent = json.dumps(self.server.bodies[0]["messages"])
+        self.assertNotIn("bang-output", sent)
+        self.assertNotIn("exit 3", sent)
+        self.assertEqual(len(self.server.bodies), 1)
+        self.quit(term)
+
+    def test_ctrl_c_stops_a_bang_command_and_the_repl_goes_on(self):
+        term = self.start()
+        """Ctrl+C goes to the command (here its trap answers it), bantam waits for it to end."""
+        term.sendline("!trap 'echo got-int; exit 7' INT; echo go-$((2+3)); while :; do sleep 0.05; done")
+        term.expect("go-5")   # (not the typed line: the command runs, its trap is set)
+        term.send("\x03")
+        term.expect("got-int")
+        term.expect("[exit 7]", timeout=30)
+        term.expect("> ")
+        self.quit(term)
+
+    def test_bang_in_a_piped_repl_leaves_the_next_prompts_alone(self):
+        """`!cat` reads /dev/null, not the prompts piped after it."""
+        self.push(text_stream("answered"))
+        result = self.run_bantam(input="!cat; echo cat-done\nhello\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("cat-done", result.stdout)
+        self.assertEqual(self.server.bodies[0]["messages"][-1], {"role": "user", "content": "hello"})
+
+    def test_bang_prompt_file_runs_the_command_and_exits_with_its_status(self):
+        """A prompt file whose first line starts with ! is a shell script: no model call, no
+        session, its exit status is bantam's."""
+        result = self.run_batch("!echo out-$((1+1))\necho err >&2\nexit 5\n")
+        self.assertEqual(result.returncode, 5, result.stderr)
+        self.assertEqual(result.stdout, "out-2\n")
+        self.assertIn("err", result.stderr)
+        self.assertEqual(self.server.requests, [])
+        self.assertFalse(os.path.exists(self.ws.sessions_dir()))
+
+    def test_bang_dash_p_leaves_stdin_to_the_command(self):
+        result = self.run_bantam("-p", "!tr a-z A-Z", input="piped text\n")
+        self.assertEqual((result.returncode, result.stdout), (0, "PIPED TEXT\n"), result.stderr)
+        self.assertEqual(self.server.requests, [])
+
+
+COMMENTED_CFG = (
+    "# my settings\n"
+    "endpoint=%s\n"
+    "\n"
+    "model = test-model   # the default one\n"
+    "api_key=sk-secret-value-123\n"
+    "# temperature=0.9 (commented out, not the key)\n"
+    "temperature=0.7\n"
+    "headers={\"X-Team\": \"team-secret-456\"}\n"
+    "stream=true\n"
+    "color=never\n"
+    "backoff=0.01\n"
+)
+
+
+class CfgTests(ExtrasCase):
+    """/cfg, /model, /endpoint."""
+
+    def write_commented_config(self):
+        return self.ws.write("model.cfg", COMMENTED_CFG % self.server.url)
+
+    def test_cfg_round_trips_a_commented_file_and_applies_live(self):
+        path = self.write_commented_config()
+        self.push(text_stream("ok"))
+        term = self.start()
+        out = self.say(term, "/cfg temperature 0.2", "saved in")
+        self.assertIn("[temperature = 0.2, saved in %s:7]" % path, out)
+        self.assertEqual(self.read_text(path), COMMENTED_CFG.replace("temperature=0.7", "temperature=0.2")
+                         % self.server.url)
+        out = self.say(term, "/cfg model other-model", "saved in")
+        expected = COMMENTED_CFG.replace("temperature=0.7", "temperature=0.2").replace(
+            "model = test-model   #", "model = other-model   #") % self.server.url
+        self.assertEqual(self.read_text(path), expected)   # spacing and inline comment kept
+        out = self.say(term, "/cfg shell_timeout 7", "saved in")
+        self.assertEqual(self.read_text(path), expected + "shell_timeout=7\n")   # a new key is appended
+        out = self.say(term, "/cfg temperature", "temperature")
+        self.assertIn("temperature = 0.2   (%s:7)" % path, out)
+        self.say(term, "hi", "ok")
+        body = self.server.bodies[0]
+        self.assertEqual((body["temperature"], body["model"]), (0.2, "other-model"))
+        self.quit(term)
+
+    def test_cfg_rejects_bad_values_and_keys_and_changes_nothing(self):
+        path = self.write_commented_config()
+        term = self.start()
+        out = self.say(term, "/cfg timeout soon", "error:")
+        self.assertRegex(out, r"error: /cfg: timeout: expected a number, got 'soon'")
+        out = self.say(term, "/cfg colour never", "error:")
+        self.assertIn("unknown config key 'colour'", out)
+        out = self.say(term, "/cfg tools shell_exec,grep", "error:")
+        self.assertIn("unknown tool 'grep'", out)
+        out = self.say(term, "/cfg model a # b", "error:")
+        self.assertIn("cannot store", out)
+        self.assertEqual(self.read_text(path), COMMENTED_CFG % self.server.url)
+        self.quit(term)
+
+    def test_cfg_never_shows_secrets(self):
+        self.write_commented_config()
+        term = self.start()
+        out = self.say(term, "/cfg", "project_instructions")
+        self.assertRegex(out, r"api_key\s+\*\*\*")
+        self.assertIn('{"X-Team": "***"}', out)
+        out += self.say(term, "/cfg api_key", "api_key")
+        out += self.say(term, "/cfg headers", "headers")
+        out += self.say(term, "/cfg api_key sk-new-secret-789", "saved in")
+        self.assertNotIn("secret-value", out)
+        self.assertNotIn("team-secret", out)
+        self.assertNotIn("sk-new-secret", out.split("/cfg api_key sk-new-secret-789", 1)[1])
+        self.quit(term)
+        with open(os.path.join(self.ws.home, ".bantam_history"), encoding="utf-8") as f:
+            history = f.read()
+        self.assertIn("/cfg headers\n", history)
+        self.assertNotIn("sk-new-secret", history)   # the typed key is not kept in the history
+
+    def test_a_key_set_live_is_hidden_from_the_screen_and_the_trace(self):
+        self.ws.write_config(self.server, trace_file="trace.jsonl")
+        self.push(text_stream("your key is sk-live-typed-4242, right?"))
+        term = self.start()
+        self.say(term, "/cfg api_key sk-live-typed-4242", "saved in")
+        out = self.say(term, "what is my key?", "right?")
+        self.assertIn("your key is ***, right?", out)
+        self.assertEqual(self.server.posts[0]["headers"]["authorization"], "Bearer sk-live-typed-4242")
+        self.quit(term)
+        with open(os.path.join(self.ws.work, "trace.jsonl"), encoding="utf-8") as f:
+            trace = f.read()
+        self.assertIn("your key is ***", trace)
+        self.assertNotIn("sk-live-typed", trace)
+
+    def test_cfg_without_a_config_file_writes_home_model_cfg(self):
+        os.unlink(os.path.join(self.ws.work, "model.cfg"))
+        term = self.start(BANTAM_ENDPOINT=self.server.url, BANTAM_API_KEY="k")
+        home_cfg = os.path.join(self.ws.home, ".bantam", "model.cfg")
+        out = self.say(term, "/cfg reasoning_effort low", "saved in")
+        self.assertIn("saved in %s:1" % home_cfg, out)
+        self.assertEqual(self.read_text(home_cfg), "reasoning_effort=low\n")
+        self.assertEqual(os.stat(home_cfg).st_mode & 0o777, 0o600)
+        self.quit(term)
+
+    def test_model_lists_then_switches(self):
+        self.server.models = {"data": [{"id": "test-model"}, {"id": "big-model"}]}
+        self.push(text_stream("from big"))
+        term = self.start()
+        out = self.say(term, "/model", "/model <name>")
+        self.assertIn("* test-model", out)
+        self.assertIn("  big-model", out)
+        self.say(term, "/model big-model", "saved in")
+        self.say(term, "hi", "from big")
+        self.assertEqual(self.server.bodies[0]["model"], "big-model")
+        self.assertIn("model=big-model\n", self.read_text(os.path.join(self.ws.work, "model.cfg")))
+        self.quit(term)
+
+    def test_endpoint_switches_server_and_the_key_goes_where_the_user_said(self):
+        other = self.make_server([text_stream("from the other server")])
+        self.push(text_stream("first"))
+        term = self.start()
+        out = self.say(term, "/endpoint", "endpoint")
+        self.assertIn("endpoint = %s" % self.server.url, out)
+        self.say(term, "one", "first")
+        self.say(term, "/endpoint %s/" % other.url, "saved in")
+        self.say(term, "two", "from the other server")
+        self.assertEqual(other.posts[0]["headers"].get("authorization"), "Bearer test-key")
+        self.assertEqual(len(self.server.posts), 1)
+        self.assertIn("endpoint=%s/\n" % other.url, self.read_text(os.path.join(self.ws.work, "model.cfg")))
+        self.quit(term)
+
+    def test_untrusted_folder_keeps_the_key_withheld_after_endpoint(self):
+        """A folder model.cfg naming an endpoint, the key from the user's own settings, the folder
+        not trusted: /endpoint does not bring the key back."""
+        other = self.make_server([text_stream("no key here")])
+        self.ws.write_config(self.server, api_key=None)
+        term = self.pty(env={"BANTAM_API_KEY": "sk-users-own-key"})
+        term.expect("Trust this folder?")
+        term.sendline("n")
+        term.expect("> ")
+        out = self.say(term, "/endpoint " + other.url, "stays withheld")
+        self.say(term, "hi", "no key here")
+        self.assertNotIn("authorization", other.posts[0]["headers"])
+        self.assertNotIn("sk-users-own-key", out)
+        self.quit(term)
+
+    def test_tab_completes_new_commands_and_keys(self):
+        term = self.start()
+        term.send("/sk\t")
+        term.expect("/skill ")
+        term.send("\x15/cfg project_i\t")
+        term.expect("project_instructions ")
+        term.send("\x15")
+        self.quit(term)
+
+
+class SkillTests(ExtrasCase):
+    """bantam_tools_dir, bantam_skills_dir, /skill; AGENTS.md."""
+
+    def make_skills(self):
+        root = os.path.join(self.ws.root, "skills")
+        os.makedirs(os.path.join(root, "deploy"))
+        os.makedirs(os.path.join(root, "plain"))
+        os.makedirs(os.path.join(root, "not-a-skill"))
+        with open(os.path.join(root, "deploy", "SKILL.md"), "w") as f:
+            f.write("---\nname: deploy\ndescription: Ship the app to staging\n---\nRun make deploy.\n")
+        with open(os.path.join(root, "plain", "SKILL.md"), "w") as f:
+            f.write("Just do the plain thing.\n")
+        return root
+
+    def test_system_prompt_names_the_folders(self):
+        skills = self.make_skills()
+        self.ws.write_config(self.server, bantam_skills_dir=skills)
+        self.push(text_stream("ok"))
+        result = self.run_batch("hi", env={"BANTAM_TOOLS_DIR": "/opt/helpers"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        system = self.server.bodies[0]["messages"][0]["content"]
+        self.assertIn("\nExtra shell tools can be found at /opt/helpers", system)
+        self.assertIn("\nSkills may be discovered and invoked from %s" % skills, system)
+        self.assertNotIn("bantam_skills_dir", self.server.bodies[0])
+
+    def test_skill_lists_and_sends(self):
+        skills = self.make_skills()
+        self.ws.write_config(self.server, bantam_skills_dir=skills)
+        self.push(text_stream("deploying"))
+        term = self.start()
+        out = self.say(term, "/skill", "plain")
+        self.assertRegex(out, r"deploy\s+Ship the app to staging")
+        self.assertNotIn("not-a-skill", out)
+        self.say(term, "/skill deploy to staging today", "deploying")
+        self.assertEqual(self.server.bodies[0]["messages"][-1], {
+            "role": "user", "content": "---\nname: deploy\ndescription: Ship the app to staging\n---\n"
+                                       "Run make deploy.\n\nto staging today"})
+        out = self.say(term, "/skill nope", "error:")
+        self.assertIn("no skill 'nope' (the skills: deploy, plain)", out)
+        self.assertEqual(len(self.server.bodies), 1)
+        self.quit(term)
+
+    def test_skill_without_a_folder_says_how(self):
+        term = self.start()
+        out = self.say(term, "/skill", "bantam_skills_dir")
+        self.assertIn("no skills folder", out)
+        out = self.say(term, "/help", "/quit")
+        for command in ("/cfg", "/model", "/endpoint", "/skill"):
+            self.assertRegex(out, r"\n%s +/" % command)
+        self.quit(term)
+
+    def test_skills_folder_set_live_updates_the_system_prompt(self):
+        skills = self.make_skills()
+        self.push(text_stream("ok"))
+        term = self.start()
+        self.say(term, "/cfg bantam_skills_dir " + skills, "saved in")
+        self.assertRegex(self.say(term, "/skill", "plain"), r"deploy\s+Ship the app")
+        self.say(term, "hi", "ok")
+        self.assertIn("Skills may be discovered and invoked from " + skills,
+                      self.server.bodies[0]["messages"][0]["content"])
+        self.quit(term)
+
+    def test_agents_md_is_added_and_can_be_turned_off(self):
+        self.ws.write("AGENTS.md", "Always run the tests with make check.\n")
+        self.push(text_stream("ok"), text_stream("ok"))
+        self.assertEqual(self.run_batch("hi").returncode, 0)
+        system = self.server.bodies[0]["messages"][0]["content"]
+        self.assertIn("You are Bantam", system)
+        self.assertIn("Always run the tests with make check.", system)
+        shown = self.run_bantam("--show-config").stdout
+        self.assertRegex(shown, r"\+ project instructions\s+%s" % re.escape(os.path.join(self.ws.work, "AGENTS.md")))
+        result = self.run_batch("hi", "--set", "project_instructions=false")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("make check", self.server.bodies[1]["messages"][0]["content"])
+
+    def test_agents_md_is_announced_in_the_repl(self):
+        self.ws.write("AGENTS.md", "Be brief.\n")
+        term = self.pty()
+        term.expect("AGENTS.md is added to the system prompt")
+        term.expect("> ")
+        self.quit(term)
+
+
+class ToolsKeyTests(ExtrasCase):
+    """The tools key, read and write through a real run, legacy names, the views."""
+
+    def run_calls(self, calls, *args, env=None, tools="shell_exec,run_subagent,read,write"):
+        """One batch turn in which the model makes calls, then answers; the second request."""
+        self.push(tool_call_stream(calls), text_stream("done"))
+        result = self.run_batch("go", "--set", "tools=" + tools, *args, env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return result, self.server.bodies[1]
+
+    def test_tools_key_offers_read_and_write(self):
+        self.push(text_stream("a"), text_stream("b"))
+        self.run_batch("hi")
+        self.run_batch("hi", "--set", "tools=shell_exec,read,write")
+        names = [[t["function"]["name"] for t in body["tools"]] for body in self.server.bodies]
+        self.assertEqual(names, [["shell_exec", "run_subagent"], ["shell_exec", "read", "write"]])
+        self.assertEqual(self.server.bodies[1]["tools"][1]["function"]["parameters"]["required"], ["filePath"])
+        self.assertIn("You also have read", self.server.bodies[1]["messages"][0]["content"])
+
+    def test_unknown_tool_in_the_key_is_a_one_line_config_error(self):
+        result = self.run_batch("hi", "--set", "tools=shell_exec,grep")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr.strip().splitlines(), [
+            "error: --set: tools: unknown tool 'grep' (the tools: shell_exec, run_subagent, read, write)"])
+        self.assertEqual(self.server.requests, [])
+
+    def test_read_line_offsets_directory_and_missing_file(self):
+        self.ws.write("notes.txt", "".join("line %d\n" % n for n in range(1, 8)))
+        self.ws.write("dir/b.txt", "")
+        self.ws.write("dir/sub/x", "")
+        self.ws.write("dir/.hidden", "")
+        _, body = self.run_calls([
+            ("c1", "read", {"filePath": "notes.txt", "offset": 3, "limit": 2}),
+            ("c2", "read", {"path": "dir"}),
+            ("c3", "read", {"filePath": "gone.txt"}),
+            ("c4", "read", {"filePath": "notes.txt", "offset": 7})])
+        results = self.tool_results(body)
+        self.assertEqual(results["c1"], "3: line 3\n4: line 4\n[... 3 more lines: read with offset=5]")
+        self.assertEqual(results["c2"], ".hidden\nb.txt\nsub/")
+        self.assertEqual(results["c3"], "error: no such file or directory: gone.txt")
+        self.assertEqual(results["c4"], "7: line 7")
+
+    def test_write_whole_line_and_byte_splices(self):
+        path = self.ws.write("a.txt", "one\ntwo\nthree\nfour\n")
+        _, body = self.run_calls([
+            ("w1", "write", {"filePath": "new/dir/b.txt", "content": "fresh\n"}),
+            ("w2", "write", {"filePath": "a.txt", "content": "TWO", "lineOffset": 2, "delLines": 2}),
+            ("w3", "write", {"filePath": "a.txt", "content": "ON", "byteOffset": 0, "delBytes": 3}),
+            ("w4", "write", {"filePath": "a.txt", "content": "end", "lineOffset": 99}),
+            ("w5", "write", {"filePath": "missing.txt", "content": "x", "lineOffset": 1})])
+        results = self.tool_results(body)
+        self.assertEqual(self.read_text(os.path.join(self.ws.work, "new/dir/b.txt")), "fresh\n")
+        self.assertEqual(results["w1"], "wrote 6 bytes to new/dir/b.txt (1 lines, new file)")
+        self.assertEqual(results["w2"], "spliced at line 2 of a.txt: deleted 2 lines, inserted 1 lines (now 3 lines)")
+        self.assertEqual(results["w3"], "spliced at byte 0 of a.txt: deleted 3 bytes, inserted 2 bytes (now 12 bytes)")
+        self.assertIn("appended at the end of a.txt (lineOffset 99 is past its 3 lines)", results["w4"])
+        self.assertEqual(self.read_text(path), "ON\nTWO\nfour\nend")
+        self.assertIn("error: missing.txt does not exist", results["w5"])
+        self.assertFalse(os.path.exists(os.path.join(self.ws.work, "missing.txt")))
+
+    def test_legacy_names_bash_and_write_file(self):
+        """bash runs as shell_exec, write_file (with its offset/del_bytes) as write."""
+        path = self.ws.write("legacy.txt", "hello there")
+        _, body = self.run_calls([
+            ("b1", "bash", {"command": "echo via-bash"}),
+            ("b2", "write_file", {"path": "legacy.txt", "content": "HOWDY", "offset": 0, "del_bytes": 5})],
+            tools="shell_exec,write")
+        results = self.tool_results(body)
+        self.assertEqual(results["b1"], "via-bash\n\n\nexit: 0")
+        self.assertEqual(self.read_text(path), "HOWDY there")
+        self.assertTrue(results["b2"].startswith("spliced at byte 0 of legacy.txt"), results["b2"])
+
+    def test_read_is_unknown_unless_listed(self):
+        _, body = self.run_calls([("r1", "read", {"filePath": "model.cfg"})], tools="shell_exec,run_subagent")
+        self.assertEqual(self.tool_results(body)["r1"], "error: unknown tool 'read'; the tools are shell_exec, run_subagent")
+
+    def test_plain_view_shortens_a_long_write(self):
+        content = "x" * 500 + "\n" + "y\n"
+        result, _ = self.run_calls([("w1", "write", {"filePath": "big.txt", "content": content})])
+        self.assertIn('[tool call: write({"filePath": "big.txt", "content": "<503 bytes, 2 lines>"})]', result.stdout)
+        self.assertNotIn("x" * 100, result.stdout)
+        self.assertEqual(self.read_text(os.path.join(self.ws.work, "big.txt")), content)
+
+    def test_terminal_view_shows_read_and_write_in_words(self):
+        self.ws.write("notes.txt", "a\nb\nc\n")
+        self.ws.write_config(self.server, tools="shell_exec,read,write")
+        self.push(tool_call_stream([("c1", "read", {"filePath": "notes.txt", "offset": 2, "limit": 2}),
+                                    ("c2", "write", {"filePath": "notes.txt", "content": "B\n",
+                                                     "lineOffset": 2, "delLines": 1})]),
+                  text_stream("edited"))
+        term = self.start()
+        out = self.say(term, "edit it", "edited")
+        self.assertIn("\u00bb read notes.txt lines 2-3", out)
+        self.assertIn("2: b\n", out)
+        self.assertIn("\u00bb write notes.txt: 1 lines at line 2, deleting 1 lines", out)
+        self.assertEqual(self.read_text(os.path.join(self.ws.work, "notes.txt")), "a\nB\nc\n")
+        self.quit(term)
+
+
+class SocksTests(ExtrasCase):
+    """SOCKS_PROXY: a real bantam reaching the FakeServer through tests/socks_server.py."""
+
+    def proxy(self, users=None):
+        proxy = Socks5Server(users)
+        self.addCleanup(proxy.stop)
+        return proxy
+
+    def test_through_socks5_with_password_and_remote_dns(self):
+        proxy = self.proxy({"bob": "pw:d"})
+        self.ws.write_config(endpoint="http://localhost:%d/v1" % self.server.port)
+        self.push(text_stream("via socks"))
+        result = self.run_batch("hi", env={"SOCKS_PROXY": "socks5h://bob:pw%3Ad@" + proxy.address})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("via socks", result.stdout)
+        self.assertEqual(proxy.auths, [("bob", "pw:d")])
+        self.assertEqual(proxy.requests[0], {"command": 1, "atyp": 3, "address": "localhost",
+                                             "port": self.server.port})   # the proxy resolved the name
+
+    def test_tls_through_socks5(self):
+        server = FakeServer([text_stream("over TLS via socks")], tls=True).start()
+        self.addCleanup(server.stop)
+        self.ws.write_config(server)
+        proxy = self.proxy()
+        result = self.run_batch("hi", env={"SOCKS_PROXY": proxy.url, "SSL_CERT_FILE": CERT_FILE,
+                                           "HTTPS_PROXY": "http://127.0.0.1:9"})   # SOCKS wins
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("over TLS via socks", result.stdout)
+        self.assertEqual([(r["atyp"], r["address"], r["port"]) for r in proxy.requests],
+                         [(1, "127.0.0.1", server.port)])
+
+    def test_no_proxy_bypasses_socks(self):
+        proxy = self.proxy()
+        self.push(text_stream("direct"))
+        result = self.run_batch("hi", env={"socks_proxy": proxy.url, "NO_PROXY": "127.0.0.1"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(proxy.requests, [])
+        self.assertEqual(len(self.server.posts), 1)
+
+    def test_wrong_password_is_one_fatal_line_without_the_password(self):
+        proxy = self.proxy({"bob": "right"})
+        result = self.run_batch("hi", env={"SOCKS_PROXY": "socks5://bob:wrong-pass@" + proxy.address})
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+        self.assertIn("rejected the username/password", result.stderr)
+        self.assertNotIn("wrong-pass", result.stderr)
+        self.assertNotIn("retry", result.stderr)
+        self.assertEqual(self.server.requests, [])
+
+
+if __name__ == "__main__":
+    unittest.main()
