@@ -472,7 +472,7 @@ class SocksTests(ExtrasCase):
     def test_wrong_password_is_one_fatal_line_without_the_password(self):
         proxy = self.proxy({"bob": "right"})
         result = self.run_batch("hi", env={"SOCKS_PROXY": "socks5://bob:wrong-pass@" + proxy.address})
-        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.returncode, 2)
         self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
         self.assertIn("rejected the username/password", result.stderr)
         self.assertNotIn("wrong-pass", result.stderr)
