@@ -4581,18 +4581,20 @@ def run_direct(cfg, command, own_stdin=True):
     terminal, outside the conversation: nothing goes to the model or the session. Its exit
     status (128+N for signal N); a non-zero one is noted. Without own_stdin (a REPL reading
     piped prompts) it reads /dev/null: the prompts that follow stay the REPL's."""
+    import signal
     import subprocess
     sys.stdout.flush()
+    # The terminal's Ctrl+C reaches the command too: bantam lets it end and waits, even when
+    # the key comes while the command is still starting (a KeyboardInterrupt inside Popen
+    # would leave it running unwaited). A handler, not SIG_IGN: the command must not inherit it.
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
         proc = subprocess.Popen([shell_path(), "-c", command], stdin=None if own_stdin else subprocess.DEVNULL)
+        code = proc.wait()
     except OSError as e:
         raise BantamError("cannot start the shell: %s" % e)
-    while True:
-        try:
-            code = proc.wait()
-            break
-        except KeyboardInterrupt:   # the terminal's Ctrl+C reached the command too: let it end
-            continue
+    finally:
+        signal.signal(signal.SIGINT, previous)
     code = 128 - code if code < 0 else code
     if code:
         note(cfg, "[exit %d]" % code, "info")

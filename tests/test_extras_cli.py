@@ -64,8 +64,9 @@ class BangTests(ExtrasCase):
         self.quit(term)
 
     def test_ctrl_c_stops_a_bang_command_and_the_repl_goes_on(self):
+        """Ctrl+C goes to the command (here its trap answers it), bantam waits for it to end,
+        also when the key comes at once, while the command may still be starting."""
         term = self.start()
-        """Ctrl+C goes to the command (here its trap answers it), bantam waits for it to end."""
         term.sendline("!trap 'echo got-int; exit 7' INT; echo go-$((2+3)); while :; do sleep 0.05; done")
         term.expect("go-5")   # (not the typed line: the command runs, its trap is set)
         term.send("\x03")
