@@ -294,7 +294,7 @@ def run_parallel(suite, jobs, failfast, timeout):
             w.kill()
         raise
     print_errors(errors)
-    finish_report(totals, time.monotonic() - started)
+    finish_report(totals, errors, time.monotonic() - started)
     return totals["passed"], totals["failed"], totals["skipped"], totals["run"], timings
 
 
@@ -307,16 +307,18 @@ def print_errors(errors):
         sys.stderr.write("%s\n" % text)
 
 
-def finish_report(totals, seconds):
+def finish_report(totals, errors, seconds):
     """Print unittest's closing lines: the count, the time, OK or FAILED with the details."""
     sys.stderr.write(unittest.TextTestResult.separator2 + "\n")
     run = totals["run"]
     sys.stderr.write("Ran %d test%s in %.3fs\n\n" % (run, "" if run == 1 else "s", seconds))
-    details = [("failures", totals["failed"]), ("skipped", totals["skipped"]),
+    flavours = [flavour for flavour, _, _ in errors]
+    details = [("failures", flavours.count("FAIL")), ("errors", flavours.count("ERROR")),
+               ("skipped", totals["skipped"]),
                ("expected failures", totals["expected_failures"]),
                ("unexpected successes", totals["unexpected_successes"])]
     details = ", ".join("%s=%d" % (k, v) for k, v in details if v)
-    verdict = "FAILED" if totals["failed"] else "OK"
+    verdict = "FAILED" if totals["failed"] or errors else "OK"
     sys.stderr.write("%s%s\n" % (verdict, " (%s)" % details if details else ""))
 
 
