@@ -9,6 +9,7 @@ A script may also hold a bare dict (served as a JSON body, e.g. completion(...))
 callable taking the recorded request and returning a response item.
 """
 
+import atexit
 import codecs
 import collections
 import copy
@@ -16,6 +17,7 @@ import errno
 import fcntl
 import http.server
 import json
+import marshal
 import os
 import pty
 import re
@@ -37,6 +39,12 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 BANTAM = os.path.abspath(os.path.join(TESTS_DIR, "..", "bantam.py"))
 CERT_FILE = os.path.join(TESTS_DIR, "data", "selfsigned-cert.pem")   # for 127.0.0.1, until 2126
 KEY_FILE = os.path.join(TESTS_DIR, "data", "selfsigned-key.pem")
+
+# A shell starts background jobs with SIGINT ignored, and exec passes that on: bantam would
+# never see the Ctrl+C of the tests that send one. A handler (which exec resets to the
+# default) gives every child the default again; here nothing but SIGINT itself changes.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 MARK = "__fake_response__"  # key that tells a response item from a plain JSON object
 DEFAULT_MODELS = {"object": "list", "data": [{"id": "test-model", "context_length": 100000}]}
@@ -699,15 +707,75 @@ def _decode(data):
     return (data or b"").decode("utf-8", errors="replace")
 
 
+# The tests start bantam hundreds of times. `python bantam.py` compiles its ~3700 lines on
+# every start (a script's bytecode is never cached, and PYTHONDONTWRITEBYTECODE may be set),
+# and site imports whatever the site-packages' .pth files ask for. So bantam_argv() runs a
+# small launcher instead, `python -S launch_bantam.py args`, from a temporary folder made once
+# per test run: it reads bantam.py, takes the code compiled when the folder was made if the
+# source is still byte for byte the same (else compiles it afresh: a test always runs the
+# current bantam.py), and runs it as __main__ with sys.argv[0] == bantam.py and bantam's
+# folder first on sys.path, as `python bantam.py` does. -S also keeps site-packages off
+# sys.path: bantam must run on the standard library alone.
+LAUNCH = """\
+import sys
+def launch(path, cache):
+    import marshal, os
+    with open(path, "rb") as f:
+        source = f.read()
+    try:
+        with open(cache, "rb") as f:
+            cached_source, code = marshal.load(f)
+    except (OSError, EOFError, ValueError, TypeError):
+        cached_source = code = None
+    if cached_source != source:
+        code = compile(source, path, "exec", dont_inherit=True)
+    sys.argv[0] = path
+    sys.path[0] = os.path.dirname(path)
+    return code
+code = launch(%r, %r)
+globals().update(__file__=sys.argv[0], __cached__=None, __loader__=None)
+del launch, sys
+exec(globals().pop("code"))
+"""
+
+
+def _make_launcher():
+    """Compile bantam.py into a temporary folder (removed at exit) with its launcher; return the launcher's path."""
+    folder = tempfile.mkdtemp(prefix="bantam-tests-")
+    creator = os.getpid()
+    # forked test workers inherit the folder; only the process that made it removes it
+    atexit.register(lambda: os.getpid() == creator and shutil.rmtree(folder, ignore_errors=True))
+    cache = os.path.join(folder, "bantam.code")
+    with open(BANTAM, "rb") as f:
+        source = f.read()
+    with open(cache, "wb") as f:
+        marshal.dump((source, compile(source, BANTAM, "exec", dont_inherit=True)), f)
+    launcher = os.path.join(folder, "launch_bantam.py")
+    with open(launcher, "w", encoding="utf-8") as f:
+        f.write(LAUNCH % (BANTAM, cache))
+    return launcher
+
+
+LAUNCHER = _make_launcher()
+
+
+def bantam_argv(*args):
+    """Return the argv that runs the current bantam.py with args, as `python bantam.py *args` would.
+
+    run_bantam, start_bantam and bantam_pty start bantam through this, so the faster
+    start-up above applies to every test that uses them.
+    """
+    return [sys.executable, "-S", LAUNCHER] + [str(a) for a in args]
+
+
 def run_bantam(ws, *args, input=None, env=None, timeout=60):
     """Run `python bantam.py *args` in ws (see run_program)."""
-    return run_program(ws, [sys.executable, BANTAM] + list(args), input=input, env=env,
-                       timeout=timeout)
+    return run_program(ws, bantam_argv(*args), input=input, env=env, timeout=timeout)
 
 
 def start_bantam(ws, *args, env=None, stdin=subprocess.DEVNULL):
     """Start `python bantam.py *args` in ws and return the Popen; the caller must stop_process() it."""
-    return start_program(ws, [sys.executable, BANTAM] + list(args), env=env, stdin=stdin)
+    return start_program(ws, bantam_argv(*args), env=env, stdin=stdin)
 
 
 # ---------------------------------------------------------------- pseudo-terminal
@@ -890,7 +958,7 @@ def _exit_status(status):
 
 def bantam_pty(ws, *args, env=None, rows=24, cols=100):
     """Start `python bantam.py *args` on a pty in ws.work with ws.env() (+ env)."""
-    return Pty([sys.executable, BANTAM] + list(args), cwd=ws.work, env=_env_for(ws, env),
+    return Pty(bantam_argv(*args), cwd=ws.work, env=_env_for(ws, env),
                rows=rows, cols=cols)
 
 

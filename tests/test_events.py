@@ -15,7 +15,7 @@ import unittest
 
 import bantam
 from tests.support import (
-    BANTAM, BantamTestCase, chunk, completion, error, run_program, sse, text_stream,
+    BantamTestCase, bantam_argv, chunk, completion, error, run_program, sse, text_stream,
     tool_call_stream, usage)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -766,8 +766,8 @@ FLEET = 50
 FLEET_SCRIPT = r"""
 mkdir -p out
 seq -w 1 %d | xargs -P %d -I {} sh -c '
-  "$0" "$1" --session run-{} --jsonl -p "task-{}: greet me" > out/{}.jsonl 2> out/{}.err
-  echo $? > out/{}.rc' "%s" "%s"
+  "$@" --session run-{} --jsonl -p "task-{}: greet me" > out/{}.jsonl 2> out/{}.err
+  echo $? > out/{}.rc' sh "$@"
 """
 
 
@@ -786,7 +786,7 @@ class FleetTests(EventCase):
     def test_fifty_runs_at_once(self):
         """50 parallel runs exit 0; each session file and JSONL stream holds only its own run; autosave is one."""
         self.push(*[self.answer_by_prompt] * (2 * FLEET + 20))   # a few spare for retries
-        result = run_program(self.ws, ["sh", "-c", FLEET_SCRIPT % (FLEET, FLEET, sys.executable, BANTAM)],
+        result = run_program(self.ws, ["sh", "-c", FLEET_SCRIPT % (FLEET, FLEET), "sh"] + bantam_argv(),
                              timeout=180)
         self.assertEqual(result.returncode, 0, result.stderr)
         numbers = ["%02d" % n for n in range(1, FLEET + 1)]

@@ -17,7 +17,7 @@ import time
 import unittest
 
 from tests.support import (
-    BANTAM, BantamTestCase, completion, json_reply, start_bantam, stop_process, text_stream,
+    BANTAM, BantamTestCase, bantam_argv, completion, json_reply, start_bantam, stop_process, text_stream,
     tool_call_stream)
 
 MB = 1 << 20
@@ -61,7 +61,7 @@ def watch_folder(folder, seen, done):
 def start_quiet(ws, *args, env=None):
     """Start bantam.py *args in ws like start_bantam(), its output discarded (a pipe nobody
     reads would block it)."""
-    return subprocess.Popen([sys.executable, BANTAM] + list(args), cwd=ws.work,
+    return subprocess.Popen(bantam_argv(*args), cwd=ws.work,
                             env=ws.env(**(env or {})), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
