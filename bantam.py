@@ -1599,7 +1599,7 @@ def exchange(cfg, body, quiet):
     try:
         if not quiet:
             emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]), stream=body["stream"])
-        payload = json.dumps(body).encode()
+        payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()   # (summaries trim in place)
         response = http_request(cfg, "POST", "/chat/completions", payload, wait=cfg["first_byte_timeout"])
         if response.status != 200:
             raise error_from_response(cfg, response)
@@ -1636,6 +1636,20 @@ def exchange(cfg, body, quiet):
         raise
     finally:
         end_reply(cfg, reply)
+
+
+def encode_body(cfg, body):
+    """json.dumps(body), byte for byte, with each message encoded once per run: a long turn
+    resends the whole conversation at every step, and re-encoding it all made that quadratic."""
+    cache = cfg["run"].setdefault("wire", {}) if cfg.get("run") else {}
+    parts = []
+    for m in body["messages"]:
+        known = cache.get(id(m))
+        if known is None or known[0] is not m:   # (a stored message is never changed in place)
+            known = cache[id(m)] = (m, json.dumps(m))
+        parts.append(known[1])
+    head = json.dumps(dict(body, messages=0))   # keys in order; a string value cannot hold '"messages": 0'
+    return head.replace('"messages": 0', '"messages": [%s]' % ", ".join(parts), 1)
 
 
 CUT_REPLY = {   # finish reasons that mean the reply is not whole

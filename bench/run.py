@@ -836,7 +836,9 @@ class Bench(object):
         conf = {"endpoint": self.server.endpoint(mode, framing), "model": "bench", "api_key": "x",
                 "stream": "true", "color": "never", "timeout": "300",
                 "shell_timeout": "300", "max_al_iterations": "1000",
-                "max_tool_res": "65536", "backoff": "0.1,0.2"}
+                "max_tool_res": "65536", "backoff": "0.1,0.2",
+                # the loop's model calls `true` 200 times on purpose: no cycle guard here
+                "max_identical_calls": "0"}
         conf.update(cfg)
         with open(os.path.join(d, "model.cfg"), "w") as f:
             f.write("# written by bench/run.py\n")
