@@ -19,7 +19,9 @@ The sections, in reading order:
   usage and compaction   the context window, the token line, summaries
   settings               /cfg writes one key=value line back, keeping the rest of the file
   commands               /save, /load, /cfg, /skill ... : the COMMANDS table
-  the REPL and main      interactive mode, batch mode, the command line
+  Markdown               the reply rendered line by line for a terminal
+  the terminal view      rendered answers, readable tool calls, live tool output
+  the REPL and main      interactive mode, !commands, batch mode, the command line
 
 Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
