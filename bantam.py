@@ -4746,7 +4746,7 @@ def note_folder_system_prompt(cfg):
 def note_project_instructions(cfg):
     """In the REPL, say that this folder's AGENTS.md is in the system prompt."""
     if cfg["sources"].get("project_instructions_file"):
-        say("[this folder's AGENTS.md is added to the system prompt (project_instructions=false turns it off)]")
+        say("[using this folder's AGENTS.md (project_instructions=false turns it off)]")
 
 
 def start_conversation(cfg, args):

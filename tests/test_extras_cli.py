@@ -327,7 +327,7 @@ class SkillTests(ExtrasCase):
     def test_agents_md_is_announced_in_the_repl(self):
         self.ws.write("AGENTS.md", "Be brief.\n")
         term = self.pty()
-        term.expect("AGENTS.md is added to the system prompt")
+        term.expect("using this folder's AGENTS.md")
         term.expect("> ")
         self.quit(term)
 
