@@ -748,9 +748,13 @@ def add_prompt_extras(cfg):
     """The system prompt plus what the C++ port and the peers add to it: the tools and skills
     folders (the port's words) and this folder's AGENTS.md (Codex, Pi, opencode)."""
     extras = []
-    more = [name for name in ("read", "write") if name in cfg["tools"].split(",")]
+    enabled = cfg["tools"].split(",")
+    more = [name for name in ("read", "write") if name in enabled]
     if more:
         extras.append("You also have %s." % " and ".join(FILE_TOOL_LINES[name] for name in more))
+    missing = [name for name in ("shell_exec", "run_subagent") if name not in enabled]
+    if missing:   # the prompt names both: say which one this session leaves out
+        extras.append("In this session %s %s not available." % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
     if cfg["bantam_tools_dir"]:
         extras.append("Extra shell tools can be found at %s" % cfg["bantam_tools_dir"])
     if cfg["bantam_skills_dir"]:

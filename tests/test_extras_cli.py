@@ -350,6 +350,8 @@ class ToolsKeyTests(ExtrasCase):
         self.assertEqual(names, [["shell_exec", "run_subagent"], ["shell_exec", "read", "write"]])
         self.assertEqual(self.server.bodies[1]["tools"][1]["function"]["parameters"]["required"], ["filePath"])
         self.assertIn("You also have read", self.server.bodies[1]["messages"][0]["content"])
+        self.assertIn("In this session run_subagent is not available.", self.server.bodies[1]["messages"][0]["content"])
+        self.assertNotIn("not available", self.server.bodies[0]["messages"][0]["content"])
 
     def test_unknown_tool_in_the_key_is_a_one_line_config_error(self):
         result = self.run_batch("hi", "--set", "tools=shell_exec,grep")
