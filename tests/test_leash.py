@@ -341,14 +341,17 @@ class BudgetTests(LeashCase):
         """Each call costs $0.0011 at the prices set; max_cost=0.002 stops after the second; the
         token line shows the turn's cost (the final call included) and the session's."""
         priced = usage(100, 10)
-        self.push(*[tool_call_stream([shell("c%d" % i, "echo %d" % i)], usage=priced) for i in range(5)])
-        result = self.run_bantam("-p", "go", "--set", "price_in=10", "--set", "price_out=10",
+        def priced_reply(request):   # a tool call while tools are offered, else the final answer
+            if "tools" in request["body"]:
+                return tool_call_stream([shell("c%d" % len(self.server.posts), "true")], usage=priced)
+            return text_stream(self.FINAL, usage=priced)
+        self.push(*[priced_reply] * 5)
+        result = self.run_bantam("-q", "-p", "go", "--set", "price_in=10", "--set", "price_out=10",
                                  "--set", "max_cost=0.002")
         self.assertEqual(result.returncode, BUDGET_EXIT, result.stderr)
         self.assertEqual(len(self.server.posts), 3)
         self.assert_final_request("$0.0022 this turn")
-        # the final-answer request got the next scripted reply, a tool call: nothing ran
-        self.assertEqual(self.server.bodies[-1]["messages"][-1]["role"], "user")
+        self.assertEqual(result.stdout, self.FINAL + "\n")
         self.assertIn("| $0.0033 (session $0.0033)]", result.stderr)
         self.assertIn("[stopped: $0.0022 this turn (max_cost=0.002)", result.stderr)
 
