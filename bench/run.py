@@ -1403,6 +1403,8 @@ def bench_loop(b, reps, k):
                      "connections": [], "requests": [], "problems": {}, "stderr": [],
                      "failed": None}) for f in FRAMING_NAMES)
     lk, l0, ck, c0 = [], [], [], []
+    closing = [f for f in FRAMING_NAMES if not keeps_alive(f)]
+    same = dict((f, {"k": [], "0": []}) for f in closing)   # the minimal loop on that framing
     req_path = source = None
     for _ in range(reps):  # framings and baseline interleaved, so drift hits all alike
         for framing in FRAMING_NAMES:
@@ -1426,6 +1428,11 @@ def bench_loop(b, reps, k):
         b.check(rc, "baseline %s" % mode_k)
         lk.append(dt)
         ck.append(b.last_cpu)
+        for framing in closing:   # a framing that closes after every reply costs a connection each
+            for tag, mode, cwd in (("0", mode_0, cwd_0), ("k", mode_k, cwd_k)):
+                dt, rc, _ = b.run([PY, b.looper, b.server.endpoint(mode, framing), req_path, str(k + 5)], cwd)
+                b.check(rc, "baseline %s [%s]" % (mode, framing))
+                same[framing][tag].append(dt)
     if st.mode(mode_k)["max_tool_msgs"] != k:
         b.notes.append("loop: bantam sent at most %d tool messages, expected %d"
                        % (st.mode(mode_k)["max_tool_msgs"], k))
@@ -1466,6 +1473,15 @@ def bench_loop(b, reps, k):
                                                 " (in %d of %d runs)" % (len(seen), reps)))
         if rec["stderr"]:
             b.notes.append("loop [%s]: bantam stderr: %s" % (framing, " | ".join(rec["stderr"][:5])))
+    for framing in closing:
+        rec = res["framings"].get(framing) or {}
+        if "per_iter_s" not in rec or not same[framing]["k"]:
+            continue
+        si = max(med(same[framing]["k"]) - med(same[framing]["0"]), 1e-9) / k
+        rec["same_framing_per_iter_s"] = si
+        b.row("tool loop [%s]: time per iteration vs a minimal loop on the same framing" % framing,
+              fmt_ms(rec["per_iter_s"]), fmt_ms(si), "%.2f" % (rec["per_iter_s"] / si), "<= 1.2",
+              rec["per_iter_s"] / si <= 1.2)
     for framing, got, base, target, met in conn_rows:
         b.row("tool loop [%s]: TCP connections per bantam run" % framing, got, base, "—",
               target, met)
