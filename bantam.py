@@ -1195,7 +1195,7 @@ def load_http_client(endpoint):
         return
     sys.modules["ssl"] = None   # makes http.client's optional `import ssl` fail quietly
     try:
-        import http.client
+        import http.client  # noqa: F401  (loaded here, without ssl, for plain-http endpoints)
     finally:
         del sys.modules["ssl"]
 

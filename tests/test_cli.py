@@ -13,7 +13,7 @@ import unittest
 
 import bantam
 from tests.support import (
-    BantamTestCase, error, text_stream, tool_call_stream, usage)
+    BantamTestCase, error, text_stream, tool_call_stream)
 
 # Every flag the issue asks for, as --help must list it.
 FLAGS = ["-p", "--prompt", "-m", "--model", "-e", "--endpoint", "--set", "--config", "-c",

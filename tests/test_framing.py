@@ -7,12 +7,10 @@ must succeed quietly, send every request exactly once, and use one TCP connectio
 the server keeps connections alive.
 """
 
-import os
-import subprocess
 import time
 
 from tests.support import (
-    BantamTestCase, FakeServer, chunk, completion, json_reply, sse, text_stream,
+    BantamTestCase, FakeServer, completion, json_reply, sse, text_stream,
     tool_call_stream, usage)
 
 # (name, response keywords, whether the server keeps the connection alive)

@@ -4,7 +4,6 @@ a server sends no usage, and errors that retrying cannot fix (an untrusted certi
 redirect) failing at once with what to do.
 """
 
-import os
 import re
 import time
 
