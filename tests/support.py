@@ -46,6 +46,8 @@ KEY_FILE = os.path.join(TESTS_DIR, "data", "selfsigned-key.pem")
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# The REPL's prompt at the start of a line; readline may switch bracketed paste on just before it.
+PROMPT_LINE = re.compile(r"\n(?:\x1b\[\?2004h)?> ")
 MARK = "__fake_response__"  # key that tells a response item from a plain JSON object
 DEFAULT_MODELS = {"object": "list", "data": [{"id": "test-model", "context_length": 100000}]}
 CREATED = 1700000000
@@ -1009,6 +1011,21 @@ class BantamTestCase(unittest.TestCase):
         term = bantam_pty(self.ws, *args, **kw)
         self.addCleanup(term.kill)
         return term
+
+    def type_line(self, term, line, *expected):
+        """Type line + Enter at the REPL, wait for each expected text in order, then the next
+        prompt; return the raw output in between."""
+        start = len(term.output)
+        term.sendline(line)
+        for text in expected:
+            term.expect(text)
+        term.expect(PROMPT_LINE)
+        return term.output[start:]
+
+    def leave(self, term, keys="/quit\r"):
+        """Leave the REPL with keys (/quit or Ctrl+D at the prompt) and assert a clean exit."""
+        term.send(keys)
+        self.assertEqual(term.wait(), 0, term.output[-2000:])
 
     def read_autosave(self):
         """Return the parsed ~/.bantam/sessions/autosave.json."""

@@ -14,7 +14,6 @@ from tests.socks_server import Socks5Server
 from tests.support import (
     CERT_FILE, BantamTestCase, FakeServer, strip_ansi, text_stream, tool_call_stream)
 
-PROMPT_LINE = re.compile(r"\n> ")
 
 
 class ExtrasCase(BantamTestCase):
@@ -27,16 +26,10 @@ class ExtrasCase(BantamTestCase):
 
     def say(self, term, line, *expected):
         """Type line + Enter, wait for each expected text and the next prompt; the output of it."""
-        start = len(term.output)
-        term.sendline(line)
-        for text in expected:
-            term.expect(text)
-        term.expect(PROMPT_LINE)
-        return strip_ansi(term.output[start:].replace("\r", ""))
+        return strip_ansi(self.type_line(term, line, *expected).replace("\r", ""))
 
     def quit(self, term):
-        term.send("/quit\r")
-        self.assertEqual(term.wait(), 0, term.output[-2000:])
+        self.leave(term)
 
     def tool_results(self, body):
         """{tool_call_id: content} of the tool messages of a request body."""

@@ -10,8 +10,7 @@ import json
 import os
 
 from tests.support import (
-    BantamTestCase, hang, strip_ansi, text_stream, tool_call_stream, usage)
-from tests.test_repl import PROMPT_LINE
+    PROMPT_LINE, BantamTestCase, hang, strip_ansi, text_stream, tool_call_stream, usage)
 
 BUDGET_EXIT = 3
 

@@ -12,11 +12,9 @@ import time
 import unittest
 
 from tests.support import (
-    BantamTestCase, completion, error, strip_ansi, text_stream, tool_call_stream)
+    PROMPT_LINE, BantamTestCase, completion, error, strip_ansi, text_stream, tool_call_stream)
 
 PROMPT = "> "
-# The prompt at the start of a line; readline may switch bracketed paste on just before it.
-PROMPT_LINE = re.compile(r"\n(?:\x1b\[\?2004h)?> ")
 SESSION_ID = re.compile(r"\[saved session (\d{8}-\d{6}(?:-\d+)?)\]")
 
 
@@ -36,17 +34,11 @@ class ReplCase(BantamTestCase):
 
     def say(self, term, line, *expected):
         """Type line + Enter, wait for each expected text in order, then the next prompt; return the output of it."""
-        start = len(term.output)
-        term.sendline(line)
-        for text in expected:
-            term.expect(text)
-        term.expect(PROMPT_LINE)
-        return term.output[start:].replace("\r", "")   # (readline ends a line with \r\n or \r)
+        return self.type_line(term, line, *expected).replace("\r", "")   # (readline ends a line with \r\n or \r)
 
     def quit(self, term, keys="/quit\r"):
         """Leave with keys (/quit or Ctrl+D) at the prompt and assert a clean exit."""
-        term.send(keys)
-        self.assertEqual(term.wait(), 0, term.output[-2000:])
+        self.leave(term, keys)
 
     def write_session(self, sid, saved_at, summary, messages):
         """Put a saved session file into ~/.bantam/sessions."""

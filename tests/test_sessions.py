@@ -195,17 +195,11 @@ class SessionCase(BantamTestCase):
 
     def say(self, term, line, *expected):
         """Type line + Enter, wait for each expected text, then the next prompt; return the output."""
-        start = len(term.output)
-        term.sendline(line)
-        for text in expected:
-            term.expect(text)
-        term.expect("\n" + PROMPT)
-        return strip_ansi(term.output[start:])
+        return strip_ansi(self.type_line(term, line, *expected))
 
     def quit(self, term):
         """Leave with /quit and check the exit status is 0."""
-        term.sendline("/quit")
-        self.assertEqual(term.wait(), 0, term.output[-2000:])
+        self.leave(term)
 
     def path(self, sid, ext=".json"):
         """The file of session sid (or its journal with ext='.steps')."""

@@ -13,10 +13,9 @@ import unittest
 
 import bantam
 from tests.support import (
-    BantamTestCase, chunk, sse, text_stream, tool_call_stream)
+    PROMPT_LINE, BantamTestCase, chunk, sse, text_stream, tool_call_stream)
 
 PROMPT = "> "
-PROMPT_LINE = re.compile(r"\n(?:\x1b\[\?2004h)?> ")
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"   # how a terminal frames a bracketed paste
 UP = "\x1b[A"
 # A command that prints a line, waits, prints another...: still running when its first lines show.
@@ -64,17 +63,11 @@ class TerminalCase(BantamTestCase):
 
     def turn(self, term, line, *expected):
         """Type line + Enter, wait for each expected text and the next prompt; return the screen of it."""
-        start = len(term.output)
-        term.sendline(line)
-        for text in expected:
-            term.expect(text)
-        term.expect(PROMPT_LINE)
-        return screen(term.output[start:])
+        return screen(self.type_line(term, line, *expected))
 
     def quit(self, term, keys="/quit\r"):
         """Leave with keys and assert a clean exit."""
-        term.send(keys)
-        self.assertEqual(term.wait(), 0, term.output[-2000:])
+        self.leave(term, keys)
 
     def user_messages(self, request=-1):
         """The contents of the user messages of a request the server got."""
