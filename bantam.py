@@ -539,9 +539,7 @@ def jsonl_view(stream, cfg):
     encode = json.JSONEncoder(ensure_ascii=False).encode
 
     def view(event):
-        line = encode(event)
-        for secret in secrets_of(cfg):
-            line = line.replace(secret, "***")
+        line = redact_all(cfg, encode(event))
         try:
             stream.write(line + "\n")
             stream.flush()
@@ -1647,13 +1645,15 @@ def exchange(cfg, body, quiet):
 def encode_body(cfg, body):
     """json.dumps(body), byte for byte, with each message encoded once per run: a long turn
     resends the whole conversation at every step, and re-encoding it all made that quadratic."""
-    cache = cfg["run"].setdefault("wire", {}) if cfg.get("run") else {}
-    parts = []
+    run = cfg.get("run", {})
+    cache, kept, parts = run.get("wire", {}), {}, []
     for m in body["messages"]:
         known = cache.get(id(m))
         if known is None or known[0] is not m:   # (a stored message is never changed in place)
-            known = cache[id(m)] = (m, json.dumps(m))
+            known = (m, json.dumps(m))
+        kept[id(m)] = known
         parts.append(known[1])
+    run["wire"] = kept   # only this request's messages: nothing dropped or compacted is held
     head = json.dumps(dict(body, messages=0))   # keys in order; a string value cannot hold '"messages": 0'
     return head.replace('"messages": 0', '"messages": [%s]' % ", ".join(parts), 1)
 

@@ -964,6 +964,15 @@ def bantam_pty(ws, *args, env=None, rows=24, cols=100):
                rows=rows, cols=cols)
 
 
+def read_text(path):
+    """The text of path exactly as on disk (line ends kept), or '' while it does not exist."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
 # ---------------------------------------------------------------- base test case
 
 class BantamTestCase(unittest.TestCase):

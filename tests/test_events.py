@@ -15,7 +15,7 @@ import unittest
 import bantam
 from tests.support import (
     BantamTestCase, bantam_argv, chunk, completion, error, run_program, sse, text_stream,
-    tool_call_stream, usage)
+    read_text, tool_call_stream, usage)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = {"type", "t", "depth"}
@@ -137,11 +137,6 @@ class EventCase(BantamTestCase):
         with open(path, encoding="utf-8") as f:
             return json.load(f)
 
-    def read_text(self, path):
-        """A text file's content."""
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-
 
 class EventSchemaTests(EventCase):
     """One test per event type: its place in the run and the values of its fields."""
@@ -164,7 +159,7 @@ class EventSchemaTests(EventCase):
         """start: mode is "repl" without a prompt."""
         result = self.run_bantam("--trace", "t.jsonl", input="")
         self.assertEqual(result.returncode, 0, result.stderr)
-        events = self.parse(self.read_text(self.ws.path("work", "t.jsonl")))
+        events = self.parse(read_text(self.ws.path("work", "t.jsonl")))
         self.assertEqual(events[0]["mode"], "repl")
 
     def test_prompt(self):
@@ -471,7 +466,7 @@ class JsonlTests(EventCase):
                   text_stream("The key is %s and %s." % (SECRET, HEADER_SECRET), pieces=3))
         result, events = self.run_jsonl("--trace", "t.jsonl", "-p", "show me the key")
         self.assertEqual(self.server.posts[0]["headers"]["authorization"], "Bearer " + SECRET)
-        trace = self.read_text(self.ws.path("work", "t.jsonl"))
+        trace = read_text(self.ws.path("work", "t.jsonl"))
         for secret in (SECRET, HEADER_SECRET):
             self.assertNotIn(secret, result.stdout)
             self.assertNotIn(secret, result.stderr)
@@ -487,7 +482,7 @@ class TraceFileTests(EventCase):
         """--trace FILE gets exactly the lines --jsonl prints."""
         self.push(tool_call_stream([shell_call("call_1", "echo traced")]), text_stream("ok"))
         result, _ = self.run_jsonl("--trace", "trace.jsonl", "-p", "go")
-        self.assertEqual(self.read_text(self.ws.path("work", "trace.jsonl")), result.stdout)
+        self.assertEqual(read_text(self.ws.path("work", "trace.jsonl")), result.stdout)
 
     def test_trace_appends_run_after_run(self):
         """Two batch runs with --trace append: two start events, each run's events whole and in order."""
@@ -496,7 +491,7 @@ class TraceFileTests(EventCase):
             result = self.run_bantam("--trace", "trace.jsonl", "-p", prompt)
             self.assertEqual(result.returncode, 0, result.stderr)
             self.assertNotIn('"type"', result.stdout)   # the human view stays on stdout
-        events = self.parse(self.read_text(self.ws.path("work", "trace.jsonl")))
+        events = self.parse(read_text(self.ws.path("work", "trace.jsonl")))
         starts = [i for i, e in enumerate(events) if e["type"] == "start"]
         self.assertEqual(len(starts), 2)
         runs = [events[starts[0]:starts[1]], events[starts[1]:]]
@@ -513,7 +508,7 @@ class TraceFileTests(EventCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         result = self.run_bantam("-p", "batch prompt")
         self.assertEqual(result.returncode, 0, result.stderr)
-        events = self.parse(self.read_text(self.ws.path("work", "events.jsonl")))
+        events = self.parse(read_text(self.ws.path("work", "events.jsonl")))
         self.assertEqual([e["mode"] for e in of_type(events, "start")], ["repl", "batch"])
         self.assertEqual([e["text"] for e in of_type(events, "prompt")], ["repl prompt", "batch prompt"])
         self.assertEqual(joined(events, "text"), "repl answerbatch answer")
@@ -544,7 +539,7 @@ class ReplayTests(EventCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("replay: all 1 tool results matched the recording", result.stderr)
         self.assertIn("Value seen.", result.stdout)
-        self.assertEqual(self.read_text(self.ws.path("work", "seen.txt")), "alpha\n")   # the tool ran for real
+        self.assertEqual(read_text(self.ws.path("work", "seen.txt")), "alpha\n")   # the tool ran for real
 
     def test_replay_uses_no_network(self):
         """A replay sends nothing to the endpoint, even one that is listening."""
@@ -806,14 +801,14 @@ class FleetTests(EventCase):
         for n in numbers:
             with self.subTest(run=n):
                 out = self.ws.path("work", "out", n)
-                self.assertEqual(self.read_text(out + ".rc").strip(), "0", self.read_text(out + ".err"))
-                stream = self.read_text(out + ".jsonl")
+                self.assertEqual(read_text(out + ".rc").strip(), "0", read_text(out + ".err"))
+                stream = read_text(out + ".jsonl")
                 events = self.parse(stream)
                 self.assertEqual(self.one(events, "start")["session"], "run-" + n)
                 self.assertEqual(joined(events, "text"), "answer-" + n)
                 self.assertEqual(set(tag.findall(stream)), {n})
                 path = os.path.join(self.ws.sessions_dir(), "run-%s.json" % n)
-                text = self.read_text(path)
+                text = read_text(path)
                 session = json.loads(text)
                 self.assertEqual(session["id"], "run-" + n)
                 self.assertEqual([m["role"] for m in session["messages"]],

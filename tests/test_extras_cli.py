@@ -12,8 +12,7 @@ import unittest
 
 from tests.socks_server import Socks5Server
 from tests.support import (
-    CERT_FILE, BantamTestCase, FakeServer, strip_ansi, text_stream, tool_call_stream)
-
+    CERT_FILE, BantamTestCase, FakeServer, read_text, strip_ansi, text_stream, tool_call_stream)
 
 
 class ExtrasCase(BantamTestCase):
@@ -34,10 +33,6 @@ class ExtrasCase(BantamTestCase):
     def tool_results(self, body):
         """{tool_call_id: content} of the tool messages of a request body."""
         return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
-
-    def read_text(self, path):
-        with open(path, encoding="utf-8", newline="") as f:
-            return f.read()
 
 
 class BangTests(ExtrasCase):
@@ -119,14 +114,14 @@ class CfgTests(ExtrasCase):
         term = self.start()
         out = self.say(term, "/cfg temperature 0.2", "saved in")
         self.assertIn("[temperature = 0.2, saved in %s:7]" % path, out)
-        self.assertEqual(self.read_text(path), COMMENTED_CFG.replace("temperature=0.7", "temperature=0.2")
+        self.assertEqual(read_text(path), COMMENTED_CFG.replace("temperature=0.7", "temperature=0.2")
                          % self.server.url)
         out = self.say(term, "/cfg model other-model", "saved in")
         expected = COMMENTED_CFG.replace("temperature=0.7", "temperature=0.2").replace(
             "model = test-model   #", "model = other-model   #") % self.server.url
-        self.assertEqual(self.read_text(path), expected)   # spacing and inline comment kept
+        self.assertEqual(read_text(path), expected)   # spacing and inline comment kept
         out = self.say(term, "/cfg shell_timeout 7", "saved in")
-        self.assertEqual(self.read_text(path), expected + "shell_timeout=7\n")   # a new key is appended
+        self.assertEqual(read_text(path), expected + "shell_timeout=7\n")   # a new key is appended
         out = self.say(term, "/cfg temperature", "temperature")
         self.assertIn("temperature = 0.2   (%s:7)" % path, out)
         self.say(term, "hi", "ok")
@@ -145,7 +140,7 @@ class CfgTests(ExtrasCase):
         self.assertIn("unknown tool 'grep'", out)
         out = self.say(term, "/cfg model a # b", "error:")
         self.assertIn("cannot store", out)
-        self.assertEqual(self.read_text(path), COMMENTED_CFG % self.server.url)
+        self.assertEqual(read_text(path), COMMENTED_CFG % self.server.url)
         self.quit(term)
 
     def test_cfg_never_shows_secrets(self):
@@ -186,7 +181,7 @@ class CfgTests(ExtrasCase):
         home_cfg = os.path.join(self.ws.home, ".bantam", "model.cfg")
         out = self.say(term, "/cfg reasoning_effort low", "saved in")
         self.assertIn("saved in %s:1" % home_cfg, out)
-        self.assertEqual(self.read_text(home_cfg), "reasoning_effort=low\n")
+        self.assertEqual(read_text(home_cfg), "reasoning_effort=low\n")
         self.assertEqual(os.stat(home_cfg).st_mode & 0o777, 0o600)
         self.quit(term)
 
@@ -200,7 +195,7 @@ class CfgTests(ExtrasCase):
         self.say(term, "/model big-model", "saved in")
         self.say(term, "hi", "from big")
         self.assertEqual(self.server.bodies[0]["model"], "big-model")
-        self.assertIn("model=big-model\n", self.read_text(os.path.join(self.ws.work, "model.cfg")))
+        self.assertIn("model=big-model\n", read_text(os.path.join(self.ws.work, "model.cfg")))
         self.quit(term)
 
     def test_endpoint_switches_server_and_the_key_goes_where_the_user_said(self):
@@ -214,7 +209,7 @@ class CfgTests(ExtrasCase):
         self.say(term, "two", "from the other server")
         self.assertEqual(other.posts[0]["headers"].get("authorization"), "Bearer test-key")
         self.assertEqual(len(self.server.posts), 1)
-        self.assertIn("endpoint=%s/\n" % other.url, self.read_text(os.path.join(self.ws.work, "model.cfg")))
+        self.assertIn("endpoint=%s/\n" % other.url, read_text(os.path.join(self.ws.work, "model.cfg")))
         self.quit(term)
 
     def test_untrusted_folder_keeps_the_key_withheld_after_endpoint(self):
@@ -378,12 +373,12 @@ class ToolsKeyTests(ExtrasCase):
             ("w4", "write", {"filePath": "a.txt", "content": "end", "lineOffset": 99}),
             ("w5", "write", {"filePath": "missing.txt", "content": "x", "lineOffset": 1})])
         results = self.tool_results(body)
-        self.assertEqual(self.read_text(os.path.join(self.ws.work, "new/dir/b.txt")), "fresh\n")
+        self.assertEqual(read_text(os.path.join(self.ws.work, "new/dir/b.txt")), "fresh\n")
         self.assertEqual(results["w1"], "wrote 6 bytes to new/dir/b.txt (1 lines, new file)")
         self.assertEqual(results["w2"], "spliced at line 2 of a.txt: deleted 2 lines, inserted 1 lines (now 3 lines)")
         self.assertEqual(results["w3"], "spliced at byte 0 of a.txt: deleted 3 bytes, inserted 2 bytes (now 12 bytes)")
         self.assertIn("appended at the end of a.txt (lineOffset 99 is past its 3 lines)", results["w4"])
-        self.assertEqual(self.read_text(path), "ON\nTWO\nfour\nend")
+        self.assertEqual(read_text(path), "ON\nTWO\nfour\nend")
         self.assertIn("error: missing.txt does not exist", results["w5"])
         self.assertFalse(os.path.exists(os.path.join(self.ws.work, "missing.txt")))
 
@@ -396,7 +391,7 @@ class ToolsKeyTests(ExtrasCase):
             tools="shell_exec,write")
         results = self.tool_results(body)
         self.assertEqual(results["b1"], "via-bash\n\n\nexit: 0")
-        self.assertEqual(self.read_text(path), "HOWDY there")
+        self.assertEqual(read_text(path), "HOWDY there")
         self.assertTrue(results["b2"].startswith("spliced at byte 0 of legacy.txt"), results["b2"])
 
     def test_read_is_unknown_unless_listed(self):
@@ -408,7 +403,7 @@ class ToolsKeyTests(ExtrasCase):
         result, _ = self.run_calls([("w1", "write", {"filePath": "big.txt", "content": content})])
         self.assertIn('[tool call: write({"filePath": "big.txt", "content": "<503 bytes, 2 lines>"})]', result.stdout)
         self.assertNotIn("x" * 100, result.stdout)
-        self.assertEqual(self.read_text(os.path.join(self.ws.work, "big.txt")), content)
+        self.assertEqual(read_text(os.path.join(self.ws.work, "big.txt")), content)
 
     def test_terminal_view_shows_read_and_write_in_words(self):
         self.ws.write("notes.txt", "a\nb\nc\n")
@@ -422,7 +417,7 @@ class ToolsKeyTests(ExtrasCase):
         self.assertIn("\u00bb read notes.txt lines 2-3", out)
         self.assertIn("2: b\n", out)
         self.assertIn("\u00bb write notes.txt: 1 lines at line 2, deleting 1 lines", out)
-        self.assertEqual(self.read_text(os.path.join(self.ws.work, "notes.txt")), "a\nB\nc\n")
+        self.assertEqual(read_text(os.path.join(self.ws.work, "notes.txt")), "a\nB\nc\n")
         self.quit(term)
 
 

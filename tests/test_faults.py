@@ -16,7 +16,7 @@ import time
 
 from tests.support import (
     BantamTestCase, chunk, completion, drop, error, hang, pieces_of, sse, start_bantam, stop_process,
-    text_stream, tool_call_stream)
+    read_text, text_stream, tool_call_stream)
 
 
 # ---------------------------------------------------------------- helpers
@@ -87,15 +87,6 @@ def stamped(item, log):
         log.append(time.monotonic())
         return item() if callable(item) else item
     return respond
-
-
-def read_text(path):
-    """The text of path, or '' when it does not exist (yet)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
 
 
 def roles(messages):

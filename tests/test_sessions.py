@@ -32,7 +32,7 @@ import time
 import unittest
 
 from tests.support import (
-    BantamTestCase, completion, hang, strip_ansi, text_stream, tool_call_stream)
+    BantamTestCase, completion, hang, read_text, strip_ansi, text_stream, tool_call_stream)
 
 PROMPT = "> "
 TIME_ID = re.compile(r"^\d{8}-\d{6}(?:-\d+)?$")
@@ -51,15 +51,6 @@ def wait_until(condition, timeout=10, step=0.02):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(step)
-
-
-def read_text(path):
-    """The text of path, or '' while it does not exist."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
 
 
 def read_bytes(path):
