@@ -65,6 +65,7 @@ DEFAULTS = {
     "bantam_tools_dir": "",        # a folder of helper scripts, named in the system prompt
     "bantam_skills_dir": "",       # a folder of skills (<name>/SKILL.md), named in the system prompt
     "project_instructions": True,  # add this folder's AGENTS.md to the system prompt
+    "usage": True,                 # the token line on stderr after each turn
     # the leash (see "Approvals and budgets"): what may run, and what a turn may spend
     "approve": "auto",             # shell commands: auto (run them) | ask (REPL asks) | deny
     "allow": "",                   # comma-separated shell patterns of commands that always run
@@ -294,7 +295,8 @@ def plain_view(cfg, out=None, err=None):
 def plain_state(cfg, out, err):
     """The state of a view: its streams, colors, where the cursor is, what is open."""
     return {"out": out, "err": err, "color": color_wanted(cfg, out), "err_color": color_wanted(cfg, err),
-            "tty": out.isatty(), "bol": True, "block": None, "status": False, "flushed": 0.0, "depth": 0}
+            "tty": out.isatty(), "bol": True, "block": None, "status": False, "flushed": 0.0,
+            "depth": 0, "cfg": cfg}
 
 
 def write(state, text, style=None, depth=0, raw=False):
@@ -500,6 +502,8 @@ def show_error(state, event):
 
 def show_context(state, event):
     """The token line: [model: prompt (cached) + completion | context: used/window (share)]"""
+    if not state["cfg"].get("usage", True):
+        return
     about = "~" if event["estimated"] else ""
     cached = event["cached_tokens"]
     split = " (%d cached, %d uncached)" % (cached, event["prompt_tokens"] - cached) if cached is not None else ""
@@ -4521,6 +4525,18 @@ def ask_line(question, text=""):
             readline.remove_history_item(before)
 
 
+def first_or_typed(convo, readline):
+    """The next prompt: the one of -i first (shown as if typed, and kept in the history),
+    then the lines typed at "> "."""
+    first = convo.pop("first", None)
+    if not first:
+        return input("> ")
+    show("> %s\n" % first)
+    if readline:
+        readline.add_history(first)
+    return first
+
+
 def repl(convo):
     """Read prompts and commands until /quit, EOF or Ctrl+C twice."""
     cfg = convo["cfg"]
@@ -4536,7 +4552,7 @@ def repl(convo):
                 readline.set_pre_input_hook(lambda text=ready: (readline.insert_text(text),
                                                                 readline.redisplay()))
             try:
-                line = input("> ")
+                line = first_or_typed(convo, readline)
             except KeyboardInterrupt:   # Ctrl+C at the prompt clears the line
                 show("\n")
                 again = ""
@@ -4624,24 +4640,44 @@ def run_direct(cfg, command, own_stdin=True):
 def read_prompt(args):
     """The batch prompt: -p TEXT (with piped stdin added as context), a file, or stdin for '-'.
     A prompt that starts with ! is a shell command (see run_direct): stdin is left to it."""
+    prompt_argument(args)
     if args.prompt is not None and args.prompt.startswith("!"):
         return args.prompt
     if args.prompt is not None:
         if args.prompt_file:
             raise ConfigError("give a prompt file or -p, not both")
-        piped = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+        piped = "" if sys.stdin is None or sys.stdin.isatty() else read_stdin()
         return args.prompt + ("\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n") if piped.strip() else "")
     path = args.prompt_file
     try:
         if path == "-":
-            return sys.stdin.read()
+            return read_stdin()
         with open(path, encoding="utf-8-sig") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
-        hint = ""
-        if not os.path.exists(path) and (" " in path.strip() or path.endswith("?")) and "/" not in path:
-            hint = "; to give the prompt itself, use -p: bantam -p %s" % json.dumps(path)
-        raise ConfigError("cannot read prompt file %s: %s%s" % (path, getattr(e, "strerror", None) or e, hint))
+        raise ConfigError("cannot read prompt file %s: %s" % (path, getattr(e, "strerror", 0) or e))
+
+
+def prompt_argument(args):
+    """`bantam "what is in this folder"`: an argument that names no file and does not look
+    like a path (it has a space, or no '/' and no extension) is the prompt, as with -p."""
+    text = args.prompt_file
+    if text and text != "-" and args.prompt is None and not os.path.exists(text) and (
+            len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
+        args.prompt, args.prompt_file = text, None
+
+
+def read_stdin():
+    """All of stdin. When nothing has come after a second, say so once: a pipe that never
+    closes (a parent that hands its own stdin on) would otherwise hang in silence."""
+    import select
+    try:
+        waiting = not select.select([sys.stdin], [], [], 1.0)[0]
+    except (OSError, ValueError):   # not a file select can watch: just read it
+        waiting = False
+    if waiting:
+        say("[reading stdin for the prompt; nothing has come yet (to skip it: </dev/null)]")
+    return sys.stdin.read()
 
 
 def parse_args(argv):
@@ -4659,13 +4695,14 @@ def parse_args(argv):
     add = parser.add_argument
     add("prompt_file", nargs="?", metavar="PROMPT_FILE", help="run one turn with the prompt in this file ('-': stdin)")
     add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt; piped stdin is added as context")
+    add("-i", "--interactive", metavar="PROMPT", help="start the REPL with this first prompt")
     add("-m", "--model", help="the model (config key model)")
     add("-e", "--endpoint", metavar="URL", help="the API's base URL (config key endpoint)")
     add("--set", action="append", default=[], metavar="KEY=VALUE", help="set any config key (repeatable)")
     add("--config", metavar="FILE", help="read this config file instead of looking for model.cfg")
     add("-c", "--continue", dest="cont", action="store_true", help="continue this folder's latest conversation")
     add("--session", metavar="ID", help="continue conversation ID, or start one with that id")
-    add("-q", "--quiet", action="store_true", help="stdout gets only the final answer; traces go to stderr")
+    add("-q", "--quiet", action="store_true", help="stdout: only the answer; stderr: only problems")
     add("-o", "--output", metavar="FILE", help="also write the final answer to FILE")
     add("--jsonl", action="store_true", help="print the events as JSON lines instead of the human output")
     add("--trace", metavar="FILE", help="append the events as JSON lines to FILE (config key trace_file)")
@@ -4678,7 +4715,10 @@ def parse_args(argv):
     add("--trust", action="store_true", help="trust this folder's model.cfg endpoint with your API key")
     add("--show-config", action="store_true", help="print every setting and where it comes from, then exit")
     add("--version", action="version", version="bantam " + VERSION)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.interactive is not None and {args.prompt, args.prompt_file, args.replay} != {None}:
+        parser.error("-i/--interactive starts the REPL: not with a prompt or --replay")
+    return args
 
 
 HELP_EPILOG = """\
@@ -4739,6 +4779,16 @@ def check_key_destination(cfg, args, interactive):
     return withhold_secrets(cfg)
 
 
+def check_prompt_size(cfg, prompt):
+    """A batch prompt (a file, or piped input) larger than the model's context window is
+    refused before any request: the server would refuse it after the upload, or cut it."""
+    tokens = estimate_tokens(len(prompt or ""))
+    window = context_window(cfg) if tokens > 1000 else tokens   # a small prompt fits any window
+    if tokens > window:
+        raise ConfigError("the prompt is about %d tokens (%d characters), more than the model's "
+                          "context window of %d tokens" % (tokens, len(prompt), window))
+
+
 def note_folder_system_prompt(cfg):
     """The first time a folder's system.txt is used in the REPL, say so."""
     where = cfg["sources"]["system_prompt"]
@@ -4779,8 +4829,8 @@ def make_sink(cfg, args, convo, batch):
             stream = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", errors="replace")
             os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         view = jsonl_view(stream, cfg)
-    elif args.quiet:
-        view = plain_view(cfg, out=sys.stderr)
+    elif args.quiet and batch:
+        view = quiet_view(cfg)
     elif cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty()):
         view = terminal_view(cfg)
     else:
@@ -4792,6 +4842,18 @@ def make_sink(cfg, args, convo, batch):
         except OSError as e:
             raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
     return both(view, trace, step_saver(convo))
+
+
+def quiet_view(cfg):
+    """-q's view: on stderr only the problems (errors, retries, warnings); main prints the
+    final answer on stdout."""
+    state = plain_state(cfg, sys.stderr, sys.stderr)
+
+    def view(event):
+        kind = event["type"]
+        if kind in ("error", "retry") or kind == "note" and event["level"] != "info":
+            PLAIN[kind](state, event)
+    return view
 
 
 def hung_up(*_):
@@ -4828,6 +4890,7 @@ def main(argv=None):
                 raise ConfigError("-o/--output: cannot write %s: %s" % (args.output, e.strerror))
         if prompt is not None and not prompt.strip():
             raise ConfigError("the prompt is empty")
+        check_prompt_size(cfg, prompt)
         session, messages = start_conversation(cfg, args)
         convo = {"cfg": cfg, "messages": messages, "session": session}
         cfg["on_event"] = make_sink(cfg, args, convo, batch)
@@ -4842,12 +4905,14 @@ def main(argv=None):
             if sys.stdin.isatty():
                 note_folder_system_prompt(cfg)
                 note_project_instructions(cfg)
+            convo["first"] = args.interactive
             repl(convo)
             return 0
         run_turn(convo, prompt)
         answer = last_answer(convo["messages"])
+        answer += "\n" if answer and not answer.endswith("\n") else ""
         if args.quiet:
-            show(answer + ("\n" if answer and not answer.endswith("\n") else ""))
+            show(answer)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(answer)

@@ -29,7 +29,7 @@ SAMPLES = {
     "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "yes",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
     "tools": "shell_exec,bash,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
-    "project_instructions": "no",
+    "project_instructions": "no", "usage": "off",
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "max_turn_seconds": "30", "max_cost": "0.5", "price_in": "2.5", "price_out": "10",
     "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
@@ -44,7 +44,7 @@ SHOWN = {
     "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "true",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
     "tools": "shell_exec,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
-    "project_instructions": "false",
+    "project_instructions": "false", "usage": "false",
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "max_turn_seconds": "30.0", "max_cost": "0.5", "price_in": "2.5", "price_out": "10.0",
     "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
@@ -294,16 +294,15 @@ class OutputFlagTests(CliCase):
     """-q/--quiet and -o/--output: where the answer goes."""
 
     def test_quiet_stdout_is_only_the_answer(self):
-        """-q: stdout holds only the final answer; tool traces, tool output and the token line go to stderr."""
+        """-q: stdout holds only the final answer; stderr only problems: no tool traces, no
+        tool output, no token line (tests/test_first_hour.py has the problems that do show)."""
         for flag in ("-q", "--quiet"):
             with self.subTest(flag=flag):
                 self.push(tool_call_stream([shell_call("call_1", "echo tool-output-marker")]),
                           text_stream("The final answer."))
                 result = self.run_ok(flag, "-p", "do it")
                 self.assertEqual(result.stdout, "The final answer.\n")
-                self.assertIn('[tool call: shell_exec({"command": "echo tool-output-marker"})]', result.stderr)
-                self.assertIn("tool-output-marker\n", result.stderr)
-                self.assertIn("[test-model:", result.stderr)
+                self.assertEqual(result.stderr, "")
 
     def test_output_file(self):
         """-o FILE and --output FILE write the final answer to FILE; stdout still shows the run."""
@@ -477,12 +476,6 @@ class UsageErrorTests(CliCase):
         """-e with a URL that is not http(s): exit 2, one line, no request."""
         self.assert_usage_error(["-e", "ftp://example.com", "-p", "hi"], "ftp://example.com", "http://")
 
-    def test_sentence_as_prompt_file_suggests_p(self):
-        """A missing prompt file that looks like a sentence suggests -p with that text."""
-        for text in ("fix the failing test", "what time is it?"):
-            with self.subTest(text=text):
-                self.assert_usage_error([text], text, "-p")
-
     def test_missing_file_name_gets_no_hint(self):
         """A missing prompt file that looks like a file name is named, without the -p hint."""
         line = self.assert_usage_error(["missing.txt"], "missing.txt")
@@ -584,7 +577,7 @@ class ReadmeTests(unittest.TestCase):
     def test_readme_documents_every_event_type_and_field(self):
         """The event schema table has a row for each event type naming each of its fields."""
         from tests.test_events import FIELDS
-        text = self.readme()
+        text = self.readme().split("\n## Events", 1)[1]   # (the config key usage has a row too)
         for kind, fields in FIELDS.items():
             with self.subTest(type=kind):
                 row = self.row_of(text, kind)

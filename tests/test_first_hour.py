@@ -1,0 +1,270 @@
+"""What a new user trips on in the first hour (issue 20): the command line (a prompt as the
+argument, -i, a quiet -q, the token line and the usage key, -o's last line, a stdin that
+never closes, a prompt larger than the context window) and first run and mistakes (no
+config at all, a typo in model.cfg, /model with a name the server does not list).
+
+bantam.py runs as a real subprocess, or on a real pseudo-terminal, against the scripted
+FakeServer; the checks are what is printed, what the server got and what is on disk.
+"""
+
+import os
+import select
+import subprocess
+import time
+import unittest
+
+from tests.support import (
+    PROMPT_LINE, BantamTestCase, chunk, error, read_text, sse, strip_ansi, text_stream,
+    tool_call_stream)
+
+UP = "\x1b[A"
+TOKEN_LINE = "[test-model:"
+
+
+def shell_call(call_id, command):
+    """A (id, name, args) tool call of shell_exec."""
+    return (call_id, "shell_exec", {"command": command})
+
+
+class FirstHourCase(BantamTestCase):
+    """Helpers: the user messages the server got, a usage error, the REPL on a terminal."""
+
+    def user_texts(self, request=-1):
+        """The contents of the user messages of a request the server got."""
+        return [m["content"] for m in self.server.bodies[request]["messages"] if m["role"] == "user"]
+
+    def assert_one_line_error(self, result, *expected):
+        """Exit 2, nothing on stdout, one line on stderr holding every expected text, no POST."""
+        self.assertEqual(result.returncode, 2, "stdout:\n%s\nstderr:\n%s" % (result.stdout, result.stderr))
+        self.assertEqual(result.stdout, "")
+        lines = result.stderr.splitlines()
+        self.assertEqual(len(lines), 1, "exactly one line on stderr:\n" + result.stderr)
+        for text in expected:
+            self.assertIn(text, lines[0])
+        self.assertEqual(self.server.posts, [], "no request may be sent")
+        return lines[0]
+
+    def repl(self, *args, cols=100, env=None):
+        """bantam's REPL on a terminal cols wide, at its first prompt."""
+        term = self.pty(*args, cols=cols, env=env)
+        term.expect(PROMPT_LINE)
+        return term
+
+    def typed(self, term, line, *expected):
+        """Type a line at the REPL; the text shown until the next prompt, without escapes."""
+        return strip_ansi(self.type_line(term, line, *expected).replace("\r", ""))
+
+
+class PromptArgumentTests(FirstHourCase):
+    """`bantam "what is in this folder"`: an argument that names no file and does not look
+    like a path is the prompt; one that looks like a path keeps the error."""
+
+    def test_an_argument_that_is_not_a_path_is_the_prompt(self):
+        """A sentence, a question and a single word without '/' or an extension are sent as
+        the prompt, as -p would send them."""
+        for text in ("what is in this folder", "why?", "hello", "what is 2.5 times 2?"):
+            with self.subTest(text=text):
+                self.push(text_stream("answered: " + text))
+                result = self.run_bantam(text)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn("answered: " + text, result.stdout)
+                self.assertEqual(self.user_texts()[-1], text)
+
+    def test_piped_stdin_joins_an_argument_prompt_as_with_p(self):
+        """`git diff | bantam "review this"`: the piped text is added as context, as with -p."""
+        self.push(text_stream("reviewed"))
+        result = self.run_bantam("review this", input="diff --git a b\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(self.user_texts()[-1], "review this\n\n<stdin>\ndiff --git a b\n</stdin>")
+
+    def test_an_existing_file_is_still_read(self):
+        """A file that exists is the prompt file, even with a space in its name."""
+        self.ws.write("my prompt", "the file's prompt")
+        self.push(text_stream("from the file"))
+        result = self.run_bantam("my prompt")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(self.user_texts()[-1], "the file's prompt")
+
+    def test_a_missing_path_keeps_the_error(self):
+        """A missing argument that looks like a path (an extension, a '/') is an error, exit 2."""
+        for path in ("notes.txt", "src/task", "./prompt"):
+            with self.subTest(path=path):
+                result = self.run_bantam(path)
+                self.assert_one_line_error(result, "cannot read prompt file %s" % path)
+
+
+class InteractiveFlagTests(FirstHourCase):
+    """-i PROMPT: the REPL, started with a first prompt."""
+
+    def test_i_sends_the_first_prompt_and_stays_interactive(self):
+        """The first prompt is shown and answered, the REPL goes on, and Up brings it back."""
+        for cols in (100, 40):
+            with self.subTest(cols=cols):
+                self.server.requests.clear()
+                self.push(text_stream("first answer"), text_stream("second answer"),
+                          text_stream("third answer"))
+                term = self.pty("-i", "what is here", cols=cols)
+                term.expect("first answer")
+                term.expect(PROMPT_LINE)
+                self.assertIn("> what is here", strip_ansi(term.output))
+                self.typed(term, "and then?", "second answer")
+                self.typed(term, UP + UP, "third answer")
+                self.leave(term)
+                self.assertEqual([self.user_texts(i)[-1] for i in range(3)],
+                                 ["what is here", "and then?", "what is here"])
+
+    def test_long_form_and_conflicts(self):
+        """--interactive works too; -i with -p or a prompt file is a usage error."""
+        self.push(text_stream("long form"))
+        term = self.pty("--interactive", "hi there")
+        term.expect("long form")
+        term.expect(PROMPT_LINE)
+        self.leave(term)
+        self.assertEqual(self.user_texts(0), ["hi there"])
+        self.server.requests.clear()
+        for args in (["-i", "a", "-p", "b"], ["-i", "a", "prompt.txt"]):
+            with self.subTest(args=args):
+                self.assert_one_line_error(self.run_bantam(*args), "-i")
+
+
+class QuietTests(FirstHourCase):
+    """-q: stdout the final answer only, stderr only problems."""
+
+    def test_quiet_stderr_is_empty_when_nothing_went_wrong(self):
+        """Tool calls, their output, the answer's stream and the token line stay off stderr."""
+        self.push(tool_call_stream([shell_call("call_1", "echo tool-output-marker")]),
+                  text_stream("The final answer."))
+        result = self.run_bantam("-q", "-p", "do it")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "The final answer.\n")
+        self.assertEqual(result.stderr, "")
+
+    def test_quiet_stderr_has_the_problems(self):
+        """A retry and a cut reply (a warning) reach stderr under -q; the answer does not."""
+        cut = sse([chunk({"role": "assistant", "content": "Cut short"}), chunk({}, finish_reason="length")])
+        self.push(error(500, "server hiccup"), cut)
+        result = self.run_bantam("-q", "-p", "go")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "Cut short\n")
+        self.assertIn("retry 1/3", result.stderr)
+        self.assertNotIn("Cut short", result.stderr)
+        self.assertEqual(len(result.stderr.splitlines()), 2, result.stderr)
+
+    def test_quiet_on_a_terminal_shows_the_answer_once(self):
+        """On a terminal (stdout and stderr the same screen) the answer appears once."""
+        self.push(text_stream("Only once here."))
+        term = self.pty("-q", "-p", "go")
+        self.assertEqual(term.wait(), 0, term.output)
+        self.assertEqual(strip_ansi(term.output).replace("\r", ""), "Only once here.\n")
+
+
+class TokenLineTests(FirstHourCase):
+    """The token line: on stderr in batch mode and in the REPL; usage=false turns it off."""
+
+    def test_batch_token_line_on_stderr_and_usage_false(self):
+        """Without -q the token line is on stderr, never stdout; usage=false leaves it out."""
+        self.push(text_stream("counted"))
+        result = self.run_bantam("-p", "go")
+        self.assertIn(TOKEN_LINE, result.stderr)
+        self.assertNotIn(TOKEN_LINE, result.stdout)
+        self.push(text_stream("not counted"))
+        result = self.run_bantam("-p", "go", "--set", "usage=false")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("not counted", result.stdout)
+        self.assertEqual(result.stderr, "")
+
+    def test_repl_token_line_and_usage_false(self):
+        """The REPL shows the token line after a turn; with usage=false in model.cfg it does not."""
+        self.push(text_stream("one"), text_stream("two"))
+        term = self.repl()
+        self.assertIn(TOKEN_LINE, self.typed(term, "first", "one"))
+        self.leave(term)
+        self.ws.write_config(self.server, usage=False)
+        term = self.repl()
+        out = self.typed(term, "second", "two")
+        self.assertNotIn(TOKEN_LINE, out)
+        self.assertNotIn("unknown config key", strip_ansi(term.output))
+        self.leave(term)
+
+
+class OutputFileTests(FirstHourCase):
+    """-o FILE holds the final answer as a text file: it ends with a newline."""
+
+    def test_output_file_ends_with_a_newline(self):
+        """An answer without a final line break gets one in the file; one with it keeps one."""
+        for answer in ("no line break", "has one\n"):
+            with self.subTest(answer=answer):
+                self.push(text_stream(answer))
+                path = self.ws.path("tmp", "answer.txt")
+                result = self.run_bantam("-o", path, "-p", "go")
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertEqual(read_text(path), answer.rstrip("\n") + "\n")
+
+
+class StdinTests(FirstHourCase):
+    """A stdin that never closes is named on stderr; one that ends at once goes on silently."""
+
+    def read_stderr_until(self, proc, text, timeout=20):
+        """What proc wrote on stderr until text appeared (or timeout, or its end)."""
+        seen, deadline = b"", time.monotonic() + timeout
+        while text.encode() not in seen and time.monotonic() < deadline:
+            if select.select([proc.stderr], [], [], 0.2)[0]:
+                data = os.read(proc.stderr.fileno(), 4096)
+                if not data:
+                    break
+                seen += data
+        return seen.decode("utf-8", "replace")
+
+    def test_an_open_pipe_is_named_once_then_the_run_goes_on(self):
+        """`sleep 20 | bantam -p hi`: after about a second stderr says that bantam reads
+        stdin and how to skip it; when the pipe closes, the turn runs."""
+        self.push(text_stream("went on"))
+        proc = self.start_bantam("-p", "hi", stdin=subprocess.PIPE)
+        seen = self.read_stderr_until(proc, "</dev/null")
+        self.assertIn("reading stdin", seen)
+        self.assertEqual(self.server.posts, [], "nothing is sent while stdin is open")
+        proc.stdin.write(b"late context\n")
+        proc.stdin.close()
+        out, err = proc.stdout.read(), proc.stderr.read()
+        self.assertEqual(proc.wait(60), 0, err)
+        self.assertIn(b"went on", out)
+        self.assertEqual((seen + err.decode()).count("reading stdin"), 1)
+        self.assertEqual(self.user_texts()[-1], "hi\n\n<stdin>\nlate context\n</stdin>")
+
+    def test_an_empty_stdin_that_ends_at_once_says_nothing(self):
+        """An empty pipe that is closed at once: no note, the prompt goes as it is."""
+        self.push(text_stream("quiet start"))
+        result = self.run_bantam("-p", "hi", "--set", "usage=false", input="")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stderr, "")
+        self.assertEqual(self.user_texts()[-1], "hi")
+
+
+class PromptSizeTests(FirstHourCase):
+    """A prompt larger than the model's context window stops before any request."""
+
+    def setUp(self):
+        """The server reports a window of 1000 tokens for test-model."""
+        super().setUp()
+        self.server.models = {"object": "list", "data": [{"id": "test-model", "context_length": 1000}]}
+
+    def test_piped_input_larger_than_the_window(self):
+        """-p with 8000 piped characters (about 2000 tokens) against 1000: exit 2, both sizes."""
+        result = self.run_bantam("-p", "summarize", input="x" * 8000)
+        line = self.assert_one_line_error(result, "context window")
+        self.assertRegex(line, r"\b20\d\d tokens")
+        self.assertIn("1000 tokens", line)
+
+    def test_prompt_file_larger_than_the_window(self):
+        """A prompt file over the window: exit 2, and a file that fits is sent."""
+        self.ws.write("big.txt", "word " * 1000)
+        self.assert_one_line_error(self.run_bantam("big.txt"), "1250 tokens", "1000 tokens")
+        self.ws.write("fits.txt", "word " * 600)
+        self.push(text_stream("fits"))
+        result = self.run_bantam("fits.txt")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len(self.server.posts), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
