@@ -636,7 +636,7 @@ def read_key_values(path):
         if not sep or not key:
             raise ConfigError("%s: expected key=value, got %r" % (where, line[:60]))
         if key not in DEFAULTS:
-            say("%s: unknown config key %r (ignored)" % (where, key))
+            say("%s: unknown config key %r (ignored)%s" % (where, key, did_you_mean(key, DEFAULTS)))
             continue
         values[key] = (re.sub(r"\s+#.*$", "", value).strip(), where)   # "key=value  # note"
     return values
@@ -3561,7 +3561,13 @@ def forget_last_input():
 
 
 def cmd_model(convo, arg):
-    """/model [name]: switch the model; without a name, the endpoint's models to choose from."""
+    """/model [name]: switch the model (a name the server does not list: for this session
+    only, not saved); without a name, the endpoint's models to choose from."""
+    listed = [str(m.get("id")) for m in list_models(convo["cfg"], quiet=True)] if arg else []
+    if listed and arg not in listed:
+        apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
+        return note(convo["cfg"], "[the server does not list %s (/model lists its models): "
+                    "using it for this session only, not saved]" % arg, "warning")
     if arg:
         return cmd_cfg(convo, "model " + arg)
     cmd_models(convo, "")
@@ -4475,10 +4481,11 @@ def forget_trailing_newline(readline, line):
     return line
 
 
-def did_you_mean(name):
-    """ "; did you mean /list?" for a command name that is close to a real one, else ""."""
+def did_you_mean(name, names=None):
+    """ "; did you mean /list?" for a name close to one of names (the commands), else ""."""
     import difflib
-    close = difflib.get_close_matches(name, list(COMMANDS) + list(ALIASES), n=1, cutoff=0.6)
+    names = list(COMMANDS) + list(ALIASES) if names is None else list(names)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     return "; did you mean %s?" % close[0] if close else ""
 
 
@@ -4779,6 +4786,20 @@ def check_key_destination(cfg, args, interactive):
     return withhold_secrets(cfg)
 
 
+def check_first_run(cfg, batch):
+    """No key, no model.cfg and the default endpoint: nothing is set up yet, and a request
+    would only come back 401. Say what to do: batch mode stops (exit 2), the REPL starts."""
+    if (cfg["api_key"] or cfg["headers"] or cfg["config_file"]
+            or cfg["sources"]["endpoint"] != "default"):
+        return
+    text = ("no API key and no model.cfg: set OPENAI_API_KEY (or BANTAM_API_KEY), or write "
+            "~/.bantam/model.cfg (endpoint=, model=, api_key= lines; bantam's model.cfg.example "
+            "shows every key), or give a local server: -e http://localhost:11434/v1 -m MODEL")
+    if batch:
+        raise ConfigError(text)
+    say("[%s]" % text)
+
+
 def check_prompt_size(cfg, prompt):
     """A batch prompt (a file, or piped input) larger than the model's context window is
     refused before any request: the server would refuse it after the upload, or cut it."""
@@ -4883,6 +4904,7 @@ def main(argv=None):
         if prompt is not None and prompt.startswith("!"):   # the C++ port: run it, exit with its status
             return run_direct(cfg, prompt[1:])
         cfg = check_key_destination(cfg, args, interactive=not batch and sys.stdin.isatty())
+        check_first_run(cfg, batch)
         if args.output:   # before the model is paid: a file that cannot be written fails now
             try:
                 open(args.output, "a").close()

@@ -266,5 +266,85 @@ class PromptSizeTests(FirstHourCase):
         self.assertEqual(len(self.server.posts), 1)
 
 
+class FirstRunTests(FirstHourCase):
+    """No key, no model.cfg, the default endpoint: say what is missing and how to fix it."""
+
+    FIXES = ("OPENAI_API_KEY", "~/.bantam/model.cfg", "-e")
+
+    def setUp(self):
+        """No config file at all (and ws.env() sets no key)."""
+        super().setUp()
+        os.remove(self.ws.write_config(self.server))
+
+    def test_batch_stops_with_the_three_fixes(self):
+        """Batch mode: exit 2 with one line naming the key variable, model.cfg and -e."""
+        line = self.assert_one_line_error(self.run_bantam("-p", "hi"), *self.FIXES)
+        self.assertIn("no API key", line)
+
+    def test_repl_says_it_at_start(self):
+        """The REPL says it before the first prompt, at 100 and at 40 columns."""
+        for cols in (100, 40):
+            with self.subTest(cols=cols):
+                term = self.repl(cols=cols)
+                shown = strip_ansi(term.output).replace("\r", "").replace("\n", "")
+                for text in self.FIXES:
+                    self.assertIn(text, shown)
+                self.leave(term)
+
+    def test_a_local_server_or_a_key_is_enough(self):
+        """With -e (no key, no file), or a model.cfg without a key, the run goes ahead."""
+        self.push(text_stream("local one"), text_stream("local two"))
+        result = self.run_bantam("-e", self.server.url, "-m", "test-model", "-p", "hi")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("no API key", result.stderr)
+        self.ws.write_config(self.server, api_key=None)
+        result = self.run_bantam("-p", "hi")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len(self.server.posts), 2)
+
+
+class ConfigTypoTests(FirstHourCase):
+    """A mistyped key in model.cfg is named with the nearest real one."""
+
+    def test_typo_suggests_the_key(self):
+        """modle=... warns `did you mean model?`; a key near nothing gets no suggestion."""
+        path = self.ws.write_config(self.server, modle="gpt-5", zzqx="1")
+        self.push(text_stream("ok"))
+        result = self.run_bantam("-p", "hi")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("unknown config key 'modle' (ignored); did you mean model?", result.stderr)
+        zz = [line for line in result.stderr.splitlines() if "'zzqx'" in line]
+        self.assertEqual(len(zz), 1, result.stderr)
+        self.assertNotIn("did you mean", zz[0])
+        self.assertIn(path, zz[0])
+
+
+class ModelCommandTests(FirstHourCase):
+    """/model NAME with a name the server does not list: this session only, not saved."""
+
+    def test_unlisted_model_is_used_but_not_saved(self):
+        """gpt-5 (not listed) gets a warning and the next request; the config file keeps its
+        model; /model still lists the server's models; a listed name is still saved."""
+        self.server.models = {"data": [{"id": "test-model"}, {"id": "big-model"}]}
+        path = self.ws.write_config(self.server)
+        before = read_text(path)
+        self.push(text_stream("from gpt-5"), text_stream("from big"))
+        term = self.repl()
+        out = self.typed(term, "/model gpt-5", "does not list gpt-5")
+        self.assertIn("not saved", out)
+        self.typed(term, "hi", "from gpt-5")
+        self.assertEqual(self.server.bodies[0]["model"], "gpt-5")
+        self.assertEqual(read_text(path), before)
+        out = self.typed(term, "/model", "/model <name>")
+        self.assertIn("  test-model", out)
+        self.assertIn("  big-model", out)
+        self.typed(term, "/model big-model", "saved in")
+        self.typed(term, "again", "from big")
+        self.assertEqual(self.server.bodies[-1]["model"], "big-model")
+        self.leave(term)
+        self.assertIn("model=big-model\n", read_text(path))
+        self.assertNotIn("gpt-5", read_text(path))
+
+
 if __name__ == "__main__":
     unittest.main()
