@@ -4413,9 +4413,9 @@ def run_turn(convo, prompt, take_back=False):
     given = session["id"]   # a --session id, or None
     append_user(messages, prompt)
     asked = messages[-1]
-    if first:   # the prompt survives a kill
+    if first:   # the prompt survives a kill; autosave.json moves once the turn got a reply
         save_session(cfg, session, messages, link=False)
-    else:
+    else:       # the prompt survives a kill
         save_step(cfg, session, messages)
     emit(cfg, "prompt", text=redact_all(cfg, prompt) if isinstance(prompt, str) else prompt,
          session=convo["session"]["id"])
