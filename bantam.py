@@ -79,6 +79,7 @@ DEFAULTS = {
     "max_identical_calls": 3,      # the same tool call this many times in a row stops the turn (0: off)
     "max_repair_calls": 3,         # per turn: nudges after an empty reply, and the final-answer call
     "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
+    "keep_sessions": 1000,         # conversations with ids bantam made up kept; older go (0: all)
 }
 CHOICES = {"color": ("auto", "always", "never"), "render": ("auto", "always", "never"),
            "approve": ("auto", "ask", "deny")}
@@ -890,10 +891,11 @@ def session_text(cfg, session, messages):
     message per line."""
     lines = [message_json(session, i, m) for i, m in enumerate(messages)]
     session["written"], session["lines"] = list(messages), lines   # what the file holds (see save_step)
+    session["summary"] = session["summary"] or first_user_text(messages)   # kept through /compact
     session["written_summary"] = session["summary"]
     head = {"id": session["id"], "uid": session["uid"], "cwd": os.getcwd(),
             "created_at": session["created_at"], "saved_at": now(),
-            "summary": session["summary"] or first_user_text(messages), "count": len(messages)}
+            "summary": session["summary"] or "(empty conversation)", "count": len(messages)}
     if session.get("copy_of"):
         head["copy_of"] = session["copy_of"]
     text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + ",\n".join(lines) + "\n]}\n"
@@ -970,10 +972,34 @@ def claim_session_id(cfg, session, messages):
         session["id"] = base if n == 1 else "%s-%d" % (base, n)
         try:
             write_private_file(session_path(session["id"]), session_text(cfg, session, messages), exclusive=True)
+            prune_sessions(cfg)
             return session["id"]
         except FileExistsError:
             continue
     raise OSError("no free session id for " + base)
+
+
+def prune_sessions(cfg):
+    """Remove the oldest conversations with ids bantam made up beyond the newest
+    keep_sessions (/save names, --session names and /save copies are never removed)."""
+    made = [sid for sid in session_ids() if TIME_ID.match(sid)] if cfg.get("keep_sessions") else []
+    for sid in made[cfg.get("keep_sessions"):]:
+        if not session_head(sid).get("copy_of"):
+            remove_session(sid)
+
+
+def remove_session(sid):
+    """Delete session sid's file and its journal, and autosave.json when it links there;
+    the OSError that stopped it, or None."""
+    link = session_path("autosave")
+    try:
+        if os.path.islink(link) and os.readlink(link) == sid + ".json":
+            os.unlink(link)
+        for path in (session_path(sid), session_path(sid)[:-5] + ".steps"):
+            if os.path.lexists(path):
+                os.unlink(path)
+    except OSError as e:
+        return e
 
 
 def point_autosave(sid):
@@ -1069,13 +1095,25 @@ def session_ids():
         names = [n for n in os.listdir(sessions_dir()) if n.endswith(".json") and not n.startswith(".")]
     except OSError:
         return []
+    names.sort(key=lambda n: modified(os.path.join(sessions_dir(), n)), reverse=True)
+    return [n[:-5] for n in names if n != "autosave.json"]
 
-    def modified(name):
-        try:
-            return os.stat(os.path.join(sessions_dir(), name)).st_mtime
-        except OSError:
-            return 0
-    return [n[:-5] for n in sorted(names, key=modified, reverse=True) if n != "autosave.json"]
+
+def modified(path):
+    """When the file at path last changed (seconds since the epoch; 0 when unreadable)."""
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0
+
+
+def ago(when):
+    """How long ago a time (seconds since the epoch) was, said briefly: '3 h ago'."""
+    seconds = time.time() - when
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return "%d %s ago" % (seconds // size, unit)
+    return "just now"
 
 
 def resolve_session(prefix):
@@ -1094,8 +1132,9 @@ def resolve_session(prefix):
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise BantamError("no session matches %r (see /list)" % prefix)
-    raise BantamError("%r matches %d sessions: %s" % (prefix, len(matches), ", ".join(sorted(matches)[:5])))
+        raise ConfigError("no session matches %r (see /list)" % prefix)
+    raise ConfigError("%r matches %d sessions: %s" % (prefix, len(matches),
+                                                      ", ".join(sorted(matches)[:5])))
 
 
 def latest_in_folder():
@@ -1110,6 +1149,7 @@ def load_session(sid):
     stored = read_session(sid)
     session = new_session(None if sid == "autosave" else sid)   # a 1.0 autosave: continued anew
     session.update(uid=stored.get("uid") or session["uid"], summary=stored.get("summary") or "",
+                   changed=modified(session_path(sid)),   # before it is saved again: how old it is
                    created_at=stored.get("created_at") or stored.get("saved_at") or session["created_at"])
     if session["id"]:   # what its files hold already (a repaired message is saved anew)
         session.update(written=list(stored["messages"]), written_summary=session["summary"],
@@ -1118,12 +1158,13 @@ def load_session(sid):
 
 
 def first_user_text(messages, width=60):
-    """The first user prompt, on one line and shortened: the fallback summary."""
+    """The first user prompt's first line, shortened: a conversation's title ("" when none)."""
     for m in messages:
         if m.get("role") == "user" and isinstance(m.get("content"), str):
-            text = " ".join(m["content"].split())
+            lines = [line for line in m["content"].splitlines() if line.strip()]
+            text = " ".join(lines[0].split()) if lines else ""
             return text if len(text) <= width else text[:width - 3] + "..."
-    return "(empty conversation)"
+    return ""
 
 
 def repair_conversation(messages):
@@ -3422,10 +3463,10 @@ def apply_setting(convo, key, value, where):
 # returns QUIT to end the REPL.
 # ----------------------------------------------------------------------------------------
 
-def show(text):
-    """Write a command's output to stdout (made terminal-safe)."""
+def show(text, raw=False):
+    """Write a command's output to stdout (made terminal-safe unless raw: rendered already)."""
     try:
-        sys.stdout.write(terminal_safe(text))
+        sys.stdout.write(text if raw else terminal_safe(text))
         sys.stdout.flush()
     except BrokenPipeError:
         stdout_closed()
@@ -3463,15 +3504,25 @@ def cmd_save(convo, arg):
     show("[saved session %s]\n" % copy["id"])
 
 
+LIST_SHOWN = 20   # sessions /list shows (/list all: every one)
+
+
 def cmd_list(convo, arg):
-    """/list: the saved sessions, newest first; * marks this folder's."""
+    """/list [all]: the newest saved sessions, one line each cut to the terminal's width
+    (narrow: without the message count); * marks this folder's."""
     here, ids = os.getcwd(), session_ids()
-    heads = sorted(((session_head(sid), sid) for sid in ids), key=lambda h: str(h[0].get("saved_at", "")),
-                   reverse=True)
-    for head, sid in heads:
-        mark = "*" if head.get("cwd") == here else " "
-        show("%s %-20s %-25s %4s msgs  %s\n" % (mark, sid, head.get("saved_at", ""), head.get("count", "?"),
-                                                head.get("summary", "") if head else "(unreadable)"))
+    width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
+    for sid in ids if arg == "all" else ids[:LIST_SHOWN]:
+        head = session_head(sid)
+        count = "  %4s msgs" % head.get("count", "?") if not width or width >= 60 else ""
+        line = terminal_safe("%s %-15s %10s%s  %s" % (
+            "*" if head.get("cwd") == here else " ", sid, ago(modified(session_path(sid))), count,
+            head.get("summary", "(unreadable)")))
+        if width and display_width(line) > width:   # cut at a word: the terminal would wrap it
+            line = wrap_words(line, width - 1)[0] + "\u2026"
+        show(line + "\n")
+    if arg != "all" and len(ids) > LIST_SHOWN:
+        show("(%d older: /list all shows every one)\n" % (len(ids) - LIST_SHOWN))
     if not ids:
         show("(no saved sessions)\n")
 
@@ -3481,7 +3532,64 @@ def cmd_load(convo, arg):
     if not arg:
         raise BantamError("usage: /load <id or unique prefix> (see /list)")
     switch_to(convo, *load_session(arg))
-    show("[loaded session %s: %d messages]\n" % (convo["session"]["id"] or arg, len(convo["messages"])))
+    show_resumed(convo)
+
+
+def show_resumed(convo):
+    """Say which conversation goes on, how long and how old it is, and show its last
+    exchange; a --session id with no file yet: that it starts a new conversation."""
+    session, messages = convo["session"], convo["messages"]
+    if len(messages) > 1:
+        show("[continuing %s: %d messages, %s]\n" % (session["id"] or "autosave", len(messages),
+                                                      ago(session.get("changed") or time.time())))
+        show_exchange(convo["cfg"], messages)
+    elif session["id"]:
+        show("[new conversation %s: no saved session has that id]\n" % session["id"])
+
+
+def show_exchange(cfg, messages):
+    """The last prompt (three rows at most, dim, behind "you:", not the input line's "> ")
+    and the answer to it, rendered as the terminal view renders answers (else as it is):
+    its last rows when it is longer than a screenful."""
+    at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
+    prompt = messages[at].get("content") if at else None
+    if prompt is None:
+        return
+    if not isinstance(prompt, str):   # content parts: their text
+        prompt = " ".join(str(p.get("text") or "") for p in prompt if isinstance(p, dict))
+    (columns, rows), color = screen_size({"out": sys.stdout}), color_wanted(cfg, sys.stdout)
+    lines = terminal_safe(prompt).strip("\n").split("\n")
+    shown = [row for n, line in enumerate(lines)
+             for row in wrap_words(("you: " if n == 0 else "     ") + line, columns)]
+    shown = [COLORS["dim"] + row + RESET if color else row for row in shown[:3]]
+    answer = terminal_safe(last_answer(messages[at:])).strip("\n")
+    if answer and (cfg["render"] == "always" or cfg["render"] == "auto" and sys.stdout.isatty()):
+        md = md_start(columns, color)
+        answer = (md_feed(md, answer + "\n") + md_end(md)).rstrip("\n")
+    lines, room = answer.split("\n") if answer else [], max(rows - len(shown) - 4, 3)
+    if len(lines) > room:
+        lines = ["... %d earlier lines" % (len(lines) - room + 1)] + lines[1 - room:]
+    show("\n".join(shown + lines) + "\n", raw=True)
+
+
+def cmd_delete(convo, arg):
+    """/delete <id>: delete a saved conversation (exact id or unique prefix) and its journal."""
+    if not arg:
+        raise BantamError("usage: /delete <id or unique prefix> (see /list)")
+    if resolve_session(arg) == convo["session"]["id"]:
+        raise BantamError("%s is the conversation you are in: /clear (or /load another) first"
+                          % convo["session"]["id"])
+    delete_session(arg)
+
+
+def delete_session(prefix):
+    """Delete the session prefix names (exact id or unique prefix), saying so (--delete)."""
+    sid = resolve_session(prefix)
+    error = remove_session(sid)
+    if error:
+        raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
+    show("[deleted session %s]\n" % sid)
+    return 0
 
 
 def cmd_continue(convo, arg):
@@ -3651,9 +3759,10 @@ def cmd_quit(convo, arg):
 QUIT = "quit"
 COMMANDS = {
     "/save": (cmd_save, "/save [name]: save the conversation with a summary (under name)"),
-    "/list": (cmd_list, "list saved sessions, newest first (* marks this folder's)"),
+    "/list": (cmd_list, "/list [all]: the newest 20 saved sessions (* marks this folder's)"),
     "/load": (cmd_load, "/load <id>: continue a saved session (id or unique prefix)"),
     "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
+    "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
     "/compact": (cmd_compact, "replace the conversation by a summary of it"),
     "/clear": (cmd_clear, "start a new conversation (the old one stays saved)"),
     "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
@@ -4306,13 +4415,18 @@ def run_turn(convo, prompt, take_back=False):
     token line. Returns the share of the context window in use. With take_back (the REPL),
     a turn that got no reply at all (Ctrl+C before the first byte, a request that failed for
     good) takes its prompt back out of the conversation, and the exception carries it as
-    .prompt, for the input line. (In batch mode the file keeps it; the next prompt joins it:
-    never two user messages in a row.)"""
-    cfg, messages = convo["cfg"], convo["messages"]
-    before = messages[:]
+    .prompt, for the input line; a new conversation then leaves no file, and autosave.json
+    links to it only once a turn ended. (In batch mode the file keeps it; the next prompt
+    joins it: never two user messages in a row.)"""
+    cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
+    before, first, taken = messages[:], take_back and not session["written"], False
+    given = session["id"]   # a --session id, or None
     append_user(messages, prompt)
     asked = messages[-1]
-    save_step(cfg, convo["session"], messages)   # the prompt survives a kill
+    if first:   # the prompt survives a kill; autosave.json moves once the turn got a reply
+        save_session(cfg, session, messages, link=False)
+    else:       # the prompt survives a kill
+        save_step(cfg, session, messages)
     emit(cfg, "prompt", text=redact_all(cfg, prompt) if isinstance(prompt, str) else prompt,
          session=convo["session"]["id"])
     convo["usage"], spent_before = None, convo.get("cost", 0.0)   # for the token line (see step_saver)
@@ -4321,10 +4435,14 @@ def run_turn(convo, prompt, take_back=False):
     except BaseException as e:
         if take_back and messages[-1] is asked:   # nothing came back: as if it was never sent
             messages[:] = before
-            e.prompt = prompt
+            e.prompt, taken = prompt, True
         raise
     finally:
-        save_session(cfg, convo["session"], messages)
+        if taken and first:
+            remove_session(session["id"])
+            convo["session"] = new_session(given)
+        else:
+            save_session(cfg, session, messages, link=not taken)
     if not convo.get("usage"):
         return 0.0
     return report_context(cfg, convo["usage"], convo.get("cost", 0.0) - spent_before, convo.get("cost", 0.0))
@@ -4392,7 +4510,7 @@ def complete(text, state, cfg=None):
     config keys after /cfg, skill names after /skill."""
     import readline
     line = readline.get_line_buffer()
-    if line.startswith(("/load ", "/save ")):
+    if line.startswith(("/load ", "/save ", "/delete ")):
         options = [sid for sid in session_ids() if sid.startswith(text)]
     elif line.startswith("/cfg ") and line.count(" ") == 1:
         options = [key for key in DEFAULTS if key.startswith(text)]
@@ -4551,6 +4669,7 @@ def repl(convo):
     readline = setup_readline(cfg) if terminal else None
     if terminal:
         note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
+    show_resumed(convo)
     last_interrupt, again = 0.0, ""
     try:
         while True:
@@ -4709,6 +4828,7 @@ def parse_args(argv):
     add("--config", metavar="FILE", help="read this config file instead of looking for model.cfg")
     add("-c", "--continue", dest="cont", action="store_true", help="continue this folder's latest conversation")
     add("--session", metavar="ID", help="continue conversation ID, or start one with that id")
+    add("--delete", metavar="ID", help="delete saved conversation ID (or unique prefix), then exit")
     add("-q", "--quiet", action="store_true", help="stdout: only the answer; stderr: only problems")
     add("-o", "--output", metavar="FILE", help="also write the final answer to FILE")
     add("--jsonl", action="store_true", help="print the events as JSON lines instead of the human output")
@@ -4892,6 +5012,8 @@ def main(argv=None):
     convo = None
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
+        if args.delete:
+            return delete_session(args.delete)
         import signal
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved and stopped like Ctrl+C
         signal.signal(signal.SIGHUP, hung_up)                     # a closed terminal, a dropped SSH

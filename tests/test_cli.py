@@ -33,7 +33,7 @@ SAMPLES = {
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "max_turn_seconds": "30", "max_cost": "0.5", "price_in": "2.5", "price_out": "10",
     "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
-    "final_answer_timeout": "20",
+    "final_answer_timeout": "20", "keep_sessions": "50",
 }
 # What --show-config prints for each sample (secrets hidden).
 SHOWN = {
@@ -48,7 +48,7 @@ SHOWN = {
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "max_turn_seconds": "30.0", "max_cost": "0.5", "price_in": "2.5", "price_out": "10.0",
     "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
-    "final_answer_timeout": "20.0",
+    "final_answer_timeout": "20.0", "keep_sessions": "50",
 }
 
 

@@ -176,5 +176,5 @@ class SessionFileTests(BantamTestCase):
         self.assertEqual(saved[-1]["content"], "done")
         result = self.run_bantam(input="/load autosave\n")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("[loaded session %s: 5 messages]" % json.load(open(os.path.join(
+        self.assertIn("[continuing %s: 5 messages, " % json.load(open(os.path.join(
             self.ws.sessions_dir(), "autosave.json")))["id"], result.stdout)

@@ -246,8 +246,8 @@ class CommandTests(ReplCase):
         out = strip_ansi(self.say(term, "/list", "the older one"))
         rows = [l for l in out.splitlines() if l[2:6] in ("2024", "2025")]
         self.assertEqual(len(rows), 2, out)
-        self.assertRegex(rows[0], r"^  20250505-120000\s+2025-05-05T12:00:00\S*\s+4 msgs\s+the newer one$")
-        self.assertRegex(rows[1], r"^  20240101-000000\s+2024-01-01T00:00:00\S*\s+2 msgs\s+the older one$")
+        self.assertRegex(rows[0], r"^  20250505-120000\s+just now\s+4 msgs\s+the newer one$")
+        self.assertRegex(rows[1], r"^  20240101-000000\s+just now\s+2 msgs\s+the older one$")
         self.quit(term)
 
     def test_load_by_id_and_prefix(self):
@@ -263,12 +263,12 @@ class CommandTests(ReplCase):
         self.say(term, "/load 2024", "matches 2 sessions")
         self.say(term, "/load 1999", "no session matches")
         self.say(term, "/load", "usage")
-        self.say(term, "/load 20240101-000000", "[loaded session 20240101-000000: 3 messages]")
+        self.say(term, "/load 20240101-000000", "[continuing 20240101-000000: 3 messages, ")
         self.assertEqual(self.read_autosave()["messages"][1]["content"], "old question")
         self.say(term, "and then?", "continuing old")
         self.assertEqual([m["content"] for m in self.last_messages()],
                          ["sys", "old question", "old answer", "and then?"])
-        self.say(term, "/load 2025", "[loaded session 20250505-120000: 3 messages]")
+        self.say(term, "/load 2025", "[continuing 20250505-120000: 3 messages, ")
         self.say(term, "more", "continuing new")
         self.assertEqual([m["content"] for m in self.last_messages()],
                          ["sys", "new question", "new answer", "more"])

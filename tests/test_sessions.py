@@ -392,7 +392,7 @@ class SaveLoadTests(SessionCase):
         original = self.autosave_target()
         self.say(term, "/save branch", "[saved session branch]")
         self.say(term, "original only", "original reply")
-        self.say(term, "/load branch", "[loaded session branch")
+        self.say(term, "/load branch", "[continuing branch")
         self.say(term, "branch only", "branch reply")
         self.say(term, "/save " + original)
         self.quit(term)
@@ -410,7 +410,7 @@ class SaveLoadTests(SessionCase):
         self.say(term, "current question", "current answer")
         current = self.autosave_target()
         current_bytes = read_bytes(self.path(current))
-        self.say(term, "/load " + old, "[loaded session %s: 3 messages]" % old)
+        self.say(term, "/load " + old, "[continuing %s: 3 messages, " % old)
         self.assertEqual(self.autosave_target(), old)
         self.say(term, "follow-up", "continued answer")
         self.assertEqual(talk(self.last_messages()),
@@ -444,7 +444,7 @@ class SaveLoadTests(SessionCase):
                 newest_here = self.folder_history()   # afresh: the first subtest added a turn
                 self.push(text_stream("resumed " + command))
                 term = self.start_repl()
-                self.say(term, command, "[loaded session %s: 3 messages]" % newest_here)
+                self.say(term, command, "[continuing %s: 3 messages, " % newest_here)
                 self.say(term, "go on", "resumed " + command)
                 self.assertEqual([c for _, c in talk(self.last_messages())][:2], ["question B", "answer B"])
                 self.assertEqual(self.last_messages()[-1], {"role": "user", "content": "go on"})
@@ -490,7 +490,7 @@ class SaveLoadTests(SessionCase):
                 self.push(text_stream("continued " + how))
                 if how == "/load":
                     term = self.start_repl()
-                    self.say(term, "/load " + sid, "[loaded session %s: 5 messages]" % sid)
+                    self.say(term, "/load " + sid, "[continuing %s: 5 messages, " % sid)
                     self.say(term, "one more", "continued " + how)
                     self.quit(term)
                 else:
@@ -622,7 +622,7 @@ class ContinuedFileTests(SessionCase):
         self.write_session("oldone", old_format("oldone", OLD_MESSAGES, "old"))
         self.push(text_stream("new answer"))
         term = self.start_repl()
-        self.say(term, "/load oldone", "[loaded session oldone: 5 messages]")
+        self.say(term, "/load oldone", "[continuing oldone: 5 messages, ")
         self.say(term, "new prompt", "new answer")
         self.quit(term)
         self.assertEqual(self.session("oldone")["messages"],

@@ -141,7 +141,7 @@ class InputTests(TerminalCase):
         term.send("/comp\t")
         term.expect("/compact ")
         term.send("\x15")   # Ctrl+U: clear the line
-        out = self.turn(term, "/load 2024\t", "[loaded session 20240102-030405: 2 messages]")
+        out = self.turn(term, "/load 2024\t", "[continuing 20240102-030405: 2 messages, ")
         self.assertIn("/load 20240102-030405", out)
         self.assertEqual(self.server.posts, [])
         self.quit(term)

@@ -1,0 +1,359 @@
+"""Issue 20, "Resuming, and the record": a resume you can see, and sessions that do not pile up.
+
+Covered here, through real processes (bantam.py on a real pty, or as a batch subprocess)
+against the scripted FakeServer, with a throwaway HOME:
+
+- ResumeTests: -c, --session ID and /load say `[continuing <id>: N messages, <when>]` and
+  show the last prompt and its answer (rendered on a terminal, at 40 and 100 columns, cut to
+  a screenful; as it is otherwise); a --session id with no file says it starts a new one.
+- NoPileUpTests: a REPL that sent no prompt, or whose only prompt failed (it goes back to
+  the input line), leaves no file and does not move autosave.json; a batch run that failed
+  keeps its file and a retry with the same --session continues it.
+- ListTests: /list shows the newest 20 (/list all: every one) with relative times, each line
+  cut at a word to the terminal's width (40 and 100 columns); the title is the first
+  prompt's first line, kept through /compact.
+- DeleteTests: /delete ID (exact id or unique prefix) and --delete ID remove the file and its
+  journal; the current conversation is refused.
+- KeepSessionsTests: keep_sessions removes the oldest conversations with made-up ids.
+"""
+
+import json
+import os
+import re
+import time
+import unittest
+
+from tests.support import PROMPT_LINE, completion, error, read_text, strip_ansi, text_stream
+from tests.test_sessions import SessionCase, new_format
+
+SYSTEM = {"role": "system", "content": "sys"}
+ANSWER = ("# Where things are\n\nThe **config** lives in `model.cfg`, and a long sentence that has "
+          "to wrap at forty columns goes on and on here.\n\n- first point\n- second point\n")
+CONTINUING = re.compile(r"\[continuing (\S+): (\d+) messages, ([^\]]+)\]")
+
+
+class ResumeCase(SessionCase):
+    """Saved conversations of this folder, and REPLs on terminals of a given width."""
+
+    def conversation(self, sid, talk, hours_ago=3.0, cwd=None, summary="a title"):
+        """Write session sid holding the system prompt and talk (role, content) pairs, last
+        changed hours_ago; return its messages."""
+        messages = [SYSTEM] + [{"role": r, "content": c} for r, c in talk]
+        stamp = time.time() - hours_ago * 3600 - 30   # half a minute more: no boundary near
+        self.write_session(sid, new_format(sid, messages, cwd or self.here, summary), mtime=stamp)
+        return messages
+
+    def repl(self, *args, cols=100, rows=24, **keys):
+        """Start the REPL on a cols x rows pty (keys go to the config); return (terminal,
+        what it printed before its first prompt, without escape sequences)."""
+        if keys:
+            self.ws.write_config(self.server, **keys)
+        term = self.pty(*args, cols=cols, rows=rows)
+        term.expect(PROMPT_LINE)
+        return term, strip_ansi(term.before)
+
+    def exchange(self, out):
+        """The lines after the [continuing ...] line (the last exchange shown)."""
+        self.assertRegex(out, CONTINUING)
+        return out.split("]\r\n", 1)[1].replace("\r\n", "\n").rstrip("\r\n").split("\n")
+
+
+class ResumeTests(ResumeCase):
+    """Resuming says what goes on and shows where it left off."""
+
+    def test_continue_flag_shows_the_last_exchange_rendered(self):
+        """-c at 40 and 100 columns: the continuing line (id, messages, "3 h ago"), the last
+        prompt behind "you:" (not the first exchange), its answer rendered as the terminal view
+        renders answers (no '#', no '**'), every row within the width."""
+        self.conversation("20250101-000000", [("user", "an earlier question"), ("assistant", "an earlier answer"),
+                                              ("user", "where is the config?"), ("assistant", ANSWER)])
+        for cols in (40, 100):
+            with self.subTest(cols=cols):
+                term, out = self.repl("-c", cols=cols)
+                self.quit(term)
+                self.assertEqual(CONTINUING.search(out).groups(), ("20250101-000000", "5", "3 h ago"), out)
+                shown = self.exchange(out)
+                self.assertEqual(shown[0], "you: where is the config?")
+                text = "\n".join(shown)
+                self.assertIn("Where things are", text)
+                self.assertNotIn("#", text)
+                self.assertNotIn("**", text)
+                self.assertIn("config lives in", text)
+                self.assertIn("\u2022 first point", text)   # a bullet, as rendered
+                self.assertNotIn("earlier", text)
+                self.assertEqual([row for row in shown if len(row) > cols], [])
+                self.assertEqual(len(re.findall(r"^\s*\u2022 ", text, re.M)), 2)
+
+    def test_long_answer_is_cut_to_a_screenful(self):
+        """A 200-line answer at 24 rows (40 and 100 columns): its last lines, after "... N
+        earlier lines", and the whole screen (banner to prompt) fits in the rows."""
+        long_answer = "\n".join("answer line %d" % n for n in range(1, 201))
+        self.conversation("20250101-000000", [("user", "count a lot"), ("assistant", long_answer)])
+        for cols in (40, 100):
+            with self.subTest(cols=cols):
+                term, out = self.repl("--session", "20250101-000000", cols=cols, rows=24)
+                self.quit(term)
+                shown = self.exchange(out)
+                self.assertEqual(shown[-1], "answer line 200")
+                self.assertNotIn("answer line 1", shown)
+                self.assertRegex("\n".join(shown), r"\.\.\. \d+ earlier lines")
+                before_prompt = out.replace("\r\n", "\n").rstrip("\r\n").split("\n")
+                self.assertLessEqual(len(before_prompt) + 1, 24, out)   # + the prompt's row
+                self.assertGreater(len(shown), 10)   # a screenful, not just a line or two
+
+    def test_session_flag_existing_and_new(self):
+        """--session of an existing conversation shows it; a new id says it starts a new
+        conversation (a typo is seen at once) and shows no exchange."""
+        self.conversation("proj-a", [("user", "set up proj-a"), ("assistant", "proj-a is set up")], hours_ago=26)
+        term, out = self.repl("--session", "proj-a")
+        self.quit(term)
+        self.assertEqual(CONTINUING.search(out).groups(), ("proj-a", "3", "1 d ago"))
+        self.assertEqual(self.exchange(out), ["you: set up proj-a", "proj-a is set up"])
+        term, out = self.repl("--session", "brand-new")
+        self.quit(term)
+        self.assertNotIn("[continuing", out)
+        self.assertIn("[new conversation brand-new: no saved session has that id]", out)
+        self.assertNotIn("brand-new", self.conversation_ids())
+
+    def test_load_says_continuing_and_shows_the_exchange(self):
+        """/load and /continue in the REPL: the continuing line and the last exchange, then the
+        prompt; the next turn goes on from there."""
+        self.conversation("20250202-101010", [("user", "what is two plus two?"), ("assistant", "It is **4**.")],
+                          hours_ago=0.5)
+        self.push(text_stream("and five"))
+        term, _ = self.repl()
+        out = self.say(term, "/load 20250202", "[continuing 20250202-101010: 3 messages, 30 min ago]")
+        self.assertIn("you: what is two plus two?\r\nIt is 4.\r\n", out)
+        out = self.say(term, "/continue", "[continuing 20250202-101010: 3 messages, ")
+        self.assertIn("you: what is two plus two?", out)
+        self.say(term, "plus one?", "and five")
+        self.quit(term)
+        self.assertEqual(self.last_messages()[-1], {"role": "user", "content": "plus one?"})
+
+    def test_plain_when_not_rendering(self):
+        """With render=never on a terminal, and with piped stdin and stdout, the answer is
+        shown as the model wrote it (Markdown and all)."""
+        self.conversation("20250101-000000", [("user", "where is the config?"), ("assistant", ANSWER)])
+        term, out = self.repl("-c", render="never")
+        self.quit(term)
+        self.assertIn("# Where things are", out)
+        self.assertIn("The **config** lives in `model.cfg`", out)
+        self.ws.write_config(self.server)
+        result = self.run_bantam("-c", input="/quit\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("[continuing 20250101-000000: 3 messages, 3 h ago]\nyou: where is the config?\n"
+                      "# Where things are\n", result.stdout)
+
+
+class NoPileUpTests(ResumeCase):
+    """Only conversations that happened leave a file."""
+
+    def test_repl_without_a_prompt_or_with_a_failed_one_leaves_no_file(self):
+        """After a batch run: a REPL that only ran /list, and a REPL whose only prompt failed
+        (a 400, then back on the input line) leave no file and autosave.json links where it
+        did; the prompt sent again from the input line then makes one file, titled by it."""
+        self.push(text_stream("batch answer"))
+        self.batch("a batch question")
+        [batch] = self.conversation_ids()
+        term, _ = self.repl()
+        self.say(term, "/list", "a batch question")
+        self.quit(term)
+        self.push(error(400, "bad request for this model"))
+        term, _ = self.repl()
+        self.say(term, "doomed prompt", "your prompt is back on the input line")
+        self.leave(term, "\x15/quit\r")   # Ctrl+U: the prompt that came back goes
+        self.assertEqual(self.conversation_ids(), [batch])
+        self.assertEqual(self.autosave_target(), batch)
+        self.assertEqual(sorted(os.listdir(self.ws.sessions_dir())), sorted([batch + ".json", "autosave.json"]))
+        self.push(error(400, "still bad"), text_stream("finally an answer"))
+        term, _ = self.repl()
+        self.say(term, "second try", "your prompt is back on the input line")
+        term.sendline("")   # Enter sends the prompt that came back
+        term.expect("finally an answer")
+        term.expect(PROMPT_LINE)
+        self.quit(term)
+        [new] = [sid for sid in self.conversation_ids() if sid != batch]
+        saved = self.session(new)
+        self.assertEqual([(m["role"], m["content"]) for m in saved["messages"][1:]],
+                         [("user", "second try"), ("assistant", "finally an answer")])
+        self.assertEqual(saved["summary"], "second try")
+        self.assertEqual(self.autosave_target(), new)
+
+    def test_session_flag_with_a_failed_prompt_leaves_no_file(self):
+        """--session NAME in the REPL whose prompt failed: no NAME.json; Ctrl+C before the
+        reply neither; the next prompt that gets an answer is saved under NAME."""
+        self.push(error(400, "no"))
+        term, _ = self.repl("--session", "named-one")
+        self.say(term, "first attempt", "your prompt is back on the input line")
+        self.leave(term, "\x15/quit\r")   # Ctrl+U: the prompt that came back goes
+        self.assertEqual(self.conversation_ids(), [])
+        self.assertFalse(os.path.lexists(self.path("autosave")))
+        self.push(text_stream("named answer"))
+        term, _ = self.repl("--session", "named-one")
+        self.say(term, "second attempt", "named answer")
+        self.quit(term)
+        self.assertEqual(self.conversation_ids(), ["named-one"])
+        self.assertEqual(self.session("named-one")["messages"][1], {"role": "user", "content": "second attempt"})
+
+    def test_batch_run_keeps_its_file_when_it_fails(self):
+        """A batch run whose request fails for good (exit 2) keeps its file with the prompt,
+        and autosave.json links to it; a retry with the same --session continues it."""
+        self.push(error(400, "refused"))
+        result = self.run_bantam("-p", "the job's prompt", "--session", "job-7")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(self.session("job-7")["messages"], [self.session("job-7")["messages"][0],
+                                                              {"role": "user", "content": "the job's prompt"}])
+        self.assertEqual(self.autosave_target(), "job-7")
+        self.push(text_stream("done at last"))
+        self.batch("try again", "--session", "job-7")
+        self.assertEqual(self.last_messages()[-1]["content"], "the job's prompt\n\ntry again")
+        self.assertEqual(self.session("job-7")["messages"][-1], {"role": "assistant", "content": "done at last"})
+
+
+class ListTests(ResumeCase):
+    """/list: short, readable, one line each."""
+
+    def test_newest_twenty_with_relative_times_and_all(self):
+        """25 conversations: /list shows the newest 20, newest first, with relative times, and
+        says how many it left out; /list all shows every one."""
+        for n in range(25):   # n hours old
+            self.conversation("20250101-0000%02d" % n, [("user", "q"), ("assistant", "a")], hours_ago=n,
+                              summary="topic %d" % n)
+        term, _ = self.repl()
+        out = self.say(term, "/list", "/list all")
+        rows = [line for line in out.splitlines() if re.match(r"^\* 2025", line)]
+        self.assertEqual([row.split()[1] for row in rows], ["20250101-0000%02d" % n for n in range(20)])
+        self.assertRegex(rows[0], r"^\* 20250101-000000\s+just now\s+3 msgs  topic 0$")
+        self.assertRegex(rows[3], r"^\* 20250101-000003\s+3 h ago\s+3 msgs  topic 3$")
+        self.assertIn("5 older", out)
+        out = self.say(term, "/list all", "topic 24")
+        self.assertEqual(len([line for line in out.splitlines() if re.match(r"^\* 2025", line)]), 25)
+        self.quit(term)
+
+    def test_lines_are_cut_to_the_width_at_a_word(self):
+        """At 40 and 100 columns every /list line fits the width; a long title is cut at a word
+        and ends with '…'; the short one is whole."""
+        long_title = "refactor the payment service so that retries use the shared backoff helper everywhere"
+        self.conversation("20250101-000001", [("user", "q")], summary=long_title)
+        self.conversation("20250101-000002", [("user", "q")], summary="short one", hours_ago=5)
+        for cols in (40, 100):
+            with self.subTest(cols=cols):
+                term, _ = self.repl(cols=cols)
+                out = self.say(term, "/list", "short one")
+                self.quit(term)
+                rows = [line for line in out.splitlines() if line.startswith("* 2025")]
+                self.assertEqual(len(rows), 2, out)
+                for row in rows:
+                    self.assertLessEqual(len(row), cols, row)
+                cut = rows[0]
+                self.assertTrue(cut.endswith("\u2026"), cut)
+                kept = cut[:-1].split("  ")[-1]
+                self.assertTrue(long_title.startswith(kept) and long_title[len(kept)] == " ", (kept, cut))
+                self.assertTrue(rows[1].endswith("short one"), rows[1])
+
+    def test_title_is_the_first_line_and_survives_compaction(self):
+        """The title (the summary in the file and in /list) is the first prompt's first line,
+        and stays after /compact (not "Summary of our conversation so far...")."""
+        self.push(text_stream("looked at it"), completion("The user asked about the build."),
+                  text_stream("after compaction"))
+        term, _ = self.repl()
+        self.say(term, "fix the failing build\nit fails in CI since Monday", "looked at it")
+        sid = self.autosave_target()
+        self.assertEqual(self.session(sid)["summary"], "fix the failing build")
+        self.say(term, "/compact", "[compacted")
+        self.say(term, "go on", "after compaction")
+        self.assertEqual(self.session(sid)["summary"], "fix the failing build")
+        out = self.say(term, "/list", "fix the failing build")
+        self.assertNotIn("Summary of our conversation", out)
+        self.quit(term)
+        self.assertEqual(self.session(sid)["summary"], "fix the failing build")
+
+
+class DeleteTests(ResumeCase):
+    """/delete and --delete."""
+
+    def test_delete_by_prefix_removes_file_and_journal(self):
+        """/delete PREFIX removes that conversation's file and its .steps journal (and the
+        autosave link to it); an ambiguous or unknown prefix is a clear error that deletes
+        nothing; the current conversation is refused."""
+        self.conversation("20250101-000000", [("user", "one"), ("assistant", "1")])
+        self.conversation("20250102-000000", [("user", "two"), ("assistant", "2")], hours_ago=1)
+        self.conversation("20250102-000001", [("user", "three"), ("assistant", "3")], hours_ago=2)
+        with open(self.path("20250101-000000", ".steps"), "w") as f:
+            f.write('{"n": 3, "m": {"role": "user", "content": "more"}}\n')
+        os.symlink("20250101-000000.json", self.path("autosave"))
+        term, _ = self.repl()
+        self.say(term, "/delete 202501", "matches 3 sessions")
+        self.say(term, "/delete 1999", "no session matches")
+        self.say(term, "/delete", "usage: /delete")
+        self.assertEqual(len(self.conversation_ids()), 3)
+        self.say(term, "/delete 20250101", "[deleted session 20250101-000000]")
+        self.assertFalse(os.path.exists(self.path("20250101-000000")))
+        self.assertFalse(os.path.exists(self.path("20250101-000000", ".steps")))
+        self.assertFalse(os.path.lexists(self.path("autosave")))
+        self.say(term, "/load 20250102-000001", "[continuing 20250102-000001")
+        out = self.say(term, "/delete 20250102-000001", "the conversation you are in")
+        self.assertNotIn("[deleted", out)
+        self.say(term, "/delete 20250102-000000", "[deleted session 20250102-000000]")
+        self.quit(term)
+        self.assertEqual(self.conversation_ids(), ["20250102-000001"])
+
+    def test_delete_flag(self):
+        """--delete ID deletes and exits 0 without asking the model; an unknown id exits 2
+        with one line."""
+        self.conversation("old-work", [("user", "q"), ("assistant", "a")])
+        result = self.run_bantam("--delete", "old")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("[deleted session old-work]", result.stdout)
+        self.assertEqual(self.conversation_ids(), [])
+        result = self.run_bantam("--delete", "old-work")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(result.stderr.strip().splitlines(), ["error: no session matches 'old-work' (see /list)"])
+        self.assertEqual(self.server.requests, [])
+
+
+class KeepSessionsTests(ResumeCase):
+    """keep_sessions: the oldest made-up ids go when a new conversation is saved."""
+
+    def test_oldest_unnamed_conversations_go(self):
+        """keep_sessions=3 and four older conversations with made-up ids (one with a journal),
+        a /save copy with a made-up id and a named one: a new batch run leaves the three newest
+        made-up ids, the copy and the named one."""
+        for n in range(1, 5):   # 20250101-00000N, N hours old: 1 is the newest
+            self.conversation("20250101-00000%d" % n, [("user", "q%d" % n)], hours_ago=n)
+        with open(self.path("20250101-000004", ".steps"), "w") as f:
+            f.write("{}\n")
+        self.write_session("20240101-000000", new_format("20240101-000000", [SYSTEM], self.here).replace(
+            '"count"', '"copy_of": "abc", "count"'), mtime=time.time() - 99 * 3600)
+        self.conversation("my-notes", [("user", "named")], hours_ago=100)
+        self.ws.write_config(self.server, keep_sessions=3)
+        self.push(text_stream("new one"))
+        self.batch("a new conversation")
+        new = self.autosave_target()
+        self.assertEqual(sorted(self.conversation_ids()),
+                         sorted([new, "20250101-000001", "20250101-000002", "20240101-000000", "my-notes"]))
+        self.assertFalse(os.path.exists(self.path("20250101-000004", ".steps")))
+        self.assertIn('"copy_of": "abc"', read_text(self.path("20240101-000000")))
+
+    def test_default_keeps_1000_and_zero_keeps_every_one(self):
+        """With 1000 conversations saved, a new one removes the oldest (the default is 1000);
+        with keep_sessions=0 nothing is removed."""
+        text = new_format("ID", [SYSTEM, {"role": "user", "content": "q"}], self.here)
+        for n in range(1000):   # 20240101-000000 is the oldest
+            sid = "20240101-%06d" % n
+            self.write_session(sid, text.replace('"ID"', '"%s"' % sid), mtime=time.time() - 86400 + n)
+        self.push(text_stream("one"), text_stream("two"))
+        self.batch("with the default")
+        ids = self.conversation_ids()
+        self.assertEqual(len(ids), 1000)
+        self.assertNotIn("20240101-000000", ids)
+        self.assertIn("20240101-000001", ids)
+        self.ws.write_config(self.server, keep_sessions=0)
+        self.batch("with zero")
+        self.assertEqual(len(self.conversation_ids()), 1001)
+        result = self.run_bantam("--show-config")
+        self.assertRegex(result.stdout, r"(?m)^keep_sessions\s+0\s")
+
+
+if __name__ == "__main__":
+    unittest.main()
