@@ -70,6 +70,8 @@ DEFAULTS = {
     "approve": "auto",             # shell commands: auto (run them) | ask (REPL asks) | deny
     "allow": "",                   # comma-separated shell patterns of commands that always run
     "deny": "",                    # ... that never run (deny wins over allow, allow over approve)
+    "sandbox": "off",              # off | workspace (commands write here and in temp) | read-only
+    "sandbox_network": True,       # false: commands get no sockets (Landlock ABI 4+)
     "max_turn_tokens": 0,          # prompt + completion tokens per turn, subagents included (0: no limit)
     "max_turn_seconds": 0.0,       # wall-clock seconds per turn (0: no limit)
     "max_cost": 0.0,               # dollars per turn, from the prices below (0: no limit)
@@ -82,7 +84,7 @@ DEFAULTS = {
     "keep_sessions": 1000,         # conversations with ids bantam made up kept; older go (0: all)
 }
 CHOICES = {"color": ("auto", "always", "never"), "render": ("auto", "always", "never"),
-           "approve": ("auto", "ask", "deny")}
+           "approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only")}
 POSITIVE = {"max_al_iterations", "max_tool_res", "context_window"}   # 0 makes no sense for these
 
 RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
@@ -2147,10 +2149,10 @@ def shell_exec(cfg, args):
     for name in cfg.get("hidden_env", ()):   # a key withheld from an untrusted endpoint
         env.pop(name, None)
     try:
-        proc = subprocess.Popen([shell_path(), "-c", command], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=env)
-    except OSError as e:
+        proc = sandboxed_popen(cfg, [shell_path(), "-c", command], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True, env=env)
+    except (OSError, ConfigError) as e:   # ConfigError: the sandbox asked for cannot be had
         return "error: cannot start the shell: %s" % e
     output, started = BoundedOutput(cfg), time.monotonic()
     try:
@@ -2165,7 +2167,8 @@ def shell_exec(cfg, args):
     finally:
         proc.stdout.close()
         output.close()
-    return output.text() + remark + "\n\nexit: " + str(code)
+    note = sandbox_words(cfg) if code else ""   # a refused write may be why it failed
+    return output.text() + remark + ("\n[%s]" % note if note else "") + "\n\nexit: " + str(code)
 
 
 def shell_path():
@@ -2516,6 +2519,8 @@ def count_rest(f):
 
 def write_tool(cfg, args):
     """The write tool: replace a whole file, or splice content in at a line or byte offset."""
+    if sandbox_refusal(cfg, args):
+        return sandbox_refusal(cfg, args)
     try:
         path = path_argument(args)
         content = args.get("content")
@@ -2752,6 +2757,166 @@ def answer_unanswered(cfg, messages, calls, stop=None):
                 stop.tool_result = None   # it answers the call that was running, not the next
             add_message(cfg, messages, tool_message(
                 call["id"], clean_for_model(partial) if partial else INTERRUPTED + ": the tool did not finish"))
+
+
+# ----------------------------------------------------------------------------------------
+# The sandbox: commands write only in the working and temporary folders (sandbox=workspace)
+# or the temporary folder alone (read-only); sandbox_network=false leaves them no socket.
+# Linux's Landlock (and seccomp) enforce it in the command's process, between fork and exec.
+# ----------------------------------------------------------------------------------------
+
+# Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8,
+# REMOVE_* and MAKE_* to 1 << 12; then REFER (ABI 2), TRUNCATE (3), IOCTL_DEV (5), and TCP
+# (BIND 1, CONNECT 2: ABI 4). A ruleset denies what its ABI knows, unless a rule allows it.
+ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
+FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}   # audit arch, socket
+
+
+def sandbox_of(cfg):
+    """(mode, closed): 'workspace' or 'read-only' ('' when off), and whether sockets are closed."""
+    return cfg.get("sandbox", "off").replace("off", ""), not cfg.get("sandbox_network", True)
+
+
+def landlock(call, *args):
+    """Landlock call 444 + call (create_ruleset, add_rule, restrict_self; alpha aside); OSError."""
+    import ctypes
+    result = ctypes.CDLL(None, use_errno=True).syscall(
+        ctypes.c_long(444 + call), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    if result < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return result
+
+
+def sandbox_roots(cfg):
+    """(the folders commands may write in, the paths hidden from them: ~/.bantam, the history)."""
+    roots = [os.getcwd()] * (cfg["sandbox"] == "workspace") + [os.environ.get("TMPDIR") or "/tmp"]
+    real = lambda paths: [os.path.realpath(path) for path in paths]
+    hidden = real([bantam_home(), history_path()])
+    return [p for p in real(roots + ["/dev/shm"]) if os.path.isdir(p)], hidden
+
+
+def within(path, folders):
+    """Is path one of folders, or beneath one?"""
+    return any((path + "/").startswith(folder.rstrip("/") + "/") for folder in folders)
+
+
+def sandbox_ruleset(cfg):
+    """The Landlock ruleset fd (close-on-exec) of cfg's sandbox, None without one; ConfigError."""
+    mode, closed = sandbox_of(cfg)
+    if not mode and not closed:
+        return None
+    try:   # LANDLOCK_CREATE_RULESET_VERSION; ENOSYS: before Linux 5.13, EOPNOTSUPP: not in lsm=
+        abi, why = (landlock(0, None, 0, 1), "") if sys.platform == "linux" else (0, "not on Linux")
+    except OSError as e:
+        abi, why = 0, "this kernel has no Landlock (%s)" % e.strerror
+    if closed and abi and (abi < 4 or os.uname().machine not in SECCOMP_ARCH):
+        why = "it needs Landlock ABI 4 (Linux 6.7) on x86_64 or aarch64; this is ABI %d" % abi
+    if why:   # never a command run with less than was asked for
+        raise ConfigError("sandbox=%s%s: %s; sandbox=off runs without" % (
+            mode or "off", ", sandbox_network=false" * closed, why))
+    import struct
+    rights = ALL_RIGHTS[min(abi, 5)] - 1 if mode else 0
+    attr = struct.pack("QQQ", rights, 3 * closed, 0)   # fs, net, scoped: an older ABI's are 0
+    ruleset = landlock(0, attr, len(attr), 0)
+    add = lambda fd, allowed: landlock(1, ruleset, 1, struct.pack("=Qi", allowed, fd), 0)
+    try:   # LANDLOCK_RULE_PATH_BENEATH {allowed_access, parent_fd}
+        if mode:
+            roots, hidden = sandbox_roots(cfg)
+            allow(add, "/", 8, [])                  # READ_DIR: every folder can be listed,
+            allow(add, "/", 1 | 4, hidden)          # EXECUTE, READ_FILE: all but the hidden
+            for path in roots + list(DEVICES):
+                allow(add, path, rights, hidden)
+    except OSError as e:
+        os.close(ruleset)
+        raise ConfigError("sandbox=%s: cannot make its Landlock rules: %s" % (mode, e))
+    return ruleset
+
+
+def allow(add, path, rights, hidden):
+    """Give rights beneath path but not beneath the hidden paths, nor through a symlink."""
+    inside = [h for h in hidden if within(h, [path])]
+    if inside:   # a rule only adds rights: each entry of path gets its own instead
+        for name in [] if path in inside else os.listdir(path):
+            allow(add, os.path.join(path, name), rights, inside)
+        return
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:   # gone since it was listed, or not on this system
+        return
+    try:
+        mode = os.fstat(fd).st_mode   # a symlink's target is allowed where it lies, or not at all
+        if not stat.S_ISLNK(mode):
+            add(fd, rights if stat.S_ISDIR(mode) else rights & FILE_RIGHTS)
+    finally:
+        os.close(fd)
+
+
+def socket_filter():
+    """(a seccomp program under which socket(), io_uring_setup() fail; its sock_fprog)."""
+    import ctypes
+    import struct
+    arch, socket_call = SECCOMP_ARCH[os.uname().machine]
+    deny, allowed = 0x50000 | 13, 0x7FFF0000   # SECCOMP_RET_ERRNO | EACCES, SECCOMP_RET_ALLOW
+    steps = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (0x06, 0, 0, deny),   # another ABI's calls: no
+             (0x20, 0, 0, 0), (0x35, 3, 0, 0x40000000),                  # x32's calls: no
+             (0x15, 2, 0, socket_call), (0x15, 1, 0, 425),               # socket, io_uring_setup
+             (0x06, 0, 0, allowed), (0x06, 0, 0, deny)]
+    code = b"".join(struct.pack("HBBI", *step) for step in steps)   # struct sock_filter
+    program = (ctypes.c_char * len(code)).from_buffer_copy(code)
+    return program, struct.pack("HP", len(steps), ctypes.addressof(program))   # struct sock_fprog
+
+
+def sandboxed_popen(cfg, argv, **options):
+    """subprocess.Popen(argv, **options), the command confined by cfg's sandbox; ConfigError."""
+    import ctypes
+    import subprocess
+    ruleset = sandbox_ruleset(cfg)
+    if ruleset is None:
+        return subprocess.Popen(argv, **options)
+    # The child only calls functions looked up here: a lock held at the fork cannot stop it.
+    libc, u = ctypes.CDLL(None, use_errno=True), ctypes.c_ulong
+    calls = [(libc.prctl, 38, u(1), u(0), u(0), u(0)),                         # PR_SET_NO_NEW_PRIVS
+             (libc.syscall, ctypes.c_long(446), ctypes.c_long(ruleset), u(0))]  # restrict_self
+    program, fprog = socket_filter() if sandbox_of(cfg)[1] else (None, None)   # alive till exec
+    if program:
+        calls.append((libc.prctl, 22, u(2), fprog, u(0), u(0)))   # PR_SET_SECCOMP, MODE_FILTER
+
+    def confine():
+        """Enforce the sandbox on this process: the command's, never bantam's."""
+        if any(call[0](*call[1:]) for call in calls):
+            os.write(2, b"bantam: the sandbox could not be enforced: the command did not run\n")
+            os._exit(126)
+    try:
+        return subprocess.Popen(argv, preexec_fn=confine, **options)
+    finally:
+        os.close(ruleset)
+
+
+def check_sandbox(cfg):
+    """Stop (ConfigError: exit 2) before any request when cfg's sandbox cannot be had here."""
+    ruleset = sandbox_ruleset(cfg)
+    return ruleset is None or os.close(ruleset)
+
+
+def sandbox_words(cfg):
+    """What cfg's sandbox refuses, in one line ('' without one)."""
+    mode, closed = sandbox_of(cfg)
+    where = "sandbox=%s: writes outside %s are refused" % (mode, ", ".join(sandbox_roots(cfg)[0]))
+    return "; ".join([where] * bool(mode) + ["sandbox_network=false: no sockets"] * closed)
+
+
+def sandbox_refusal(cfg, args):
+    """Why the write tool may not write args' path (real) under the commands' rule, else ''."""
+    try:
+        path = os.path.realpath(path_argument(args)) if sandbox_of(cfg)[0] else ""
+    except ValueError:
+        return ""   # the tool says what is wrong with its arguments
+    roots, hidden = sandbox_roots(cfg) if path else ([], [])
+    if path and (within(path, hidden) or not within(path, roots)):
+        return "error: %s: %s" % (sandbox_words(dict(cfg, sandbox_network=True)), path)
+    return ""
 
 
 # ----------------------------------------------------------------------------------------
@@ -4614,6 +4779,8 @@ def startup_line(cfg, columns=80):
     parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
     if cfg["sources"]["context_window"] != "default":
         parts.append("context %d" % cfg["context_window"])
+    mode, closed = sandbox_of(cfg)
+    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed
     line = " \u00b7 ".join(parts) + " \u00b7 /help for commands"
     return line if len(line) <= columns else line[:-len(" for commands")]
 
@@ -4839,6 +5006,8 @@ def parse_args(argv):
                        help="ask before each shell command (approve=ask); without a terminal: refuse them")
     leash.add_argument("--yolo", dest="approve", action="store_const", const="auto",
                        help="run shell commands without asking (approve=auto); deny patterns still apply")
+    add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"],
+        help="off, workspace or read-only: where commands may write (config key sandbox)")
     add("--trust", action="store_true", help="trust this folder's model.cfg endpoint with your API key")
     add("--show-config", action="store_true", help="print every setting and where it comes from, then exit")
     add("--version", action="version", version="bantam " + VERSION)
@@ -4863,7 +5032,7 @@ is the model's best from what it had), 130 interrupted, 129 hang-up, 143 termina
 def overrides_of(args):
     """The config values the flags set, parsed: {key: value}."""
     pairs = [("model", args.model), ("endpoint", args.endpoint), ("trace_file", args.trace),
-             ("approve", args.approve)]
+             ("approve", args.approve), ("sandbox", args.sandbox)]
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or key.strip().lower() not in DEFAULTS:
@@ -5027,6 +5196,7 @@ def main(argv=None):
             return run_direct(cfg, prompt[1:])
         cfg = check_key_destination(cfg, args, interactive=not batch and sys.stdin.isatty())
         check_first_run(cfg, batch)
+        check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
         if args.output:   # before the model is paid: a file that cannot be written fails now
             try:
                 open(args.output, "a").close()
