@@ -125,8 +125,9 @@ EMPTY_ASSISTANT_PATTERNS = re.compile(
     r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
 
 # What this process has learned about the servers it talks to (facts, shared on purpose by
-# every run): context windows by (endpoint, model), fields a server refused, notes given.
-LEARNED = {"windows": {}, "dropped": set(), "noted": set()}
+# every run): context windows by (endpoint, model), fixes their errors taught ((endpoint,
+# model, fix): see FIXES), notes given.
+LEARNED = {"windows": {}, "fixes": set(), "noted": set()}
 
 
 class BantamError(Exception):
@@ -1487,8 +1488,10 @@ def release(cfg, response):
 
 
 def request_body(cfg, messages, tools, stream):
-    """The JSON body of a chat completion request, without the fields this server has said
-    it does not support (see unsupported_field)."""
+    """The JSON body of a chat completion request, with the fixes this server's errors taught
+    (see learned_fix): without the fields it does not support, streamed if it must be..."""
+    fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
+    stream = stream or "stream" in fixes
     body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
             "stream": stream}
     if tools:
@@ -1497,12 +1500,52 @@ def request_body(cfg, messages, tools, stream):
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
-    dropped = {f for e, m, f in LEARNED["dropped"] if (e, m) == (cfg["endpoint"], cfg["model"])}
-    for field in dropped & set(body):
-        del body[field]
-    if dropped & set(MESSAGE_EXTRAS):   # fields a provider put on messages that this one refuses
-        body["messages"] = [{k: v for k, v in m.items() if k not in dropped} for m in messages]
+    for field in {"drop " + f for f in body} & fixes:
+        del body[field[5:]]
+    if fixes - {"stream"} - {"drop " + f for f in OPTIONAL_FIELDS}:   # fixes of the messages
+        body["messages"] = [fixed_message(m, fixes) for m in messages]
     return body
+
+
+def fixed_message(message, fixes):
+    """A message as this server takes it, the learned fixes applied (the same dict when none
+    changes it: the stored conversation stays as it was)."""
+    fixed = {k: v for k, v in message.items() if "drop " + k not in fixes}
+    if message.get("tool_calls") and message.get("role") == "assistant":
+        if "reasoning_content" in fixes:
+            fixed.setdefault("reasoning_content", "")
+        if "null_content" in fixes and not str(fixed.get("content") or "").strip():
+            fixed["content"] = None
+    return message if fixed == message else fixed
+
+
+# Fixes a server's error teaches, kept for that endpoint and model: the error, and the line
+# that says so (none: nothing the user sees changes). Requests change in request_body.
+FIXES = {
+    # DashScope's Qwen3 thinking models answer only streamed requests (a summary's too)
+    "stream": (r"must be set to false for non-streaming", None),
+    # Kimi K2.5+ with thinking on, DeepSeek V4: the field on every assistant message with
+    # tool calls, even one where the model wrote no reasoning; Groq and Cerebras reject it
+    "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking mode",
+                          "the server wants reasoning_content on tool call messages: sending it"),
+    # Claude behind OpenAI-compatible gateways (Databricks, Requesty, one-api): content ""
+    # beside tool calls becomes an empty text block, which it rejects; null is no block
+    "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
+                     "the server rejects empty text beside tool calls: sending content null there")}
+
+
+def learned_fix(error, body):
+    """The fix a refused request's ApiError asks for (a refused field to leave out, or one
+    of FIXES) and the line saying so, or (None, None)."""
+    text = error.body or str(error)
+    if error.kind not in ("bad_request", "empty_assistant"):
+        return None, None
+    field = unsupported_field(text, body)
+    if field:
+        say = "the server does not support %r for this model: leaving it out" % field
+        return "drop " + field, say
+    return next(((fix, say) for fix, (pattern, say) in FIXES.items()
+                 if re.search(pattern, text, re.I)), (None, None))
 
 
 OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
@@ -1533,7 +1576,9 @@ def unsupported_field(text, body):
     for field in sent:
         if field == param or field in places:
             return field
-    return next((f for f in sent if re.search(r"[`'\"]%s[`'\"]|\b%s\b" % (f, f), text)), None)
+    # in any case style: xAI's {"error": "Model grok-4 does not support parameter reasoningEffort."}
+    named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
+    return named[0] if named else None
 
 
 def chat(cfg, messages, tools=True, quiet=False, nudge=None):
@@ -1558,18 +1603,23 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
                 learn_window(cfg, e.body or str(e))
             if e.kind == "empty_assistant" and drop_empty_assistant(messages):
                 continue
-            field = e.kind == "bad_request" and unsupported_field(e.body or str(e), body)
-            if field:   # leave it out from now on, and ask again
-                LEARNED["dropped"].add((cfg["endpoint"], cfg["model"], field))
-                note(cfg, "[the server does not support %r for this model: leaving it out from now on]" % field, "info")
+            fix, say = learned_fix(e, body)
+            learned = (cfg["endpoint"], cfg["model"], fix)
+            if fix and learned not in LEARNED["fixes"]:   # ask again, fixed (and from now on)
+                LEARNED["fixes"].add(learned)
+                if say:
+                    note(cfg, "[%s from now on]" % say, "info")
                 continue
+            if e.kind == "bad_request" and '"tool_use_failed"' in (e.body or ""):
+                # Groq: the model wrote a malformed call; a slip of the model's, not the request's
+                e = ApiError("%s (a malformed tool call from the model)" % e, "retry", e.status)
             if e.body == "empty stream":   # some servers only say what went wrong (an overflow...)
                 stream = False              # in a reply that is not streamed: ask that way
             if e.kind != "retry" or retries >= len(delays):
                 if e.kind == "retry" and retries:
                     raise ApiError("%s (gave up after %d %s)" % (e, retries, "retry" if retries == 1 else "retries"),
                                    "retry", e.status)
-                raise
+                raise e
             wait = max(delays[retries], e.wait or 0)
             if wait > MAX_SERVER_WAIT:
                 raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (e, wait),
