@@ -2101,6 +2101,12 @@ def merge_tool_call(calls, fragment, position):
             index = max(calls) + 1
     function = fragment.get("function") or {}
     call = calls.get(index)
+    other = call and call["id"] and fragment.get("id") and str(fragment["id"]) != call["id"]
+    if other and function.get("name"):
+        # Ollama sends every call whole at index 0, each with its own id: this is a new
+        # one; the one before moves to a key of its own (calls keep the order they began in)
+        calls[-1 - len(calls)] = calls.pop(index)
+        call = None
     if call is None:
         call = calls[index] = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
     if fragment.get("id") and not call["id"]:
@@ -2120,7 +2126,7 @@ def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
     text = join_surrogates("".join(reply["content"]))
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
-    calls = [reply["calls"][i] for i in sorted(reply["calls"]) if reply["calls"][i]["function"]["name"]]
+    calls = [c for c in reply["calls"].values() if c["function"]["name"]]   # in the order begun
     if calls:
         for call in calls:
             call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if the server gave none
