@@ -409,6 +409,13 @@ def show_reply_end(state, event):
     flush_out(state, now=True)
 
 
+def show_discarded(state, event):
+    """[discarded: ...], dim, below the output of a reply that failed."""
+    end_line(state, event["depth"])
+    write(state, "[discarded: the reply above failed and is not kept]\n", "dim", event["depth"])
+    flush_out(state, now=True)
+
+
 def show_tool_call(state, event):
     """[tool call: name(arguments)]"""
     close_block(state, event)
@@ -531,7 +538,7 @@ def show_turn_end(state, event):
 PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
          "reply_end": show_reply_end, "tool_call": show_tool_call, "tool_result": show_tool_result,
          "note": show_note, "retry": show_retry, "error": show_error, "context": show_context,
-         "approval": show_approval, "turn_end": show_turn_end}
+         "approval": show_approval, "turn_end": show_turn_end, "discarded": show_discarded}
 
 
 def jsonl_view(stream, cfg):
@@ -1679,17 +1686,28 @@ def exchange(cfg, body, quiet):
                        "please report this" % (type(e).__name__, e), "fatal")
     except (OSError, http.client.HTTPException) as e:
         drop_connection(cfg)
-        raise network_error(e, cfg, got_output=bool(reply["content"] or reply["reasoning"] or reply["calls"]))
-    except ApiError:
+        output = bool(reply["content"] or reply["reasoning"] or reply["calls"])
+        raise discard(cfg, reply, network_error(e, cfg, got_output=output))
+    except ApiError as e:
         if response is not None and not response.isclosed():
             drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
-        raise
+        raise discard(cfg, reply, e)
     except BaseException as stop:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
         drop_connection(cfg)
         stop.partial = "".join(reply["content"])
         raise
     finally:
         end_reply(cfg, reply)
+
+
+def discard(cfg, reply, error):
+    """End a failed reply and return its error; what of it was shown is marked as not kept
+    (a "discarded" event), there where it was shown."""
+    shown = not reply["quiet"] and (reply["content"] or reply["reasoning"])
+    end_reply(cfg, reply)
+    if shown:
+        emit(cfg, "discarded", error=redact_all(cfg, str(error)))
+    return error
 
 
 def encode_body(cfg, body):
