@@ -1963,7 +1963,8 @@ def new_reply(cfg, quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
             "echo_reasoning": False, "finish": None, "done": False, "usage": None, "extra": {},
-            "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False}
+            "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False,
+            "think": "start", "unsure": ""}
 
 
 def merge_chunk(reply, chunk, whole=False):
@@ -2056,10 +2057,49 @@ def add_reasoning(reply, text):
 
 
 def add_text(reply, text):
-    """Record answer text (to be passed on after this network read)."""
+    """Record answer text (to be passed on after this network read); a <think> block at the
+    start of the content is passed on as reasoning, and stored as sent."""
     reply["content"].append(text)
     if not reply["quiet"]:
-        add_pending(reply, "text", text)
+        text = split_think(reply, text) if reply["think"] else text
+        if text:
+            add_pending(reply, "text", text)
+
+
+THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills, Amazon Nova
+
+
+def split_think(reply, text):
+    """The answer part of a piece of content that may begin, hold or end a <think> block at
+    the start of the content; reasoning inside it goes to pending; a piece that may be part
+    of a marker waits for the next one. reply["think"]: "start", the closing tag looked for,
+    "after" (blanks after it are not shown) or None."""
+    text, reply["unsure"] = reply["unsure"] + text, ""
+    if reply["think"] == "start":
+        head = text.lstrip()
+        tag = next((t for t in THINK_TAGS if head.startswith(t)), None)
+        if not tag:
+            if any(t.startswith(head) for t in THINK_TAGS):   # "", "<thi": not known yet
+                reply["unsure"] = text
+                return ""
+            reply["think"] = None
+            return text
+        reply["think"], text = "</" + tag[1:], head[len(tag):].lstrip()
+    if reply["think"] != "after":
+        close = reply["think"]
+        end = text.find(close)
+        keep = 0 if end >= 0 else next((n for n in range(len(close) - 1, 0, -1)
+                                        if text.endswith(close[:n])), 0)
+        thought = text[:end] if end >= 0 else text[:len(text) - keep]
+        if thought:
+            add_pending(reply, "reasoning", thought)
+        if end < 0:
+            reply["unsure"] = text[len(text) - keep:]
+            return ""
+        reply["think"], text = "after", text[end + len(close):]
+    text = text.lstrip()
+    reply["think"] = "after" if not text else None
+    return text
 
 
 def add_pending(reply, kind, text):
@@ -2077,6 +2117,7 @@ def pass_on(cfg, reply):
     pending = reply["pending"][:]
     del reply["pending"][:]
     for kind, pieces in pending:
+        let_go(cfg, reply, "text" if kind == "reasoning" else "reasoning")   # in the order sent
         text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], pieces[0] if len(pieces) == 1 else "".join(pieces))
         if text:
             emit(cfg, kind, text=text)
@@ -2087,11 +2128,19 @@ def end_reply(cfg, reply):
     if reply["quiet"] or reply["ended"]:
         return
     reply["ended"] = True
+    if reply["unsure"]:   # the content ended inside a <think> block, or before it was known
+        add_pending(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
     pass_on(cfg, reply)
     for kind in ("reasoning", "text"):
-        if reply["held"][kind]:   # it was not a secret after all
-            emit(cfg, kind, text=join_surrogates(reply["held"][kind]))
+        let_go(cfg, reply, kind)
     emit(cfg, "reply_end", finish=reply["finish"])
+
+
+def let_go(cfg, reply, kind):
+    """Pass on what was held back of one kind: its run has ended, so it was no secret."""
+    if reply["held"][kind]:
+        emit(cfg, kind, text=join_surrogates(reply["held"][kind]))
+        reply["held"][kind] = ""
 
 
 def merge_dict(into, extra):
@@ -4395,9 +4444,11 @@ def run_turn(convo, prompt, take_back=False):
 
 
 def last_answer(messages):
-    """The content of the last assistant message (the turn's final answer), or ""."""
-    return next((m["content"] for m in reversed(messages) if m.get("role") == "assistant"
-                 and isinstance(m.get("content"), str)), "")
+    """The content of the last assistant message (the turn's final answer, without a
+    <think> block at its start), or ""."""
+    answer = next((m["content"] for m in reversed(messages) if m.get("role") == "assistant"
+                   and isinstance(m.get("content"), str)), "")
+    return re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", answer, count=1, flags=re.S)
 
 
 def history_path():
