@@ -3175,13 +3175,25 @@ def context_window(cfg):
 
 def discover_window(cfg):
     """The window the server reports for the model, or None: a field of its GET /models
-    entry, else (for a server on this machine or network) the local servers' own APIs."""
+    entry, else LiteLLM's /model/info, else (for a server on this machine or network) the
+    local servers' own APIs."""
     for entry in list_models(cfg, quiet=True):
         if entry.get("id") == cfg["model"]:
-            top = entry.get("top_provider") if isinstance(entry.get("top_provider"), dict) else {}
+            top, meta = (entry.get(k) if isinstance(entry.get(k), dict) else {}
+                         for k in ("top_provider", "meta"))
             window = first_count(entry.get("context_length"), entry.get("context_window"),
                                  entry.get("max_model_len"), entry.get("max_context_length"),
-                                 entry.get("loaded_context_length"), top.get("context_length"))
+                                 entry.get("loaded_context_length"), top.get("context_length"),
+                                 meta.get("n_ctx"))   # llama-server's meta.n_ctx (not n_ctx_train)
+            if window:
+                return window
+    # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
+    # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
+    info = get_json(cfg, "GET", "/model/info")
+    for entry in info.get("data") or () if isinstance(info, dict) else ():
+        if isinstance(entry, dict) and entry.get("model_name") == cfg["model"]:
+            about = entry.get("model_info")
+            window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
             if window:
                 return window
     from urllib.parse import urlsplit
