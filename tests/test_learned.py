@@ -284,4 +284,4 @@ class ViewTests(BantamTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout, "The answer is 42.\n")
         with open(os.path.join(self.ws.work, "answer.txt"), encoding="utf-8") as f:
-            self.assertEqual(f.read(), "The answer is 42.")
+            self.assertEqual(f.read().rstrip("\n"), "The answer is 42.")
