@@ -129,8 +129,9 @@ EMPTY_ASSISTANT_PATTERNS = re.compile(
     r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
 
 # What this process has learned about the servers it talks to (facts, shared on purpose by
-# every run): context windows by (endpoint, model), fields a server refused, notes given.
-LEARNED = {"windows": {}, "dropped": set(), "noted": set()}
+# every run): context windows by (endpoint, model), fixes their errors taught ((endpoint,
+# model, fix): see FIXES), notes given.
+LEARNED = {"windows": {}, "fixes": set(), "noted": set()}
 
 
 class BantamError(Exception):
@@ -413,6 +414,13 @@ def show_reply_end(state, event):
     flush_out(state, now=True)
 
 
+def show_discarded(state, event):
+    """[discarded: ...], dim, below the output of a reply that failed."""
+    end_line(state, event["depth"])
+    write(state, "[discarded: the reply above failed and is not kept]\n", "dim", event["depth"])
+    flush_out(state, now=True)
+
+
 def show_tool_call(state, event):
     """[tool call: name(arguments)]"""
     close_block(state, event)
@@ -537,7 +545,7 @@ def show_turn_end(state, event):
 PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
          "reply_end": show_reply_end, "tool_call": show_tool_call, "tool_result": show_tool_result,
          "note": show_note, "retry": show_retry, "error": show_error, "context": show_context,
-         "approval": show_approval, "turn_end": show_turn_end}
+         "approval": show_approval, "turn_end": show_turn_end, "discarded": show_discarded}
 
 
 def jsonl_view(stream, cfg):
@@ -1534,8 +1542,10 @@ def release(cfg, response):
 
 
 def request_body(cfg, messages, tools, stream):
-    """The JSON body of a chat completion request, without the fields this server has said
-    it does not support (see unsupported_field)."""
+    """The JSON body of a chat completion request, with the fixes this server's errors taught
+    (see learned_fix): without the fields it does not support, streamed if it must be..."""
+    fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
+    stream = stream or "stream" in fixes
     body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
             "stream": stream}
     if tools:
@@ -1544,12 +1554,52 @@ def request_body(cfg, messages, tools, stream):
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
-    dropped = {f for e, m, f in LEARNED["dropped"] if (e, m) == (cfg["endpoint"], cfg["model"])}
-    for field in dropped & set(body):
-        del body[field]
-    if dropped & set(MESSAGE_EXTRAS):   # fields a provider put on messages that this one refuses
-        body["messages"] = [{k: v for k, v in m.items() if k not in dropped} for m in messages]
+    for field in {"drop " + f for f in body} & fixes:
+        del body[field[5:]]
+    if fixes - {"stream"} - {"drop " + f for f in OPTIONAL_FIELDS}:   # fixes of the messages
+        body["messages"] = [fixed_message(m, fixes) for m in messages]
     return body
+
+
+def fixed_message(message, fixes):
+    """A message as this server takes it, the learned fixes applied (the same dict when none
+    changes it: the stored conversation stays as it was)."""
+    fixed = {k: v for k, v in message.items() if "drop " + k not in fixes}
+    if message.get("tool_calls") and message.get("role") == "assistant":
+        if "reasoning_content" in fixes:
+            fixed.setdefault("reasoning_content", "")
+        if "null_content" in fixes and not str(fixed.get("content") or "").strip():
+            fixed["content"] = None
+    return message if fixed == message else fixed
+
+
+# Fixes a server's error teaches, kept for that endpoint and model: the error, and the line
+# that says so (none: nothing the user sees changes). Requests change in request_body.
+FIXES = {
+    # DashScope's Qwen3 thinking models answer only streamed requests (a summary's too)
+    "stream": (r"must be set to false for non-streaming", None),
+    # Kimi K2.5+ with thinking on, DeepSeek V4: the field on every assistant message with
+    # tool calls, even one where the model wrote no reasoning; Groq and Cerebras reject it
+    "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking mode",
+                          "the server wants reasoning_content on tool call messages: sending it"),
+    # Claude behind OpenAI-compatible gateways (Databricks, Requesty, one-api): content ""
+    # beside tool calls becomes an empty text block, which it rejects; null is no block
+    "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
+                     "the server rejects empty text beside tool calls: sending content null there")}
+
+
+def learned_fix(error, body):
+    """The fix a refused request's ApiError asks for (a refused field to leave out, or one
+    of FIXES) and the line saying so, or (None, None)."""
+    text = error.body or str(error)
+    if error.kind not in ("bad_request", "empty_assistant"):
+        return None, None
+    field = unsupported_field(text, body)
+    if field:
+        say = "the server does not support %r for this model: leaving it out" % field
+        return "drop " + field, say
+    return next(((fix, say) for fix, (pattern, say) in FIXES.items()
+                 if re.search(pattern, text, re.I)), (None, None))
 
 
 OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
@@ -1580,7 +1630,9 @@ def unsupported_field(text, body):
     for field in sent:
         if field == param or field in places:
             return field
-    return next((f for f in sent if re.search(r"[`'\"]%s[`'\"]|\b%s\b" % (f, f), text)), None)
+    # in any case style: xAI's {"error": "Model grok-4 does not support parameter reasoningEffort."}
+    named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
+    return named[0] if named else None
 
 
 def chat(cfg, messages, tools=True, quiet=False, nudge=None):
@@ -1605,18 +1657,23 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
                 learn_window(cfg, e.body or str(e))
             if e.kind == "empty_assistant" and drop_empty_assistant(messages):
                 continue
-            field = e.kind == "bad_request" and unsupported_field(e.body or str(e), body)
-            if field:   # leave it out from now on, and ask again
-                LEARNED["dropped"].add((cfg["endpoint"], cfg["model"], field))
-                note(cfg, "[the server does not support %r for this model: leaving it out from now on]" % field, "info")
+            fix, say = learned_fix(e, body)
+            learned = (cfg["endpoint"], cfg["model"], fix)
+            if fix and learned not in LEARNED["fixes"]:   # ask again, fixed (and from now on)
+                LEARNED["fixes"].add(learned)
+                if say:
+                    note(cfg, "[%s from now on]" % say, "info")
                 continue
+            if e.kind == "bad_request" and '"tool_use_failed"' in (e.body or ""):
+                # Groq: the model wrote a malformed call; a slip of the model's, not the request's
+                e = ApiError("%s (a malformed tool call from the model)" % e, "retry", e.status)
             if e.body == "empty stream":   # some servers only say what went wrong (an overflow...)
                 stream = False              # in a reply that is not streamed: ask that way
             if e.kind != "retry" or retries >= len(delays):
                 if e.kind == "retry" and retries:
                     raise ApiError("%s (gave up after %d %s)" % (e, retries, "retry" if retries == 1 else "retries"),
                                    "retry", e.status)
-                raise
+                raise e
             wait = max(delays[retries], e.wait or 0)
             if wait > MAX_SERVER_WAIT:
                 raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (e, wait),
@@ -1676,17 +1733,28 @@ def exchange(cfg, body, quiet):
                        "please report this" % (type(e).__name__, e), "fatal")
     except (OSError, http.client.HTTPException) as e:
         drop_connection(cfg)
-        raise network_error(e, cfg, got_output=bool(reply["content"] or reply["reasoning"] or reply["calls"]))
-    except ApiError:
+        output = bool(reply["content"] or reply["reasoning"] or reply["calls"])
+        raise discard(cfg, reply, network_error(e, cfg, got_output=output))
+    except ApiError as e:
         if response is not None and not response.isclosed():
             drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
-        raise
+        raise discard(cfg, reply, e)
     except BaseException as stop:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
         drop_connection(cfg)
         stop.partial = "".join(reply["content"])
         raise
     finally:
         end_reply(cfg, reply)
+
+
+def discard(cfg, reply, error):
+    """End a failed reply and return its error; what of it was shown is marked as not kept
+    (a "discarded" event), there where it was shown."""
+    shown = not reply["quiet"] and (reply["content"] or reply["reasoning"])
+    end_reply(cfg, reply)
+    if shown:
+        emit(cfg, "discarded", error=redact_all(cfg, str(error)))
+    return error
 
 
 def encode_body(cfg, body):
@@ -1942,7 +2010,8 @@ def new_reply(cfg, quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
             "echo_reasoning": False, "finish": None, "done": False, "usage": None, "extra": {},
-            "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False}
+            "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False,
+            "think": "start", "unsure": ""}
 
 
 def merge_chunk(reply, chunk, whole=False):
@@ -2035,10 +2104,49 @@ def add_reasoning(reply, text):
 
 
 def add_text(reply, text):
-    """Record answer text (to be passed on after this network read)."""
+    """Record answer text (to be passed on after this network read); a <think> block at the
+    start of the content is passed on as reasoning, and stored as sent."""
     reply["content"].append(text)
     if not reply["quiet"]:
-        add_pending(reply, "text", text)
+        text = split_think(reply, text) if reply["think"] else text
+        if text:
+            add_pending(reply, "text", text)
+
+
+THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills, Amazon Nova
+
+
+def split_think(reply, text):
+    """The answer part of a piece of content that may begin, hold or end a <think> block at
+    the start of the content; reasoning inside it goes to pending; a piece that may be part
+    of a marker waits for the next one. reply["think"]: "start", the closing tag looked for,
+    "after" (blanks after it are not shown) or None."""
+    text, reply["unsure"] = reply["unsure"] + text, ""
+    if reply["think"] == "start":
+        head = text.lstrip()
+        tag = next((t for t in THINK_TAGS if head.startswith(t)), None)
+        if not tag:
+            if any(t.startswith(head) for t in THINK_TAGS):   # "", "<thi": not known yet
+                reply["unsure"] = text
+                return ""
+            reply["think"] = None
+            return text
+        reply["think"], text = "</" + tag[1:], head[len(tag):].lstrip()
+    if reply["think"] != "after":
+        close = reply["think"]
+        end = text.find(close)
+        keep = 0 if end >= 0 else next((n for n in range(len(close) - 1, 0, -1)
+                                        if text.endswith(close[:n])), 0)
+        thought = text[:end] if end >= 0 else text[:len(text) - keep]
+        if thought:
+            add_pending(reply, "reasoning", thought)
+        if end < 0:
+            reply["unsure"] = text[len(text) - keep:]
+            return ""
+        reply["think"], text = "after", text[end + len(close):]
+    text = text.lstrip()
+    reply["think"] = "after" if not text else None
+    return text
 
 
 def add_pending(reply, kind, text):
@@ -2056,6 +2164,7 @@ def pass_on(cfg, reply):
     pending = reply["pending"][:]
     del reply["pending"][:]
     for kind, pieces in pending:
+        let_go(cfg, reply, "text" if kind == "reasoning" else "reasoning")   # in the order sent
         text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], pieces[0] if len(pieces) == 1 else "".join(pieces))
         if text:
             emit(cfg, kind, text=text)
@@ -2066,11 +2175,19 @@ def end_reply(cfg, reply):
     if reply["quiet"] or reply["ended"]:
         return
     reply["ended"] = True
+    if reply["unsure"]:   # the content ended inside a <think> block, or before it was known
+        add_pending(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
     pass_on(cfg, reply)
     for kind in ("reasoning", "text"):
-        if reply["held"][kind]:   # it was not a secret after all
-            emit(cfg, kind, text=join_surrogates(reply["held"][kind]))
+        let_go(cfg, reply, kind)
     emit(cfg, "reply_end", finish=reply["finish"])
+
+
+def let_go(cfg, reply, kind):
+    """Pass on what was held back of one kind: its run has ended, so it was no secret."""
+    if reply["held"][kind]:
+        emit(cfg, kind, text=join_surrogates(reply["held"][kind]))
+        reply["held"][kind] = ""
 
 
 def merge_dict(into, extra):
@@ -2098,6 +2215,12 @@ def merge_tool_call(calls, fragment, position):
             index = max(calls) + 1
     function = fragment.get("function") or {}
     call = calls.get(index)
+    other = call and call["id"] and fragment.get("id") and str(fragment["id"]) != call["id"]
+    if other and function.get("name"):
+        # Ollama sends every call whole at index 0, each with its own id: this is a new
+        # one; the one before moves to a key of its own (calls keep the order they began in)
+        calls[-1 - len(calls)] = calls.pop(index)
+        call = None
     if call is None:
         call = calls[index] = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
     if fragment.get("id") and not call["id"]:
@@ -2117,7 +2240,7 @@ def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
     text = join_surrogates("".join(reply["content"]))
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
-    calls = [reply["calls"][i] for i in sorted(reply["calls"]) if reply["calls"][i]["function"]["name"]]
+    calls = [c for c in reply["calls"].values() if c["function"]["name"]]   # in the order begun
     if calls:
         for call in calls:
             call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if the server gave none
@@ -3262,13 +3385,25 @@ def context_window(cfg):
 
 def discover_window(cfg):
     """The window the server reports for the model, or None: a field of its GET /models
-    entry, else (for a server on this machine or network) the local servers' own APIs."""
+    entry, else LiteLLM's /model/info, else (for a server on this machine or network) the
+    local servers' own APIs."""
     for entry in list_models(cfg, quiet=True):
         if entry.get("id") == cfg["model"]:
-            top = entry.get("top_provider") if isinstance(entry.get("top_provider"), dict) else {}
+            top, meta = (entry.get(k) if isinstance(entry.get(k), dict) else {}
+                         for k in ("top_provider", "meta"))
             window = first_count(entry.get("context_length"), entry.get("context_window"),
                                  entry.get("max_model_len"), entry.get("max_context_length"),
-                                 entry.get("loaded_context_length"), top.get("context_length"))
+                                 entry.get("loaded_context_length"), top.get("context_length"),
+                                 meta.get("n_ctx"))   # llama-server's meta.n_ctx (not n_ctx_train)
+            if window:
+                return window
+    # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
+    # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
+    info = get_json(cfg, "GET", "/model/info")
+    for entry in info.get("data") or () if isinstance(info, dict) else ():
+        if isinstance(entry, dict) and entry.get("model_name") == cfg["model"]:
+            about = entry.get("model_info")
+            window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
             if window:
                 return window
     from urllib.parse import urlsplit
@@ -4614,9 +4749,11 @@ def run_turn(convo, prompt, take_back=False):
 
 
 def last_answer(messages):
-    """The content of the last assistant message (the turn's final answer), or ""."""
-    return next((m["content"] for m in reversed(messages) if m.get("role") == "assistant"
-                 and isinstance(m.get("content"), str)), "")
+    """The content of the last assistant message (the turn's final answer, without a
+    <think> block at its start), or ""."""
+    answer = next((m["content"] for m in reversed(messages) if m.get("role") == "assistant"
+                   and isinstance(m.get("content"), str)), "")
+    return re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", answer, count=1, flags=re.S)
 
 
 def history_path():

@@ -600,9 +600,10 @@ class ReadmeTests(unittest.TestCase):
         """Every row of the shape table (tests/test_wire.py) and the overflow table
         (tests/test_context.py) is in the README as it is in the tests."""
         import tests.test_context
+        import tests.test_learned
         import tests.test_wire
         text = self.readme()
-        for module in (tests.test_wire, tests.test_context):
+        for module in (tests.test_wire, tests.test_context, tests.test_learned):
             rows = self.table_rows(module.__doc__)
             self.assertGreater(len(rows), 5)
             with self.subTest(module=module.__name__):

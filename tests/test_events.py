@@ -37,6 +37,7 @@ FIELDS = {
     "tool_progress": {"seconds"},
     "tool_result": {"id", "name", "content", "ok"},
     "retry": {"error", "attempt", "of", "wait"},
+    "discarded": {"error"},
     "note": {"text", "level"},
     "error": {"message"},
     "compaction": {"before", "after", "kept_prompt"},

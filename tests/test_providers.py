@@ -28,6 +28,11 @@ REFUSALS = [
     ("Anthropic compatible endpoint, deprecated temperature", "temperature", error(400, body={
         "type": "error", "error": {"type": "invalid_request_error",
                                    "message": "`temperature` is deprecated for this model."}})),
+    ("xAI grok-4, reasoning_effort in camelCase, error as a string", "reasoning_effort", error(400, body={
+        "code": "Client specified an invalid argument",
+        "error": "Model grok-4-0709 does not support parameter reasoningEffort."})),
+    ("xAI grok-4.20, code invalid-argument", "reasoning_effort", error(400, body={
+        "code": "invalid-argument", "error": "Model grok-4.20-0309-reasoning does not support parameter reasoningEffort."})),
 ]
 
 

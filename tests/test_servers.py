@@ -91,7 +91,7 @@ class WindowTests(BantamTestCase):
         window, asked = self.window_with({("GET", "/props"): {
             "default_generation_settings": {"id": 0, "n_ctx": 2048, "params": {}}, "total_slots": 1}})
         self.assertEqual(window, 2048)
-        self.assertEqual(asked, [("GET", "/v1/models"), ("GET", "/props")])
+        self.assertEqual(asked, [("GET", "/v1/models"), ("GET", "/v1/model/info"), ("GET", "/props")])
 
     def test_llama_cpp_models_meta_is_the_training_window_not_the_window(self):
         """llama.cpp's /v1/models meta.n_ctx_train is not taken as the window; /props is."""

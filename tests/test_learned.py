@@ -1,0 +1,287 @@
+"""What providers send this year (issue 19): fixes a server's error teaches (kept for that
+endpoint and model for the rest of the process), a model's slip retried, the window from the
+LiteLLM proxy and from llama-server's /v1/models, a failed attempt marked discarded in every
+view, and reasoning shown in the order it came, in every view.
+
+The stream shapes of the same issue (Ollama's calls all at index 0, <think> in content, the
+reasoning order, LiteLLM's usage chunk, llama-server's error after text) are rows of the
+table in tests/test_wire.py; xAI's camelCase refusal is a row of REFUSALS in
+tests/test_providers.py.
+
+The errors below teach bantam a fix (one case each), for the README's server table:
+
+| Server family | Error | Case in tests/test_learned.py |
+| --- | --- | --- |
+| Moonshot Kimi K2.5/K2.6 (thinking on) | 400 "thinking is enabled but reasoning_content is missing in assistant tool call message at index N": `reasoning_content: ""` added where missing | `kimi_reasoning_content_missing` |
+| Kimi through SiliconFlow | `{"code": 20015, "message": "thinking is enabled but reasoning_content is missing ..."}` | `kimi_through_siliconflow` |
+| DeepSeek V4 (thinking mode) | 400 "The `reasoning_content` in the thinking mode must be passed back to the API." | `deepseek_v4_reasoning_content` |
+| Claude through Databricks | 400 `{"error_code": "BAD_REQUEST", "message": "{\\"message\\":\\"messages: text content blocks must be non-empty\\"}"}`: `content: null` beside tool calls | `databricks_empty_text_block` |
+| Claude through Requesty, one-api | 400 "anthropic: send request: messages: text content blocks must be non-empty" | `requesty_empty_text_block` |
+| DashScope, ModelScope (Qwen3 thinking) | 400 "parameter.enable_thinking must be set to false for non-streaming calls" to the summary request: asked again streamed, quietly | `dashscope_stream_only` |
+| Groq | 400 `code: tool_use_failed` with `failed_generation`: retried as the model's slip, said when the retries run out | `groq_tool_use_failed` |
+"""
+
+import json
+import os
+import re
+
+from tests.support import (
+    BantamTestCase, chunk, completion, error, sse, strip_ansi, text_stream, tool_call_stream, usage)
+from tests.test_context import SUMMARY
+from tests.test_servers import NO_WINDOW, window_of
+
+CALL = [("call_1", "shell_exec", {"command": "echo hi"})]
+DISCARDED = "[discarded: the reply above failed and is not kept]"
+
+
+def reasoning_content_of(body):
+    """The reasoning_content of the assistant tool-call message in a request body (missing: None)."""
+    return [m for m in body["messages"] if m.get("tool_calls")][0].get("reasoning_content")
+
+
+def content_of(body):
+    """The content of the assistant tool-call message in a request body ("missing" if absent)."""
+    return [m for m in body["messages"] if m.get("tool_calls")][0].get("content", "missing")
+
+
+# Errors about the assistant message with tool calls, and what the request sent again (and
+# every later request of that endpoint and model) has there instead:
+# (name, response, what to look at, value before, value after).
+MESSAGE_FIXES = [
+    ("kimi_reasoning_content_missing", error(400, body={"error": {
+        "message": "thinking is enabled but reasoning_content is missing in assistant tool call message at index 2",
+        "type": "invalid_request_error"}}), reasoning_content_of, None, ""),
+    ("kimi_through_siliconflow", error(400, body={
+        "code": 20015, "message": "thinking is enabled but reasoning_content is missing in assistant tool call "
+                                  "message at index 2", "data": None}), reasoning_content_of, None, ""),
+    ("deepseek_v4_reasoning_content", error(400, body={"error": {
+        "message": "The `reasoning_content` in the thinking mode must be passed back to the API.",
+        "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}),
+     reasoning_content_of, None, ""),
+    ("databricks_empty_text_block", error(400, body={
+        "error_code": "BAD_REQUEST", "message": '{"message":"messages: text content blocks must be non-empty"}'}),
+     content_of, "", None),
+    ("requesty_empty_text_block", error(400, body={"error": {
+        "message": "anthropic: send request: messages: text content blocks must be non-empty",
+        "type": "invalid_request_error"}}), content_of, "", None),
+]
+
+
+class LearnedFixTests(BantamTestCase):
+    """An error that says what the server needs: the request is sent again with it, at once
+    (no retry), one dim line says so, and every later request to that endpoint and model has
+    it too; the conversation file keeps the messages as they were."""
+
+    def test_message_fixes(self):
+        """Turn one runs a tool; the request after it is refused; turn two follows."""
+        for name, response, look, before, after in MESSAGE_FIXES:
+            with self.subTest(name):
+                self.server.requests.clear()
+                self.push(tool_call_stream(CALL), response, text_stream("after the tool"), text_stream("turn two"))
+                result = self.run_bantam(input="one\ntwo\n")
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn("turn two", result.stdout)
+                bodies = self.server.bodies
+                self.assertEqual(len(bodies), 4)
+                self.assertEqual(look(bodies[1]), before)
+                self.assertEqual(look(bodies[2]), after, "sent again, fixed")
+                self.assertEqual(look(bodies[3]), after, "and from then on")
+                self.assertEqual(len([m for m in bodies[2]["messages"] if m["role"] == "assistant"]), 1)
+                self.assertNotIn("retry", result.stderr)
+                self.assertEqual(len(re.findall(r"from now on", result.stderr)), 1, result.stderr)
+                stored = [m for m in self.read_autosave()["messages"] if m.get("tool_calls")][0]
+                self.assertEqual(stored["content"], "")
+                self.assertNotIn("reasoning_content", stored)
+
+    def test_fix_is_kept_for_that_model_only(self):
+        """Learned for test-model; after /model other-model the field is not added (Groq and
+        Cerebras reject it), and back on test-model it is again."""
+        self.push(tool_call_stream(CALL), MESSAGE_FIXES[0][1], text_stream("after the tool"),
+                  text_stream("other model"), text_stream("back again"))
+        result = self.run_bantam(input="one\n/model other-model\ntwo\n/model test-model\nthree\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        bodies = [r["body"] for r in self.server.posts if r["path"].endswith("/chat/completions")]
+        self.assertEqual([b["model"] for b in bodies[3:]], ["other-model", "test-model"])
+        self.assertIsNone(reasoning_content_of(bodies[3]))
+        self.assertEqual(reasoning_content_of(bodies[4]), "")
+
+    def test_dashscope_stream_only(self):
+        """/compact's summary (not streamed) is refused for not streaming: it is asked again
+        streamed, printing nothing of it, and the next summary is streamed at once."""
+        refusal = error(400, body={"error": {
+            "code": "invalid_parameter_error", "param": None,
+            "message": "parameter.enable_thinking must be set to false for non-streaming calls",
+            "type": "invalid_request_error"}, "id": "chatcmpl-f5a1", "request_id": "f5a1"})
+        self.push(text_stream("first answer"), refusal, text_stream(SUMMARY), text_stream("second answer"),
+                  text_stream(SUMMARY))
+        result = self.run_bantam(input="hello\n/compact\nagain\n/compact\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.count("[compacted"), 2, result.stdout)
+        self.assertNotIn("SUMMARY-TEXT", result.stdout + result.stderr)
+        self.assertEqual(result.stderr.count("error"), 0, result.stderr)
+        self.assertEqual([b["stream"] for b in self.server.bodies], [True, False, True, True, True])
+        self.assertIn(SUMMARY, json.dumps(self.read_autosave()["messages"]))
+
+    def test_groq_tool_use_failed(self):
+        """Groq's tool_use_failed is the model's slip: asked again (a retry, said so)."""
+        self.push(error(400, body=GROQ_FAILED), tool_call_stream(CALL), text_stream("done"))
+        result = self.run_batch("go")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("done", result.stdout)
+        self.assertIn("(a malformed tool call from the model); retry 1/3", result.stderr)
+        self.assertEqual(len(self.server.posts), 3)
+        self.assertEqual(self.server.bodies[1]["messages"], self.server.bodies[0]["messages"])
+
+    def test_groq_tool_use_failed_every_time(self):
+        """When every retry fails the same way: exit 1, the last line says the model's calls
+        were malformed and that it gave up."""
+        self.push(*[error(400, body=GROQ_FAILED) for _ in range(4)])
+        result = self.run_batch("go")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(len(self.server.posts), 4)
+        last = result.stderr.strip().splitlines()[-1]
+        self.assertIn("a malformed tool call from the model", last)
+        self.assertIn("gave up after 3 retries", last)
+
+    def test_table_names_every_case(self):
+        """The table in this module's docstring names each case tested here."""
+        named = [row.rsplit("`", 2)[1] for row in __doc__.splitlines() if row.startswith("| ") and "`" in row]
+        cases = [c[0] for c in MESSAGE_FIXES] + [n[5:] for n in dir(self) if n[5:] in named]
+        self.assertEqual(sorted(named), sorted(cases))
+
+
+GROQ_FAILED = {"error": {"message": "Failed to call a function. Please adjust your prompt. See 'failed_generation' "
+                                    "for more details.", "type": "invalid_request_error", "code": "tool_use_failed",
+                         "failed_generation": "<function=shell_exec{\"command\": \"ls\"}</function>"}}
+
+
+class WindowTests(BantamTestCase):
+    """The window through the LiteLLM proxy, and llama-server's own in /v1/models."""
+
+    def window(self, routes, models=NO_WINDOW, **keys):
+        """Run a turn (keys: config); the window on the token line and the GET requests made."""
+        self.ws.write_config(self.server, **keys)
+        self.server.models = models
+        self.server.routes.update(routes)
+        self.push(text_stream("hi", usage=usage(360, 2)))
+        result = self.run_batch("Say hi.")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return window_of(result.stderr), [r["path"] for r in self.server.requests if r["method"] == "GET"]
+
+    def test_litellm_model_info(self):
+        """LiteLLM answers 404 to the local servers' APIs; /v1/model/info has the window."""
+        window, asked = self.window({("GET", "/v1/model/info"): LITELLM_INFO})
+        self.assertEqual(window, 4096)
+        self.assertEqual(asked, ["/v1/models", "/v1/model/info"])
+
+    def test_litellm_model_info_at_the_root(self):
+        """An endpoint without /v1 (LiteLLM serves both): GET /model/info."""
+        window, asked = self.window({("GET", "/model/info"): LITELLM_INFO},
+                                    endpoint=self.server.url[:-len("/v1")])
+        self.assertEqual(window, 4096)
+        self.assertEqual(asked, ["/models", "/model/info"])
+
+    def test_litellm_model_info_without_a_window(self):
+        """A model LiteLLM knows no window for (max_input_tokens null): the local APIs, then the key."""
+        info = {"data": [dict(LITELLM_INFO["data"][0], model_info={"max_input_tokens": None})]}
+        window, _ = self.window({("GET", "/v1/model/info"): info}, context_window=3000)
+        self.assertEqual(window, 3000)
+
+    def test_llama_server_models_meta_n_ctx_before_props(self):
+        """llama-server's /v1/models meta.n_ctx is the window it runs with: /props is not asked."""
+        models = {"object": "list", "data": [{"id": "test-model", "object": "model", "owned_by": "llamacpp",
+                                              "meta": {"n_ctx_train": 8192, "n_ctx": 4096, "n_vocab": 49152}}]}
+        window, asked = self.window({("GET", "/props"): {"default_generation_settings": {"n_ctx": 2048}}},
+                                    models=models)
+        self.assertEqual(window, 4096)
+        self.assertEqual(asked, ["/v1/models"])
+
+
+LITELLM_INFO = {"data": [
+    {"model_name": "other", "litellm_params": {"model": "openai/other"}, "model_info": {"max_input_tokens": 999}},
+    {"model_name": "test-model", "litellm_params": {"model": "openai/smollm2", "api_base": "http://127.0.0.1:8091/v1"},
+     "model_info": {"id": "a1b2", "db_model": False, "max_tokens": 4096, "max_input_tokens": 4096,
+                    "max_output_tokens": 4096, "litellm_provider": "openai", "mode": "chat"}}]}
+
+
+def failing_then_answer():
+    """A stream that fails after some text, then the answer."""
+    return (sse([chunk({"role": "assistant", "content": ""}), chunk({"reasoning_content": "Let me see."}),
+                 chunk({"content": "Half an"}), {"error": {"code": 500, "message": "Failed to parse input"}}],
+                done=False),
+            text_stream("Whole answer."))
+
+
+class ViewTests(BantamTestCase):
+    """A discarded attempt and the reasoning order, in the JSONL view and on a terminal."""
+
+    def jsonl(self, *responses):
+        """Run -p with --jsonl against these responses; the events."""
+        self.push(*responses)
+        result = self.run_bantam("--jsonl", "-p", "go")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return [json.loads(line) for line in result.stdout.splitlines()]
+
+    def test_discarded_event(self):
+        """The failed attempt's text, its reply_end, then a discarded event naming the error,
+        then the retry and the answer."""
+        events = self.jsonl(*failing_then_answer())
+        kinds = [e["type"] for e in events if e["type"] in ("text", "reply_end", "discarded", "retry")]
+        kinds = [k for i, k in enumerate(kinds) if k != kinds[i - 1] or not i]   # pieces of one run as one
+        self.assertEqual(kinds, ["text", "reply_end", "discarded", "retry", "text", "reply_end"])
+        discarded = [e for e in events if e["type"] == "discarded"][0]
+        self.assertIn("Failed to parse input", discarded["error"])
+        self.assertEqual(set(discarded), {"type", "t", "depth", "error"})
+
+    def test_nothing_discarded_without_output(self):
+        """A retried request that showed nothing (an HTTP 500) marks nothing."""
+        events = self.jsonl(error(500, "busy"), text_stream("fine"))
+        self.assertEqual([e for e in events if e["type"] == "discarded"], [])
+
+    def test_discarded_on_a_terminal(self):
+        """On a terminal: the failed text, the dim line below it, then the answer."""
+        self.push(*failing_then_answer())
+        term = self.pty()
+        term.expect("> ")
+        shown = strip_ansi(self.type_line(term, "go", "Whole answer.")).replace("\r\n", "\n")
+        self.assertIn("Half an\n%s\n" % DISCARDED, shown)
+        self.assertLess(shown.index(DISCARDED), shown.index("Whole answer."))
+        self.leave(term)
+
+    def test_reasoning_order_in_jsonl(self):
+        """Every reasoning piece before the first text piece, joined as sent."""
+        self.ws.write_config(self.server, api_key="sk-test-4d9c2b")
+        events = self.jsonl(sse([chunk({"reasoning_content": p}) for p in ("thinking-", "RC about ", "numbers")]
+                                + [chunk({"content": "The answer is 42."}), chunk({}, "stop")]))
+        pieces = [(e["type"], e["text"]) for e in events if e["type"] in ("reasoning", "text")]
+        kinds = [k for k, _ in pieces]
+        self.assertEqual(kinds, sorted(kinds, key=lambda k: k != "reasoning"), pieces)
+        self.assertEqual("".join(t for k, t in pieces if k == "reasoning"), "thinking-RC about numbers")
+
+    def test_reasoning_order_on_a_terminal(self):
+        """One reasoning block, then the answer."""
+        self.ws.write_config(self.server, api_key="sk-test-4d9c2b")
+        self.push(sse([chunk({"reasoning_content": p}) for p in ("thinking-", "RC about ", "numbers")]
+                      + [chunk({"content": "The answer is 42."}), chunk({}, "stop")]))
+        term = self.pty()
+        term.expect("> ")
+        shown = strip_ansi(self.type_line(term, "go", "The answer is 42."))
+        self.assertEqual(shown.count("reasoning start"), 1, shown)
+        self.assertIn("thinking-RC about numbers", shown)
+        self.assertLess(shown.index("numbers"), shown.index("The answer is 42."))
+        self.leave(term)
+
+    def test_think_block_in_jsonl_and_quiet_output(self):
+        """<think> content: reasoning events hold it, text events and -q's answer do not; the
+        reply event and the session keep the content as sent."""
+        sent = "<think>\nThe user wants a number.\n</think>\n\nThe answer is 42."
+        events = self.jsonl(text_stream(sent, pieces=5))
+        self.assertEqual("".join(e["text"] for e in events if e["type"] == "reasoning"), "The user wants a number.\n")
+        self.assertEqual("".join(e["text"] for e in events if e["type"] == "text"), "The answer is 42.")
+        self.assertEqual([e["message"]["content"] for e in events if e["type"] == "reply"], [sent])
+        self.push(completion(sent))
+        result = self.run_bantam("-q", "-p", "go", "-o", "answer.txt")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "The answer is 42.\n")
+        with open(os.path.join(self.ws.work, "answer.txt"), encoding="utf-8") as f:
+            self.assertEqual(f.read().rstrip("\n"), "The answer is 42.")
