@@ -75,7 +75,7 @@ DEFAULTS = {
     "price_in": 0.0,               # dollars per million prompt tokens
     "price_out": 0.0,              # dollars per million completion tokens
     "price_cached": 0.0,           # dollars per million cached prompt tokens (0: price_in)
-    "max_identical_calls": 3,      # the same tool call this many times in a row stops the turn (0: off)
+    "max_identical_calls": 3,      # same call and result this many times in a row: stop (0: off)
     "max_repair_calls": 3,         # per turn: nudges after an empty reply, and the final-answer call
     "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
 }
@@ -2736,7 +2736,7 @@ def AL(cfg, messages, on_event=None):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
             finally:                                    # one tool message per call id, always
                 answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
-            spent = over_budget(cfg, calls)             # tokens, seconds, cost, one call again and again
+            spent = over_budget(cfg, calls, messages)   # tokens, seconds, cost, one call again and again
             if spent:
                 return final_answer(cfg, messages, *spent)
         return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"], cfg["max_al_iterations"])
@@ -2896,13 +2896,15 @@ def spend(cfg, tokens, cost):
         run["turn"]["cost"] += cost or 0.0
 
 
-def over_budget(cfg, calls):
+def over_budget(cfg, calls, messages):
     """After a step's tool calls: (key, limit, used) of the first budget the turn has used
-    up, else None. Counts the same call with the same arguments made again and again."""
+    up, else None. Counts the same call with the same arguments and the same result made
+    again and again (a model polling a log sees new output each time: not a cycle)."""
     run, turn = cfg["run"], cfg["run"]["turn"]
     last, count = run["streak"]
+    results = {m.get("tool_call_id"): m.get("content") for m in messages[-len(calls):]}
     for call in calls:
-        key = (call["function"]["name"], call["function"]["arguments"])
+        key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
     run["streak"] = (last, count)
     used = {"max_turn_tokens": turn["tokens"], "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
