@@ -60,7 +60,7 @@ DEFAULTS = {
     "text_tool_calls": False,      # run a reply that is only a tool call written as text
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown and live tool output: auto (on a terminal) | always | never
-    "tool_lines": 0,               # lines of a command's output shown on screen (0: a screenful)
+    "tool_lines": 10,              # lines of a command's output shown on screen (0: a screenful)
     "tools": "shell_exec,run_subagent",  # the tools offered to the model (also: read, write)
     "bantam_tools_dir": "",        # a folder of helper scripts, named in the system prompt
     "bantam_skills_dir": "",       # a folder of skills (<name>/SKILL.md), named in the system prompt
@@ -4209,14 +4209,18 @@ def term_tool_output(state, event):
 
 def screen_line(state, line, depth):
     """A line of a command's output cut to the terminal's width (the model gets it whole):
-    a minified file or a long log line takes one row, not a screenful."""
+    a minified file or a long log line takes one row, not a screenful. The cut keeps a third
+    of the row from the start and the rest from the end: the end usually names the thing (the
+    file in `ls -la`, the message after a log's timestamp, the file at the end of a path)."""
     room = max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
-    line = line[:room]
-    while display_width(line) > room - 1:
-        line = line[:-1]
-    return line + "\u2026"
+    head, tail = line[:room // 3], line[-room:]
+    while display_width(head) > room // 3:
+        head = head[:-1]
+    while display_width(head + tail) > room - 1:
+        tail = tail[1:]
+    return head + "\u2026" + tail
 
 
 def tool_status(state, event):
