@@ -366,9 +366,11 @@ def close_block(state, event):
 
 
 def show_status(state, event):
-    """Show ...requesting... while the model has not answered (terminal with color only)."""
+    """Show ...requesting... while the model has not answered (terminal with color only);
+    redrawn with the seconds waited at each "waiting" event after the first two."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        state["out"].write(COLORS["status"] + "...requesting..." + RESET)
+        waited = " %d s" % event["seconds"] if event.get("seconds", 0) >= 2 else ""
+        state["out"].write("\r" + COLORS["status"] + "...requesting..." + waited + RESET)
         state["out"].flush()
         state["status"] = True
 
@@ -527,7 +529,7 @@ def show_turn_end(state, event):
         flush_out(state, now=True)
 
 
-PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
+PLAIN = {"request": show_status, "waiting": show_status, "reasoning": show_reasoning, "text": show_text,
          "reply_end": show_reply_end, "tool_call": show_tool_call, "tool_result": show_tool_result,
          "note": show_note, "retry": show_retry, "error": show_error, "context": show_context,
          "approval": show_approval, "turn_end": show_turn_end}
@@ -1411,13 +1413,14 @@ def drop_connection(cfg):
         entry["conn"].close()
 
 
-def http_request(cfg, method, path, body=None, wait=None, root=False):
+def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None):
     """Send one request on the endpoint's persistent connection and return the response,
     allowing `wait` seconds (default: timeout) for its first byte. A connection the server
     closed while idle is reopened once, without counting a retry. A connection whose last
     reply was not read to its end is replaced, never reused: http.client would send the
     request and then refuse to read the answer. The path is under the endpoint (with the
-    endpoint's query string, e.g. Azure's ?api-version=...), or under the server's root."""
+    endpoint's query string, e.g. Azure's ?api-version=...), or under the server's root.
+    ready(sock, fp), if given, is called before the status line is read from fp."""
     import http.client
     from urllib.parse import urlsplit
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
@@ -1446,6 +1449,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
             conn.request(method, target, body, headers)
             entry["sock"] = conn.sock   # kept: after a close-delimited reply conn.sock is None
             conn.sock.settimeout(wait or cfg["timeout"])
+            conn.response_class = waiting_response(ready) if ready else http.client.HTTPResponse
             entry["response"] = conn.getresponse()
             return entry["response"]
         except (ConnectionError, http.client.BadStatusLine):
@@ -1455,6 +1459,19 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
         except BaseException:
             drop_connection(cfg)
             raise
+
+
+def waiting_response(ready):
+    """An http.client response class calling ready(sock, fp) before it reads the status line
+    (so that a wait for it can look into the response's own buffer, fp)."""
+    import http.client
+
+    def response(sock, *args, **kw):
+        made = http.client.HTTPResponse(sock, *args, **kw)
+        begin = made.begin
+        made.begin = lambda: ready(sock, made.fp) or begin()
+        return made
+    return response
 
 
 def set_read_timeout(cfg, seconds):
@@ -1604,7 +1621,9 @@ def exchange(cfg, body, quiet):
         if not quiet:
             emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]), stream=body["stream"])
         payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()   # (summaries trim in place)
-        response = http_request(cfg, "POST", "/chat/completions", payload, wait=cfg["first_byte_timeout"])
+        reply["asked"] = time.monotonic()
+        response = http_request(cfg, "POST", "/chat/completions", payload, wait=cfg["first_byte_timeout"],
+                                ready=lambda sock, fp: await_reply(cfg, reply, sock, fp))
         if response.status != 200:
             raise error_from_response(cfg, response)
         kind = response.getheader("Content-Type") or ""
@@ -1778,14 +1797,14 @@ def drop_empty_assistant(messages):
     return len(messages) < before
 
 
-def sse_events(response):
+def sse_events(response, read=None):
     """Yield, after each network read, the list of events completed by it (each event's
     data as bytes). Lines look like:
         data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
         : keep-alive comment          event: name          (blank line ends an event)
     and, from servers that break the format, `error: {"message": ...}` (older llama.cpp) or a
     bare JSON line (a proxy's error): each is taken as an event of its own."""
-    read = response.read1
+    read = read or response.read1
     partial, data = [], []
     while True:
         block = read(65536)
@@ -1839,7 +1858,7 @@ def read_stream(cfg, response, reply):
     import select
     entry = connections().get(cfg["endpoint"])
     waiting = (lambda: select.select([entry["sock"]], [], [], 0)[0]) if entry and entry["sock"] else (lambda: False)
-    for events in sse_events(response):
+    for events in sse_events(response, waiting_reader(cfg, reply, response)):
         for data in events:
             if data[:6] == b"[DONE]":
                 reply["done"] = True
@@ -1866,6 +1885,50 @@ def read_stream(cfg, response, reply):
         # A reply delimited by closing the connection, closed before [DONE] or a finish_reason:
         # dropped. (A chunked reply cut short raises IncompleteRead instead.)
         raise ApiError("the connection closed in the middle of the reply", "retry")
+
+
+def waiting_reader(cfg, reply, response):
+    """response.read1, waiting (see await_reply) while the model's output has not begun."""
+    entry = connections().get(cfg["endpoint"]) or {}
+
+    def read(size):
+        if not response.isclosed() and response.length != 0:   # (0: its Content-Length is used up)
+            await_reply(cfg, reply, entry.get("sock"), response.fp)
+        return response.read1(size)
+    return read
+
+
+def await_reply(cfg, reply, sock, fp=None):
+    """Until the model's output begins: wait for the reply's next bytes with a "waiting" event
+    every second (bantam has one thread: the wait is cut into one-second selects), raising
+    socket.timeout at first_byte_timeout as the read would. Bytes already off the socket (in
+    fp's buffer, or decrypted by TLS) end the wait at once: select cannot see them."""
+    import select
+    import socket
+    if reply["quiet"] or reply["first"] or sock is None:
+        return
+    deadline = time.monotonic() + cfg["first_byte_timeout"]
+    while not read_ahead(sock, fp):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("timed out")
+        if select.select([sock], [], [], min(1.0, left))[0]:
+            return
+        emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
+
+
+def read_ahead(sock, fp):
+    """Are bytes of the reply already read from sock, into fp's buffer or the TLS layer?"""
+    if getattr(sock, "pending", None) and sock.pending():
+        return True
+    timeout = sock.gettimeout()
+    try:
+        sock.settimeout(0)   # fp.peek reads the socket only when its buffer is empty: never block
+        return bool(fp and fp.peek(1).strip(b"\r\n"))   # (a chunk's closing CRLF is no reply yet)
+    except OSError:   # nothing there (TLS says so with SSLWantReadError)
+        return False
+    finally:
+        sock.settimeout(timeout)
 
 
 def parse_event(cfg, data):
@@ -3632,6 +3695,7 @@ def cmd_help(convo, arg):
     """/help: the commands."""
     for name, (_, text) in COMMANDS.items():
         show("%-14s %s\n" % (name, text))
+    show("%-14s %s\n" % ("!cmd", "run cmd with bash here, outside the conversation"))
     show("%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
 
 
