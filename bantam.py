@@ -4477,6 +4477,7 @@ def keyboard_held(fd):
     held = list(before)
     held[0] &= ~termios.ICRNL                       # Enter arrives as \r: readline's accept-line
     held[3] &= ~(termios.ECHO | termios.ICANON)     # unseen; each key readable as it comes
+    held[3] |= termios.NOFLSH                       # Ctrl+C keeps the keys typed ahead
     termios.tcsetattr(fd, termios.TCSANOW, held)    # TCSANOW: keys already typed are kept
     return before
 
@@ -4592,7 +4593,7 @@ def ask_line(question, text=""):
 
 
 def repl(convo):
-    """Read prompts and commands until /quit, EOF or Ctrl+C twice."""
+    """Read prompts and commands until /quit, EOF or Ctrl+C twice on an empty line."""
     cfg = convo["cfg"]
     terminal = sys.stdin.isatty()
     readline = setup_readline(cfg) if terminal else None
@@ -4607,12 +4608,14 @@ def repl(convo):
                                                                 readline.redisplay()))
             try:
                 line = input("> ")
-            except KeyboardInterrupt:   # Ctrl+C at the prompt clears the line
+            except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
                 show("\n")
-                again = ""
-                if time.monotonic() - last_interrupt < 2:
+                again, empty = "", not (readline and readline.get_line_buffer())
+                if empty and time.monotonic() - last_interrupt < 2:
                     break
-                last_interrupt = time.monotonic()
+                last_interrupt = time.monotonic() if empty else 0.0
+                if empty:
+                    note(cfg, "[Ctrl+C again within 2 s quits]", "info")
                 continue
             except EOFError:
                 show("\n")
@@ -4647,11 +4650,9 @@ def repl(convo):
                 if share >= COMPACT_AT and sys.stdin.isatty() and ask(
                         "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
                     cmd_compact(convo, "")
-            except KeyboardInterrupt as e:
-                if time.monotonic() - last_interrupt < 2:
-                    break
-                last_interrupt = time.monotonic()
-                note(cfg, "[interrupted: press Ctrl+C again within 2 s to quit]")
+            except KeyboardInterrupt as e:   # keys typed ahead stay queued for the next prompt
+                last_interrupt = 0.0
+                note(cfg, "[interrupted]")
                 again = getattr(e, "prompt", "")
             except OutputClosed:
                 raise
