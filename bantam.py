@@ -4417,9 +4417,77 @@ def setup_readline(cfg=None):
     readline.set_completer_delims(" \t\n")
     readline.set_completer(lambda text, state: complete(text, state, cfg))
     readline.set_history_length(1000)
+    catch_big_pastes(readline)
     for entry in read_history():
-        readline.add_history(entry)
+        readline.add_history(collapse_pastes(entry))
     return readline
+
+
+PASTE_LINES, PASTE_CHARS = 5, 1000   # a paste longer than this shows as a placeholder
+PASTES = {"hook": None, "texts": {}}  # the REPL's: the readline hook (kept alive while readline
+                                      # may call it) and each placeholder's text
+
+
+def catch_big_pastes(readline):
+    """Make a long bracketed paste one placeholder on the input line, "[pasted 300 lines,
+    12 KB]" (expand_pastes puts the text back): readline garbles the display of an input
+    line taller than the screen. GNU readline only, bound through ctypes (the readline module
+    cannot bind a key to a function); with libedit, or anything missing, pastes stay whole."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL(readline.__file__)   # the module's symbols and its libreadline's
+        begin, insert, delete = lib.rl_bracketed_paste_begin, lib.rl_insert_text, lib.rl_delete_text
+        point, mark = ctypes.c_int.in_dll(lib, "rl_point"), ctypes.c_int.in_dll(lib, "rl_mark")
+        line = ctypes.c_char_p.in_dll(lib, "rl_line_buffer")
+    except (OSError, AttributeError, ValueError):
+        return
+
+    def paste(count, key):
+        done = begin(count, key)   # readline reads the paste and inserts it from rl_mark to rl_point
+        try:
+            text = line.value[mark.value:point.value].decode("utf-8", "replace")
+            if long_input(text):
+                delete(mark.value, point.value)
+                point.value = mark.value
+                insert(paste_placeholder(text).encode("utf-8"))
+        except Exception:   # the paste stays as readline inserted it
+            pass
+        return done
+    PASTES["hook"] = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)(paste)
+    lib.rl_bind_keyseq(b"\033[200~", PASTES["hook"])   # how the terminal starts a paste
+
+
+def long_input(text):
+    """Is text too long for the input line (more than PASTE_LINES lines or PASTE_CHARS)?"""
+    return text.rstrip("\n").count("\n") >= PASTE_LINES or len(text) > PASTE_CHARS
+
+
+def paste_placeholder(text):
+    """The placeholder standing for text on the input line (the same for the same text)."""
+    lines, size = text.rstrip("\n").count("\n") + 1, max(1, round(len(text.encode("utf-8")) / 1024))
+    label = key = "[pasted %d %s, %d KB]" % (lines, "line" if lines == 1 else "lines", size)
+    n = 1
+    while PASTES["texts"].get(key, text) != text:   # another paste of that size
+        n, key = n + 1, "%s #%d]" % (label[:-1], n + 1)
+    PASTES["texts"][key] = text
+    return key
+
+
+def expand_pastes(line):
+    """The line typed, each paste placeholder replaced by its text, without a final line break."""
+    for key, text in PASTES["texts"].items():
+        line = line.replace(key, text)
+    return line.rstrip("\n")
+
+
+def collapse_pastes(text):
+    """Text to put on the input line: each paste in it as its placeholder, and a long text
+    that holds none (a history entry of an earlier run) as a placeholder of its own."""
+    if not PASTES["hook"]:
+        return text
+    for key, pasted in PASTES["texts"].items():
+        text = text.replace(pasted, key)
+    return paste_placeholder(text) if long_input(text) else text
 
 
 def read_history():
@@ -4439,7 +4507,8 @@ def save_history(readline):
     """Write the history file atomically, mode 0600, a multi-line entry on one line."""
     if not readline:
         return
-    entries = [readline.get_history_item(i) for i in range(1, readline.get_current_history_length() + 1)]
+    entries = [expand_pastes(readline.get_history_item(i) or "")
+               for i in range(1, readline.get_current_history_length() + 1)]
     text = "".join(e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e)
     try:
         write_private_file(history_path(), HISTORY_MARK + text)
@@ -4580,7 +4649,7 @@ def ask_line(question, text=""):
     if text and readline:
         readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
     try:
-        return input(question)
+        return expand_pastes(input(question))
     except EOFError:
         show("\n")
         return ""
@@ -4604,8 +4673,8 @@ def repl(convo):
         while True:
             ready = again or convo.pop("typed", "")   # a prompt that got no reply, keys typed ahead
             if ready and readline:                     # come back on the line for editing
-                readline.set_pre_input_hook(lambda text=ready: (readline.insert_text(text),
-                                                                readline.redisplay()))
+                readline.set_pre_input_hook(lambda text=collapse_pastes(ready): (
+                    readline.insert_text(text), readline.redisplay()))
             try:
                 line = input("> ")
             except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
@@ -4623,7 +4692,7 @@ def repl(convo):
             finally:
                 if ready and readline:
                     readline.set_pre_input_hook(None)
-            again, line = "", forget_trailing_newline(readline, line)
+            again, line = "", expand_pastes(forget_trailing_newline(readline, line))
             if not line.strip():
                 continue
             held = None
