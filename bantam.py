@@ -366,8 +366,7 @@ def close_block(state, event):
 
 
 def show_status(state, event):
-    """Show ...requesting... while the model has not answered (terminal with color only);
-    redrawn with the seconds waited at each "waiting" event after the first two."""
+    """...requesting... until the model answers (terminal with color only); "... 3 s" after 2 s."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
         waited = " %d s" % event["seconds"] if event.get("seconds", 0) >= 2 else ""
         state["out"].write("\r" + COLORS["status"] + "...requesting..." + waited + RESET)
@@ -529,10 +528,10 @@ def show_turn_end(state, event):
         flush_out(state, now=True)
 
 
-PLAIN = {"request": show_status, "waiting": show_status, "reasoning": show_reasoning, "text": show_text,
+PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
          "reply_end": show_reply_end, "tool_call": show_tool_call, "tool_result": show_tool_result,
          "note": show_note, "retry": show_retry, "error": show_error, "context": show_context,
-         "approval": show_approval, "turn_end": show_turn_end}
+         "approval": show_approval, "turn_end": show_turn_end, "waiting": show_status}
 
 
 def jsonl_view(stream, cfg):
@@ -1462,8 +1461,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
 
 
 def waiting_response(ready):
-    """An http.client response class calling ready(sock, fp) before it reads the status line
-    (so that a wait for it can look into the response's own buffer, fp)."""
+    """An http.client response class that calls ready(sock, fp) before reading from fp."""
     import http.client
 
     def response(sock, *args, **kw):
@@ -1622,7 +1620,8 @@ def exchange(cfg, body, quiet):
             emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]), stream=body["stream"])
         payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()   # (summaries trim in place)
         reply["asked"] = time.monotonic()
-        response = http_request(cfg, "POST", "/chat/completions", payload, wait=cfg["first_byte_timeout"],
+        response = http_request(cfg, "POST", "/chat/completions", payload,
+                                wait=cfg["first_byte_timeout"],
                                 ready=lambda sock, fp: await_reply(cfg, reply, sock, fp))
         if response.status != 200:
             raise error_from_response(cfg, response)
@@ -2799,7 +2798,7 @@ def AL(cfg, messages, on_event=None):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
             finally:                                    # one tool message per call id, always
                 answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
-            spent = over_budget(cfg, calls, messages)   # tokens, seconds, cost, one call again and again
+            spent = over_budget(cfg, calls, messages)   # tokens, seconds, cost, a stuck loop
             if spent:
                 return final_answer(cfg, messages, *spent)
         return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"], cfg["max_al_iterations"])
@@ -4443,7 +4442,7 @@ def catch_big_pastes(readline):
         return
 
     def paste(count, key):
-        done = begin(count, key)   # readline reads the paste and inserts it from rl_mark to rl_point
+        done = begin(count, key)   # readline inserts the paste from rl_mark to rl_point
         try:
             text = line.value[mark.value:point.value].decode("utf-8", "replace")
             if long_input(text):
