@@ -60,7 +60,7 @@ DEFAULTS = {
     "text_tool_calls": False,      # run a reply that is only a tool call written as text
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown and live tool output: auto (on a terminal) | always | never
-    "tool_lines": 0,               # lines of a command's output shown on screen (0: a screenful)
+    "tool_lines": 10,              # lines of a command's output shown on screen (0: a screenful)
     "tools": "shell_exec,run_subagent",  # the tools offered to the model (also: read, write)
     "bantam_tools_dir": "",        # a folder of helper scripts, named in the system prompt
     "bantam_skills_dir": "",       # a folder of skills (<name>/SKILL.md), named in the system prompt
@@ -78,7 +78,7 @@ DEFAULTS = {
     "price_in": 0.0,               # dollars per million prompt tokens
     "price_out": 0.0,              # dollars per million completion tokens
     "price_cached": 0.0,           # dollars per million cached prompt tokens (0: price_in)
-    "max_identical_calls": 3,      # the same tool call this many times in a row stops the turn (0: off)
+    "max_identical_calls": 3,      # same call and result this many times in a row: stop (0: off)
     "max_repair_calls": 3,         # per turn: nudges after an empty reply, and the final-answer call
     "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
     "keep_sessions": 1000,         # conversations with ids bantam made up kept; older go (0: all)
@@ -372,9 +372,10 @@ def close_block(state, event):
 
 
 def show_status(state, event):
-    """Show ...requesting... while the model has not answered (terminal with color only)."""
+    """...requesting... until the model answers (terminal with color only); "... 3 s" after 2 s."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        state["out"].write(COLORS["status"] + "...requesting..." + RESET)
+        waited = " %d s" % event["seconds"] if event.get("seconds", 0) >= 2 else ""
+        state["out"].write("\r" + COLORS["status"] + "...requesting..." + waited + RESET)
         state["out"].flush()
         state["status"] = True
 
@@ -545,7 +546,8 @@ def show_turn_end(state, event):
 PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
          "reply_end": show_reply_end, "tool_call": show_tool_call, "tool_result": show_tool_result,
          "note": show_note, "retry": show_retry, "error": show_error, "context": show_context,
-         "approval": show_approval, "turn_end": show_turn_end, "discarded": show_discarded}
+         "approval": show_approval, "turn_end": show_turn_end, "discarded": show_discarded,
+         "waiting": show_status}
 
 
 def jsonl_view(stream, cfg):
@@ -1466,13 +1468,14 @@ def drop_connection(cfg):
         entry["conn"].close()
 
 
-def http_request(cfg, method, path, body=None, wait=None, root=False):
+def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None):
     """Send one request on the endpoint's persistent connection and return the response,
     allowing `wait` seconds (default: timeout) for its first byte. A connection the server
     closed while idle is reopened once, without counting a retry. A connection whose last
     reply was not read to its end is replaced, never reused: http.client would send the
     request and then refuse to read the answer. The path is under the endpoint (with the
-    endpoint's query string, e.g. Azure's ?api-version=...), or under the server's root."""
+    endpoint's query string, e.g. Azure's ?api-version=...), or under the server's root.
+    ready(sock, fp), if given, is called before the status line is read from fp."""
     import http.client
     from urllib.parse import urlsplit
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
@@ -1501,6 +1504,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
             conn.request(method, target, body, headers)
             entry["sock"] = conn.sock   # kept: after a close-delimited reply conn.sock is None
             conn.sock.settimeout(wait or cfg["timeout"])
+            conn.response_class = waiting_response(ready) if ready else http.client.HTTPResponse
             entry["response"] = conn.getresponse()
             return entry["response"]
         except (ConnectionError, http.client.BadStatusLine):
@@ -1510,6 +1514,18 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
         except BaseException:
             drop_connection(cfg)
             raise
+
+
+def waiting_response(ready):
+    """An http.client response class that calls ready(sock, fp) before reading from fp."""
+    import http.client
+
+    def response(sock, *args, **kw):
+        made = http.client.HTTPResponse(sock, *args, **kw)
+        begin = made.begin
+        made.begin = lambda: ready(sock, made.fp) or begin()
+        return made
+    return response
 
 
 def set_read_timeout(cfg, seconds):
@@ -1708,7 +1724,10 @@ def exchange(cfg, body, quiet):
         if not quiet:
             emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]), stream=body["stream"])
         payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()   # (summaries trim in place)
-        response = http_request(cfg, "POST", "/chat/completions", payload, wait=cfg["first_byte_timeout"])
+        reply["asked"] = time.monotonic()
+        response = http_request(cfg, "POST", "/chat/completions", payload,
+                                wait=cfg["first_byte_timeout"],
+                                ready=lambda sock, fp: await_reply(cfg, reply, sock, fp))
         if response.status != 200:
             raise error_from_response(cfg, response)
         kind = response.getheader("Content-Type") or ""
@@ -1893,14 +1912,14 @@ def drop_empty_assistant(messages):
     return len(messages) < before
 
 
-def sse_events(response):
+def sse_events(response, read=None):
     """Yield, after each network read, the list of events completed by it (each event's
     data as bytes). Lines look like:
         data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
         : keep-alive comment          event: name          (blank line ends an event)
     and, from servers that break the format, `error: {"message": ...}` (older llama.cpp) or a
     bare JSON line (a proxy's error): each is taken as an event of its own."""
-    read = response.read1
+    read = read or response.read1
     partial, data = [], []
     while True:
         block = read(65536)
@@ -1954,7 +1973,7 @@ def read_stream(cfg, response, reply):
     import select
     entry = connections().get(cfg["endpoint"])
     waiting = (lambda: select.select([entry["sock"]], [], [], 0)[0]) if entry and entry["sock"] else (lambda: False)
-    for events in sse_events(response):
+    for events in sse_events(response, waiting_reader(cfg, reply, response)):
         for data in events:
             if data[:6] == b"[DONE]":
                 reply["done"] = True
@@ -1981,6 +2000,50 @@ def read_stream(cfg, response, reply):
         # A reply delimited by closing the connection, closed before [DONE] or a finish_reason:
         # dropped. (A chunked reply cut short raises IncompleteRead instead.)
         raise ApiError("the connection closed in the middle of the reply", "retry")
+
+
+def waiting_reader(cfg, reply, response):
+    """response.read1, waiting (see await_reply) while the model's output has not begun."""
+    entry = connections().get(cfg["endpoint"]) or {}
+
+    def read(size):
+        if not response.isclosed() and response.length != 0:   # (0: its Content-Length is used up)
+            await_reply(cfg, reply, entry.get("sock"), response.fp)
+        return response.read1(size)
+    return read
+
+
+def await_reply(cfg, reply, sock, fp=None):
+    """Until the model's output begins: wait for the reply's next bytes with a "waiting" event
+    every second (bantam has one thread: the wait is cut into one-second selects), raising
+    socket.timeout at first_byte_timeout as the read would. Bytes already off the socket (in
+    fp's buffer, or decrypted by TLS) end the wait at once: select cannot see them."""
+    import select
+    import socket
+    if reply["quiet"] or reply["first"] or sock is None:
+        return
+    deadline = time.monotonic() + cfg["first_byte_timeout"]
+    while not read_ahead(sock, fp):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("timed out")
+        if select.select([sock], [], [], min(1.0, left))[0]:
+            return
+        emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
+
+
+def read_ahead(sock, fp):
+    """Are bytes of the reply already read from sock, into fp's buffer or the TLS layer?"""
+    if getattr(sock, "pending", None) and sock.pending():
+        return True
+    timeout = sock.gettimeout()
+    try:
+        sock.settimeout(0)   # fp.peek reads the socket only when its buffer is empty: never block
+        return bool(fp and fp.peek(1).strip(b"\r\n"))   # (a chunk's closing CRLF is no reply yet)
+    except OSError:   # nothing there (TLS says so with SSLWantReadError)
+        return False
+    finally:
+        sock.settimeout(timeout)
 
 
 def parse_event(cfg, data):
@@ -3069,7 +3132,7 @@ def AL(cfg, messages, on_event=None):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
             finally:                                    # one tool message per call id, always
                 answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
-            spent = over_budget(cfg, calls)             # tokens, seconds, cost, one call again and again
+            spent = over_budget(cfg, calls, messages)   # tokens, seconds, cost, a stuck loop
             if spent:
                 return final_answer(cfg, messages, *spent)
         return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"], cfg["max_al_iterations"])
@@ -3229,13 +3292,15 @@ def spend(cfg, tokens, cost):
         run["turn"]["cost"] += cost or 0.0
 
 
-def over_budget(cfg, calls):
+def over_budget(cfg, calls, messages):
     """After a step's tool calls: (key, limit, used) of the first budget the turn has used
-    up, else None. Counts the same call with the same arguments made again and again."""
+    up, else None. Counts the same call with the same arguments and the same result made
+    again and again (a model polling a log sees new output each time: not a cycle)."""
     run, turn = cfg["run"], cfg["run"]["turn"]
     last, count = run["streak"]
+    results = {m.get("tool_call_id"): m.get("content") for m in messages[-len(calls):]}
     for call in calls:
-        key = (call["function"]["name"], call["function"]["arguments"])
+        key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
     run["streak"] = (last, count)
     used = {"max_turn_tokens": turn["tokens"], "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
@@ -4048,6 +4113,7 @@ def cmd_help(convo, arg):
     """/help: the commands."""
     for name, (_, text) in COMMANDS.items():
         show("%-14s %s\n" % (name, text))
+    show("%-14s %s\n" % ("!cmd", "run cmd with bash here, outside the conversation"))
     show("%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
 
 
@@ -4626,14 +4692,18 @@ def term_tool_output(state, event):
 
 def screen_line(state, line, depth):
     """A line of a command's output cut to the terminal's width (the model gets it whole):
-    a minified file or a long log line takes one row, not a screenful."""
+    a minified file or a long log line takes one row, not a screenful. The cut keeps a third
+    of the row from the start and the rest from the end: the end usually names the thing (the
+    file in `ls -la`, the message after a log's timestamp, the file at the end of a path)."""
     room = max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
-    line = line[:room]
-    while display_width(line) > room - 1:
-        line = line[:-1]
-    return line + "\u2026"
+    head, tail = line[:room // 3], line[-room:]
+    while display_width(head) > room // 3:
+        head = head[:-1]
+    while display_width(head + tail) > room - 1:
+        tail = tail[1:]
+    return head + "\u2026" + tail
 
 
 def tool_status(state, event):
@@ -4777,9 +4847,77 @@ def setup_readline(cfg=None):
     readline.set_completer_delims(" \t\n")
     readline.set_completer(lambda text, state: complete(text, state, cfg))
     readline.set_history_length(1000)
+    catch_big_pastes(readline)
     for entry in read_history():
-        readline.add_history(entry)
+        readline.add_history(collapse_pastes(entry))
     return readline
+
+
+PASTE_LINES, PASTE_CHARS = 5, 1000   # a paste longer than this shows as a placeholder
+PASTES = {"hook": None, "texts": {}}  # the REPL's: the readline hook (kept alive while readline
+                                      # may call it) and each placeholder's text
+
+
+def catch_big_pastes(readline):
+    """Make a long bracketed paste one placeholder on the input line, "[pasted 300 lines,
+    12 KB]" (expand_pastes puts the text back): readline garbles the display of an input
+    line taller than the screen. GNU readline only, bound through ctypes (the readline module
+    cannot bind a key to a function); with libedit, or anything missing, pastes stay whole."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL(readline.__file__)   # the module's symbols and its libreadline's
+        begin, insert, delete = lib.rl_bracketed_paste_begin, lib.rl_insert_text, lib.rl_delete_text
+        point, mark = ctypes.c_int.in_dll(lib, "rl_point"), ctypes.c_int.in_dll(lib, "rl_mark")
+        line = ctypes.c_char_p.in_dll(lib, "rl_line_buffer")
+    except (OSError, AttributeError, ValueError):
+        return
+
+    def paste(count, key):
+        done = begin(count, key)   # readline inserts the paste from rl_mark to rl_point
+        try:
+            text = line.value[mark.value:point.value].decode("utf-8", "replace")
+            if long_input(text):
+                delete(mark.value, point.value)
+                point.value = mark.value
+                insert(paste_placeholder(text).encode("utf-8"))
+        except Exception:   # the paste stays as readline inserted it
+            pass
+        return done
+    PASTES["hook"] = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)(paste)
+    lib.rl_bind_keyseq(b"\033[200~", PASTES["hook"])   # how the terminal starts a paste
+
+
+def long_input(text):
+    """Is text too long for the input line (more than PASTE_LINES lines or PASTE_CHARS)?"""
+    return text.rstrip("\n").count("\n") >= PASTE_LINES or len(text) > PASTE_CHARS
+
+
+def paste_placeholder(text):
+    """The placeholder standing for text on the input line (the same for the same text)."""
+    lines, size = text.rstrip("\n").count("\n") + 1, max(1, round(len(text.encode("utf-8")) / 1024))
+    label = key = "[pasted %d %s, %d KB]" % (lines, "line" if lines == 1 else "lines", size)
+    n = 1
+    while PASTES["texts"].get(key, text) != text:   # another paste of that size
+        n, key = n + 1, "%s #%d]" % (label[:-1], n + 1)
+    PASTES["texts"][key] = text
+    return key
+
+
+def expand_pastes(line):
+    """The line typed, each paste placeholder replaced by its text, without a final line break."""
+    for key, text in PASTES["texts"].items():
+        line = line.replace(key, text)
+    return line.rstrip("\n")
+
+
+def collapse_pastes(text):
+    """Text to put on the input line: each paste in it as its placeholder, and a long text
+    that holds none (a history entry of an earlier run) as a placeholder of its own."""
+    if not PASTES["hook"]:
+        return text
+    for key, pasted in PASTES["texts"].items():
+        text = text.replace(pasted, key)
+    return paste_placeholder(text) if long_input(text) else text
 
 
 def read_history():
@@ -4799,7 +4937,8 @@ def save_history(readline):
     """Write the history file atomically, mode 0600, a multi-line entry on one line."""
     if not readline:
         return
-    entries = [readline.get_history_item(i) for i in range(1, readline.get_current_history_length() + 1)]
+    entries = [expand_pastes(readline.get_history_item(i) or "")
+               for i in range(1, readline.get_current_history_length() + 1)]
     text = "".join(e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e)
     try:
         write_private_file(history_path(), HISTORY_MARK + text)
@@ -4837,6 +4976,7 @@ def keyboard_held(fd):
     held = list(before)
     held[0] &= ~termios.ICRNL                       # Enter arrives as \r: readline's accept-line
     held[3] &= ~(termios.ECHO | termios.ICANON)     # unseen; each key readable as it comes
+    held[3] |= termios.NOFLSH                       # Ctrl+C keeps the keys typed ahead
     termios.tcsetattr(fd, termios.TCSANOW, held)    # TCSANOW: keys already typed are kept
     return before
 
@@ -4942,7 +5082,7 @@ def ask_line(question, text=""):
     if text and readline:
         readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
     try:
-        return input(question)
+        return expand_pastes(input(question))
     except EOFError:
         show("\n")
         return ""
@@ -4967,7 +5107,7 @@ def first_or_typed(convo, readline):
 
 
 def repl(convo):
-    """Read prompts and commands until /quit, EOF or Ctrl+C twice."""
+    """Read prompts and commands until /quit, EOF or Ctrl+C twice on an empty line."""
     cfg = convo["cfg"]
     terminal = sys.stdin.isatty()
     readline = setup_readline(cfg) if terminal else None
@@ -4979,16 +5119,18 @@ def repl(convo):
         while True:
             ready = again or convo.pop("typed", "")   # a prompt that got no reply, keys typed ahead
             if ready and readline:                     # come back on the line for editing
-                readline.set_pre_input_hook(lambda text=ready: (readline.insert_text(text),
-                                                                readline.redisplay()))
+                readline.set_pre_input_hook(lambda text=collapse_pastes(ready): (
+                    readline.insert_text(text), readline.redisplay()))
             try:
                 line = first_or_typed(convo, readline)
-            except KeyboardInterrupt:   # Ctrl+C at the prompt clears the line
+            except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
                 show("\n")
-                again = ""
-                if time.monotonic() - last_interrupt < 2:
+                again, empty = "", not (readline and readline.get_line_buffer())
+                if empty and time.monotonic() - last_interrupt < 2:
                     break
-                last_interrupt = time.monotonic()
+                last_interrupt = time.monotonic() if empty else 0.0
+                if empty:
+                    note(cfg, "[Ctrl+C again within 2 s quits]", "info")
                 continue
             except EOFError:
                 show("\n")
@@ -4996,7 +5138,7 @@ def repl(convo):
             finally:
                 if ready and readline:
                     readline.set_pre_input_hook(None)
-            again, line = "", forget_trailing_newline(readline, line)
+            again, line = "", expand_pastes(forget_trailing_newline(readline, line))
             if not line.strip():
                 continue
             held = None
@@ -5023,11 +5165,9 @@ def repl(convo):
                 if share >= COMPACT_AT and sys.stdin.isatty() and ask(
                         "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
                     cmd_compact(convo, "")
-            except KeyboardInterrupt as e:
-                if time.monotonic() - last_interrupt < 2:
-                    break
-                last_interrupt = time.monotonic()
-                note(cfg, "[interrupted: press Ctrl+C again within 2 s to quit]")
+            except KeyboardInterrupt as e:   # keys typed ahead stay queued for the next prompt
+                last_interrupt = 0.0
+                note(cfg, "[interrupted]")
                 again = getattr(e, "prompt", "")
             except OutputClosed:
                 raise

@@ -25,6 +25,7 @@ FIELDS = {
     "prompt": {"text", "session"},
     "turn_start": {"messages"},
     "request": {"model", "messages", "stream"},
+    "waiting": {"seconds"},
     "reasoning": {"text"},
     "text": {"text"},
     "reply_end": {"finish"},

@@ -210,13 +210,13 @@ class ToolScreenTests(TerminalCase):
         self.assertEqual(len(sent["always"]), 1)
 
     def test_long_line_is_cut_to_the_width_on_screen_only(self):
-        """A 500-character output line takes one row of the 100-column screen, ending in "…";
-        the model gets it whole."""
+        """A 500-character output line takes one row of the 100-column screen: its first third
+        and its end around "…"; the model gets it whole."""
         self.push(tool_call_stream([("c1", "shell_exec", {"command": "printf '%0500d\\n' 7; echo end"})]),
                   text_stream("printed"))
         term = self.start()
         out = self.turn(term, "print", "printed")
-        self.assertIn("\n" + "0" * 99 + "\u2026\nend\n", out)
+        self.assertIn("\n" + "0" * 33 + "\u2026" + "0" * 65 + "7\nend\n", out)
         self.assertIn("0" * 499 + "7\nend\n", self.tool_messages()[0]["content"])
         self.quit(term)
 

@@ -1,0 +1,285 @@
+"""What a new user trips on at the terminal (issue 20), on a real pseudo-terminal 40 rows high,
+40 and 100 columns wide where the width matters: a big paste is one placeholder on the input
+line; long output keeps its command on the screen and a wide line its end; Ctrl+C keeps the keys
+typed ahead and quits only twice on an empty prompt; the cycle guard lets a model poll;
+...requesting... counts the seconds; /help names !cmd.
+
+bantam.py runs on a Pty against the scripted FakeServer; the tests type like a user and check
+the screen, what the server got and what was saved.
+"""
+
+import json
+import os
+import re
+import time
+import unittest
+
+from tests.support import (
+    PROMPT_LINE, BantamTestCase, chunk, sse, strip_ansi, text_stream, tool_call_stream)
+
+PROMPT = "> "
+PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"   # how a terminal frames a bracketed paste
+UP = "\x1b[A"
+WIDTHS = (40, 100)
+TOKEN = re.compile(r"\x1b\[[0-9;?]*[@-~]|\x1b\][^\x07]*\x07|\x1b.?|[\r\n\b]|[^\x1b\r\n\b]+")
+
+
+def screen(text):
+    """Terminal output as the lines a person sees: a small terminal that knows the moves
+    bantam and readline make (carriage return, erase to the end of the line, cursor up and
+    right, backspace); colors and other sequences are dropped; no line wraps."""
+    rows, row, col = [""], 0, 0
+    for token in TOKEN.findall(text):
+        if token == "\n":
+            row, col = row + 1, 0
+            if row == len(rows):
+                rows.append("")
+        elif token == "\r":
+            col = 0
+        elif token == "\b":
+            col = max(0, col - 1)
+        elif token == "\x1b[K":
+            rows[row] = rows[row][:col]
+        elif token == "\x1b[A":
+            row = max(0, row - 1)
+        elif re.match(r"\x1b\[\d*C$", token):
+            col += int(token[2:-1] or 1)
+        elif not token.startswith("\x1b"):
+            line = rows[row].ljust(col)
+            rows[row] = line[:col] + token + line[col + len(token):]
+            col += len(token)
+    return "\n".join(rows)
+
+
+def slow_stream(first="streaming "):
+    """A reply that streams for about ten seconds: still running when the test acts."""
+    events = [chunk({"role": "assistant", "content": ""}), chunk({"content": first})]
+    return sse(events + [chunk({"content": "more "}) for _ in range(40)], delay=0.25)
+
+
+def shell(call_id, command):
+    """A (id, name, args) shell_exec call."""
+    return (call_id, "shell_exec", {"command": command})
+
+
+class ExtrasCase(BantamTestCase):
+    """The REPL on a 40-row terminal, rendered."""
+
+    def start(self, cols=100, rows=40, **keys):
+        """Write model.cfg (render=always and keys), start bantam on a rows x cols Pty, wait
+        for the prompt."""
+        self.ws.write_config(self.server, render="always", **keys)
+        term = self.pty(rows=rows, cols=cols)
+        term.expect(PROMPT)
+        return term
+
+    def user_messages(self, request=-1):
+        """The contents of the user messages of a request the server got."""
+        return [m["content"] for m in self.server.bodies[request]["messages"] if m["role"] == "user"]
+
+    def tool_messages(self):
+        """The contents of the tool messages of the last request."""
+        return [m["content"] for m in self.server.bodies[-1]["messages"] if m["role"] == "tool"]
+
+    def ctrl_c_at_prompt(self, term):
+        """Ctrl+C at the readline prompt, after a pause (a SIGINT that lands while readline
+        handles a key is noticed only at the next key; a person is never that fast)."""
+        time.sleep(0.5)
+        term.send("\x03")
+
+
+class PasteTests(ExtrasCase):
+    """A paste longer than a few lines."""
+
+    def test_big_paste_is_one_placeholder_sent_whole(self):
+        """300 pasted lines show as one placeholder on the input line (none of the lines is
+        echoed); text typed after it joins it; the server gets the whole text; Up brings it
+        back as the placeholder and sends it whole again; the history file keeps it whole."""
+        lines = ["line %d of the paste" % i for i in range(1, 301)]
+        pasted = "\n".join(lines)
+        placeholder = "[pasted 300 lines, %d KB]" % round(len(pasted.encode()) / 1024)
+        for cols in WIDTHS:
+            with self.subTest(cols=cols):
+                self.push(text_stream("got the paste"), text_stream("got it again"))
+                term = self.start(cols=cols)
+                start = term.output.rindex("\n")   # the prompt's line on
+                term.send(PASTE_START + "\r".join(lines) + PASTE_END)
+                term.expect(placeholder)
+                term.send(" sum it up")
+                term.sendline()
+                term.expect("got the paste")
+                term.expect(PROMPT_LINE)
+                shown = screen(term.output[start:])
+                self.assertIn("> %s sum it up\n" % placeholder, shown)
+                self.assertNotIn("line 150", shown)
+                self.assertEqual(self.user_messages(), [pasted + " sum it up"])
+                term.send(UP)
+                term.expect(placeholder + " sum it up")
+                term.sendline()
+                term.expect("got it again")
+                term.expect(PROMPT_LINE)
+                self.assertEqual(self.user_messages(), [pasted + " sum it up"] * 2)
+                self.assertNotIn("line 150", screen(term.output[start:]))
+                self.leave(term)
+                history = os.path.join(self.ws.home, ".bantam_history")
+                with open(history, encoding="utf-8") as f:
+                    self.assertIn("\\nline 300 of the paste sum it up\n", f.read())
+                os.remove(history)   # the next width starts afresh
+
+
+class ToolOutputTests(ExtrasCase):
+    """A command's output on the screen: ten lines by default, wide lines keep their end."""
+
+    def test_long_output_shows_ten_lines_and_keeps_the_command_on_screen(self):
+        """`seq 1 3000` with no tool_lines set: 5 lines, "... 2990 more lines", 5 lines, so
+        `$ seq 1 3000` stays on a 40-row screen; the model gets all of it."""
+        for cols in WIDTHS:
+            with self.subTest(cols=cols):
+                self.push(tool_call_stream([shell("c1", "seq 1 3000")]), text_stream("counted"))
+                term = self.start(cols=cols)
+                lines = screen(self.type_line(term, "count", "counted")).splitlines()
+                at = lines.index("$ seq 1 3000")
+                self.assertEqual(lines[at + 1:at + 12], ["1", "2", "3", "4", "5", "... 2990 more lines",
+                                                         "2996", "2997", "2998", "2999", "3000"])
+                self.assertRegex(lines[at + 12], r"^exit 0 \u00b7 ")
+                self.assertIn("\n1500\n", self.tool_messages()[0])
+                self.leave(term)
+
+    def test_wide_lines_keep_their_start_and_end(self):
+        """A line wider than the screen keeps a third of the row from its start and the rest
+        from its end: `ls -la` keeps the file name at 40 columns; a 160-character line keeps
+        "start-" and "-the-end" at both widths. The model gets the lines whole."""
+        self.ws.write("notes-for-the-meeting.txt", "x")
+        command = "ls -la notes-for-the-meeting.txt; printf 'start-%0150d-the-end\\n' 0"
+        for cols in WIDTHS:
+            with self.subTest(cols=cols):
+                self.push(tool_call_stream([shell("c1", command)]), text_stream("listed"))
+                term = self.start(cols=cols)
+                rows = screen(self.type_line(term, "list", "listed")).splitlines()
+                listing = next(r for r in rows if r.startswith("-rw"))
+                self.assertTrue(listing.endswith(" notes-for-the-meeting.txt"), listing)
+                self.assertLessEqual(len(listing), cols)
+                wide = next(r for r in rows if r.startswith("start-"))
+                self.assertTrue(wide.endswith("0-the-end"), wide)
+                self.assertEqual(len(wide), cols)
+                self.assertEqual(wide.count("\u2026"), 1)
+                self.assertLessEqual(wide.index("\u2026"), cols // 3)
+                self.assertIn("start-%s-the-end\n" % ("0" * 150), self.tool_messages()[0])
+                self.leave(term)
+
+
+class CtrlCTests(ExtrasCase):
+    """Ctrl+C during a turn and at the prompt."""
+
+    def test_ctrl_c_keeps_the_keys_typed_ahead(self):
+        """Keys typed while a reply streams or a command runs are on the next prompt after
+        Ctrl+C, to finish and send."""
+        for stage in ("stream", "command"):
+            with self.subTest(stage=stage):
+                if stage == "stream":
+                    self.push(slow_stream(), text_stream("answered"))
+                else:
+                    self.push(tool_call_stream([shell("c1", "echo started; sleep 30")]), text_stream("answered"))
+                term = self.start()
+                term.sendline("go")
+                term.expect("streaming" if stage == "stream" else "started")
+                term.send("typed ahead")
+                time.sleep(0.3)
+                term.send("\x03")
+                term.expect("[interrupted]")
+                term.expect(re.compile(r"\n> typed ahead"))
+                term.sendline(" too")
+                term.expect("answered")
+                term.expect(PROMPT_LINE)
+                self.assertEqual(self.user_messages()[-1], "typed ahead too")
+                self.leave(term)
+
+    def test_double_ctrl_c_quits_only_at_an_empty_prompt(self):
+        """Ctrl+C twice in quick succession during a stream interrupts it and the REPL goes on;
+        Ctrl+C on a typed line clears it and does not count; twice on the empty line quits."""
+        self.push(slow_stream(), text_stream("still here"))
+        term = self.start()
+        term.sendline("go")
+        term.expect("streaming")
+        term.send("\x03")
+        time.sleep(0.3)
+        term.send("\x03")   # the reflex: a second Ctrl+C at once
+        term.expect("[interrupted]")
+        term.expect(PROMPT_LINE)
+        time.sleep(0.5)
+        self.assertTrue(term.alive(), term.output[-500:])
+        self.type_line(term, "next", "still here")
+        self.assertEqual(self.user_messages()[-1], "next")
+        term.send("a draft")
+        term.expect("a draft")
+        self.ctrl_c_at_prompt(term)   # clears the line
+        term.expect(PROMPT_LINE)
+        self.ctrl_c_at_prompt(term)   # the first on an empty line
+        term.expect("[Ctrl+C again within 2 s quits]")
+        self.assertTrue(term.alive(), term.output[-500:])
+        self.ctrl_c_at_prompt(term)
+        self.assertEqual(term.wait(10), 0)
+
+
+class CycleGuardTests(ExtrasCase):
+    """max_identical_calls counts a call only when its result is the same too."""
+
+    def test_polling_with_new_output_goes_on_a_stuck_loop_stops(self):
+        """The same command four times, its output new each time (a model polling a log):
+        all four run and the model answers. The same command with the same output three
+        times: stopped, and asked for a final answer."""
+        poll = "echo tick >> poll.log; wc -l < poll.log"
+        self.push(*[tool_call_stream([shell("c%d" % i, poll)]) for i in range(4)],
+                  text_stream("the build finished"))
+        term = self.start()
+        out = screen(self.type_line(term, "wait for the build", "the build finished"))
+        self.assertNotIn("[stopped", out)
+        self.assertEqual(len(self.server.posts), 5)
+        self.assertEqual([m.split("\n")[0] for m in self.tool_messages()], ["1", "2", "3", "4"])
+        self.push(*[tool_call_stream([shell("s%d" % i, "echo unchanged")]) for i in range(3)],
+                  text_stream("my best answer"))
+        out = screen(self.type_line(term, "and now?", "my best answer"))
+        self.assertIn("[stopped: the same tool call 3 times in a row (max_identical_calls=3)", out)
+        self.assertEqual(len(self.server.posts), 9)
+        self.assertNotIn("tools", self.server.bodies[-1])
+        self.leave(term)
+
+
+class StatusTests(ExtrasCase):
+    """The ...requesting... line and /help."""
+
+    def test_requesting_shows_the_seconds_after_two(self):
+        """A reply that takes 2.6 s (before its headers, between the headers and the body, or
+        after a first empty chunk) shows "...requesting... 2 s"; in --jsonl the wait is
+        "waiting" events with the seconds."""
+        first = chunk({"role": "assistant", "content": ""})
+        for where in ("head_delay", "first_delay", "delay"):
+            with self.subTest(where=where):
+                self.push(sse([first, chunk({"content": "late answer"})], done=False, **{where: 2.6}))
+                term = self.start(color="always")
+                shown = strip_ansi(self.type_line(term, "slow one", "late answer"))
+                self.assertIn("...requesting... 2 s", shown)
+                self.assertNotRegex(shown, r"requesting\.\.\. [01] s")
+                self.leave(term)
+        self.push(sse([chunk({"content": "late answer"})], head_delay=2.6))
+        result = self.run_bantam("--jsonl", "-p", "slow one")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        events = [json.loads(line) for line in result.stdout.splitlines()]
+        waiting = [e for e in events if e["type"] == "waiting"]
+        seconds = [e["seconds"] for e in waiting]
+        self.assertTrue(seconds and seconds == sorted(seconds) and 1 <= seconds[0] <= seconds[-1] <= 3, seconds)
+        kinds = [e["type"] for e in events]
+        self.assertLess(kinds.index("request"), kinds.index("waiting"))
+        self.assertLess(kinds.index("waiting"), kinds.index("text"))
+
+    def test_help_names_bang_commands(self):
+        """/help lists !cmd next to the commands."""
+        term = self.start()
+        out = strip_ansi(self.type_line(term, "/help", "Ctrl+J"))
+        self.assertRegex(out, r"(?m)^!cmd\s+run cmd with bash")
+        self.assertEqual(self.server.posts, [])
+        self.leave(term)
+
+
+if __name__ == "__main__":
+    unittest.main()
