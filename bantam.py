@@ -2212,22 +2212,27 @@ SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # ba
 def command_env(cfg):
     """The environment of every command bantam runs (shell_exec, !command, and so the tools
     folder's scripts): bantam's own, less the variables of withheld_variables."""
-    hidden = set(withheld_variables(cfg))
-    return {name: value for name, value in os.environ.items() if name not in hidden}
+    env = dict(os.environ)
+    for name in withheld_variables(cfg, env):
+        del env[name]
+    return env
 
 
-def withheld_variables(cfg):
-    """The variables kept from commands: those bantam reads secrets from, any holding a
-    secret of cfg, and those matching shell_env_exclude (unless named in shell_env_keep)."""
+def withheld_variables(cfg, env=None):
+    """The variables of env (os.environ) kept from commands: those bantam reads secrets from,
+    any holding a secret of cfg (a short one, like "none", only as the whole value), and those
+    matching shell_env_exclude (unless named in shell_env_keep)."""
     import fnmatch
     secrets = secrets_of(cfg)
     exclude = cfg.get("shell_env_exclude", "")
-    patterns = [p.strip().upper() for p in exclude.split(",") if exclude.strip().lower() != "none"]
+    patterns = [fnmatch.translate(p.strip()) for p in exclude.split(",")
+                if p.strip() and exclude.strip().lower() != "none"]
+    excluded = re.compile("|".join(patterns) or "(?!)", re.I).match
     keep = {name.strip() for name in cfg.get("shell_env_keep", "").split(",")}
-    return sorted(name for name, value in os.environ.items() if name in SECRET_VARIABLES
-                  or any(value == s or (len(s) >= 12 and s in value) for s in secrets)   # "none"...
-                  or (name not in keep and any(p and fnmatch.fnmatchcase(name.upper(), p)
-                                               for p in patterns)))
+    return sorted(name for name, value in (os.environ if env is None else env).items()
+                  if name in SECRET_VARIABLES
+                  or (excluded(name) and name not in keep)
+                  or any(value == s or (len(s) >= 12 and s in value) for s in secrets))
 
 
 def shell_path():

@@ -24,11 +24,14 @@ are ~/.bantam/model.cfg (write_config) and the environment; the folder's are wor
 
 import json
 import os
+import shutil
 import stat
+import subprocess
+import tempfile
 import unittest
 
 from tests.support import (
-    PROMPT_LINE, BantamTestCase, read_text, strip_ansi, text_stream, tool_call_stream)
+    BANTAM, PROMPT_LINE, BantamTestCase, read_text, strip_ansi, text_stream, tool_call_stream)
 
 USER_KEY = "sk-user-secret-0123456789"       # the user's own key
 FOLDER_KEY = "sk-folder-planted-987654321"   # a key a cloned repository ships
@@ -335,6 +338,38 @@ class CommandEnvironmentTests(TrustCase):
         self.assertEqual(self.server.posts[0]["headers"]["api-key"], USER_KEY)
         for name, text in seen.items():
             self.assertNotIn(USER_KEY, text, name)
+
+    @unittest.skipUnless(os.name == "posix" and os.geteuid() == 0 and shutil.which("setpriv")
+                         and os.path.exists("/usr/bin/python3"), "needs root to run as nobody")
+    def test_other_processes_of_a_user_who_is_not_root_cannot_open_bantams_proc_files(self):
+        """bantam run by an ordinary user (nobody here): a command cannot even open bantam's
+        /proc/$PPID/environ or /proc/$PPID/mem (bantam is not dumpable)."""
+        top = tempfile.mkdtemp(prefix="bantam-nobody-")
+        self.addCleanup(shutil.rmtree, top, True)
+        os.chmod(top, 0o755)
+        probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                "/usr/bin/python3", "-c", "open(%r).close()" % BANTAM])
+        if probe.returncode:
+            self.skipTest("nobody cannot read %s" % BANTAM)
+        home, work = os.path.join(top, "home"), os.path.join(top, "work")
+        os.makedirs(os.path.join(home, ".bantam"))
+        os.mkdir(work)
+        with open(os.path.join(home, ".bantam", "model.cfg"), "w") as f:
+            f.write("endpoint=%s\ncolor=never\nbackoff=0.01\n" % self.server.url)
+        for folder in (top, home, os.path.join(home, ".bantam"), work):
+            os.chown(folder, 65534, 65534)
+        os.chown(os.path.join(home, ".bantam", "model.cfg"), 65534, 65534)
+        self.push(tool_call_stream([shell("c1", "cat /proc/$PPID/environ > environ.txt 2>&1; "
+                                                "dd if=/proc/$PPID/mem of=/dev/null 2> mem.txt")]),
+                  text_stream("looked"))
+        env = dict(self.ws.env(HOME=home, TMPDIR=top), OPENAI_API_KEY=USER_KEY)
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                 "/usr/bin/python3", BANTAM, "-p", "hello"], cwd=work, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("Permission denied", read_text(os.path.join(work, "environ.txt")))
+        self.assertIn("Permission denied", read_text(os.path.join(work, "mem.txt")))
+        self.assertNotIn(USER_KEY, read_text(os.path.join(work, "environ.txt")))
 
     def test_set_api_key_warns_and_leaves_no_trace_in_cmdline(self):
         """--set api_key=... warns (shell history, ps) and the value is not in /proc/$PPID/cmdline."""
