@@ -10,7 +10,7 @@ will find under "The agentic loop".
 The sections, in reading order:
   constants and the config schema (DEFAULTS)
   events and views       everything a run reports is one event; views print them
-  config                 model.cfg, BANTAM_<KEY>, flags; whom the API key may go to
+  config                 model.cfg, BANTAM_<KEY>, flags; what a folder may set before it is trusted
   sessions               one file per conversation, saved at every step
   the HTTP client        one keep-alive connection (HTTP(S) or SOCKS5 proxy), retries, SSE
   the tools              shell_exec, run_subagent (and read, write); the TOOLS table
@@ -575,8 +575,8 @@ def both(*views):
             each(event)
     return view
 # ----------------------------------------------------------------------------------------
-# Config: flags, then model.cfg (key=value), then BANTAM_<KEY>, then DEFAULTS; and whom
-# the API key may be sent to
+# Config: flags, then model.cfg (key=value: the folder's over the user's), then BANTAM_<KEY>,
+# then DEFAULTS; what a folder may set before it is trusted; secrets kept from commands
 # ----------------------------------------------------------------------------------------
 
 def bantam_home(*parts):
@@ -698,6 +698,30 @@ def parse_value(key, raw, where):
     return raw.lower() if key in CHOICES else raw
 
 
+# What a folder's own ./model.cfg may set: a cloned repository is not the user. The keys of
+# NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes): they come from the
+# user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>) or a folder the
+# user trusts. The leash only tightens across layers: deny is joined from every layer, and
+# the strictest value of STRICTER keys wins, unless a flag sets it. The rest is harmless.
+NEEDS_TRUST = {   # key: what it decides (the trust question says it)
+    "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
+    "headers": "sent to the model's server", "allow": "commands that run without asking",
+    "tools": "what the model may use", "bantam_tools_dir": "scripts offered to the model",
+    "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
+    "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
+LOOSEST_FIRST = {"approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only"),
+                 "sandbox_network": (True, False)}
+STRICTER = set(LOOSEST_FIRST) | {"max_al_iterations", "max_turn_tokens", "max_turn_seconds",
+                                 "max_cost", "max_identical_calls"}   # budgets: 0 is no limit
+
+
+def strictness(key, value):
+    """How strict a value of a STRICTER key is (higher is stricter)."""
+    if key in LOOSEST_FIRST:
+        return LOOSEST_FIRST[key].index(value) if value in LOOSEST_FIRST[key] else 0
+    return -value if value else float("-inf")
+
+
 def load_config(overrides=None, config_file=None, env=None, trust=None):
     """The configuration, a plain dict: each key of DEFAULTS from the first layer that sets
     it: overrides (the command line's flags; strings are parsed like the file's values),
@@ -752,39 +776,15 @@ def load_config(overrides=None, config_file=None, env=None, trust=None):
         else:
             cfg[key], sources[key] = DEFAULTS[key], "default"
     cfg["endpoint"] = cfg["endpoint"].rstrip("/")
-    headers = env.get("BANTAM_HEADERS")
-    found = [env.get("BANTAM_API_KEY"), env.get("OPENAI_API_KEY")] + list(
+    headers = env.get("BANTAM_HEADERS")   # secrets in the environment that are not used:
+    held = [env.get("BANTAM_API_KEY"), env.get("OPENAI_API_KEY")] + list(   # still never shown
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
-    unused = [v for v in found if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
+    unused = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
     cfg.update(config_file=own_file, folder_config=folder_path, sources=sources,
                untrusted=untrusted, withheld=unused)
     cfg["system_prompt"], sources["system_prompt"] = load_system_prompt()
     add_prompt_extras(cfg)
     return cfg
-
-
-# What a folder's own ./model.cfg may set: a cloned repository is not the user. The keys of
-# NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes): they come from the
-# user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>) or a folder the
-# user trusts. The leash only tightens across layers: deny is joined from every layer, and
-# the strictest value of STRICTER keys wins, unless a flag sets it. The rest is harmless.
-NEEDS_TRUST = {   # key: what it decides (the trust question says it)
-    "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
-    "headers": "sent to the model's server", "allow": "commands that run without asking",
-    "tools": "what the model may use", "bantam_tools_dir": "scripts offered to the model",
-    "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
-    "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
-LOOSEST_FIRST = {"approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only"),
-                 "sandbox_network": (True, False)}
-STRICTER = set(LOOSEST_FIRST) | {"max_al_iterations", "max_turn_tokens", "max_turn_seconds",
-                                 "max_cost", "max_identical_calls"}   # budgets: 0 is no limit
-
-
-def strictness(key, value):
-    """How strict a value of a STRICTER key is (higher is stricter)."""
-    if key in LOOSEST_FIRST:
-        return LOOSEST_FIRST[key].index(value) if value in LOOSEST_FIRST[key] else 0
-    return -value if value else float("-inf")
 
 
 def env_name(key):
