@@ -10,7 +10,7 @@ will find under "The agentic loop".
 The sections, in reading order:
   constants and the config schema (DEFAULTS)
   events and views       everything a run reports is one event; views print them
-  config                 model.cfg, BANTAM_<KEY>, flags; whom the API key may go to
+  config                 model.cfg, BANTAM_<KEY>, flags; what a folder may set before it is trusted
   sessions               one file per conversation, saved at every step
   the HTTP client        one keep-alive connection (HTTP(S) or SOCKS5 proxy), retries, SSE
   the tools              shell_exec, run_subagent (and read, write); the TOOLS table
@@ -64,6 +64,9 @@ DEFAULTS = {
     "tools": "shell_exec,run_subagent",  # the tools offered to the model (also: read, write)
     "bantam_tools_dir": "",        # a folder of helper scripts, named in the system prompt
     "bantam_skills_dir": "",       # a folder of skills (<name>/SKILL.md), named in the system prompt
+    "shell_env_exclude": "*KEY*,*SECRET*,*TOKEN*,*PASSWORD*",  # variables kept from commands
+                                   # (none: all pass but bantam's own secrets)
+    "shell_env_keep": "",          # variables passed to commands all the same: GITHUB_TOKEN,...
     "project_instructions": True,  # add this folder's AGENTS.md to the system prompt
     "usage": True,                 # the token line on stderr after each turn
     # the leash (see "Approvals and budgets"): what may run, and what a turn may spend
@@ -234,13 +237,26 @@ def join_surrogates(text):
 
 
 def secrets_of(cfg):
-    """The values never to print or save: the API key and the values of the extra headers
-    (and those withheld from an untrusted endpoint)."""
-    if not cfg.get("headers") and not cfg.get("withheld"):   # the usual case, made cheap
-        key = cfg.get("api_key") or ""
-        return [key] if len(key) >= 4 else []
-    values = [cfg.get("api_key") or ""] + [str(v) for v in cfg["headers"].values()] + cfg.get("withheld", [])
-    return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+    """The values never to print or save: the API key, the values of the extra headers, the
+    credentials inside the endpoint URL, and the keys bantam found but does not send."""
+    key, url = cfg.get("api_key") or "", cfg.get("endpoint") or ""
+    if not cfg.get("headers") and not cfg.get("withheld") and "@" not in url and "?" not in url:
+        return [key] if len(key) >= 4 else []   # the usual case, made cheap
+    values = [key] + [str(v) for v in cfg.get("headers", {}).values()] + cfg.get("withheld", [])
+    return sorted({v for v in values + url_secrets(url) if len(v) >= 4}, key=len, reverse=True)
+
+
+def url_secrets(url):
+    """The credentials inside a URL: the password of user:password@, and the values of query
+    parameters named like key, token, secret, password, sig or auth (?key=...)."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+    except ValueError:   # "http://[::1": not a URL a request could go to
+        return []
+    named = [pair.partition("=") for pair in parts.query.split("&")]
+    return [parts.password or ""] + [value for name, _, value in named
+                                     if re.search("key|token|secret|pass|sig|auth", name, re.I)]
 
 
 def redact_all(cfg, text):
@@ -255,7 +271,7 @@ def stream_piece(cfg, held, text):
     that may begin a secret (a model that read the key must not print it, even split across
     chunks), or the first UTF-16 half of a character whose second half is still to come."""
     text = held + text
-    secrets = secrets_of(cfg) if cfg.get("api_key") or cfg.get("headers") else ()
+    secrets = secrets_of(cfg)
     if not secrets and not "\ud800" <= text[-1:] <= "\udfff":
         return text, ""   # the hot path
     for secret in secrets:
@@ -576,8 +592,8 @@ def both(*views):
             each(event)
     return view
 # ----------------------------------------------------------------------------------------
-# Config: flags, then model.cfg (key=value), then BANTAM_<KEY>, then DEFAULTS; and whom
-# the API key may be sent to
+# Config: flags, then model.cfg (key=value: the folder's over the user's), then BANTAM_<KEY>,
+# then DEFAULTS; what a folder may set before it is trusted; secrets kept from commands
 # ----------------------------------------------------------------------------------------
 
 def bantam_home(*parts):
@@ -699,12 +715,40 @@ def parse_value(key, raw, where):
     return raw.lower() if key in CHOICES else raw
 
 
-def load_config(overrides=None, config_file=None, env=None):
-    """The configuration, a plain dict: each key of DEFAULTS from the first place that sets
+# What a folder's own ./model.cfg may set: a cloned repository is not the user. The keys of
+# NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes): they come from the
+# user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>) or a folder the
+# user trusts. The leash only tightens across layers: deny is joined from every layer, and
+# the strictest value of STRICTER keys wins, unless a flag sets it. The rest is harmless.
+NEEDS_TRUST = {   # key: what it decides (the trust question says it)
+    "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
+    "headers": "sent to the model's server", "allow": "commands that run without asking",
+    "tools": "what the model may use", "bantam_tools_dir": "scripts offered to the model",
+    "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
+    "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
+LOOSEST_FIRST = {"approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only"),
+                 "sandbox_network": (True, False)}
+STRICTER = set(LOOSEST_FIRST) | {"max_al_iterations", "max_turn_tokens", "max_turn_seconds",
+                                 "max_cost", "max_identical_calls"}   # budgets: 0 is no limit
+
+
+def strictness(key, value):
+    """How strict a value of a STRICTER key is (higher is stricter)."""
+    if key in LOOSEST_FIRST:
+        return LOOSEST_FIRST[key].index(value) if value in LOOSEST_FIRST[key] else 0
+    return -value if value else float("-inf")
+
+
+def load_config(overrides=None, config_file=None, env=None, trust=None):
+    """The configuration, a plain dict: each key of DEFAULTS from the first layer that sets
     it: overrides (the command line's flags; strings are parsed like the file's values),
-    model.cfg (config_file, else ./model.cfg, else ~/.bantam/model.cfg), BANTAM_<KEY> (and
-    OPENAI_API_KEY for api_key), the default. cfg["sources"] says where each came from:
-    "flag", "path:line", the variable's name, or "default"."""
+    --config FILE (else this folder's model.cfg merged over ~/.bantam/model.cfg key by key),
+    BANTAM_<KEY> (and OPENAI_API_KEY for api_key), the default; what a folder may set, and
+    how the leash only tightens, is said at NEEDS_TRUST. trust: None (as remembered in
+    folders.json, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
+    tighten). cfg["sources"] says where each came from: "flag", "path:line" (joined by " + "
+    for deny), the variable's name, or "default"; cfg["untrusted"] what the folder would
+    change if trusted: {key: (value, "path:line")}."""
     env = os.environ if env is None else env
     overrides = overrides or {}
     for key in overrides:
@@ -712,30 +756,49 @@ def load_config(overrides=None, config_file=None, env=None):
             raise ConfigError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if config_file and not os.path.isfile(config_file):
         raise ConfigError("%s: no such config file" % config_file)
-    path = config_file or find_file("model.cfg")
-    from_file = read_key_values(path) if path else {}
-    cfg, sources = {}, {}
+    own_file, folder_path = config_file or bantam_home("model.cfg"), os.path.abspath("model.cfg")
+    if config_file or not os.path.isfile(folder_path) or (
+            os.path.isfile(own_file) and os.path.samefile(folder_path, own_file)):
+        folder_path = None   # --config, no folder file, or the folder is ~/.bantam itself
+    environ = {}
     for key in DEFAULTS:
-        raw, where = overrides.get(key), "flag"
-        if raw is None:
-            raw, where = from_file.get(key, ("", ""))
-        if raw in ("", "-"):   # blank or '-' in the file defers to the environment
-            raw, where = env.get(env_name(key), ""), env_name(key)
-        if key == "api_key" and not raw:
-            raw, where = env.get("OPENAI_API_KEY", ""), "OPENAI_API_KEY"
-        if raw == "":
-            cfg[key], sources[key] = DEFAULTS[key], "default"
+        for name in (env_name(key), "OPENAI_API_KEY") if key == "api_key" else (env_name(key),):
+            if env.get(name):
+                environ[key] = (env[name], name)
+                break
+    layers = [("flag", {key: (value, "flag") for key, value in overrides.items()}),
+              ("folder", read_key_values(folder_path) if folder_path else {}),
+              ("own", read_key_values(own_file) if os.path.isfile(own_file) else {}),
+              ("own", environ)]
+    trusted = trust if trust is not None else bool(folder_path) and (env.get("BANTAM_TRUST") == "1"
+                                                                     or folder_trusted() is True)
+    cfg, sources, untrusted = {}, {}, {}
+    for key in DEFAULTS:
+        found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
+                 for kind, layer in layers for raw, where in [layer.get(key, ("", ""))]
+                 if raw not in ("", "-")]   # blank or '-' defers to the next layer
+        own = [f for f in found if f[0] != "folder"]
+        if found and found[0][0] == "folder" and key in NEEDS_TRUST and not trusted:
+            if found[0][1] != (own[0][1] if own else DEFAULTS[key]):
+                untrusted[key] = found[0][1:]
+            found = own
+        elif trust is False and key not in STRICTER and key != "deny":
+            found = own   # the user said no: only what tightens the leash is taken from the folder
+        if key == "deny" and found:
+            cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
+        elif found:
+            if key in STRICTER and found[0][0] != "flag":   # a flag is the user's explicit choice
+                found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
+            cfg[key], sources[key] = found[0][1:]
         else:
-            cfg[key] = parse_value(key, raw, where) if isinstance(raw, str) else raw
-            sources[key] = where
+            cfg[key], sources[key] = DEFAULTS[key], "default"
     cfg["endpoint"] = cfg["endpoint"].rstrip("/")
-    if not re.match(r"https?://[^/]", cfg["endpoint"]):
-        raise ConfigError("%s: endpoint: expected an http:// or https:// URL, got %r"
-                          % (sources["endpoint"], cfg["endpoint"]))
-    cfg["config_file"] = path
-    sources["config_file"] = "flag" if config_file else "folder" if path and os.path.dirname(
-        os.path.abspath(path)) == os.getcwd() else "home" if path else "none"
-    cfg["sources"] = sources
+    headers = env.get("BANTAM_HEADERS")   # secrets in the environment that are not used:
+    held = [env.get("BANTAM_API_KEY"), env.get("OPENAI_API_KEY")] + list(   # still never shown
+        parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
+    unused = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
+    cfg.update(config_file=own_file, folder_config=folder_path, sources=sources,
+               untrusted=untrusted, withheld=unused)
     cfg["system_prompt"], sources["system_prompt"] = load_system_prompt()
     add_prompt_extras(cfg)
     return cfg
@@ -791,46 +854,13 @@ FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entr
                    "write": "write (a whole file, or a splice at a line or byte offset)"}
 
 
-def folder_file(cfg, key):
-    """True when key came from the model.cfg of the current folder (not ~/.bantam, not --config)."""
-    return (cfg["sources"].get("config_file") == "folder"
-            and cfg["sources"].get(key, "").startswith(cfg["config_file"] + ":"))
-
-
-def key_at_risk(cfg):
-    """The source of a secret (the API key or headers) from the user's own settings that would
-    go to an endpoint named by this folder's model.cfg (a cloned repository can name any
-    host), or None when there is nothing to ask."""
-    if not folder_file(cfg, "endpoint"):
-        return None
-    own = read_key_values(bantam_home("model.cfg")) if os.path.isfile(bantam_home("model.cfg")) else {}
-    endpoint = own.get("endpoint", ("",))[0] or os.environ.get("BANTAM_ENDPOINT") or DEFAULTS["endpoint"]
-    if origin(endpoint) == origin(cfg["endpoint"]):
-        return None   # where the user's own settings send it anyway
-    for key in ("api_key", "headers"):
-        if cfg[key] and not folder_file(cfg, key):
-            return cfg["sources"][key]
-    return None
-
-
-def origin(url):
-    """(scheme, host, port) of a URL: where a request to it goes."""
-    from urllib.parse import urlsplit
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
-
-
 def folders_file():
-    """~/.bantam/folders.json: what the user said about folders (trusted or not, notes given)."""
+    """~/.bantam/folders.json: what the user said about folders (trusted or not)."""
     return bantam_home("folders.json")
 
 
 def folder_memory():
-    """{folder: {"trusted": bool, "system_txt": True}} as remembered ({} if none)."""
+    """{folder: {"trusted": bool}} as remembered ({} if none)."""
     try:
         with open(folders_file(), encoding="utf-8") as f:
             memory = json.load(f)
@@ -849,14 +879,75 @@ def remember_folder(**facts):
         say("warning: cannot remember this folder's settings: %s" % e)
 
 
-def withhold_secrets(cfg):
-    """cfg without the user's API key and headers (for an endpoint the user did not choose):
-    never sent, still never printed, and kept from the commands the model runs."""
-    keep = {key: folder_file(cfg, key) for key in ("api_key", "headers")}
-    withheld = [cfg["api_key"]] * (not keep["api_key"]) + [str(v) for v in cfg["headers"].values()] * (not keep["headers"])
-    hidden = [cfg["sources"][key] for key in keep if not keep[key] and cfg["sources"][key].isupper()]
-    return dict(cfg, api_key=cfg["api_key"] if keep["api_key"] else "",
-                headers=cfg["headers"] if keep["headers"] else {}, withheld=withheld, hidden_env=hidden)
+def trust_folder(cfg, args, interactive, reload):
+    """cfg as this folder may steer it. When its model.cfg would change what needs trust
+    (cfg["untrusted"]): --trust trusts it (remembered); the REPL asks once (remembered), and
+    no means the user's own settings only (reload(False)); batch mode, and a REPL without a
+    terminal, stop with exit 2 before any request. reload(trust) loads the config again."""
+    changes = cfg["untrusted"]
+    if not changes:
+        return cfg
+    said = folder_trusted()
+    shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
+    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST[key]) for key in shown)
+    if args.trust:
+        remember_folder(trusted=True)
+        return reload(True)
+    if not interactive:
+        own = " (your own server, even on this machine? bantam -e %s)" % shown["endpoint"] \
+            if "endpoint" in shown else ""
+        raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
+                          "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
+                          "runners), or answer once in the REPL%s" % (what, own))
+    boxed = folder_memory().get(os.getcwd(), {}).get("sandbox")
+    if said is None:   # y: trust it; s: not trusted, and its commands in the sandbox
+        answer = ask_line("This folder's model.cfg would change %s. Trust this folder? [y/N/s] "
+                          "(s: no, and its commands in --sandbox workspace) " % what).strip().lower()
+        said, boxed = answer in ("y", "yes"), "workspace" if answer in ("s", "sandbox") else None
+        remember_folder(trusted=said, **({"sandbox": boxed} if boxed else {}))
+        if said:
+            return reload(True)
+    say("[this folder is not trusted: your own settings only%s (bantam --trust to trust it)]"
+        % (", commands in sandbox=workspace" if boxed else ""))
+    cfg = reload(False)
+    if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
+        cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
+    return cfg
+
+
+def shown_untrusted(key, value):
+    """A value an untrusted folder sets, as shown: its key as ***, an endpoint's credentials too."""
+    return "***" if key in SECRET_KEYS else redact_all({"endpoint": str(value)}, str(value))
+
+
+def folder_trusted():
+    """True or False as the user said for this folder (--trust, the REPL), else None."""
+    return folder_memory().get(os.getcwd(), {}).get("trusted")
+
+
+def hide_secrets(cfg):
+    """Keep bantam's secrets from the commands it runs as the same user. The kernel shows a
+    process's first memory block as /proc/<pid>/environ and cmdline (os.environ is a copy):
+    every secret there is overwritten with '*'; and the process is made non-dumpable, which
+    closes /proc/<pid>/mem and environ to other processes of a user who is not root (root has
+    CAP_SYS_PTRACE: see the README). Linux only; elsewhere it does nothing."""
+    secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
+    if not secrets or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        with open("/proc/self/stat", "rb") as f:   # fields 48 to 51: arg_start ... env_end
+            fields = f.read().rpartition(b")")[2].split()
+        start, end = int(fields[45]), int(fields[48])
+        block = ctypes.string_at(start, end - start)
+        for secret in secrets:
+            at = block.find(secret)
+            while at >= 0:
+                ctypes.memset(start + at, ord("*"), len(secret))
+                at = block.find(secret, at + len(secret))
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
 
 
 # ----------------------------------------------------------------------------------------
@@ -2330,10 +2421,8 @@ def shell_exec(cfg, args):
     if not isinstance(command, str) or not command.strip():
         return "error: shell_exec needs a non-empty 'command' string"
     import subprocess
-    env = dict(os.environ, PAGER="cat", GIT_PAGER="cat", MANPAGER="cat", SYSTEMD_PAGER="",
+    env = dict(command_env(cfg), PAGER="cat", GIT_PAGER="cat", MANPAGER="cat", SYSTEMD_PAGER="",
                GIT_TERMINAL_PROMPT="0", DEBIAN_FRONTEND="noninteractive")
-    for name in cfg.get("hidden_env", ()):   # a key withheld from an untrusted endpoint
-        env.pop(name, None)
     try:
         proc = sandboxed_popen(cfg, [shell_path(), "-c", command], stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -2355,6 +2444,35 @@ def shell_exec(cfg, args):
         output.close()
     note = sandbox_words(cfg) if code else ""   # a refused write may be why it failed
     return output.text() + remark + ("\n[%s]" % note if note else "") + "\n\nexit: " + str(code)
+
+
+SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's own secrets
+
+
+def command_env(cfg):
+    """The environment of every command bantam runs (shell_exec, !command, and so the tools
+    folder's scripts): bantam's own, less the variables of withheld_variables."""
+    env = dict(os.environ)
+    for name in withheld_variables(cfg, env):
+        del env[name]
+    return env
+
+
+def withheld_variables(cfg, env=None):
+    """The variables of env (os.environ) kept from commands: those bantam reads secrets from,
+    any holding a secret of cfg (a short one, like "none", only as the whole value), and those
+    matching shell_env_exclude (unless named in shell_env_keep)."""
+    import fnmatch
+    secrets = secrets_of(cfg)
+    exclude = cfg.get("shell_env_exclude", "")
+    patterns = [fnmatch.translate(p.strip()) for p in exclude.split(",")
+                if p.strip() and exclude.strip().lower() != "none"]
+    excluded = re.compile("|".join(patterns) or "(?!)", re.I).match
+    keep = {name.strip() for name in cfg.get("shell_env_keep", "").split(",")}
+    return sorted(name for name, value in (os.environ if env is None else env).items()
+                  if name in SECRET_VARIABLES
+                  or (excluded(name) and name not in keep)
+                  or any(value == s or (len(s) >= 12 and s in value) for s in secrets))
 
 
 def shell_path():
@@ -3767,16 +3885,28 @@ def shown_value(cfg, key):
         value = "***"
     elif key == "headers":
         value = {k: "***" for k in value}
-    return json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
+    text = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
+    return redact_all(cfg, text)   # the credentials in an endpoint URL too
 
 
 def setting_file(cfg, key):
-    """The config file /cfg writes key to: the one it came from, else the one in use, else
-    ~/.bantam/model.cfg (the file bantam reads when no folder has one)."""
+    """The config file /cfg writes key to: the one it came from (this folder's model.cfg,
+    --config or ~/.bantam/model.cfg), else the user's own (--config, else ~/.bantam/model.cfg)."""
     source = cfg["sources"].get(key, "")
-    if cfg["config_file"] and source.startswith(cfg["config_file"] + ":"):
-        return cfg["config_file"]
-    return cfg["config_file"] or bantam_home("model.cfg")
+    for path in (cfg.get("folder_config"), cfg["config_file"]):
+        if path and source.startswith(path + ":"):
+            return path
+    return cfg["config_file"]
+
+
+def in_git_work_tree(path):
+    """True when a .git lies in path's folder or above it: a file there may be committed."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(os.path.join(folder, ".git")):
+        if os.path.dirname(folder) == folder:
+            return False
+        folder = os.path.dirname(folder)
+    return True
 
 
 def save_setting(path, key, raw):
@@ -3797,7 +3927,8 @@ def save_setting(path, key, raw):
         if text is None:
             write_private_file(path, new)   # it may hold the API key: 0600
         else:
-            atomic_write(os.path.realpath(path), new.encode("utf-8"))   # keeps the file's mode
+            atomic_write(os.path.realpath(path), new.encode("utf-8"))
+            os.chmod(os.path.realpath(path), 0o600)   # it may hold the API key, now or later
     except OSError as e:
         raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
     return read_key_values(path).get(key, ("", path))[1]
@@ -4016,14 +4147,15 @@ def cmd_cfg(convo, arg):
     if key in SECRET_KEYS:
         forget_last_input()   # a key typed at the prompt stays out of ~/.bantam_history
     value = parse_value(key, raw, "/cfg")
-    before = cfg["sources"][key]
-    where = save_setting(setting_file(cfg, key), key, raw)
+    before, path = cfg["sources"][key], setting_file(cfg, key)
+    where = save_setting(path, key, raw)
     apply_setting(convo, key, value, where)
     show("[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
     if before == "flag":
         show("[note: the command line set %s; a flag still wins over the file at the next start]\n" % key)
-    if key == "endpoint" and cfg.get("withheld"):
-        show("[your API key stays withheld: this folder is not trusted (start with --trust to send it)]\n")
+    if key in SECRET_KEYS and in_git_work_tree(path):
+        show("[note: %s is inside a git work tree: a commit may take the key with it; add it to "
+             ".gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
 
 
 def forget_last_input():
@@ -5195,7 +5327,8 @@ def run_direct(cfg, command, own_stdin=True):
     # would leave it running unwaited). A handler, not SIG_IGN: the command must not inherit it.
     previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
-        proc = subprocess.Popen([shell_path(), "-c", command], stdin=None if own_stdin else subprocess.DEVNULL)
+        proc = subprocess.Popen([shell_path(), "-c", command], env=command_env(cfg),
+                                stdin=None if own_stdin else subprocess.DEVNULL)
         code = proc.wait()
     except OSError as e:
         raise BantamError("cannot start the shell: %s" % e)
@@ -5285,7 +5418,8 @@ def parse_args(argv):
                        help="run shell commands without asking (approve=auto); deny patterns still apply")
     add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"],
         help="off, workspace or read-only: where commands may write (config key sandbox)")
-    add("--trust", action="store_true", help="trust this folder's model.cfg endpoint with your API key")
+    add("--trust", action="store_true", help="trust this folder (remembered): its model.cfg may "
+                                             "set endpoint, api_key, tools, trace_file... (README)")
     add("--show-config", action="store_true", help="print every setting and where it comes from, then exit")
     add("--version", action="version", version="bantam " + VERSION)
     args = parser.parse_args(argv)
@@ -5295,9 +5429,10 @@ def parse_args(argv):
 
 
 HELP_EPILOG = """\
-config: model.cfg (key=value lines) in this folder, else ~/.bantam/model.cfg; a key left
-out comes from BANTAM_<KEY>, then the default. Flags beat the file, the file beats the
-environment. Keys: """ + ", ".join(DEFAULTS) + """.
+config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg merged over it (what
+steers bantam, such as endpoint, only once the folder is trusted: --trust); a key left out
+comes from BANTAM_<KEY>, then the default. Flags beat the files, the files beat the
+environment; the leash (deny, approve...) only tightens. Keys: """ + ", ".join(DEFAULTS) + """.
 bantam --show-config lists them with their values and sources.
 
 exit status: 0 done, 1 failed after retries (transient: retrying later may work), 2 usage,
@@ -5316,7 +5451,12 @@ def overrides_of(args):
             raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)" % (item, ", ".join(DEFAULTS)))
         pairs.append((key.strip().lower(), value.strip()))
     flag = {"model": "--model", "endpoint": "--endpoint", "trace_file": "--trace", "approve": "--ask/--yolo"}
-    return {key: parse_value(key, value, flag.get(key, "--set")) for key, value in pairs if value is not None}
+    values = {key: parse_value(key, value, flag.get(key, "--set"))
+              for key, value in pairs if value is not None}
+    for key in [key for key, value in pairs[4:] if key in SECRET_KEYS and value]:
+        say("warning: --set %s puts a secret in your shell's history and, while bantam starts, "
+            "in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg keep it out" % key)
+    return values
 
 
 def show_config(cfg):
@@ -5327,29 +5467,11 @@ def show_config(cfg):
                                cfg["sources"]["system_prompt"]))
     if cfg["sources"].get("project_instructions_file"):
         show("%-20s %-40s %s\n" % ("", "+ project instructions", cfg["sources"]["project_instructions_file"]))
-
-
-def check_key_destination(cfg, args, interactive):
-    """The API key goes only where the user sent it: a key from the user's own settings and
-    an endpoint from this folder's model.cfg need a trusted folder. Returns cfg, without the
-    user's secrets when the folder is not trusted (REPL); batch mode refuses instead."""
-    source = key_at_risk(cfg)
-    if not source or args.trust or os.environ.get("BANTAM_TRUST") == "1":
-        return cfg
-    from urllib.parse import urlsplit
-    host = urlsplit(cfg["endpoint"]).hostname
-    trusted = folder_memory().get(os.getcwd(), {}).get("trusted")
-    if trusted is None and interactive:
-        trusted = ask("This folder's model.cfg sends your API key from %s to %s. Trust this folder? [y/N] "
-                      % (source, host), default=False)
-        remember_folder(trusted=trusted)
-    if trusted:
-        return cfg
-    if not interactive:
-        raise ConfigError("this folder's model.cfg would send your API key from %s to %s: put the key "
-                          "in that model.cfg, or trust the folder (--trust, or BANTAM_TRUST=1)" % (source, host))
-    say("[not sending your API key from %s to %s: this folder is not trusted]" % (source, host))
-    return withhold_secrets(cfg)
+    for key, (value, where) in cfg["untrusted"].items():
+        show("%-20s %-40s %s (not used: the folder is not trusted)\n" % (key, shown_untrusted(
+            key, value), where))
+    show("%-20s %-40s %s\n" % ("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
+                               "kept from commands"))
 
 
 def check_first_run(cfg, batch):
@@ -5376,18 +5498,15 @@ def check_prompt_size(cfg, prompt):
                           "context window of %d tokens" % (tokens, len(prompt), window))
 
 
-def note_folder_system_prompt(cfg):
-    """The first time a folder's system.txt is used in the REPL, say so."""
-    where = cfg["sources"]["system_prompt"]
-    if where == os.path.join(os.getcwd(), "system.txt") and not folder_memory().get(os.getcwd(), {}).get("system_txt"):
-        say("[this folder's system.txt replaces the system prompt]")
-        remember_folder(system_txt=True)
-
-
-def note_project_instructions(cfg):
-    """In the REPL, say that this folder's AGENTS.md is in the system prompt."""
+def note_folder_texts(cfg):
+    """Say in one line that this folder's system.txt and AGENTS.md are in the system prompt:
+    text the model reads needs no trust, but it is never used unsaid."""
+    said = ["this folder's system.txt replaces the system prompt"] * (
+        cfg["sources"]["system_prompt"] == os.path.join(os.getcwd(), "system.txt"))
     if cfg["sources"].get("project_instructions_file"):
-        say("[using this folder's AGENTS.md (project_instructions=false turns it off)]")
+        said.append("using this folder's AGENTS.md (project_instructions=false turns it off)")
+    if said:
+        note(cfg, "[%s]" % "; ".join(said), "info")
 
 
 def start_conversation(cfg, args):
@@ -5463,7 +5582,9 @@ def main(argv=None):
         import signal
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved and stopped like Ctrl+C
         signal.signal(signal.SIGHUP, hung_up)                     # a closed terminal, a dropped SSH
-        cfg = load_config(overrides_of(args), args.config)
+        overrides = overrides_of(args)
+        cfg = load_config(overrides, args.config)
+        hide_secrets(cfg)
         if args.show_config:
             show_config(cfg)
             return 0
@@ -5471,7 +5592,9 @@ def main(argv=None):
         prompt = read_prompt(args) if batch and not args.replay else None
         if prompt is not None and prompt.startswith("!"):   # the C++ port: run it, exit with its status
             return run_direct(cfg, prompt[1:])
-        cfg = check_key_destination(cfg, args, interactive=not batch and sys.stdin.isatty())
+        cfg = trust_folder(cfg, args, not batch and sys.stdin.isatty(),
+                           lambda trust: load_config(overrides, args.config, trust=trust))
+        hide_secrets(cfg)
         check_first_run(cfg, batch)
         check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
         if args.output:   # before the model is paid: a file that cannot be written fails now
@@ -5490,12 +5613,10 @@ def main(argv=None):
             cfg["approver"] = terminal_approver(convo)   # else approve=ask refuses: no one to ask
         emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
              session=session["id"], time=now())
+        note_folder_texts(cfg)
         if args.replay:
             return replay(convo, args.replay)
         if not batch:
-            if sys.stdin.isatty():
-                note_folder_system_prompt(cfg)
-                note_project_instructions(cfg)
             convo["first"] = args.interactive
             repl(convo)
             return 0

@@ -600,7 +600,9 @@ class Workspace:
         return path
 
     def write_config(self, server=None, **keys):
-        """Write work/model.cfg as key=value lines: fast test defaults plus keys (None removes one)."""
+        """Write the user's own config, home/.bantam/model.cfg, as key=value lines: fast test
+        defaults plus keys (None removes one); return its path. (A model.cfg in work/ is the
+        folder's: it steers bantam only once the folder is trusted.)"""
         cfg = collections.OrderedDict()
         if server is not None:
             cfg["endpoint"] = server.url
@@ -611,7 +613,11 @@ class Workspace:
                 cfg.pop(key, None)
             else:
                 cfg[key] = _cfg_value(value)
-        return self.write("model.cfg", "".join("%s=%s\n" % kv for kv in cfg.items()))
+        path = os.path.join(self.home, ".bantam", "model.cfg")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join("%s=%s\n" % kv for kv in cfg.items()))
+        return path
 
     def env(self, **extra):
         """Return bantam's environment: HOME/TMPDIR here, TERM=xterm, no proxies or BANTAM_/OPENAI_/NO_COLOR.
@@ -976,14 +982,14 @@ def read_text(path):
 # ---------------------------------------------------------------- base test case
 
 class BantamTestCase(unittest.TestCase):
-    """A TestCase with a started FakeServer (self.server) and a Workspace (self.ws) holding model.cfg.
+    """A TestCase with a started FakeServer (self.server) and a Workspace (self.ws) whose home holds model.cfg.
 
     Everything made through its helpers is stopped in cleanup: processes first, then
     servers, then the workspace.
     """
 
     def setUp(self):
-        """Start the server, create the workspace, write the default model.cfg."""
+        """Start the server, create the workspace, write the user's default model.cfg."""
         super().setUp()
         self.ws = Workspace()
         self.addCleanup(self.ws.cleanup)

@@ -30,6 +30,7 @@ SAMPLES = {
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
     "tools": "shell_exec,bash,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
     "project_instructions": "no", "usage": "off",
+    "shell_env_exclude": "*KEY*,AWS_*", "shell_env_keep": "GITHUB_TOKEN",
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "sandbox": "read-only", "sandbox_network": "no",
     "max_turn_seconds": "30", "max_cost": "0.5", "price_in": "2.5", "price_out": "10",
@@ -46,6 +47,7 @@ SHOWN = {
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
     "tools": "shell_exec,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
     "project_instructions": "false", "usage": "false",
+    "shell_env_exclude": "*KEY*,AWS_*", "shell_env_keep": "GITHUB_TOKEN",
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "sandbox": "read-only", "sandbox_network": "false",
     "max_turn_seconds": "30.0", "max_cost": "0.5", "price_in": "2.5", "price_out": "10.0",
@@ -342,9 +344,9 @@ class InfoFlagTests(CliCase):
 
     def test_show_config_lists_every_key(self):
         """--show-config prints every config key (and the system prompt) with its value and source."""
+        cfg = self.ws.write_config(self.server)
         settings = self.settings()
-        self.assertEqual(set(settings), set(bantam.DEFAULTS) | {"system_prompt"})
-        cfg = self.ws.path("work", "model.cfg")
+        self.assertEqual(set(settings), set(bantam.DEFAULTS) | {"system_prompt", "withheld_env"})
         self.assertEqual(settings["endpoint"], (self.server.url, cfg + ":1"))
         self.assertEqual(settings["model"], ("test-model", cfg + ":2"))
         self.assertEqual(settings["temperature"], ("0.7", "default"))
@@ -355,9 +357,10 @@ class InfoFlagTests(CliCase):
 
     def test_show_config_sources(self):
         """Sources are "flag", the file's path:line, the BANTAM_<KEY> variable's name, or "default"."""
+        cfg = self.ws.write_config(self.server)
         settings = self.settings("-m", "flag-model", env={"BANTAM_SHELL_TIMEOUT": "33"})
         self.assertEqual(settings["model"], ("flag-model", "flag"))
-        self.assertEqual(settings["color"], ("never", self.ws.path("work", "model.cfg") + ":5"))
+        self.assertEqual(settings["color"], ("never", cfg + ":5"))
         self.assertEqual(settings["shell_timeout"], ("33.0", "BANTAM_SHELL_TIMEOUT"))
         self.assertEqual(settings["max_tool_res"], ("65536", "default"))
 
@@ -403,8 +406,8 @@ class PrecedenceTests(CliCase):
 
     def test_file_beats_environment(self):
         """model.cfg's model beats BANTAM_MODEL."""
-        env = {"BANTAM_MODEL": "env-model"}
-        self.assertEqual(self.settings(env=env)["model"], ("test-model", self.ws.path("work", "model.cfg") + ":2"))
+        env, cfg = {"BANTAM_MODEL": "env-model"}, self.ws.write_config(self.server)
+        self.assertEqual(self.settings(env=env)["model"], ("test-model", cfg + ":2"))
         self.push(text_stream("ok"))
         self.run_ok("-p", "hi", env=env)
         self.assertEqual(self.server.bodies[0]["model"], "test-model")

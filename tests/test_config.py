@@ -36,13 +36,13 @@ class ConfigCase(BantamTestCase):
             f.write(text)
         return path
 
-    def remove_cwd_config(self):
-        """Delete work/model.cfg so only ~/.bantam or the environment can configure bantam."""
-        os.remove(os.path.join(self.ws.work, "model.cfg"))
+    def remove_user_config(self):
+        """Delete the user's ~/.bantam/model.cfg so only the environment can configure bantam."""
+        os.remove(os.path.join(self.ws.home, ".bantam", "model.cfg"))
 
     def write_cfg_text(self, text):
-        """Replace work/model.cfg by text; return its path."""
-        return self.ws.write("model.cfg", text)
+        """Replace the user's ~/.bantam/model.cfg by text; return its path."""
+        return self.write_home("model.cfg", text)
 
     def ok_turn(self, env=None, reply="fine"):
         """Run one batch turn answered by `reply`; assert exit 0; return the CompletedProcess."""
@@ -60,19 +60,20 @@ class ConfigCase(BantamTestCase):
 class ConfigFileTests(ConfigCase):
     """model.cfg: where it is found, its syntax, and the BANTAM_<KEY> fallbacks."""
 
-    def test_cwd_config_beats_home_config(self):
-        """model.cfg in the current directory wins over ~/.bantam/model.cfg (the home file is not merged in)."""
+    def test_cwd_config_merges_over_home_config(self):
+        """A trusted folder's model.cfg is merged over ~/.bantam/model.cfg key by key: its keys
+        win, the home file fills in the rest."""
         home_server = self.make_server()
         self.write_home("model.cfg", "endpoint=%s\nmodel=home-model\ntemperature=0.1\n" % home_server.url)
-        self.write_cfg_text("endpoint=%s\nmodel=cwd-model\ncolor=never\nbackoff=0.01\n" % self.server.url)
-        self.ok_turn()
+        self.ws.write("model.cfg", "endpoint=%s\nmodel=cwd-model\ncolor=never\nbackoff=0.01\n" % self.server.url)
+        self.ok_turn(env={"BANTAM_TRUST": "1"})
         self.assertEqual(self.first_body()["model"], "cwd-model")
-        self.assertEqual(self.first_body()["temperature"], 0.7)   # the default, not the home file's
+        self.assertEqual(self.first_body()["temperature"], 0.1)   # the home file's
         self.assertEqual(home_server.posts, [])
 
     def test_home_config_used_without_cwd_config(self):
         """Without model.cfg in the current directory, ~/.bantam/model.cfg is read."""
-        self.remove_cwd_config()
+        self.remove_user_config()
         self.write_home("model.cfg", "endpoint=%s\nmodel=home-model\ncolor=never\n" % self.server.url)
         self.ok_turn()
         self.assertEqual(self.first_body()["model"], "home-model")
@@ -82,7 +83,7 @@ class ConfigFileTests(ConfigCase):
         same; '# note' after a value (following a space) is a comment."""
         text = ("\ufeffendpoint=%s\r\nmodel=bom-model   # the model\r\ntimeout=30 # seconds\r\n"
                 "stream=false\r\ncolor=never\r\n" % self.server.url)
-        with open(os.path.join(self.ws.work, "model.cfg"), "w", encoding="utf-8", newline="") as f:
+        with open(os.path.join(self.ws.home, ".bantam", "model.cfg"), "w", encoding="utf-8", newline="") as f:
             f.write(text)
         self.push(completion("fine"))
         result = self.run_batch("hello")
@@ -113,7 +114,7 @@ class ConfigFileTests(ConfigCase):
 
     def test_defaults_without_any_config_file(self):
         """With no model.cfg anywhere, the spec's defaults are sent (model gpt-4o, temperature 0.7, stream on)."""
-        self.remove_cwd_config()
+        self.remove_user_config()
         self.ok_turn(env={"BANTAM_ENDPOINT": self.server.url})
         body = self.first_body()
         self.assertEqual((body["model"], body["temperature"], body["stream"]), ("gpt-4o", 0.7, True))

@@ -106,7 +106,11 @@ class CfgTests(ExtrasCase):
     """/cfg, /model, /endpoint."""
 
     def write_commented_config(self):
-        return self.ws.write("model.cfg", COMMENTED_CFG % self.server.url)
+        """The user's ~/.bantam/model.cfg as COMMENTED_CFG; its path."""
+        path = self.ws.write_config(self.server)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(COMMENTED_CFG % self.server.url)
+        return path
 
     def test_cfg_round_trips_a_commented_file_and_applies_live(self):
         path = self.write_commented_config()
@@ -176,7 +180,7 @@ class CfgTests(ExtrasCase):
         self.assertNotIn("sk-live-typed", trace)
 
     def test_cfg_without_a_config_file_writes_home_model_cfg(self):
-        os.unlink(os.path.join(self.ws.work, "model.cfg"))
+        os.unlink(self.ws.write_config(self.server))
         term = self.start(BANTAM_ENDPOINT=self.server.url, BANTAM_API_KEY="k")
         home_cfg = os.path.join(self.ws.home, ".bantam", "model.cfg")
         out = self.say(term, "/cfg reasoning_effort low", "saved in")
@@ -186,6 +190,7 @@ class CfgTests(ExtrasCase):
         self.quit(term)
 
     def test_model_lists_then_switches(self):
+        path = self.ws.write_config(self.server)
         self.server.models = {"data": [{"id": "test-model"}, {"id": "big-model"}]}
         self.push(text_stream("from big"))
         term = self.start()
@@ -195,10 +200,11 @@ class CfgTests(ExtrasCase):
         self.say(term, "/model big-model", "saved in")
         self.say(term, "hi", "from big")
         self.assertEqual(self.server.bodies[0]["model"], "big-model")
-        self.assertIn("model=big-model\n", read_text(os.path.join(self.ws.work, "model.cfg")))
+        self.assertIn("model=big-model\n", read_text(path))
         self.quit(term)
 
     def test_endpoint_switches_server_and_the_key_goes_where_the_user_said(self):
+        path = self.ws.write_config(self.server)
         other = self.make_server([text_stream("from the other server")])
         self.push(text_stream("first"))
         term = self.start()
@@ -209,21 +215,24 @@ class CfgTests(ExtrasCase):
         self.say(term, "two", "from the other server")
         self.assertEqual(other.posts[0]["headers"].get("authorization"), "Bearer test-key")
         self.assertEqual(len(self.server.posts), 1)
-        self.assertIn("endpoint=%s/\n" % other.url, read_text(os.path.join(self.ws.work, "model.cfg")))
+        self.assertIn("endpoint=%s/\n" % other.url, read_text(path))
         self.quit(term)
 
-    def test_untrusted_folder_keeps_the_key_withheld_after_endpoint(self):
-        """A folder model.cfg naming an endpoint, the key from the user's own settings, the folder
-        not trusted: /endpoint does not bring the key back."""
-        other = self.make_server([text_stream("no key here")])
-        self.ws.write_config(self.server, api_key=None)
+    def test_untrusted_folder_endpoint_typed_by_the_user_is_the_users_own(self):
+        """A folder model.cfg naming an endpoint, not trusted (n): /endpoint typed by the user is
+        the user's own choice: saved in ~/.bantam/model.cfg, never the folder's file, and the
+        user's key goes there."""
+        other = self.make_server([text_stream("chosen by the user")])
+        home = self.ws.write_config(self.server, api_key=None)
+        folder = self.ws.write("model.cfg", "endpoint=http://10.1.2.3/v1\n")
         term = self.pty(env={"BANTAM_API_KEY": "sk-users-own-key"})
         term.expect("Trust this folder?")
         term.sendline("n")
         term.expect("> ")
-        out = self.say(term, "/endpoint " + other.url, "stays withheld")
-        self.say(term, "hi", "no key here")
-        self.assertNotIn("authorization", other.posts[0]["headers"])
+        out = self.say(term, "/endpoint " + other.url, "saved in %s" % home)
+        self.say(term, "hi", "chosen by the user")
+        self.assertEqual(other.posts[0]["headers"]["authorization"], "Bearer sk-users-own-key")
+        self.assertEqual(read_text(folder), "endpoint=http://10.1.2.3/v1\n")
         self.assertNotIn("sk-users-own-key", out)
         self.quit(term)
 

@@ -613,9 +613,9 @@ class HostileOutputTests(BantamTestCase):
         repeats it (in one piece, or split across chunks), a 401 echoes it; and no file under
         HOME or TMPDIR holds it."""
         key = "sk-fault-" + os.urandom(8).hex()
-        self.ws.write_config(self.server, api_key=key)
+        cfg = self.ws.write_config(self.server, api_key=key)
         self.push(tool_call_stream([("call_a", "shell_exec", {"command": "echo %s | wc -c" % key}),
-                                    ("call_b", "shell_exec", {"command": "cat model.cfg; seq 100000"})]),
+                                    ("call_b", "shell_exec", {"command": "cat %s; seq 100000" % cfg})]),
                   sse([chunk({"reasoning_content": "the key is %s" % key}),
                        chunk({"content": "Your key is %s, I think." % key}),
                        # the key again, cut into pieces by the chunk boundaries; then a
@@ -641,6 +641,8 @@ class HostileOutputTests(BantamTestCase):
         for top in (self.ws.home, self.ws.tmp):
             for folder, _, names in os.walk(top):
                 for name in names:
+                    if os.path.join(folder, name) == cfg:
+                        continue   # the user's own config, where the key was put
                     path = os.path.join(folder, name)
                     written.append(path)
                     with open(path, "rb") as f:

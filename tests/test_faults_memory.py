@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -194,6 +195,8 @@ class KillDuringAutosaveTests(BantamTestCase):
         def worker(number):
             rng = random.Random(seed + number)
             home = self.ws.path("home%d" % number)
+            os.makedirs(os.path.join(home, ".bantam"))   # the user's config, in this HOME too
+            shutil.copy(self.ws.write_config(self.server), os.path.join(home, ".bantam", "model.cfg"))
             for i in range(number, self.RUNS, self.WORKERS):
                 outcomes.append(self.run_and_kill(i, home, served, rng.uniform(0, window)))
 

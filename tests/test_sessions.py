@@ -15,11 +15,11 @@ the scripted FakeServer on 127.0.0.1, with a throwaway HOME:
   multi-step turn keeps the finished steps (<id>.json + <id>.steps journal), repaired on load.
 - ContinuedFileTests: the file of a continued conversation holds all of it (a known bug).
 - HangUpTests: SIGHUP (and a closed terminal) saves, stops the command's group, exits 129.
-- KeyDestinationBatchTests / KeyDestinationReplTests: a key from the environment goes to an
+- KeyDestinationBatchTests / KeyDestinationReplTests: the user's key (or anything) goes to an
   endpoint named by the folder's model.cfg only when the folder is trusted (--trust,
   BANTAM_TRUST=1, or "y" to the REPL's question, remembered in ~/.bantam/folders.json);
-  the folder's own key still goes to its endpoint.
-- SystemPromptNoteTests: the folder's system.txt replaces the system prompt, said once.
+  "n" runs on the user's own settings. (More in test_trust.py.)
+- SystemPromptNoteTests: the folder's system.txt replaces the system prompt, said once a run.
 - InterruptedCommandTests: Ctrl+C during shell_exec keeps what the command printed.
 """
 
@@ -695,12 +695,15 @@ class HangUpTests(SessionCase):
 # ---------------------------------------------------------------- the API key's destination
 
 class KeyCase(SessionCase):
-    """A folder whose model.cfg names the fake server's endpoint but holds no key."""
+    """A folder whose model.cfg names the fake server's endpoint but holds no key; the user's
+    own ~/.bantam/model.cfg names another server (self.own) and no key either."""
 
     def setUp(self):
-        """model.cfg: the fake server's endpoint, no api_key."""
+        """model.cfg of the folder: the fake server's endpoint, no api_key."""
         super().setUp()
-        self.ws.write_config(self.server, api_key=None)
+        self.own = self.make_server()
+        self.ws.write_config(self.own, api_key=None)
+        self.ws.write("model.cfg", "endpoint=%s\n" % self.server.url)
 
     def assert_never_sent(self, secret):
         """No recorded request (any method) carries secret in a header or its body."""
@@ -716,11 +719,11 @@ class KeyCase(SessionCase):
 
 
 class KeyDestinationBatchTests(KeyCase):
-    """Batch mode refuses to send the user's key to an untrusted folder's endpoint."""
+    """Batch mode refuses an untrusted folder's endpoint: neither the key nor the prompt goes there."""
 
     def test_refuses_with_exit_2_and_sends_nothing(self):
         """A key (or secret headers) from the environment plus this folder's endpoint: exit 2, one
-        line naming the source, the host and both ways out, and not a single request."""
+        line naming the endpoint and the ways out, and not a single request anywhere."""
         for variable, value in (("OPENAI_API_KEY", USER_KEY), ("BANTAM_API_KEY", USER_KEY),
                                 ("BANTAM_HEADERS", json.dumps({"X-Api-Key": USER_KEY}))):
             with self.subTest(variable=variable):
@@ -728,10 +731,11 @@ class KeyDestinationBatchTests(KeyCase):
                 self.assertEqual(result.returncode, 2, result.stderr)
                 lines = result.stderr.strip().splitlines()
                 self.assertEqual(len(lines), 1, result.stderr)
-                for part in (variable, "127.0.0.1", "put the key in that model.cfg", "--trust", "BANTAM_TRUST=1"):
+                for part in ("endpoint=" + self.server.url, "--trust", "BANTAM_TRUST=1"):
                     self.assertIn(part, lines[0])
+                self.assertNotIn(USER_KEY, lines[0])
                 self.assertEqual(result.stdout, "")
-                self.assertEqual(self.server.requests, [])
+                self.assertEqual(self.server.requests + self.own.requests, [])
 
     def test_trust_flag_or_variable_sends_the_key(self):
         """--trust or BANTAM_TRUST=1 lets the user's key go to this folder's endpoint."""
@@ -745,27 +749,30 @@ class KeyDestinationBatchTests(KeyCase):
                 for post in self.server.posts:
                     self.assertEqual(post["headers"].get("authorization"), "Bearer " + USER_KEY)
 
-    def test_folder_own_key_goes_to_its_endpoint(self):
-        """A key written in the folder's model.cfg goes to the folder's endpoint, no trust needed;
-        the user's key from the environment is not sent."""
-        self.ws.write_config(self.server, api_key=FOLDER_KEY)
+    def test_folder_own_key_goes_to_its_endpoint_once_trusted(self):
+        """A key written in the folder's model.cfg needs trust like its endpoint; trusted, it
+        goes to the folder's endpoint and the user's key from the environment is not sent."""
+        self.ws.write("model.cfg", "endpoint=%s\napi_key=%s\n" % (self.server.url, FOLDER_KEY))
+        result = self.run_bantam("-p", "hello", env={"OPENAI_API_KEY": USER_KEY})
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("api_key=***", result.stderr)
+        self.assertNotIn(FOLDER_KEY, result.stderr)
         self.push(text_stream("folder key works"))
-        result = self.batch("hello", env={"OPENAI_API_KEY": USER_KEY})
+        result = self.batch("hello", env={"OPENAI_API_KEY": USER_KEY, "BANTAM_TRUST": "1"})
         self.assertIn("folder key works", result.stdout)
         self.assertEqual(set(self.authorizations()), {"Bearer " + FOLDER_KEY})
         self.assert_never_sent(USER_KEY)
 
-    def test_users_own_host_needs_no_trust(self):
-        """When the user's own endpoint (BANTAM_ENDPOINT) names the same host, there is nothing to ask."""
+    def test_users_own_endpoint_needs_no_trust(self):
+        """When the user's own endpoint (BANTAM_ENDPOINT) is the folder's, there is nothing to ask."""
+        self.ws.write_config(None, api_key=None)
         self.push(text_stream("same host"))
         self.batch("hello", env={"OPENAI_API_KEY": USER_KEY, "BANTAM_ENDPOINT": self.server.url})
         self.assertEqual(self.server.posts[0]["headers"].get("authorization"), "Bearer " + USER_KEY)
 
     def test_key_in_home_model_cfg_never_reaches_the_folders_endpoint(self):
         """A key in ~/.bantam/model.cfg is never sent to the endpoint this folder's model.cfg names."""
-        os.makedirs(os.path.join(self.ws.home, ".bantam"))
-        with open(os.path.join(self.ws.home, ".bantam", "model.cfg"), "w") as f:
-            f.write("api_key=%s\n" % USER_KEY)
+        self.ws.write_config(None, api_key=USER_KEY)
         self.push(text_stream("whatever"))
         self.run_bantam("-p", "hello")
         self.assert_never_sent(USER_KEY)
@@ -773,19 +780,22 @@ class KeyDestinationBatchTests(KeyCase):
 
     def test_same_host_other_port_is_another_destination(self):
         """The user's endpoint on this host at one port does not make another port (another
-        server, perhaps another user's) a place the user sent the key to."""
+        server, perhaps another user's) a place the user chose."""
+        self.ws.write_config(None, api_key=None)
         self.push(text_stream("should not run"))
         result = self.run_bantam("-p", "hello", env={"OPENAI_API_KEY": USER_KEY,
                                                      "BANTAM_ENDPOINT": "http://127.0.0.1:9/v1"})
         self.assertEqual(result.returncode, 2, result.stderr)
-        self.assert_never_sent(USER_KEY)
+        self.assertEqual(self.server.requests, [])
 
 
 class KeyDestinationReplTests(KeyCase):
-    """The REPL asks once per folder and remembers; N runs without the key."""
+    """The REPL asks once per folder and remembers; N runs on the user's own settings."""
 
-    QUESTION = ("This folder's model.cfg sends your API key from OPENAI_API_KEY to 127.0.0.1. "
-                "Trust this folder? [y/N] ")
+    def question(self):
+        """The trust question for this folder."""
+        return ("This folder's model.cfg would change endpoint=%s (the model you talk to). "
+                "Trust this folder? [y/N/s] " % self.server.url)
 
     def folders_json(self):
         """~/.bantam/folders.json, parsed, after checking it is mode 0600."""
@@ -796,32 +806,32 @@ class KeyDestinationReplTests(KeyCase):
 
     def answer(self, reply):
         """Start the REPL with the user's key in the environment and answer the question."""
-        term = self.pty(env={"OPENAI_API_KEY": USER_KEY})
-        term.expect(self.QUESTION)
+        term = self.pty(env={"OPENAI_API_KEY": USER_KEY}, cols=200)
+        term.expect(self.question())
         term.sendline(reply)
         term.expect(PROMPT)
         return term
 
-    def test_no_runs_without_the_key_and_is_remembered(self):
-        """Enter (N) at the question: the run goes on without any Authorization header (not even
-        once, /models included); the answer is kept in folders.json (0600), so the next REPL
-        does not ask, and batch mode refuses."""
-        self.push(text_stream("answer without key"), text_stream("still without"))
+    def test_no_runs_on_the_users_own_settings_and_is_remembered(self):
+        """Enter (N) at the question: the run goes to the user's own endpoint, with the user's
+        key, and never to the folder's (not even once, /models included); the answer is kept
+        in folders.json (0600), so the next REPL does not ask, and batch mode refuses."""
+        self.own.push(text_stream("answer from my server"), text_stream("still mine"))
         term = self.answer("")
-        self.assertIn("[not sending your API key from OPENAI_API_KEY to 127.0.0.1", term.output)
-        self.say(term, "hello", "answer without key")
+        self.assertIn("[this folder is not trusted: your own settings only", term.output)
+        self.say(term, "hello", "answer from my server")
         self.quit(term)
         self.assertEqual(self.folders_json(), {self.here: {"trusted": False}})
         term = self.start_repl(env={"OPENAI_API_KEY": USER_KEY})
-        self.say(term, "hello again", "still without")
+        self.say(term, "hello again", "still mine")
         self.quit(term)
         self.assertNotIn("Trust this folder?", term.output)
-        self.assertEqual(len(self.server.posts), 2)
-        self.assertEqual(set(self.authorizations()), {None})
-        self.assert_never_sent(USER_KEY)
+        self.assertEqual(len(self.own.posts), 2)
+        self.assertEqual({p["headers"].get("authorization") for p in self.own.posts}, {"Bearer " + USER_KEY})
+        self.assertEqual(self.server.requests, [])
         result = self.run_bantam("-p", "batch now", env={"OPENAI_API_KEY": USER_KEY})
         self.assertEqual(result.returncode, 2, result.stderr)
-        self.assertEqual(len(self.server.posts), 2)
+        self.assertEqual(self.server.requests, [])
 
     def test_yes_sends_the_key_and_is_remembered(self):
         """y at the question sends the key; the next REPL and batch runs do not ask and send it."""
@@ -839,39 +849,44 @@ class KeyDestinationReplTests(KeyCase):
         for post in self.server.posts:
             self.assertEqual(post["headers"].get("authorization"), "Bearer " + USER_KEY)
 
-    def test_folder_own_key_asks_nothing(self):
-        """With the key in the folder's model.cfg the REPL asks nothing and sends that key."""
-        self.ws.write_config(self.server, api_key=FOLDER_KEY)
-        self.push(text_stream("own key"))
-        term = self.start_repl(env={"OPENAI_API_KEY": USER_KEY})
-        self.say(term, "hello", "own key")
+    def test_folder_own_key_is_asked_about_and_never_shown(self):
+        """A key in the folder's model.cfg is part of what the folder would change: the
+        question names it as api_key=***, never its value."""
+        self.ws.write("model.cfg", "endpoint=%s\napi_key=%s\n" % (self.server.url, FOLDER_KEY))
+        term = self.pty(env={"OPENAI_API_KEY": USER_KEY}, cols=200)
+        term.expect("Trust this folder?")
+        self.assertIn("api_key=*** (the account your conversation goes to)", term.output)
+        self.assertNotIn(FOLDER_KEY, term.output)
+        term.sendline("n")
+        term.expect(PROMPT)
         self.quit(term)
-        self.assertNotIn("Trust this folder?", term.output)
-        self.assertEqual(set(self.authorizations()), {"Bearer " + FOLDER_KEY})
-        self.assert_never_sent(USER_KEY)
 
-    def test_untrusted_endpoint_never_gets_the_key_from_a_command(self):
-        """After N, the withheld key does not reach the untrusted endpoint through a tool result
-        either (a model printing the environment while debugging)."""
-        self.push(tool_call_stream([("call_env", "shell_exec", {"command": "env | sort"})]),
-                  text_stream("seen the environment"))
+    def test_untrusted_endpoint_never_gets_the_environment_from_a_command(self):
+        """After N, the folder's endpoint gets nothing, not even a tool result that prints the
+        environment (a model debugging); the user's server gets no key from it either."""
+        self.own.push(tool_call_stream([("call_env", "shell_exec", {"command": "env | sort"})]),
+                      text_stream("seen the environment"))
         term = self.answer("n")
         self.say(term, "show me the environment", "seen the environment")
         self.quit(term)
-        self.assertEqual(len(self.server.posts), 2)
-        self.assert_never_sent(USER_KEY)
+        self.assertEqual(len(self.own.posts), 2)
+        self.assertEqual(self.server.requests, [])
+        tool = self.own.bodies[1]["messages"][-1]
+        self.assertEqual(tool["role"], "tool")
+        self.assertNotIn(USER_KEY, tool["content"])
+        self.assertNotIn("OPENAI_API_KEY", tool["content"])
 
 
 # ---------------------------------------------------------------- the folder's system.txt
 
 class SystemPromptNoteTests(SessionCase):
-    """system.txt in the folder replaces the system prompt; the REPL says so the first time."""
+    """system.txt in the folder replaces the system prompt; every run says so, once."""
 
     NOTE = "[this folder's system.txt replaces the system prompt]"
 
-    def test_note_once_per_folder(self):
-        """The first REPL in a folder with system.txt prints the note once and sends that text as the
-        system prompt; the next REPL there does not print it."""
+    def test_note_once_per_run(self):
+        """A REPL in a folder with system.txt prints the note once and sends that text as the
+        system prompt; so does the next REPL there (what the model reads is never unsaid)."""
         self.ws.write("system.txt", "You are the folder's own agent.")
         self.push(text_stream("first"), text_stream("second"))
         for run, word in enumerate(("first", "second")):
@@ -879,11 +894,10 @@ class SystemPromptNoteTests(SessionCase):
             self.say(term, "hi", word)
             self.quit(term)
             self.assertEqual(self.last_messages()[0], {"role": "system", "content": "You are the folder's own agent."})
-            self.assertEqual(term.output.count(self.NOTE), 1 - run, term.output)
+            self.assertEqual(term.output.count(self.NOTE), 1, term.output)
 
     def test_no_note_for_home_system_txt(self):
         """~/.bantam/system.txt is the user's own: no note."""
-        os.makedirs(os.path.join(self.ws.home, ".bantam"))
         with open(os.path.join(self.ws.home, ".bantam", "system.txt"), "w") as f:
             f.write("home prompt")
         self.push(text_stream("ok"))

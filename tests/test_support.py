@@ -379,8 +379,9 @@ class PtyTests(unittest.TestCase):
 class BaseCaseTests(BantamTestCase):
 
     def test_setup_writes_config_and_helpers(self):
-        with open(self.ws.path("work", "model.cfg")) as f:
+        with open(self.ws.path("home", ".bantam", "model.cfg")) as f:   # the user's own config
             self.assertIn("endpoint=%s\n" % self.server.url, f.read())
+        self.assertFalse(os.path.exists(self.ws.path("work", "model.cfg")))
         os.makedirs(self.ws.sessions_dir())
         with open(os.path.join(self.ws.sessions_dir(), "autosave.json"), "w") as f:
             json.dump({"messages": []}, f)
