@@ -5477,7 +5477,8 @@ def show_config(cfg):
 def check_first_run(cfg, batch):
     """No key, no model.cfg and the default endpoint: nothing is set up yet, and a request
     would only come back 401. Say what to do: batch mode stops (exit 2), the REPL starts."""
-    if (cfg["api_key"] or cfg["headers"] or cfg["config_file"]
+    if (cfg["api_key"] or cfg["headers"] or os.path.isfile(cfg["config_file"])
+            or os.path.isfile(cfg.get("folder_config") or "")
             or cfg["sources"]["endpoint"] != "default"):
         return
     text = ("no API key and no model.cfg: set OPENAI_API_KEY (or BANTAM_API_KEY), or write "

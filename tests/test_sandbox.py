@@ -19,7 +19,8 @@ import subprocess
 import sys
 import unittest
 
-from tests.support import BANTAM, BantamTestCase, bantam_argv, strip_ansi, text_stream, tool_call_stream
+from tests.support import (
+    BANTAM, BantamTestCase, bantam_argv, read_text, strip_ansi, text_stream, tool_call_stream)
 
 SECCOMP_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 LANDLOCK = sys.platform == "linux" and ctypes.CDLL(None, use_errno=True).syscall(
@@ -128,8 +129,8 @@ class SandboxTests(BantamTestCase):
         """~/.bantam (sessions, the user's model.cfg) and ~/.bantam_history cannot be read or
         written; the rest of the home can be read, and listed."""
         bantam_dir = os.path.join(self.ws.home, ".bantam")
-        os.makedirs(bantam_dir)
-        for path, text in ((os.path.join(bantam_dir, "model.cfg"), "api_key=sk-home-secret\n"),
+        own = read_text(os.path.join(bantam_dir, "model.cfg")) + "# sk-home-secret\n"
+        for path, text in ((os.path.join(bantam_dir, "model.cfg"), own),
                            (os.path.join(self.ws.home, ".bantam_history"), "secret prompt\n"),
                            (os.path.join(self.ws.home, "visible.txt"), "in the open\n")):
             with open(path, "w") as f:
@@ -146,8 +147,7 @@ class SandboxTests(BantamTestCase):
             self.assertIn("Permission denied", results[call_id])
         self.assertNotIn("sk-home-secret", json.dumps(self.server.bodies))
         self.assertNotIn("secret prompt", json.dumps(self.server.bodies))
-        with open(os.path.join(bantam_dir, "model.cfg")) as f:
-            self.assertEqual(f.read(), "api_key=sk-home-secret\n")
+        self.assertEqual(read_text(os.path.join(bantam_dir, "model.cfg")), own)
         self.assertIn("in the open\n", results["c6"])
         self.assertIn(".bantam\n", results["c6"])
 
@@ -156,7 +156,8 @@ class SandboxTests(BantamTestCase):
         changed, ~/.bantam cannot; a new file right in the home cannot be made (a Landlock
         rule on the home would cover ~/.bantam too)."""
         os.makedirs(os.path.join(self.ws.work, "src"))
-        self.ws.write(".bantam/model.cfg", "api_key=sk-home-secret\n")
+        own = read_text(os.path.join(self.ws.home, ".bantam", "model.cfg"))
+        self.ws.write(".bantam/model.cfg", own + "# sk-home-secret\n")   # the user's own, here
         self.ws.write("existing.txt", "old\n")
         os.symlink(".bantam", os.path.join(self.ws.work, "link"))   # a rule through it would open ~/.bantam
         self.push(tool_call_stream([shell("c1", "touch src/new && echo changed >> existing.txt"),
@@ -184,7 +185,7 @@ class SandboxTests(BantamTestCase):
         self.batch("--sandbox", "workspace", "--set", "tools=shell_exec,write")
         self.assertTrue(os.path.exists(os.path.join(self.ws.work, "here.txt")))
         self.assertFalse(os.path.exists(os.path.join(self.ws.home, "x.txt")))
-        self.assertFalse(os.path.exists(os.path.join(self.ws.home, ".bantam", "model.cfg")))
+        self.assertNotIn("no", read_text(os.path.join(self.ws.home, ".bantam", "model.cfg")).split("\n"))
         results = self.tool_results()
         self.assertTrue(results["w1"].startswith("wrote 2 bytes"), results["w1"])
         for call_id in ("w2", "w3"):
