@@ -70,8 +70,8 @@ DEFAULTS = {
     "project_instructions": True,  # add this folder's AGENTS.md to the system prompt
     "usage": True,                 # the token line on stderr after each turn
     # the leash (see "Approvals and budgets"): what may run, and what a turn may spend
-    "approve": "auto",             # shell commands: auto (run them) | ask (REPL asks) | deny
-    "allow": "",                   # comma-separated shell patterns of commands that always run
+    "approve": "auto",             # commands, writes: auto (run them) | ask (REPL asks) | deny
+    "allow": "",                   # comma-separated patterns that run unasked: commands, write:PATH
     "deny": "",                    # ... that never run (deny wins over allow, allow over approve)
     "sandbox": "off",              # off | workspace (commands write here and in temp) | read-only
     "sandbox_network": True,       # false: commands get no sockets (Landlock ABI 4+)
@@ -543,10 +543,11 @@ def show_context(state, event):
 
 
 def show_approval(state, event):
-    """[command refused (deny rm *)]: a decision about a command, unless approve=auto made it."""
-    if event["rule"] != "approve=auto":
+    """[command refused (deny rm *)]: a decision about a call, unless approve=auto made it."""
+    if event["rule"] not in ("approve=auto", "working folder"):
         who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
-        show_on_stderr(state, "[command %s %s%s]" % (
+        show_on_stderr(state, "[%s %s %s%s]" % (
+            "command" if event["tool"] == "shell_exec" else event["tool"],
             {"run": "run", "always": "run, and from now on", "edit": "changed and run",
              "refuse": "refused"}[event["decision"]], who, ": " + event["reason"] if event["reason"] else ""), "dim")
 
@@ -2681,6 +2682,12 @@ def path_argument(args):
     return os.path.expanduser(path)
 
 
+def in_working_folder(path):
+    """Is this absolute path the working folder or inside it?"""
+    here = os.getcwd()
+    return os.path.commonpath([path, here]) == here
+
+
 def int_argument(args, names, low):
     """The first of names present in args as an int >= low, else None; ValueError when bad."""
     for name in names:
@@ -2839,8 +2846,14 @@ def write_tool(cfg, args):
     data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
     target = os.path.realpath(path)   # write through a symlink, do not replace the link
     try:
+        if in_working_folder(os.path.abspath(path)) and not in_working_folder(target):
+            return "error: %s is a symlink that leads outside the working folder (to %s); " \
+                   "write does not follow it" % (path, target)
         if os.path.isdir(target):
             return "error: %s is a directory" % path
+        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+            return "error: %s is not a regular file (a FIFO, device or socket); write " \
+                   "replaces only regular files" % path
         if os.path.exists(target) and not os.access(target, os.W_OK):
             return "error: %s is read-only" % path
         if line is None and byte is None and del_lines is None and del_bytes is None:
@@ -2850,68 +2863,64 @@ def write_tool(cfg, args):
             return "wrote %d bytes to %s (%d lines%s)" % (
                 len(data), path, count_lines(data), "" if existed else ", new file")
         with open(target, "rb") as f:
-            old = f.read()
-        return splice(target, path, old, data, line, byte, del_lines, del_bytes)
+            return splice(target, path, f, data, line, byte, del_lines, del_bytes)
     except FileNotFoundError:
         return "error: %s does not exist; to create it, give only filePath and content" % path
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
 
-def splice(target, path, old, data, line, byte, del_lines, del_bytes):
-    """Write old[:at] + data + old[end:] to target; the confirmation text.
-    Without an offset, delLines starts at line 1 and delBytes at byte 0."""
+def splice(target, path, f, data, line, byte, del_lines, del_bytes):
+    """Stream f (target, open) into target's replacement, data at a line or byte offset after
+    deleting delLines lines or delBytes bytes there (from line 1 / byte 0); the confirmation."""
     by_line = line is not None or (byte is None and del_lines is not None)
-    lead = b""
-    if by_line:
-        line = line or 1
-        at = line_start(old, line)
-        past = at is None
-        at = len(old) if past else at
-        if past and old and not old.endswith(b"\n"):
-            lead = b"\n"   # the new text starts a line of its own
-    else:
-        byte = byte or 0
-        past, at = byte > len(old), min(byte, len(old))
-    end = at
-    if del_lines is not None:
-        for _ in range(del_lines):
-            end = old.find(b"\n", end) + 1 or len(old)
-            if end == len(old):
-                break
-    elif del_bytes is not None:
-        end = min(at + del_bytes, len(old))
-    if by_line and data and not data.endswith(b"\n") and old[end:]:
-        data += b"\n"   # keep lines whole: "X" inserted before "b\n" must not become "Xb"
-    new = old[:at] + lead + data + old[end:]
-    atomic_write(target, new)
-    removed = old[at:end]
+    line, byte = line or 1, byte or 0
+
+    def fill(out):
+        head = stream_part(f, out, line - 1 if by_line else None, byte)
+        past = head[1] < line - 1 if by_line else head[0] < byte
+        lead = b"\n" if by_line and past and head[0] and head[2] != b"\n" else b""   # its own line
+        removed = stream_part(f, None, del_lines, del_bytes or 0)
+        # keep lines whole: "X" inserted before "b\n" must not become "Xb"
+        text = data + (b"\n" if by_line and data[-1:] not in (b"", b"\n") and f.peek(1) else b"")
+        out.write(lead + text)
+        return past, head, removed, lead + text, text, stream_part(f, out, None, float("inf"))
+    past, head, removed, new, text, rest = atomic_write(target, fill)
+    (old_size, old_lines), (new_size, new_lines) = tally(head, removed, rest), tally(
+        head, (len(new), new.count(b"\n"), new[-1:]), rest)
     in_lines = del_lines is not None or (by_line and del_bytes is None)
-    deleted = ("%d lines" % count_lines(removed)) if in_lines else "%d bytes" % len(removed)
-    if by_line:
-        where = ("appended at the end of %s (lineOffset %d is past its %d lines)" % (
-            path, line, count_lines(old))) if past else "spliced at line %d of %s" % (line, path)
-        return "%s: deleted %s, inserted %d lines (now %d lines)" % (
-            where, deleted, count_lines(data), count_lines(new))
-    where = ("appended at the end of %s (byteOffset %d is past its %d bytes)" % (
-        path, byte, len(old))) if past else "spliced at byte %d of %s" % (byte, path)
-    return "%s: deleted %s, inserted %d bytes (now %d bytes)" % (where, deleted, len(data), len(new))
+    deleted = ("%d lines" % tally(removed)[1]) if in_lines else "%d bytes" % removed[0]
+    unit, at, before, now, count = ("line", line, old_lines, new_lines, count_lines(text)) \
+        if by_line else ("byte", byte, old_size, new_size, len(text))
+    where = ("appended at the end of %s (%sOffset %d is past its %d %ss)" % (
+        path, unit, at, before, unit) if past else "spliced at %s %d of %s" % (unit, at, path))
+    return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (where, deleted, count, unit, now, unit)
 
 
-def line_start(data, number):
-    """Byte index where 1-indexed line number starts (len(data) just past a final newline),
-    or None when data has fewer lines than that."""
-    at = 0
-    for _ in range(number - 1):
-        at = data.find(b"\n", at) + 1
-        if at == 0:
-            return None
-    return at
+def stream_part(f, out, lines, size):
+    """Copy the next lines of f (lines None: size bytes) to out (None: skip them), in bounded
+    pieces: (bytes, newlines, last byte) of what went by."""
+    moved, newlines, last = 0, 0, b""
+    while newlines < lines if lines is not None else moved < size:
+        block = f.readline(1 << 16) if lines is not None else f.read(min(1 << 20, size - moved))
+        if not block:
+            break
+        if out:
+            out.write(block)
+        moved, newlines, last = moved + len(block), newlines + block.count(b"\n"), block[-1:]
+    return moved, newlines, last
+
+
+def tally(*parts):
+    """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines counts."""
+    size = sum(part[0] for part in parts)
+    last = next((part[2] for part in reversed(parts) if part[0]), b"")
+    return size, sum(part[1] for part in parts) + (1 if size and last != b"\n" else 0)
 
 
 def atomic_write(target, data):
-    """Replace target with data in one step (temp file in its folder, then os.replace);
-    an existing file keeps its permission bits, a new one gets 0666 minus the umask."""
+    """Replace target with data (bytes, or a function writing to the file: its result is returned)
+    in one step (a temp file, then os.replace); the mode is kept, a new file gets 0666 - umask."""
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
@@ -2922,12 +2931,13 @@ def atomic_write(target, data):
     fd = os.open(temp, flags, 0o666 if mode is None else 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            result = data(f) if callable(data) else f.write(data)
             f.flush()
             os.fsync(f.fileno())   # the data is on disk before the name points at it
         if mode is not None:
             os.chmod(temp, mode)
         os.replace(temp, target)
+        return result
     except BaseException:
         try:
             os.unlink(temp)
@@ -3371,8 +3381,10 @@ def text_tool_call(cfg, reply):
 # ----------------------------------------------------------------------------------------
 # Approvals and budgets: what may run, and what a turn may spend
 # ----------------------------------------------------------------------------------------
-# approve=auto runs every command (the spec); ask asks the user (cfg["approver"], set by the
-# REPL); deny runs none. The allow and deny patterns decide first (deny wins). Budgets are
+# approve=auto runs every command (the spec); ask asks the user (cfg["approver"], set at a
+# terminal); deny runs none. The allow and deny patterns decide first (deny wins), matched
+# against each simple command (shell_commands); what is beyond that analysis never runs
+# unasked while a deny pattern is in force. read and write are decided by path. Budgets are
 # per turn and shared with the turn's subagents; a stop makes one last call without tools
 # for the best answer from what the model has. Nudges after an empty reply and that final
 # call come from a budget of their own (max_repair_calls), as banna does.
@@ -3479,44 +3491,74 @@ def with_nudge(messages, text):
 
 def approval(cfg, call_id, name, args):
     """May this tool call run? (args to run it with, or None; text for the model to read
-    first, or the refusal). Only shell commands are asked about; every decision is an event."""
+    first, or the refusal). Shell commands, reads and writes are decided; each is an event."""
     command = args.get("command") if name == "shell_exec" else None
-    if not isinstance(command, str):
+    try:
+        path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
+    except ValueError:
+        return args, ""   # the tool says what is wrong
+    if not isinstance(command, str) and path is None:
         return args, ""
-    decision, rule, reason = decide(cfg, command.strip())
+    decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
     edited = None
     if decision == "ask":
-        decision, reason, edited = ask_user(cfg, command)
+        if name == "write" or reason:   # what is asked about, and why
+            note(cfg, write_preview(path, args, reason) if name == "write" else "[%s: %s]" % (
+                path or "bantam cannot check this command against its patterns", reason), "warning")
+        decision, reason, edited = ask_user(cfg, command, path and name.title() + "? [y/N/a] ")
         rule = "asked"
-    emit(cfg, "approval", id=call_id, command=redact_all(cfg, command), decision=decision, rule=rule,
-         reason=reason, edited=redact_all(cfg, edited) if edited else None)
+    emit(cfg, "approval", id=call_id, tool=name, command=None if path else redact_all(cfg, command),
+         path=path, decision=decision, rule=rule, reason=reason,
+         edited=redact_all(cfg, edited) if edited else None)
     if decision == "always":
-        cfg["run"]["approved"].add(command)
+        cfg["run"]["approved"].add(command if path is None else name + ":" + path)
     if decision == "edit":
         return dict(args, command=edited), "[the user changed the command before it ran, to:\n%s]\n\n" % edited
     if decision == "refuse":
-        return None, refusal(rule, reason)
+        return None, refusal(name, rule, reason)
     return args, ""
 
 
-def refusal(rule, reason):
-    """The tool result of a refused command: who refused it and why, for the model to adjust."""
+def refusal(name, rule, reason):
+    """The tool result of a refused call: who refused it and why, for the model to adjust."""
+    what = "command" if name == "shell_exec" else name
     if rule == "asked":
-        return "[the user did not let this command run%s]" % (": " + reason if reason else "")
-    if rule == "no terminal":
-        return "[not run: commands need the user's approval (approve=ask) and no one is there to ask]"
-    if rule == "approve=deny":
-        return "[not run: running commands is turned off in bantam's settings (approve=deny)]"
-    return "[not run: the command matches the pattern %r of bantam's deny setting]" % rule.partition(" ")[2]
+        return "[the user did not let this %s run%s]" % (what, ": " + reason if reason else "")
+    off = {"command": "running commands", "write": "writing files"}.get(what, "reading elsewhere")
+    text = {
+        "no terminal": "this %s needs the user's approval, and no one is there to ask" % what,
+        ".git": "write keeps out of .git/ (git runs code from there: hooks, fsmonitor); the user "
+                "may allow a path there (allow=write:PATH)",
+        "unchecked": "bantam cannot check this command against its deny patterns",
+        "approve=deny": "%s is turned off in bantam's settings (approve=deny)" % off}.get(rule)
+    text = text or "the %s matches the pattern %r of bantam's deny setting" % (
+        "command" if what == "command" else "path", rule.partition(" ")[2])
+    return "[not run: %s%s]" % (text, " (%s)" % reason if reason else "")
+
+
+def patterns(cfg, key, tool=None):
+    """The deny or allow patterns for shell commands (tool None), or those naming a file tool
+    (write:PATH, read:PATH) with their paths made absolute."""
+    found = [p.strip() for p in cfg[key].split(",") if p.strip()]
+    if tool is None:
+        return [p for p in found if not p.startswith(("read:", "write:"))]
+    return [(p, os.path.abspath(os.path.expanduser(p.partition(":")[2])))
+            for p in found if p.startswith(tool + ":")]
 
 
 def decide(cfg, command):
-    """(decision, rule, None) for a command by the deny and allow patterns, then approve."""
-    import fnmatch
-    for key, decision in (("deny", "refuse"), ("allow", "run")):
-        for pattern in filter(None, (p.strip() for p in cfg[key].split(","))):
-            if fnmatch.fnmatchcase(command, pattern):
-                return decision, "%s %s" % (key, pattern), None
+    """(decision, rule, reason) for a command: deny patterns refuse it if any simple command
+    matches; allow ones run it if every one does and all is within analysis; else approve."""
+    found, unknown = shell_commands(command)
+    deny, allow = patterns(cfg, "deny"), patterns(cfg, "allow")
+    for pattern in deny:
+        for words in found + [[command]]:   # the line as written, too
+            why = pattern_hit(words, pattern)
+            if why:
+                return "refuse", "deny " + pattern, why if why != command else None
+    hits = [next((p for p in allow if pattern_hit(words, p)), None) for words in found]
+    if found and all(hits) and not unknown:
+        return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
     if command in cfg["run"]["approved"]:
         return "run", "always", None
     if cfg["approve"] == "ask" and not cfg.get("approver"):
@@ -3524,26 +3566,242 @@ def decide(cfg, command):
             cfg["run"]["turn"]["noted"].add("no terminal")
             note(cfg, "[approve=ask, but there is no terminal to ask: commands are refused]", "warning")
         return "refuse", "no terminal", None
-    return {"auto": "run", "ask": "ask", "deny": "refuse"}[cfg["approve"]], "approve=" + cfg["approve"], None
+    why = unknown[0] if unknown else None
+    if cfg["approve"] == "auto" and why and deny:
+        return ("ask", "approve=auto", why) if cfg.get("approver") else ("refuse", "unchecked", why)
+    if cfg["approve"] == "deny" and not why and allow:
+        why = next(("%s matches no allow pattern" % " ".join(w) for w, hit in zip(found, hits)
+                    if not hit), None)
+    decision = {"auto": "run", "ask": "ask", "deny": "refuse"}[cfg["approve"]]
+    return decision, "approve=" + cfg["approve"], None if decision == "run" else why
 
 
-def ask_user(cfg, command):
-    """Ask the user (cfg["approver"]) about a command: (decision, reason, edited command).
-    Answers: y(es), a(lways), e(dit), n(o) or Enter; any other text refuses, as the reason."""
-    answer = cfg["approver"]("Run? [y/N/a/e] ", "")
+def pattern_hit(words, pattern):
+    """Why a simple command matches a pattern (its text; "unlink deletes files, as rm does"),
+    else None. `rm *` also matches a bare `rm`, as xargs runs it."""
+    import fnmatch
+    forms = {" ".join(words): " ".join(words)}
+    if words[0] in DELETERS or words[0] == "find" and "-delete" in words:
+        forms[" ".join(["rm"] + words[1:])] = "%s deletes files, as rm does" % words[0]
+    return next((why for text, why in forms.items() if fnmatch.fnmatchcase(text, pattern)
+                 or fnmatch.fnmatchcase(text + " ", pattern)), None)
+
+
+# The shell-command splitter: what the patterns are matched against. Not a shell: it finds the
+# programs a command line runs, and says when it cannot know (then the patterns cannot either).
+SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish"}
+INTERPRETER = re.compile(r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|tclsh|Rscript)[\d.]*$")
+KEYWORDS = set("if then else elif fi do done while until esac ! { }".split())
+DELETERS = {"unlink", "shred", "rmdir"}   # they delete files: a deny pattern for rm covers them
+WRAPPERS = {   # program: (its short options that take a value, words before the command it runs)
+    "env": ("uCS", 0), "command": ("", 0), "builtin": ("", 0), "exec": ("a", 0), "nice": ("n", 0),
+    "nohup": ("", 0), "timeout": ("sk", 1), "sudo": ("ugpCDrtUT", 0), "doas": ("uC", 0),
+    "xargs": ("aEdILnPs", 0), "time": ("fo", 0), "stdbuf": ("ioe", 0), "setsid": ("", 0),
+    "ionice": ("cnp", 0)}
+SHELL_TOKEN = re.compile(   # one token outside double quotes; "plain" ends at anything special
+    r"(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)"
+    r"|(?P<redir>\d*(?:&>>?|<<<|<<-|<<|<>|>>|>\||>&|<&|>|<))|(?P<op>&&|\|\||;;&?|;&|\|&|[;&|\n()])"
+    r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)", re.S)
+QUOTED_TOKEN = re.compile(   # inside double quotes
+    r"(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<plain>[^\"\\$`]+|.)", re.S)
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
+MAX_NESTING = 16
+
+
+def shell_commands(text):
+    """The simple commands a shell command line runs, as word lists (quotes and backslashes
+    resolved, the program by its base name, leading assignments dropped, redirections last,
+    a wrapper and the command it runs each listed), and the reasons it is beyond analysis."""
+    found, unknown = [], []
+    shell_parse(text, 0, 0, found, unknown)
+    return found, unknown
+
+
+def shell_parse(text, i, depth, found, unknown, closer=False):
+    """Split text[i:] into simple commands (added to found; what bantam cannot know, to
+    unknown), up to an unmatched ")" when closer: the index after it."""
+    if depth > MAX_NESTING:
+        unknown.append("commands nested too deep")
+        return len(text)
+    words, redirs, heredocs, parens, word, redir, quoted, dq = [], [], [], 0, None, None, 0, 0
+    while i <= len(text):   # the end of the text acts as one last operator
+        m = (QUOTED_TOKEN if dq else SHELL_TOKEN).match(text, i) if i < len(text) else None
+        kind, token, start = m.lastgroup if m else "op", m.group() if m else "", i
+        i = m.end() if m else i + 1
+        if kind == "plain" and token[0] == "#" and word is None and not dq:   # a comment
+            i = text.find("\n", start) % (len(text) + 1)
+        elif kind in ("sq", "dq", "esc", "plain", "sub"):   # a piece of a word
+            after = token[1:]
+            if kind == "sub":
+                token, i = substitution(text, start, token, depth, found, unknown)
+            elif kind == "sq":
+                closed = len(token) > 1 and token[-1] == "'"
+                token = after[:-1] if closed else after
+                if not closed:
+                    unknown.append("an unclosed quote")
+            elif kind == "esc":
+                token = "" if after == "\n" else after if not dq or after in '$`"\\' else token
+            dq, quoted = dq != (kind == "dq"), quoted or kind in ("sq", "dq", "esc")
+            word = [] if word is None else word
+            word.append("" if kind == "dq" else token)
+        else:
+            if word is not None:   # a word ends: an argument, or what a redirection names
+                (redirs if redir else words).append((redir or "") + "".join(word))
+                if redir and redir.lstrip("0123456789") in ("<<", "<<-"):
+                    heredocs.append(("".join(word), redir.endswith("-"), not quoted))
+                word, redir, quoted = None, None, False
+            if kind == "redir":
+                redir = token
+            elif kind == "op":
+                simple_command(words, redirs, depth, found, unknown)
+                words, redirs, redir = [], [], None
+                if token == ")" and closer and not parens:
+                    return i
+                parens = parens + 1 if token == "(" else max(0, parens - (token == ")"))
+                for delimiter, tabs, expands in heredocs if token == "\n" else ():   # data: skipped
+                    while i < len(text):
+                        end = text.find("\n", i) % (len(text) + 1)
+                        line, i = text[i:end], end + 1
+                        if (line.lstrip("\t") if tabs else line) == delimiter:
+                            break
+                        if expands and ("$(" in line or "`" in line):
+                            unknown.append("a heredoc with a command substitution")
+                heredocs = heredocs if token != "\n" else []
+    if dq or closer:
+        unknown.append("an unclosed quote" if dq else "an unclosed $(")
+    return len(text)
+
+
+def substitution(text, start, opener, depth, found, unknown):
+    """The $(...), <(...), >(...), `...` or $((...)) opening at start, its commands added to
+    found: (its text, the index after it)."""
+    if opener == "$((":
+        end = text.find("))", start) % (len(text) + 1) + 2
+        if "$(" in text[start + 3:end] or "`" in text[start + 3:end]:
+            unknown.append("a command substitution inside arithmetic")
+    elif opener == "`":
+        m = re.compile(r"`((?:[^`\\]|\\.)*)(`?)", re.S).match(text, start)
+        shell_parse(re.sub(r"\\([`$\\])", r"\1", m.group(1)), 0, depth + 1, found, unknown)
+        if not m.group(2):
+            unknown.append("an unclosed backtick")
+        end = m.end()
+    else:
+        end = shell_parse(text, start + 2, depth + 1, found, unknown, closer=True)
+    return text[start:end], end
+
+
+def simple_command(words, redirs, depth, found, unknown):
+    """Add a simple command to found, then what it runs when it is a wrapper, a shell given
+    -c or find -exec; say in unknown what it runs beyond analysis."""
+    while words and (words[0] in KEYWORDS or ASSIGNMENT.match(words[0])):
+        words = words[1:]
+    if not words or words[0] in ("for", "select", "case", "function"):
+        return   # a loop's or a case's head: its substitutions are already found
+    if depth > MAX_NESTING:
+        return unknown.append("commands nested too deep")
+    program, args = os.path.basename(words[0]) or words[0], words[1:]
+    found.append([program] + args + redirs)
+    operand = next((n for n, arg in enumerate(args) if arg[:1] != "-"), len(args))   # past options
+    if re.search(r"[$`*?{]|\[.", words[0]) and words[0] != "[[":
+        unknown.append("the program is computed: %s" % words[0])
+    elif program in ("eval", "source", "."):
+        unknown.append("%s runs code bantam cannot see" % program)
+    elif program in SHELLS and shell_script(args) is not None:
+        shell_parse(shell_script(args), 0, depth + 1, found, unknown)
+    elif program in SHELLS:
+        unknown.append("%s runs a script or what it reads" % program)
+    elif INTERPRETER.match(program):
+        code = [a for a in args[:operand] if re.match(r"-[^-]*[ceEpr]|--eval|--print", a)]
+        if code or operand == len(args) or any(r.lstrip("0")[:1] == "<" for r in redirs):
+            unknown.append("%s %s runs code given inline" % (program, code[0]) if code else
+                           "%s runs code from its input" % program)
+    elif program in ("awk", "gawk", "mawk") and any("system" in a or "|" in a for a in args):
+        unknown.append("%s runs commands" % program)
+    elif program == "find":
+        for n, arg in enumerate(args):
+            if arg in ("-exec", "-execdir", "-ok", "-okdir"):
+                end = next((k for k in range(n + 1, len(args)) if args[k] in (";", "+")), len(args))
+                simple_command(args[n + 1:end], [], depth + 1, found, unknown)
+    elif program in WRAPPERS:
+        takes, skip = WRAPPERS[program]
+        n = 0
+        while n < len(args) and args[n][:1] == "-" and args[n] not in ("-", "--"):
+            if program == "env" and re.match(r"-[^-]*S|--split", args[n]):
+                unknown.append("env -S splits a string into a command")
+            cluster = "" if args[n][:2] == "--" else args[n][1:]
+            taken = next((k for k, letter in enumerate(cluster) if letter in takes), None)
+            n += 2 if taken == len(cluster) - 1 else 1   # the option's value is the next word
+        n += args[n:n + 1] == ["--"]
+        simple_command(args[n + skip:], redirs, depth + 1, found, unknown)
+
+
+def shell_script(args):
+    """The command string of `sh [options] -c STRING`, else None (a script file, or stdin)."""
+    n = 0
+    while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":
+        n += 2 if args[n] in ("-o", "+o", "-O", "+O") else 1   # these take a value
+    with_c = any("c" in a for a in args[:n] if a[:1] in ("-", "+") and a[:2] != "--")
+    n += args[n:n + 1] == ["--"]
+    return args[n] if with_c and n < len(args) else None
+
+
+def ask_user(cfg, command, question=None):
+    """Ask the user (cfg["approver"]) about a command, or a file tool's call (its question):
+    (decision, reason, edited command). y(es), a(lways), e(dit), n(o)/Enter; else a reason."""
+    answer = cfg["approver"](question or "Run? [y/N/a/e] ", "")
     word, _, rest = (answer or "").strip().partition(" ")
     word = word.lower().rstrip(",:")
     if word in ("y", "yes"):
         return "run", None, None
     if word in ("a", "always"):
         return "always", None, None
-    if word in ("e", "edit"):
+    if word in ("e", "edit") and not question:
         edited = cfg["approver"]("Command: ", command)
         if edited and edited.strip() and edited != command:
             return "edit", None, edited
         return ("run", None, None) if edited == command else ("refuse", None, None)
     reason = rest.strip() if word in ("n", "no") else (answer or "").strip()
     return "refuse", reason or None, None
+
+
+def decide_file(cfg, tool, path):
+    """(decision, rule, reason) for a read or write of an absolute path: its deny and allow
+    patterns, then where it leads (.git/, outside the working folder) and approve."""
+    import fnmatch
+    real = os.path.realpath(path)
+    for key, decision, names in (("deny", "refuse", [path, real]), ("allow", "run", [real])):
+        for pattern, glob in patterns(cfg, key, tool):   # allow: only where the path leads
+            if any(fnmatch.fnmatchcase(name, glob) for name in names):
+                return decision, "%s %s" % (key, pattern), None
+    if tool + ":" + path in cfg["run"]["approved"]:
+        return "run", "always", None
+    # a symlink in the folder that leads out: write_tool refuses to follow it, and says so
+    inside = in_working_folder(real) or tool == "write" and in_working_folder(path)
+    if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
+        return "refuse", ".git", None
+    if inside and tool == "read" or cfg["approve"] == "auto" and (inside or tool == "read"):
+        return "run", "approve=auto" if cfg["approve"] == "auto" else "working folder", None
+    if cfg["approve"] == "deny":
+        return "refuse", "approve=deny", None
+    if not cfg.get("approver"):
+        return "refuse", "no terminal", None if inside else "outside the working folder"
+    return "ask", "approve=" + cfg["approve"], None if inside else "outside the working folder"
+
+
+def write_preview(path, args, reason):
+    """What a write would do, for its question: the path (and why it is asked), a short diff."""
+    import difflib
+    new, old = str(args.get("content", "")).splitlines(), []
+    whole = all(v is None or k in ("filePath", "path", "content") for k, v in args.items())
+    try:   # a splice shows only what it adds
+        if whole and os.path.isfile(path) and os.path.getsize(path) < 1 << 20:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                old = f.read().splitlines()
+    except OSError:
+        pass
+    lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
+    more = ["... %d more lines" % (len(lines) - 12)] if len(lines) > 12 else []
+    return "\n".join(["write " + path + (" (%s)" % reason if reason else "")] + lines[:12] + more)
 
 
 # ----------------------------------------------------------------------------------------
@@ -5610,8 +5868,8 @@ def main(argv=None):
         convo = {"cfg": cfg, "messages": messages, "session": session}
         cfg["on_event"] = make_sink(cfg, args, convo, batch)
         cfg["approved"] = set()   # commands the user said "always" to, for this conversation
-        if cfg["approve"] == "ask" and sys.stdin.isatty() and sys.stdout.isatty() and not args.replay:
-            cfg["approver"] = terminal_approver(convo)   # else approve=ask refuses: no one to ask
+        if sys.stdin.isatty() and sys.stdout.isatty() and not args.replay:
+            cfg["approver"] = terminal_approver(convo)   # else what needs asking is refused
         emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
              session=session["id"], time=now())
         note_folder_texts(cfg)

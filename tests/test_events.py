@@ -44,7 +44,7 @@ FIELDS = {
     "compaction": {"before", "after", "kept_prompt"},
     "context": {"model", "prompt_tokens", "cached_tokens", "completion_tokens", "estimated", "window",
                 "share", "cost", "session_cost"},
-    "approval": {"id", "command", "decision", "rule", "reason", "edited"},
+    "approval": {"id", "tool", "command", "path", "decision", "rule", "reason", "edited"},
     "budget_stop": {"reason", "limit", "used"},
     "turn_end": {"status", "error"},
 }
@@ -350,8 +350,8 @@ class EventSchemaTests(EventCase):
         _, events = self.tool_run("--set", "deny=echo *", command="echo hello")
         event = self.one(events, "approval")
         self.assertEqual({k: event[k] for k in FIELDS["approval"]},
-                         {"id": "call_1", "command": "echo hello", "decision": "refuse", "rule": "deny echo *",
-                          "reason": None, "edited": None})
+                         {"id": "call_1", "tool": "shell_exec", "command": "echo hello", "path": None,
+                          "decision": "refuse", "rule": "deny echo *", "reason": None, "edited": None})
 
     def test_budget_stop(self):
         """budget_stop: which budget stopped the turn, its limit and what was used; turn_end says "budget"."""
@@ -399,8 +399,8 @@ GOLDEN = [
             "function": {"name": "shell_exec", "arguments": '{"command": "echo hello"}'}}]}},
     {"type": "tool_call", "depth": 0, "id": "call_1", "name": "shell_exec",
      "arguments": '{"command": "echo hello"}'},
-    {"type": "approval", "depth": 0, "id": "call_1", "command": "echo hello", "decision": "run",
-     "rule": "approve=auto", "reason": None, "edited": None},
+    {"type": "approval", "depth": 0, "id": "call_1", "tool": "shell_exec", "command": "echo hello",
+     "path": None, "decision": "run", "rule": "approve=auto", "reason": None, "edited": None},
     {"type": "tool_output", "depth": 0, "text": "hello\n"},
     {"type": "tool_result", "depth": 0, "id": "call_1", "name": "shell_exec",
      "content": "hello\n\n\nexit: 0", "ok": True},

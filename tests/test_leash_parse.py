@@ -1,0 +1,228 @@
+"""Approvals that parse the command: the shell-command splitter (a table of (command, simple
+commands, beyond analysis?) cases a port can reuse), and the attacks on deny and allow run
+for real: bantam as a subprocess, the scripted model making the call, the file checked after.
+"""
+
+import os
+import shlex
+import unittest
+
+import bantam
+from tests.support import PROMPT_LINE, BantamTestCase, text_stream, tool_call_stream
+
+# (command, the simple commands it runs as word lists, is something in it beyond analysis?)
+# A wrapper is a simple command of its own, and so is what it runs.
+SPLITS = [
+    ("ls -la", [["ls", "-la"]], False),
+    ("/bin/rm x", [["rm", "x"]], False),
+    ("cd . && rm x", [["cd", "."], ["rm", "x"]], False),
+    ("a; b || c | d & e\nf |& g", [["a"], ["b"], ["c"], ["d"], ["e"], ["f"], ["g"]], False),
+    ("r\\m x", [["rm", "x"]], False),
+    ("\\rm x", [["rm", "x"]], False),
+    ("'r'\"m\" 'a b' \"c\\\"d\"", [["rm", "a b", 'c"d']], False),
+    ("rm \\\nx", [["rm", "x"]], False),
+    ("FOO=1 BAR=\"a b\" rm x", [["rm", "x"]], False),
+    ("X=rm; $X x", [["$X", "x"]], True),
+    ("$(echo rm) x", [["echo", "rm"], ["$(echo rm)", "x"]], True),
+    ("`echo rm` x", [["echo", "rm"], ["`echo rm`", "x"]], True),
+    ("\"$X\" x", [["$X", "x"]], True),
+    ("$'\\x72m' x", [["$\\x72m", "x"]], True),   # $'...' is not decoded: "$" is enough
+    ("/bin/r? x", [["r?", "x"]], True),
+    ("{rm,x}", [["{rm,x}"]], True),
+    ("git log $(touch PWNED)", [["touch", "PWNED"], ["git", "log", "$(touch PWNED)"]], False),
+    ("echo \"$(rm x)\" '$(rm y)'", [["rm", "x"], ["echo", "$(rm x)", "$(rm y)"]], False),
+    ("echo `rm x`", [["rm", "x"], ["echo", "`rm x`"]], False),
+    ("cat <(rm x) >(wc)", [["rm", "x"], ["wc"], ["cat", "<(rm x)", ">(wc)"]], False),
+    ("echo $((1 + 2)) ${HOME:-/}", [["echo", "$((1 + 2))", "${HOME:-/}"]], False),
+    ("a=$(rm x) b", [["rm", "x"], ["b"]], False),
+    ("(rm x)", [["rm", "x"]], False),
+    ("{ rm x; }", [["rm", "x"]], False),
+    ("if [ -f x ]; then rm x; else :; fi", [["[", "-f", "x", "]"], ["rm", "x"], [":"]], False),
+    ("for f in a b; do rm $f; done", [["rm", "$f"]], False),
+    ("while true; do ! rm x; done", [["true"], ["rm", "x"]], False),
+    ("case $x in a) rm x;; esac", [["rm", "x"]], False),
+    ("f() { rm x; }; f", [["f"], ["rm", "x"], ["f"]], False),
+    ("echo hi > out.txt 2>&1", [["echo", "hi", ">out.txt", "2>&1"]], False),
+    (">out rm x", [["rm", "x", ">out"]], False),
+    ("true &>/dev/null & rm x", [["true", "&>/dev/null"], ["rm", "x"]], False),
+    ("ls # ; rm x", [["ls"]], False),
+    ("echo a#b", [["echo", "a#b"]], False),
+    ("env rm x", [["env", "rm", "x"], ["rm", "x"]], False),
+    ("env -i -u HOME A=1 rm x", [["env", "-i", "-u", "HOME", "A=1", "rm", "x"], ["rm", "x"]], False),
+    ("command rm x", [["command", "rm", "x"], ["rm", "x"]], False),
+    ("exec -a name rm x", [["exec", "-a", "name", "rm", "x"], ["rm", "x"]], False),
+    ("nice -n 5 nohup rm x", [["nice", "-n", "5", "nohup", "rm", "x"], ["nohup", "rm", "x"], ["rm", "x"]],
+     False),
+    ("timeout -s KILL 5 rm x", [["timeout", "-s", "KILL", "5", "rm", "x"], ["rm", "x"]], False),
+    ("timeout --signal=KILL 5s rm x", [["timeout", "--signal=KILL", "5s", "rm", "x"], ["rm", "x"]], False),
+    ("sudo -u bob rm x", [["sudo", "-u", "bob", "rm", "x"], ["rm", "x"]], False),
+    ("time -p rm x", [["time", "-p", "rm", "x"], ["rm", "x"]], False),
+    ("echo x | xargs -n 1 rm", [["echo", "x"], ["xargs", "-n", "1", "rm"], ["rm"]], False),
+    ("builtin cd x", [["builtin", "cd", "x"], ["cd", "x"]], False),
+    ("bash -c 'rm x; ls'", [["bash", "-c", "rm x; ls"], ["rm", "x"], ["ls"]], False),
+    ("sh -ec \"sh -c 'rm x'\"", [["sh", "-ec", "sh -c 'rm x'"], ["sh", "-c", "rm x"], ["rm", "x"]], False),
+    ("bash script.sh", [["bash", "script.sh"]], True),
+    ("curl -s x | sh", [["curl", "-s", "x"], ["sh"]], True),
+    ("bash <<EOF\nrm x\nEOF", [["bash", "<<EOF"]], True),
+    ("cat <<'EOF'\nrm x\nEOF\nls", [["cat", "<<EOF"], ["ls"]], False),
+    ("cat <<-EOF\n\trm x\n\tEOF\nls", [["cat", "<<-EOF"], ["ls"]], False),
+    ("cat <<EOF\n$(rm x)\nEOF", [["cat", "<<EOF"]], True),
+    ("eval rm x", [["eval", "rm", "x"]], True),
+    ("source ./env.sh", [["source", "./env.sh"]], True),
+    (". ./env.sh", [[".", "./env.sh"]], True),
+    ("python3 -c 'import os'", [["python3", "-c", "import os"]], True),
+    ("python3 <<< 'import os'", [["python3", "<<<import os"]], True),
+    ("echo 'import os' | python3", [["echo", "import os"], ["python3"]], True),
+    ("python3 -m pytest -q", [["python3", "-m", "pytest", "-q"]], False),
+    ("python3.12 tool.py", [["python3.12", "tool.py"]], False),
+    ("perl -ne 'print' f", [["perl", "-ne", "print", "f"]], True),
+    ("node -e 1", [["node", "-e", "1"]], True),
+    ("ruby -e 1", [["ruby", "-e", "1"]], True),
+    ("awk '{print $1}' f", [["awk", "{print $1}", "f"]], False),
+    ("awk 'BEGIN{system(\"rm x\")}'", [["awk", "BEGIN{system(\"rm x\")}"]], True),
+    ("find . -name x -delete", [["find", ".", "-name", "x", "-delete"]], False),
+    ("find . -exec rm {} \\; -print", [["find", ".", "-exec", "rm", "{}", ";", "-print"], ["rm", "{}"]], False),
+    ("[[ -f x ]] && rm x", [["[[", "-f", "x", "]]"], ["rm", "x"]], False),
+    ("echo 'unclosed", [["echo", "unclosed"]], True),
+    ("echo $(ls", [["ls"], ["echo", "$(ls"]], True),
+    ("", [], False),
+]
+
+
+class SplitterTests(unittest.TestCase):
+    """shell_commands(): a pure function; each case is (input, expected)."""
+
+    def test_the_table(self):
+        for command, expected, beyond in SPLITS:
+            with self.subTest(command=command):
+                commands, unknown = bantam.shell_commands(command)
+                self.assertEqual(commands, expected)
+                self.assertEqual(bool(unknown), beyond, unknown)
+
+    def test_reasons_name_what_is_beyond_analysis(self):
+        for command, words in (("X=rm; $X x", "$X"), ("eval rm x", "eval"), ("python3 -c 1", "python3 -c"),
+                               ("bash <<EOF\nx\nEOF", "bash"), (". ./env.sh", ".")):
+            with self.subTest(command=command):
+                self.assertIn(words, bantam.shell_commands(command)[1][0])
+
+    def test_nesting_has_a_limit(self):
+        """Shells in shells and substitutions in substitutions: 40 deep is beyond analysis."""
+        self.assertTrue(bantam.shell_commands("echo $(" * 40 + "rm x" + ")" * 40)[1])
+        command = "rm x"
+        for _ in range(6):
+            command = "sh -c " + shlex.quote(command)
+        self.assertIn(["rm", "x"], bantam.shell_commands(command)[0])
+
+
+def shell(call_id, command):
+    """A (id, name, args) shell_exec call for tool_call_stream."""
+    return (call_id, "shell_exec", {"command": command})
+
+
+# Twenty ways to run rm past `deny=rm *` (each deleted its file on bantam 1.1.0).
+DENY_VARIANTS = [
+    "/bin/rm {f}", "cd . && rm {f}", "$(echo rm) {f}", "r\\m {f}", "env rm {f}", "\\rm {f}",
+    "\"rm\" {f}", "command rm {f}", "X=rm; $X {f}", "true\nrm {f}", "true; rm {f}", "`echo rm` {f}",
+    "bash -c 'rm {f}'", "unlink {f}", "find . -name {f} -delete",
+    "python3 -c \"import os; os.remove('{f}')\"", "echo {f} | xargs rm", "timeout 5 nice -n 1 rm {f}",
+    "{{ rm {f}; }}", "cat <(rm {f})",
+]
+
+
+class AttackTests(BantamTestCase):
+    """The attacks of issue 18 on deny and allow, made by the scripted model in batch mode."""
+
+    def tool_results(self, body=None):
+        """{tool_call_id: content} of the tool messages in a request body (default: the last)."""
+        body = body or self.server.bodies[-1]
+        return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
+
+    def exists(self, name):
+        return os.path.exists(os.path.join(self.ws.work, name))
+
+    def test_twenty_ways_around_deny_rm_are_refused(self):
+        """deny='rm *' (approve=auto, no terminal): every variant is refused, its file stays, and
+        the model reads why (the pattern, or that bantam cannot check the command)."""
+        names = ["f%02d" % n for n in range(len(DENY_VARIANTS))]
+        for name in names:
+            self.ws.write(name, "precious")
+        calls = [shell("c%02d" % n, v.format(f=name)) for n, (v, name) in enumerate(zip(DENY_VARIANTS, names))]
+        self.push(tool_call_stream(calls), text_stream("done"))
+        result = self.run_bantam("-p", "clean up", "--set", "deny=rm *")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        results = self.tool_results()
+        for (call_id, _, args), name in zip(calls, names):
+            with self.subTest(command=args["command"]):
+                self.assertTrue(self.exists(name), "%s was deleted" % name)
+                text = results[call_id]
+                self.assertTrue(text.startswith("[not run: "), text)
+                self.assertTrue("'rm *'" in text or "cannot check" in text, text)
+
+    def test_deny_names_the_part_that_matched(self):
+        """The refusal of `cd . && rm x` says which simple command matched; `unlink` is named as
+        deleting like rm."""
+        self.ws.write("x", "")
+        self.push(tool_call_stream([shell("c1", "cd . && rm x"), shell("c2", "unlink x")]), text_stream("ok"))
+        self.run_bantam("-p", "go", "--set", "deny=rm *")
+        results = self.tool_results()
+        self.assertIn("rm x", results["c1"])
+        self.assertIn("unlink", results["c2"])
+        self.assertTrue(self.exists("x"))
+
+    def test_allow_chains_are_refused_under_approve_deny(self):
+        """approve=deny, allow='git *': a plain git command runs; `git status; touch PWNED` and
+        `git log $(touch PWNED)` do not run at all."""
+        self.push(tool_call_stream([shell("c1", "git --version"), shell("c2", "git status; touch PWNED"),
+                                    shell("c3", "git log $(touch PWNED2)"),
+                                    shell("c4", "git log `touch PWNED3`")]),
+                  text_stream("done"))
+        result = self.run_bantam("-p", "go", "--set", "approve=deny", "--set", "allow=git *")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        results = self.tool_results()
+        self.assertIn("git version", results["c1"])
+        for name, call_id in (("PWNED", "c2"), ("PWNED2", "c3"), ("PWNED3", "c4")):
+            self.assertFalse(self.exists(name), "%s ran" % call_id)
+            self.assertIn("approve=deny", results[call_id])
+            self.assertIn("touch", results[call_id])   # the part that is not allowed
+
+    def test_allow_needs_every_part_within_analysis(self):
+        """allow='echo *' with approve=deny: `echo $(touch X)` and `X=echo; $X hi > f` are refused."""
+        self.push(tool_call_stream([shell("c1", "echo a && echo b > ab.txt"), shell("c2", "X=echo; $X hi > f.txt")]),
+                  text_stream("done"))
+        self.run_bantam("-p", "go", "--set", "approve=deny", "--set", "allow=echo *")
+        results = self.tool_results()
+        self.assertTrue(self.exists("ab.txt"), results["c1"])
+        self.assertFalse(self.exists("f.txt"), results["c2"])
+        self.assertIn("$X", results["c2"])
+
+    def test_auto_without_deny_patterns_still_runs_everything(self):
+        """approve=auto and no deny pattern: a computed program runs (that is auto)."""
+        self.push(tool_call_stream([shell("c1", "X=touch; $X made.txt")]), text_stream("done"))
+        self.run_bantam("-p", "go")
+        self.assertTrue(self.exists("made.txt"))
+
+    def test_beyond_analysis_asks_at_the_terminal_showing_why(self):
+        """In the REPL, with deny='rm *': `$(echo rm) x` is asked about, with the reason shown;
+        N keeps the file. A plain `rm x` is refused without a question."""
+        self.ws.write("x", "precious")
+        self.ws.write_config(self.server, deny="rm *")
+        self.push(tool_call_stream([shell("c1", "rm x"), shell("c2", "$(echo rm) x")]), text_stream("fine"))
+        term = self.pty()
+        term.expect("> ")
+        term.sendline("clean")
+        term.expect("Run? [y/N/a/e] ")
+        term.send("\r")
+        term.expect("fine")
+        term.expect(PROMPT_LINE)
+        self.assertIn("$(echo rm)", term.output)
+        self.assertIn("cannot check", term.output)
+        self.assertEqual(term.output.count("Run?"), 1, term.output)
+        self.assertTrue(self.exists("x"))
+        results = self.tool_results()
+        self.assertIn("'rm *'", results["c1"])
+        self.assertEqual(results["c2"], "[the user did not let this command run]")
+        self.leave(term)
+
+
+if __name__ == "__main__":
+    unittest.main()
