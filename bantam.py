@@ -57,7 +57,7 @@ DEFAULTS = {
     "max_tool_res": 65536,         # bytes of a tool result sent whole; more is offloaded
     "context_window": 262144,      # tokens, when the server does not say
     "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
-    "max_reasoning": 262144,       # characters of a reply's reasoning kept, shown and sent back
+    "max_reasoning": 262144,       # characters of a reply's reasoning shown, kept and sent back
     "text_tool_calls": False,      # run a reply that is only a tool call written as text
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown and live tool output: auto (on a terminal) | always | never
@@ -77,13 +77,13 @@ DEFAULTS = {
     "price_out": 0.0,              # dollars per million completion tokens
     "price_cached": 0.0,           # dollars per million cached prompt tokens (0: price_in)
     "max_identical_calls": 3,      # the same tool call this many times in a row stops the turn (0: off)
-    "max_calls_per_reply": 64,     # tool calls of one reply that run; the others are answered "not run"
+    "max_calls_per_reply": 64,     # tool calls of a reply that run; the rest are answered "not run"
     "max_repair_calls": 3,         # per turn: nudges after an empty reply, and the final-answer call
     "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
 }
 CHOICES = {"color": ("auto", "always", "never"), "render": ("auto", "always", "never"),
            "approve": ("auto", "ask", "deny")}
-POSITIVE = {"max_al_iterations", "max_tool_res", "context_window", "max_reasoning", "max_calls_per_reply"}   # 0 makes no sense for these
+POSITIVE = {"max_al_iterations", "max_tool_res", "context_window", "max_calls_per_reply"}   # not 0
 
 RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
 MAX_SERVER_WAIT = 60.0                 # a longer Retry-After fails the turn instead
@@ -91,7 +91,7 @@ DRAIN_SECONDS = 0.25                   # read output this long after the shell e
 DRAIN_REPLY = 2.0                      # seconds to read the rest of a reply after [DONE]
 FLUSH_EVERY = 0.02                     # seconds between flushes of streamed text to a pipe
 SPILL_LIMIT = 1 << 30                  # bytes of tool output kept on disk at most
-MAX_ARGUMENTS = 1 << 20                # characters of one tool call's arguments kept (the rest: cut)
+MAX_ARGUMENTS = 1 << 20                # characters of tool-call arguments a reply keeps (then: cut)
 COMPACT_AT = 0.60                      # offer /compact at this share of the context window
 MAX_SUBAGENT_DEPTH = 4                 # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
@@ -148,8 +148,7 @@ class OutputClosed(BantamError):
 
 
 class ApiError(BantamError):
-    """A failed model request. kind: retry | fatal | overflow | empty_assistant | bad_request
-    | budget (the turn's time ran out)."""
+    """A failed model request. kind: retry|fatal|overflow|empty_assistant|bad_request|budget."""
 
     def __init__(self, message, kind="fatal", status=None, wait=None, body=""):
         BantamError.__init__(self, message)
@@ -687,18 +686,15 @@ def parse_value(key, raw, where):
 
 
 def normal_endpoint(url, where):
-    """The endpoint as bantam uses it, without a trailing / or /chat/completions (bantam
-    adds that itself; a URL copied whole is cut, in one line); a ConfigError naming where
-    when it is not an http:// or https:// URL with a host and, if it has one, a port number."""
+    """The endpoint without a trailing / or /chat/completions (bantam adds it: cut, saying so);
+    a ConfigError naming where when it is not an http(s) URL with a host and a numeric port."""
     base = url.rstrip("/")
     cut = re.sub(r"/chat/completions/*(?=\?|$)", "", base, count=1)
     if cut != base:
         say("%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut))
-    host = re.match(r"https?://(?:[^/?#@]*@)?(?:\[[^]/]*\]|[^]/?#:[]+)(:[^/?#]*)?(?:[/?#]|$)", cut)
-    port = host and host.group(1)
-    if not host or port and not (re.match(r":[0-9]{1,5}$", port) and int(port[1:]) < 65536):
-        raise ConfigError("%s: endpoint: expected an http:// or https:// URL%s, got %r"
-                          % (where, " with a port number after the ':'" if port else "", url))
+    if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
+        raise ConfigError("%s: endpoint: expected an http:// or https:// URL with a host (and "
+                          "a port number after a ':'), got %r" % (where, url))
     return cut
 
 
@@ -1759,8 +1755,10 @@ def error_from_response(cfg, response):
         hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
     elif status == 401:
         hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
-    elif status == 404:
-        hint = not_found_hint(cfg)
+    elif status == 404:   # the URL posted to, and the setting that chose the endpoint
+        url = re.sub(r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1)
+        hint = " (POST %s: check endpoint, from %s, and model)" % (
+            url, cfg.get("sources", {}).get("endpoint"))
     elif status == 403:
         hint = " (check endpoint and model in model.cfg)"
     should = (response.getheader("x-should-retry") or "").strip().lower()
@@ -1778,16 +1776,8 @@ def page_text(text):
         return text.strip()
     import html
     title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
-    words = title.group(1) if title else re.sub(r"(?s)<(script|style)\b.*?</\1\s*>|<[^>]*>", " ", text)
+    words = title.group(1) if title else re.sub(r"(?s)<(script|style)\b.*?</\1>|<[^>]*>", " ", text)
     return " ".join(html.unescape(words).split())
-
-
-def not_found_hint(cfg):
-    """What a 404 adds: the URL posted to, and the setting that chose the endpoint."""
-    base, query = cfg["endpoint"].partition("?")[::2]
-    source = cfg.get("sources", {}).get("endpoint", "default")
-    return " (POST %s/chat/completions%s; the endpoint comes from %s: check it, and the model)" % (
-        base, "?" + query if query else "", {"flag": "the command line", "default": "the default"}.get(source, source))
 
 
 def server_wait(response):
@@ -1914,36 +1904,35 @@ def read_stream(cfg, response, reply):
         raise ApiError("the connection closed in the middle of the reply", "retry")
 
 
-OUTPUT_FIELDS = ("content", "reasoning_content", "reasoning", "refusal", "reasoning_details")
+OUTPUT_KEYS = ("content", "reasoning_content", "reasoning", "refusal", "reasoning_details")
 
 
 def carries_output(chunk):
-    """Whether a chunk brings output: text, reasoning or a tool call's name or arguments
-    (not an empty delta, a role, usage or a finish reason)."""
+    """Whether a chunk (merged already) brings output: text, reasoning or a tool call's name
+    or arguments, not only an empty delta, a role, usage or a finish reason."""
     for choice in chunk.get("choices") or ():
-        delta = choice.get("delta") if isinstance(choice, dict) else None
-        if isinstance(delta, dict) and (any(delta.get(k) for k in OUTPUT_FIELDS) or any(
-                isinstance(f, dict) and isinstance(f.get("function"), dict) and any(f["function"].values())
-                for f in delta.get("tool_calls") or ())):
+        delta = isinstance(choice, dict) and choice.get("delta") or {}
+        calls = [f.get("function") or {} for f in delta.get("tool_calls") or ()
+                 if isinstance(f, dict)]
+        if any(delta.get(k) for k in OUTPUT_KEYS) or any(any(f.values()) for f in calls):
             return True
     return False
 
 
 def check_progress(cfg, reply, moved):
     """After each read of a stream: a retryable ApiError when no output came for
-    first_byte_timeout (before the first) or timeout (after it), as keep-alive comments,
-    blank lines and empty deltas are not progress (the socket's timeout only catches
-    silence); an ApiError of kind budget when the turn's max_turn_seconds have run out."""
-    now = time.monotonic()
+    first_byte_timeout (before the first) or timeout: comments, blank lines and empty deltas
+    are no progress (the socket's timeout catches silence only). Says what was cut; an
+    ApiError of kind budget when the turn's max_turn_seconds have run out."""
+    now, key = time.monotonic(), "timeout" if reply["first"] else "first_byte_timeout"
     if moved:
         reply["progress"] = now
-    elif now - reply["progress"] > (cfg["timeout"] if reply["first"] else cfg["first_byte_timeout"]):
-        raise ApiError("network error: " + ("the reply stalled for %g s: keep-alives, no output (timeout)"
-                       % cfg["timeout"] if reply["first"] else "no output within %g s, only keep-alives "
-                       "(first_byte_timeout)" % cfg["first_byte_timeout"]), "retry")
+    elif now - reply["progress"] > cfg[key]:
+        raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (cfg[key], key),
+                       "retry")
     say_cuts(cfg, reply)
     if time_up(cfg):
-        raise ApiError("the turn's time ran out (max_turn_seconds) while the reply streamed", "budget")
+        raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
 
 
 def parse_event(cfg, data):
@@ -1974,19 +1963,14 @@ def new_reply(cfg, quiet):
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
             "echo_reasoning": False, "finish": None, "done": False, "usage": None, "extra": {},
             "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False,
-            "progress": time.monotonic(), "parts": {}, "cut": [], "room": new_room(cfg)}
-
-
-def new_room(cfg):
-    """What a reply may still keep: characters of reasoning, of reasoning_details and of
-    tool-call arguments (all its calls'), and how many calls keep their arguments."""
-    return {"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
-            "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]}
+            "progress": time.monotonic(), "parts": {}, "cut": [],   # check_progress, merge_call
+            "room": {"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
+                     "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]}}
 
 
 def room_for(reply, kind, size):
-    """How many of size new characters of kind the reply may keep (see new_room); the
-    first cut is noted in reply["cut"], to be said once."""
+    """How many of size new characters of kind the reply may keep: max_reasoning of reasoning
+    and of reasoning_details, MAX_ARGUMENTS of tool-call arguments. A cut is noted, once."""
     room = reply["room"]
     if size <= room[kind]:
         room[kind] -= size
@@ -1997,16 +1981,16 @@ def room_for(reply, kind, size):
     return fit
 
 
-CUTS = {"reasoning": "the reasoning was cut at max_reasoning=%d characters: the rest is not shown, kept "
-                     "or sent back", "details": "the reasoning_details passed max_reasoning=%d characters: "
-                     "none is kept or sent back", "arguments": "the tool calls' arguments were cut at %d characters"}
+CUTS = {"reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
+        "details": "[the reasoning_details passed %(max_reasoning)d characters: none is kept]",
+        "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
 
 
 def say_cuts(cfg, reply):
     """Say once what was cut of the reply."""
-    while reply["cut"] and not reply["quiet"]:
-        kind = reply["cut"].pop(0)
-        note(cfg, "[%s]" % CUTS[kind] % (MAX_ARGUMENTS if kind == "arguments" else cfg["max_reasoning"]), "warning")
+    for kind in () if reply["quiet"] else reply["cut"]:
+        note(cfg, CUTS[kind] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
+    del reply["cut"][:]
 
 
 def merge_chunk(reply, chunk, whole=False):
@@ -2074,26 +2058,24 @@ def merge_extras(reply, delta):
 def merge_details(reply, details):
     """Merge reasoning_details entries while they hold at most max_reasoning characters;
     past that none is kept (a signed block cut short is worthless)."""
-    for detail in details if isinstance(details, list) else ():
-        size = sum(len(v) for v in detail.values() if isinstance(v, str)) if isinstance(detail, dict) else 0
+    for d in details if isinstance(details, list) else ():
+        size = sum(len(v) for v in d.values() if isinstance(v, str)) if isinstance(d, dict) else 0
         if room_for(reply, "details", size) < size:
             del reply["details"][:]
         if reply["room"]["details"] >= 0:
-            merge_reasoning_detail(reply["details"], detail)
+            merge_reasoning_detail(reply["details"], d)
 
 
 def merge_call(reply, fragment, position):
-    """merge_tool_call, bounded. The arguments are kept as pieces, joined once by
-    finish_reply (adding each piece to one long string copied it every time: minutes for
-    a few megabytes), MAX_ARGUMENTS characters at most; a call beyond max_calls_per_reply
-    keeps none (it will not run: AL answers it as not run)."""
+    """merge_tool_call, bounded: the arguments kept as pieces, joined once by finish_reply
+    (adding each to one string copied it every time: minutes for a few megabytes), at most
+    MAX_ARGUMENTS; none for a call beyond max_calls_per_reply (AL answers it: not run)."""
     call = merge_tool_call(reply["calls"], fragment, position)
     if call is None:
         return
     piece, call["function"]["arguments"] = call["function"]["arguments"], ""
-    if id(call) not in reply["parts"]:   # a new call
-        reply["parts"][id(call)] = [] if len(reply["parts"]) < reply["room"]["calls"] else None
-    pieces = reply["parts"][id(call)]
+    pieces = reply["parts"].setdefault(id(call), [] if len(reply["parts"]) < reply["room"]["calls"]
+                                       else None)
     if piece and pieces is not None:
         pieces.append(piece[:room_for(reply, "arguments", len(piece))])
 
@@ -2214,7 +2196,8 @@ def finish_reply(reply):
     if calls:
         for call in calls:
             call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if the server gave none
-            call["function"]["arguments"] = join_surrogates("".join(reply["parts"].get(id(call)) or ())) or "{}"
+            pieces = reply["parts"].get(id(call)) or ()   # (see merge_call)
+            call["function"]["arguments"] = join_surrogates("".join(pieces)) or "{}"
         message["tool_calls"] = calls
         if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
             message["reasoning_content"] = join_surrogates("".join(reply["reasoning"]))
@@ -2272,14 +2255,14 @@ def shell_path():
 
 
 def command_time(cfg):
-    """The seconds a command may run, shell_timeout or what is left of the turn's
+    """The seconds a command may run, shell_timeout or what the turn has left of its
     max_turn_seconds if less, and what to say when it is killed then."""
-    left = cfg["shell_timeout"]
-    if cfg.get("max_turn_seconds") and cfg.get("run"):
-        left = min(left, max(0.0, cfg["max_turn_seconds"] - time.monotonic() + cfg["run"]["turn"]["started"]))
-    if left < cfg["shell_timeout"]:
-        return left, "stopped after %.1f s: the turn's time ran out (max_turn_seconds=%g)" % (left, cfg["max_turn_seconds"])
-    return left, "timed out after %g s" % left
+    run, limit, wait = cfg.get("run"), cfg.get("max_turn_seconds"), cfg["shell_timeout"]
+    left = max(0.0, limit - time.monotonic() + run["turn"]["started"]) if run and limit else wait
+    if left < wait:
+        return left, "stopped after %.1f s: the turn's time ran out (max_turn_seconds=%g)" % (
+            left, limit)
+    return wait, "timed out after %g s" % wait
 
 
 def pump_output(cfg, proc, output, timeout, why):
@@ -2822,7 +2805,7 @@ def run_tool_call(cfg, call, args):
     if isinstance(args, str):
         result = args
     elif time_up(cfg):
-        result = "error: not run: the turn's time ran out (max_turn_seconds=%g)" % cfg["max_turn_seconds"]
+        result = "error: not run: the turn's time ran out (max_turn_seconds=%g)" % time_up(cfg)[1]
     elif tool_named(cfg, name) is None:
         result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
     else:
@@ -2895,7 +2878,7 @@ def AL(cfg, messages, on_event=None):
                 answer_extra_calls(cfg, messages, calls)
             finally:                                    # one tool message per call id, always
                 answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
-            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]])   # tokens, seconds, cost, a cycle
+            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]])   # budgets, a cycle
             if spent:
                 return final_answer(cfg, messages, *spent)
         return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"], cfg["max_al_iterations"])
@@ -2904,14 +2887,13 @@ def AL(cfg, messages, on_event=None):
 
 
 def answer_extra_calls(cfg, messages, calls):
-    """Answer the calls of a reply beyond max_calls_per_reply: not run, and why."""
+    """Answer the calls of a reply beyond max_calls_per_reply: not run, and why (said once)."""
     limit = cfg["max_calls_per_reply"]
-    if len(calls) > limit:
-        note(cfg, "[the reply made %d tool calls: the first %d ran, the other %d are answered as not run "
-                  "(max_calls_per_reply)]" % (len(calls), limit, len(calls) - limit), "warning")
+    why = "not run: the reply made %d tool calls, over max_calls_per_reply=%d" % (len(calls), limit)
+    if calls[limit:]:
+        note(cfg, "[%d tool calls %s]" % (len(calls) - limit, why), "warning")
     for call in calls[limit:]:
-        add_message(cfg, messages, tool_message(call["id"], "error: not run: the reply made %d tool calls, more "
-                                                "than max_calls_per_reply=%d" % (len(calls), limit)))
+        add_message(cfg, messages, tool_message(call["id"], "error: " + why))
 
 
 def enter_run(cfg, on_event=None):
@@ -3100,8 +3082,8 @@ def final_answer(cfg, messages, key, limit, used):
          "warning")
     if not asking:
         return messages
-    quick = dict(cfg, backoff=[], max_turn_seconds=0, first_byte_timeout=min(cfg["first_byte_timeout"], cfg["final_answer_timeout"]),
-                 timeout=min(cfg["timeout"], cfg["final_answer_timeout"]))
+    quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], cfg["final_answer_timeout"]),
+                 timeout=min(cfg["timeout"], cfg["final_answer_timeout"]), max_turn_seconds=0)
     try:
         reply = chat(quick, messages, tools=False, nudge=FINAL_PROMPT % words)
     except ApiError as e:

@@ -66,7 +66,7 @@ class StalledStreamTests(BoundsCase):
         self.push(*[endless(itertools.repeat(COMMENT)) for _ in range(4)])
         result, seconds = self.batch(1)
         self.assertEqual(len(self.server.posts), 4)
-        self.assertIn("no output within 1 s", result.stderr)
+        self.assertIn("no output for 1 s, only keep-alives (first_byte_timeout)", result.stderr)
         self.assertIn("first_byte_timeout", result.stderr)
         self.assertIn("gave up after 3 retries", result.stderr)
         self.assertLess(seconds, 30)
@@ -90,8 +90,7 @@ class StalledStreamTests(BoundsCase):
         self.push(*[endless(pieces()) for _ in range(4)])
         result, _ = self.batch(1)
         self.assertEqual(len(self.server.posts), 4)
-        self.assertIn("the reply stalled for 1 s", result.stderr)
-        self.assertIn("(timeout)", result.stderr)
+        self.assertIn("no output for 1 s, only keep-alives (timeout)", result.stderr)
         self.assertIn("Hello", result.stdout)
 
     def test_output_between_comments_keeps_a_slow_reply_alive(self):
@@ -164,7 +163,7 @@ class ReasoningBoundTests(BoundsCase):
         self.assertEqual(echoed["reasoning_content"], "r" * 1000)
         self.assertEqual(result.stdout.count("r" * 1000), 1)
         self.assertNotIn("r" * 1001, result.stdout)
-        self.assertEqual(result.stderr.count("max_reasoning=1000"), 1, result.stderr)
+        self.assertEqual(result.stderr.count("cut at 1000 characters (max_reasoning)"), 1, result.stderr)
 
     def test_reasoning_details_over_max_reasoning_are_not_sent_back(self):
         """OpenRouter's reasoning_details in fragments of one block, over max_reasoning in
@@ -210,7 +209,7 @@ class ReasoningBoundTests(BoundsCase):
         peak = rusage.ru_maxrss * 1024 / MB   # Linux reports KiB
         self.assertLess(peak, 150, "bantam peaked at %.0f MB" % peak)
         self.assertLess(os.path.getsize(out_path), MB)
-        self.assertEqual(stderr.count("max_reasoning="), 1, stderr)
+        self.assertEqual(stderr.count("the reasoning was cut at 262144 characters"), 1, stderr)
         second = self.server.posts[1]
         self.assertLess(len(second["raw"]), MB)
         self.assertEqual(len(second["body"]["messages"][2]["reasoning_content"]), 262144)
@@ -281,9 +280,9 @@ class EndpointTests(BoundsCase):
         self.assertIn("model.cfg:1: endpoint:", result.stderr)
 
     def test_an_empty_or_wrong_port_is_a_config_error(self):
-        """http://127.0.0.1:/v1 (empty port), a port that is not a number or too big: exit 2,
+        """http://127.0.0.1:/v1 (empty port), a port that is not a number: exit 2,
         one line naming where it was set, no request."""
-        for url in ("http://127.0.0.1:/v1", "http://127.0.0.1:80a/v1", "http://127.0.0.1:99999/v1"):
+        for url in ("http://127.0.0.1:/v1", "http://127.0.0.1:80a/v1", "http://127.0.0.1: 80/v1"):
             with self.subTest(url=url):
                 result = self.run_bantam("-e", url, "-p", "hi")
                 self.assertEqual(result.returncode, 2, result.stderr)
@@ -303,7 +302,7 @@ class EndpointTests(BoundsCase):
         self.push(*[error(404, "no such route") for _ in range(3)])
         path = self.ws.write_config(self.server, endpoint=wrong)
         runs = [(self.run_bantam("-p", "hi"), path + ":1"),
-                (self.run_bantam("-e", wrong, "-p", "hi"), "the command line")]
+                (self.run_bantam("-e", wrong, "-p", "hi"), "flag")]
         self.ws.write_config(self.server, endpoint=None)
         runs.append((self.run_bantam("-p", "hi", env={"BANTAM_ENDPOINT": wrong}), "BANTAM_ENDPOINT"))
         for result, source in runs:
@@ -311,7 +310,7 @@ class EndpointTests(BoundsCase):
                 self.assertEqual(result.returncode, 2, result.stderr)
                 self.assertIn("HTTP 404: no such route", result.stderr)
                 self.assertIn("POST %s/chat/completions" % wrong, result.stderr)
-                self.assertIn("the endpoint comes from %s" % source, result.stderr)
+                self.assertIn("check endpoint, from %s, and model" % source, result.stderr)
 
     def test_an_html_error_page_is_cut_to_its_title(self):
         """nginx's 404 page and a proxy's 502 page: their title, never the raw HTML."""
