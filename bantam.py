@@ -1912,9 +1912,8 @@ def carries_output(chunk):
     or arguments, not only an empty delta, a role, usage or a finish reason."""
     for choice in chunk.get("choices") or ():
         delta = isinstance(choice, dict) and choice.get("delta") or {}
-        calls = [f.get("function") or {} for f in delta.get("tool_calls") or ()
-                 if isinstance(f, dict)]
-        if any(delta.get(k) for k in OUTPUT_KEYS) or any(any(f.values()) for f in calls):
+        if any(map(delta.get, OUTPUT_KEYS)) or any(isinstance(f, dict) and any(
+                (f.get("function") or {}).values()) for f in delta.get("tool_calls") or ()):
             return True
     return False
 
