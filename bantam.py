@@ -1631,7 +1631,8 @@ def exchange(cfg, body, quiet):
             try:
                 merge_chunk(reply, DECODE_JSON(data.decode("utf-8", "replace").strip())[0], whole=True)
             except ValueError:
-                raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry")
+                raise ApiError("the server sent a reply that is not JSON: %r"
+                               % page_text(data[:4000].decode("utf-8", "replace"))[:200], "retry")
             reply["first"] = time.monotonic()
         release(cfg, response)
         message = finish_reply(reply)
@@ -1890,7 +1891,7 @@ def read_stream(cfg, response, reply):
                     moved = moved or carries_output(chunk)
         if reply["pending"] and not waiting():
             pass_on(cfg, reply)
-        if not reply["first"] and (reply["content"] or reply["reasoning"] or reply["calls"]):
+        if not reply["first"] and moved:
             reply["first"] = time.monotonic()
             set_read_timeout(cfg, cfg["timeout"])
         check_progress(cfg, reply, moved)

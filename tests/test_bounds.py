@@ -46,8 +46,8 @@ class BoundsCase(BantamTestCase):
         """Run `bantam -p prompt`; assert the exit status; (CompletedProcess, seconds)."""
         started = time.monotonic()
         result = self.run_bantam("-p", prompt, timeout=timeout)
-        self.assertEqual(result.returncode, code, "stdout:\n%s\nstderr:\n%s" % (result.stdout[-3000:],
-                                                                               result.stderr[-3000:]))
+        shown = "stdout:\n%s\nstderr:\n%s" % (result.stdout[-3000:], result.stderr[-3000:])
+        self.assertEqual(result.returncode, code, shown)
         return result, time.monotonic() - started
 
     def tool_results(self, body):
@@ -72,15 +72,28 @@ class StalledStreamTests(BoundsCase):
         self.assertLess(seconds, 30)
 
     def test_empty_deltas_and_blank_lines_forever_are_no_output_either(self):
-        """A role chunk, then empty content deltas and blank lines for ever: no output, so
-        first_byte_timeout ends each attempt."""
-        pieces = lambda: itertools.chain([chunk({"role": "assistant", "content": ""})], itertools.cycle(
-            [chunk({"content": ""}), b"\n", chunk({"content": None, "tool_calls": []}), b"\r\n"]))
+        """A role chunk, then empty content deltas, empty tool-call fragments and blank lines
+        for ever: no output, so first_byte_timeout ends each attempt."""
+        empty = [chunk({"content": ""}), b"\n", chunk({"content": None, "tool_calls": []}), b"\r\n",
+                 chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]})]
+        pieces = lambda: itertools.chain([chunk({"role": "assistant", "content": ""})],
+                                         itertools.cycle(empty))
         self.ws.write_config(self.server, **FAST)
         self.push(*[endless(pieces()) for _ in range(4)])
         result, _ = self.batch(1)
         self.assertEqual(len(self.server.posts), 4)
         self.assertIn("first_byte_timeout", result.stderr)
+
+    def test_a_line_that_never_ends_is_no_output(self):
+        """`data: {"choices": ...` trickling in a byte every 0.05 s, never a whole line: no
+        output, so first_byte_timeout ends each attempt (1.1.0 read it for ever)."""
+        head = b'data: {"choices": [{"index": 0, "delta": {"content": "'
+        self.ws.write_config(self.server, **dict(FAST, backoff="0"))
+        self.push(*[endless(itertools.chain([head], itertools.repeat(b"a")), delay=0.05)
+                    for _ in range(2)])
+        result, _ = self.batch(1)
+        self.assertEqual(len(self.server.posts), 2)
+        self.assertIn("(first_byte_timeout)", result.stderr)
 
     def test_content_then_comments_forever_is_a_stalled_stream(self):
         """Some text, then only comments: once the reply flows, timeout=1 s without output is
@@ -163,7 +176,8 @@ class ReasoningBoundTests(BoundsCase):
         self.assertEqual(echoed["reasoning_content"], "r" * 1000)
         self.assertEqual(result.stdout.count("r" * 1000), 1)
         self.assertNotIn("r" * 1001, result.stdout)
-        self.assertEqual(result.stderr.count("cut at 1000 characters (max_reasoning)"), 1, result.stderr)
+        cuts = result.stderr.count("cut at 1000 characters (max_reasoning)")
+        self.assertEqual(cuts, 1, result.stderr)
 
     def test_reasoning_details_over_max_reasoning_are_not_sent_back(self):
         """OpenRouter's reasoning_details in fragments of one block, over max_reasoning in
@@ -194,13 +208,14 @@ class ReasoningBoundTests(BoundsCase):
                   text_stream("done"))
         out_path, err_path = self.ws.path("tmp", "out.txt"), self.ws.path("tmp", "err.txt")
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(bantam_argv("-p", "think hard"), cwd=self.ws.work, env=self.ws.env(),
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-        watchdog = threading.Timer(120, os.killpg, (proc.pid, signal.SIGKILL))   # a hang fails the test
+            proc = subprocess.Popen(bantam_argv("-p", "think hard"), cwd=self.ws.work,
+                                    env=self.ws.env(), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=err, start_new_session=True)
+        watchdog = threading.Timer(120, os.killpg, (proc.pid, signal.SIGKILL))   # a hang: fail
         watchdog.start()
         try:
             _, status, rusage = os.wait4(proc.pid, 0)
-            proc.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+            proc.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
         finally:
             watchdog.cancel()
         with open(err_path, encoding="utf-8") as f:
@@ -225,7 +240,8 @@ class CallBoundTests(BoundsCase):
         """One reply with 10,000 calls: the first 64 (max_calls_per_reply) run, the other 9,936
         are answered as not run and why, one tool message per call id, in order; one line says
         so. (bantam 1.1.0 ran them all: 73 s.)"""
-        calls = [("call_%d" % i, "shell_exec", {"command": "echo %d >> ran.txt" % i}) for i in range(10000)]
+        calls = [("call_%d" % i, "shell_exec", {"command": "echo %d >> ran.txt" % i})
+                 for i in range(10000)]
         self.push(tool_call_stream(calls), text_stream("done"))
         result, _ = self.batch(0, timeout=120)
         with open(os.path.join(self.ws.work, "ran.txt")) as f:
@@ -236,7 +252,8 @@ class CallBoundTests(BoundsCase):
         results = self.tool_results(body)
         self.assertEqual([r[0] for r in results], [c[0] for c in calls])
         self.assertTrue(all(r[1].endswith("exit: 0") for r in results[:64]))
-        self.assertTrue(all("not run" in r[1] and "max_calls_per_reply=64" in r[1] for r in results[64:]))
+        self.assertTrue(all("not run" in r[1] and "max_calls_per_reply=64" in r[1]
+                            for r in results[64:]))
         self.assertEqual(result.stderr.count("max_calls_per_reply"), 1, result.stderr[-2000:])
         self.assertIn("10000 tool calls", result.stderr)
 
@@ -273,7 +290,8 @@ class EndpointTests(BoundsCase):
         notes = [line for line in result.stderr.splitlines() if "/chat/completions" in line]
         self.assertEqual(len(notes), 1, result.stderr)
         self.assertIn("using " + self.server.url, notes[0])
-        self.ws.write_config(self.server, endpoint=self.server.url + "/chat/completions/?api-version=1")
+        azure = self.server.url + "/chat/completions/?api-version=1"
+        self.ws.write_config(self.server, endpoint=azure)
         result = self.run_bantam("-p", "hi")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(self.server.posts[1]["path"], "/v1/chat/completions?api-version=1")
@@ -304,7 +322,8 @@ class EndpointTests(BoundsCase):
         runs = [(self.run_bantam("-p", "hi"), path + ":1"),
                 (self.run_bantam("-e", wrong, "-p", "hi"), "flag")]
         self.ws.write_config(self.server, endpoint=None)
-        runs.append((self.run_bantam("-p", "hi", env={"BANTAM_ENDPOINT": wrong}), "BANTAM_ENDPOINT"))
+        result = self.run_bantam("-p", "hi", env={"BANTAM_ENDPOINT": wrong})
+        runs.append((result, "BANTAM_ENDPOINT"))
         for result, source in runs:
             with self.subTest(source=source):
                 self.assertEqual(result.returncode, 2, result.stderr)
@@ -313,15 +332,24 @@ class EndpointTests(BoundsCase):
                 self.assertIn("check endpoint, from %s, and model" % source, result.stderr)
 
     def test_an_html_error_page_is_cut_to_its_title(self):
-        """nginx's 404 page and a proxy's 502 page: their title, never the raw HTML."""
-        nginx = ("<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not "
-                 "Found</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")
+        """nginx's 404 page, a proxy's 502 page, a captive portal's 200: their title (else their
+        text without tags), never the raw HTML."""
+        nginx = ("<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>"
+                 "404 Not Found</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n"
+                 "</html>\r\n")
         self.push(error(404, body=nginx))
         result, _ = self.batch(2)
         self.assertIn("HTTP 404: 404 Not Found (POST", result.stderr)
         self.assertNotIn("<", result.stderr)
-        page = "<!DOCTYPE html>\n<html><head><style>h1 {}</style></head><body><h1>Bad gateway &amp; more</h1></body></html>"
+        page = ("<!DOCTYPE html>\n<html><head><style>h1 {}</style></head><body><h1>Bad gateway "
+                "&amp; more</h1></body></html>")
         self.push(*[error(502, body=page) for _ in range(4)])
         result, _ = self.batch(1)
         self.assertIn("HTTP 502: Bad gateway & more", result.stderr)
+        self.assertNotIn("<", result.stderr)
+        portal = "<html><head><title>Sign in to the Wi-Fi</title></head><body>%s</body></html>" % (
+            "x" * 300)
+        self.push(*[error(200, body=portal) for _ in range(4)])   # a captive portal answers 200
+        result, _ = self.batch(1)
+        self.assertIn("not JSON: 'Sign in to the Wi-Fi'", result.stderr)
         self.assertNotIn("<", result.stderr)
