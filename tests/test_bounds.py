@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -222,6 +223,7 @@ class ReasoningBoundTests(BoundsCase):
             stderr = f.read()
         self.assertEqual(proc.returncode, 0, stderr)
         peak = rusage.ru_maxrss * 1024 / MB   # Linux reports KiB
+        print("\n  100 MB of reasoning: peak RSS %.1f MB" % peak, file=sys.stderr)
         self.assertLess(peak, 150, "bantam peaked at %.0f MB" % peak)
         self.assertLess(os.path.getsize(out_path), MB)
         self.assertEqual(stderr.count("the reasoning was cut at 262144 characters"), 1, stderr)
