@@ -13,14 +13,12 @@ one every `delay` seconds until bantam hangs up (or the server stops at the test
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 from tests.support import (
-    BantamTestCase, bantam_argv, chunk, error, sse, text_stream, tool_call_stream, usage_chunk)
+    BantamTestCase, bantam_argv, chunk, error, sse, stop_process, text_stream, tool_call_stream)
 
 MB = 1 << 20
 COMMENT = b": keep-alive\n\n"
@@ -30,6 +28,15 @@ FAST = dict(first_byte_timeout=1, timeout=1, backoff="0.01,0.01,0.01")   # 3 ret
 def event(obj):
     """One SSE event: `data: <json>` and a blank line."""
     return ("data: %s\n\n" % json.dumps(obj)).encode()
+
+
+def peak_memory(pid):
+    """The peak resident memory of a running process in MB (VmHWM), 0 once it is gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+    except (OSError, StopIteration):
+        return 0
 
 
 def endless(pieces, delay=0.1):
@@ -42,6 +49,12 @@ def endless(pieces, delay=0.1):
 
 class BoundsCase(BantamTestCase):
     """Helpers: a batch run with a deadline, and what the model got back."""
+
+    def setUp(self):
+        """As BantamTestCase, and the server's recorded requests are dropped at the end (some
+        hold megabytes; the test runner keeps every finished test case)."""
+        super().setUp()
+        self.addCleanup(lambda: self.server.requests.clear())
 
     def batch(self, code, timeout=40, prompt="do the task"):
         """Run `bantam -p prompt`; assert the exit status; (CompletedProcess, seconds)."""
@@ -200,8 +213,8 @@ class ReasoningBoundTests(BoundsCase):
         stays far below it (bantam 1.1.0: 534 MB), and the next request, the session file and
         what was printed hold max_reasoning characters of it at most.
 
-        The peak is ru_maxrss from os.wait4() on bantam's PID: bantam's own peak, or that of a
-        (tiny) command it ran."""
+        The peak is VmHWM of /proc/PID/status, read while bantam runs: its own peak since it
+        started (ru_maxrss would also count the test process it was forked from)."""
         big = event(chunk({"reasoning_content": "r" * MB}))
         tail = tool_call_stream([("c1", "shell_exec", {"command": "echo hi"})])["pieces"][1:]
         self.push(endless(itertools.chain([event(chunk({"role": "assistant", "content": None}))],
@@ -212,17 +225,14 @@ class ReasoningBoundTests(BoundsCase):
             proc = subprocess.Popen(bantam_argv("-p", "think hard"), cwd=self.ws.work,
                                     env=self.ws.env(), stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=err, start_new_session=True)
-        watchdog = threading.Timer(120, os.killpg, (proc.pid, signal.SIGKILL))   # a hang: fail
-        watchdog.start()
-        try:
-            _, status, rusage = os.wait4(proc.pid, 0)
-            proc.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
-        finally:
-            watchdog.cancel()
+        self.addCleanup(stop_process, proc)
+        peak, deadline = 0, time.monotonic() + 120   # a hang fails the test
+        while proc.poll() is None and time.monotonic() < deadline:
+            peak = max(peak, peak_memory(proc.pid))
+            time.sleep(0.02)
         with open(err_path, encoding="utf-8") as f:
             stderr = f.read()
         self.assertEqual(proc.returncode, 0, stderr)
-        peak = rusage.ru_maxrss * 1024 / MB   # Linux reports KiB
         print("\n  100 MB of reasoning: peak RSS %.1f MB" % peak, file=sys.stderr)
         self.assertLess(peak, 150, "bantam peaked at %.0f MB" % peak)
         self.assertLess(os.path.getsize(out_path), MB)
@@ -242,9 +252,16 @@ class CallBoundTests(BoundsCase):
         """One reply with 10,000 calls: the first 64 (max_calls_per_reply) run, the other 9,936
         are answered as not run and why, one tool message per call id, in order; one line says
         so. (bantam 1.1.0 ran them all: 73 s.)"""
-        calls = [("call_%d" % i, "shell_exec", {"command": "echo %d >> ran.txt" % i})
+        calls = [("call_%d" % i, "shell_exec", json.dumps({"command": "echo %d >> ran.txt" % i}))
                  for i in range(10000)]
-        self.push(tool_call_stream(calls), text_stream("done"))
+        fragments = ([{"index": i, "id": c[0], "type": "function",
+                       "function": {"name": c[1], "arguments": ""}},
+                      {"index": i, "function": {"arguments": c[2]}}] for i, c in enumerate(calls))
+        self.push(endless(itertools.chain(   # made as sent: the test process stays small
+            [chunk({"role": "assistant", "content": None})],
+            (chunk({"tool_calls": [f]}) for pair in fragments for f in pair),
+            [chunk({}, finish_reason="tool_calls"), b"data: [DONE]\n\n"]), delay=0),
+            text_stream("done"))
         result, _ = self.batch(0, timeout=120)
         with open(os.path.join(self.ws.work, "ran.txt")) as f:
             self.assertEqual(f.read().split(), [str(i) for i in range(64)])
@@ -264,13 +281,13 @@ class CallBoundTests(BoundsCase):
         took minutes): cut at 1 MiB, so the call is not run (its JSON is broken) and stored
         with "{}"; the cut is said; the next request stays small."""
         args = json.dumps({"command": "echo " + "x" * (4 * MB)})
-        events = [chunk({"role": "assistant", "content": None}),
-                  chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
-                                         "function": {"name": "shell_exec", "arguments": ""}}]})]
-        events += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[i:i + 64]}}]})
-                   for i in range(0, len(args), 64)]
-        events.append(chunk({}, finish_reason="tool_calls"))
-        self.push(sse(events), text_stream("done"))
+        head = [chunk({"role": "assistant", "content": None}),
+                chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                       "function": {"name": "shell_exec", "arguments": ""}}]})]
+        pieces = (chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[i:i + 64]}}]})
+                  for i in range(0, len(args), 64))   # made as sent: the test process stays small
+        tail = [chunk({}, finish_reason="tool_calls"), b"data: [DONE]\n\n"]
+        self.push(endless(itertools.chain(head, pieces, tail), delay=0), text_stream("done"))
         result, _ = self.batch(0, timeout=120)
         body = self.server.bodies[1]
         self.assertEqual(body["messages"][2]["tool_calls"][0]["function"]["arguments"], "{}")
