@@ -57,6 +57,7 @@ DEFAULTS = {
     "max_tool_res": 65536,         # bytes of a tool result sent whole; more is offloaded
     "context_window": 262144,      # tokens, when the server does not say
     "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
+    "max_reasoning": 262144,       # characters of a reply's reasoning shown, kept and sent back
     "text_tool_calls": False,      # run a reply that is only a tool call written as text
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown and live tool output: auto (on a terminal) | always | never
@@ -82,13 +83,14 @@ DEFAULTS = {
     "price_out": 0.0,              # dollars per million completion tokens
     "price_cached": 0.0,           # dollars per million cached prompt tokens (0: price_in)
     "max_identical_calls": 3,      # same call and result this many times in a row: stop (0: off)
+    "max_calls_per_reply": 64,     # tool calls of a reply that run; the rest are answered "not run"
     "max_repair_calls": 3,         # per turn: nudges after an empty reply, and the final-answer call
     "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
     "keep_sessions": 1000,         # conversations with ids bantam made up kept; older go (0: all)
 }
 CHOICES = {"color": ("auto", "always", "never"), "render": ("auto", "always", "never"),
            "approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only")}
-POSITIVE = {"max_al_iterations", "max_tool_res", "context_window"}   # 0 makes no sense for these
+POSITIVE = {"max_al_iterations", "max_tool_res", "context_window", "max_calls_per_reply"}   # not 0
 
 RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
 MAX_SERVER_WAIT = 60.0                 # a longer Retry-After fails the turn instead
@@ -96,6 +98,7 @@ DRAIN_SECONDS = 0.25                   # read output this long after the shell e
 DRAIN_REPLY = 2.0                      # seconds to read the rest of a reply after [DONE]
 FLUSH_EVERY = 0.02                     # seconds between flushes of streamed text to a pipe
 SPILL_LIMIT = 1 << 30                  # bytes of tool output kept on disk at most
+MAX_ARGUMENTS = 1 << 20                # characters of tool-call arguments a reply keeps (then: cut)
 COMPACT_AT = 0.60                      # offer /compact at this share of the context window
 MAX_SUBAGENT_DEPTH = 4                 # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
@@ -153,7 +156,7 @@ class OutputClosed(BantamError):
 
 
 class ApiError(BantamError):
-    """A failed model request. kind: retry | fatal | overflow | empty_assistant | bad_request."""
+    """A failed model request. kind: retry|fatal|overflow|empty_assistant|bad_request|budget."""
 
     def __init__(self, message, kind="fatal", status=None, wait=None, body=""):
         BantamError.__init__(self, message)
@@ -707,8 +710,8 @@ def parse_value(key, raw, where):
             "comma-separated list of seconds" if isinstance(default, list) else
             "JSON object of strings" if isinstance(default, dict) else "number")
         raise ConfigError("%s: %s: %s, got %r" % (where, key, reason, raw))
-    if key == "endpoint" and not re.match(r"https?://[^/]", raw):
-        raise ConfigError("%s: endpoint: expected an http:// or https:// URL, got %r" % (where, raw))
+    if key == "endpoint":
+        return normal_endpoint(raw, where)
     if key == "tools":
         return check_tool_names(raw, where)
     if key in CHOICES and raw.lower() not in CHOICES[key]:
@@ -738,6 +741,19 @@ def strictness(key, value):
     if key in LOOSEST_FIRST:
         return LOOSEST_FIRST[key].index(value) if value in LOOSEST_FIRST[key] else 0
     return -value if value else float("-inf")
+
+
+def normal_endpoint(url, where):
+    """The endpoint without a trailing / or /chat/completions (bantam adds it: cut, saying so);
+    a ConfigError naming where when it is not an http(s) URL with a host and a numeric port."""
+    base = url.rstrip("/")
+    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", base, count=1)
+    if cut != base:
+        say("%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut))
+    if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
+        raise ConfigError("%s: endpoint: expected an http:// or https:// URL with a host (and "
+                          "a port number after a ':'), got %r" % (where, url))
+    return cut
 
 
 def load_config(overrides=None, config_file=None, env=None, trust=None):
@@ -793,7 +809,6 @@ def load_config(overrides=None, config_file=None, env=None, trust=None):
             cfg[key], sources[key] = found[0][1:]
         else:
             cfg[key], sources[key] = DEFAULTS[key], "default"
-    cfg["endpoint"] = cfg["endpoint"].rstrip("/")
     headers = env.get("BANTAM_HEADERS")   # secrets in the environment that are not used:
     held = [env.get("BANTAM_API_KEY"), env.get("OPENAI_API_KEY")] + list(   # still never shown
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
@@ -1037,8 +1052,8 @@ def save_step(cfg, session, messages):
     replaces it. Anything else that changed means a whole save. A kill then loses at most
     the step in flight (read_session applies the journal)."""
     written = session["written"]
-    if not session["id"] or len(written) > len(messages) or any(
-            w is not m for w, m in zip(written, messages)) or session.get("written_summary") != session["summary"]:
+    if not session["id"] or messages[:len(written)] != written or (   # (a C loop, identity first)
+            session.get("written_summary") != session["summary"]):
         return save_session(cfg, session, messages, link=not session["id"])
     try:
         fd = os.open(session_path(session["id"])[:-5] + ".steps", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -1830,13 +1845,15 @@ def exchange(cfg, body, quiet):
             try:
                 merge_chunk(reply, DECODE_JSON(data.decode("utf-8", "replace").strip())[0], whole=True)
             except ValueError:
-                raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry")
+                raise ApiError("the server sent a reply that is not JSON: %r"
+                               % page_text(data[:4000].decode("utf-8", "replace"))[:200], "retry")
             reply["first"] = time.monotonic()
         release(cfg, response)
         message = finish_reply(reply)
         end_reply(cfg, reply)
         if reply["finish"] in CUT_REPLY and not quiet:
             note(cfg, CUT_REPLY[reply["finish"]], "warning")
+        say_cuts(cfg, reply)
         return message, reply["usage"], reply["first"], len(payload)
     except http.client.ImproperConnectionState as e:   # our bug, not the network's: never resent
         drop_connection(cfg)
@@ -1933,7 +1950,7 @@ def error_from_response(cfg, response):
     if not response.isclosed():
         drop_connection(cfg)
     text = data.decode("utf-8", "replace")
-    message = text.strip()[:300] or response.reason
+    message = page_text(text)[:300] or response.reason
     try:
         error = json.loads(text)
         error = error.get("error", error) if isinstance(error, dict) else error
@@ -1964,7 +1981,11 @@ def error_from_response(cfg, response):
         hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
     elif status == 401:
         hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
-    elif status in (403, 404):
+    elif status == 404:   # the URL posted to, and the setting that chose the endpoint
+        url = re.sub(r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1)
+        hint = " (POST %s: check endpoint, from %s, and model)" % (
+            url, cfg.get("sources", {}).get("endpoint"))
+    elif status == 403:
         hint = " (check endpoint and model in model.cfg)"
     should = (response.getheader("x-should-retry") or "").strip().lower()
     if should == "true" and kind in ("fatal", "bad_request") and "quota" not in hint:
@@ -1972,6 +1993,17 @@ def error_from_response(cfg, response):
     elif should == "false" and kind == "retry":
         kind = "fatal"
     return ApiError(headline + hint, kind, status, server_wait(response), text[:4000])
+
+
+def page_text(text):
+    """An error body as one line can show it: an HTML page's title, else its text without
+    the tags (a proxy's or a web server's page, not an API's error); any other text as is."""
+    if not re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):
+        return text.strip()
+    import html
+    title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
+    words = title.group(1) if title else re.sub(r"(?s)<(script|style)\b.*?</\1>|<[^>]*>", " ", text)
+    return " ".join(html.unescape(words).split())
 
 
 def server_wait(response):
@@ -2019,6 +2051,7 @@ def sse_events(response, read=None):
             break
         if b"\n" not in block:   # a long line arriving in pieces
             partial.append(block)
+            yield []   # (no event yet: the reader still checks its deadlines)
             continue
         if partial:
             partial.append(block)
@@ -2066,6 +2099,7 @@ def read_stream(cfg, response, reply):
     entry = connections().get(cfg["endpoint"])
     waiting = (lambda: select.select([entry["sock"]], [], [], 0)[0]) if entry and entry["sock"] else (lambda: False)
     for events in sse_events(response, waiting_reader(cfg, reply, response)):
+        moved = False
         for data in events:
             if data[:6] == b"[DONE]":
                 reply["done"] = True
@@ -2079,11 +2113,13 @@ def read_stream(cfg, response, reply):
                     if chunk.get("error"):   # OpenRouter sends it next to choices
                         raise stream_error(chunk["error"])
                     merge_chunk(reply, chunk)
+                    moved = moved or carries_output(chunk)
         if reply["pending"] and not waiting():
             pass_on(cfg, reply)
-        if not reply["first"] and (reply["content"] or reply["reasoning"] or reply["calls"]):
+        if not reply["first"] and moved:
             reply["first"] = time.monotonic()
             set_read_timeout(cfg, cfg["timeout"])
+        check_progress(cfg, reply, moved)
     if response.length:   # read1() returns b"" on a short Content-Length body, without an error
         raise ApiError("the connection closed in the middle of the reply", "retry")
     if not (reply["finish"] or reply["content"] or reply["reasoning"] or reply["calls"]):
@@ -2138,6 +2174,36 @@ def read_ahead(sock, fp):
         sock.settimeout(timeout)
 
 
+OUTPUT_KEYS = ("content", "reasoning_content", "reasoning", "refusal", "reasoning_details")
+
+
+def carries_output(chunk):
+    """Whether a chunk (merged already) brings output: text, reasoning or a tool call's name
+    or arguments, not only an empty delta, a role, usage or a finish reason."""
+    for choice in chunk.get("choices") or ():
+        delta = isinstance(choice, dict) and choice.get("delta") or {}
+        if any(map(delta.get, OUTPUT_KEYS)) or any(isinstance(f, dict) and any(
+                (f.get("function") or {}).values()) for f in delta.get("tool_calls") or ()):
+            return True
+    return False
+
+
+def check_progress(cfg, reply, moved):
+    """After each read of a stream: a retryable ApiError when no output came for
+    first_byte_timeout (before the first) or timeout: comments, blank lines and empty deltas
+    are no progress (the socket's timeout catches silence only). Says what was cut; an
+    ApiError of kind budget when the turn's max_turn_seconds have run out."""
+    now, key = time.monotonic(), "timeout" if reply["first"] else "first_byte_timeout"
+    if moved:
+        reply["progress"] = now
+    elif now - reply["progress"] > cfg[key]:
+        raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (cfg[key], key),
+                       "retry")
+    say_cuts(cfg, reply)
+    if time_up(cfg):
+        raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
+
+
 def parse_event(cfg, data):
     """The JSON values in one event's data (some servers omit the blank line between events)."""
     values = []
@@ -2166,7 +2232,35 @@ def new_reply(cfg, quiet):
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
             "echo_reasoning": False, "finish": None, "done": False, "usage": None, "extra": {},
             "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False,
-            "think": "start", "unsure": ""}
+            "think": "start", "unsure": "",
+            "progress": time.monotonic(), "parts": {}, "cut": [],   # check_progress, merge_call
+            "room": {"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
+                     "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]}}
+
+
+def room_for(reply, kind, size):
+    """How many of size new characters of kind the reply may keep: max_reasoning of reasoning
+    and of reasoning_details, MAX_ARGUMENTS of tool-call arguments. A cut is noted, once."""
+    room = reply["room"]
+    if size <= room[kind]:
+        room[kind] -= size
+        return size
+    if room[kind] >= 0:
+        reply["cut"].append(kind)
+    fit, room[kind] = max(0, room[kind]), -1
+    return fit
+
+
+CUTS = {"reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
+        "details": "[the reasoning_details passed %(max_reasoning)d characters: none is kept]",
+        "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
+
+
+def say_cuts(cfg, reply):
+    """Say once what was cut of the reply."""
+    for kind in () if reply["quiet"] else reply["cut"]:
+        note(cfg, CUTS[kind] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
+    del reply["cut"][:]
 
 
 def merge_chunk(reply, chunk, whole=False):
@@ -2226,11 +2320,34 @@ def merge_extras(reply, delta):
     thought = thought or delta.get("reasoning")
     if thought and isinstance(thought, str):
         add_reasoning(reply, thought)
-    details = delta.get("reasoning_details")
-    for detail in details if isinstance(details, list) else ():
-        merge_reasoning_detail(reply["details"], detail)
+    merge_details(reply, delta.get("reasoning_details"))
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
-        merge_tool_call(reply["calls"], fragment, position)
+        merge_call(reply, fragment, position)
+
+
+def merge_details(reply, details):
+    """Merge reasoning_details entries while they hold at most max_reasoning characters;
+    past that none is kept (a signed block cut short is worthless)."""
+    for d in details if isinstance(details, list) else ():
+        size = sum(len(v) for v in d.values() if isinstance(v, str)) if isinstance(d, dict) else 0
+        if room_for(reply, "details", size) < size:
+            del reply["details"][:]
+        if reply["room"]["details"] >= 0:
+            merge_reasoning_detail(reply["details"], d)
+
+
+def merge_call(reply, fragment, position):
+    """merge_tool_call, bounded: the arguments kept as pieces, joined once by finish_reply
+    (adding each to one string copied it every time: minutes for a few megabytes), at most
+    MAX_ARGUMENTS; none for a call beyond max_calls_per_reply (AL answers it: not run)."""
+    call = merge_tool_call(reply["calls"], fragment, position)
+    if call is None:
+        return
+    piece, call["function"]["arguments"] = call["function"]["arguments"], ""
+    pieces = reply["parts"].setdefault(id(call), [] if len(reply["parts"]) < reply["room"]["calls"]
+                                       else None)
+    if piece and pieces is not None:
+        pieces.append(piece[:room_for(reply, "arguments", len(piece))])
 
 
 def merge_reasoning_detail(details, detail):
@@ -2252,7 +2369,10 @@ def merge_reasoning_detail(details, detail):
 
 
 def add_reasoning(reply, text):
-    """Record reasoning (to be passed on after this network read)."""
+    """Record reasoning (to be passed on after this network read), max_reasoning at most."""
+    text = text[:room_for(reply, "reasoning", len(text))]
+    if not text:
+        return
     reply["reasoning"].append(text)
     if not reply["quiet"]:
         add_pending(reply, "reasoning", text)
@@ -2389,6 +2509,7 @@ def merge_tool_call(calls, fragment, position):
         call["function"]["arguments"] += json.dumps(arguments)
     if len(fragment) > 4 or "index" not in fragment:   # more than index, id, type and function
         merge_dict(call, {k: v for k, v in fragment.items() if k not in ("index", "id", "type", "function")})
+    return call
 
 
 def finish_reply(reply):
@@ -2399,7 +2520,8 @@ def finish_reply(reply):
     if calls:
         for call in calls:
             call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if the server gave none
-            call["function"]["arguments"] = join_surrogates(call["function"]["arguments"]) or "{}"
+            pieces = reply["parts"].get(id(call)) or ()   # (see merge_call)
+            call["function"]["arguments"] = join_surrogates("".join(pieces)) or "{}"
         message["tool_calls"] = calls
         if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
             message["reasoning_content"] = join_surrogates("".join(reply["reasoning"]))
@@ -2432,7 +2554,7 @@ def shell_exec(cfg, args):
         return "error: cannot start the shell: %s" % e
     output, started = BoundedOutput(cfg), time.monotonic()
     try:
-        code, remark = pump_output(cfg, proc, output, cfg["shell_timeout"])
+        code, remark = pump_output(cfg, proc, output, *command_time(cfg))
     except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
         kill_group(proc)
         drain(proc, output)   # what it printed just before is kept too
@@ -2484,9 +2606,20 @@ def shell_path():
     return "/bin/sh"
 
 
-def pump_output(cfg, proc, output, timeout):
+def command_time(cfg):
+    """The seconds a command may run, shell_timeout or what the turn has left of its
+    max_turn_seconds if less, and what to say when it is killed then."""
+    run, limit, wait = cfg.get("run"), cfg.get("max_turn_seconds"), cfg["shell_timeout"]
+    left = max(0.0, limit - time.monotonic() + run["turn"]["started"]) if run and limit else wait
+    if left < wait:
+        return left, "stopped after %.1f s: the turn's time ran out (max_turn_seconds=%g)" % (
+            left, limit)
+    return wait, "timed out after %g s" % wait
+
+
+def pump_output(cfg, proc, output, timeout, why):
     """Read the command's output until it exits (then drain briefly: a background child may
-    hold the pipe open forever) or times out; returns (exit code, remark)."""
+    hold the pipe open forever) or its timeout (why says it); returns (exit code, remark)."""
     import select
     fd = proc.stdout.fileno()
     started = time.monotonic()
@@ -2498,7 +2631,7 @@ def pump_output(cfg, proc, output, timeout):
             emit(cfg, "tool_progress", seconds=round(now - started, 1))
         if now >= deadline:
             kill_group(proc)
-            return proc.wait(), "\n[timed out after %g s: the command's process group was killed]" % timeout
+            return proc.wait(), "\n[%s: the command's process group was killed]" % why
         if exited_at is None and proc.poll() is not None:
             exited_at = now
         if exited_at is not None and now - exited_at >= DRAIN_SECONDS:
@@ -2513,7 +2646,7 @@ def pump_output(cfg, proc, output, timeout):
         return proc.wait(max(0.01, deadline - time.monotonic())), ""
     except Exception:   # closed its output but still running: treat as a timeout
         kill_group(proc)
-        return proc.wait(), "\n[timed out after %g s: the command's process group was killed]" % timeout
+        return proc.wait(), "\n[%s: the command's process group was killed]" % why
 
 
 def drain(proc, output):
@@ -3034,6 +3167,8 @@ def run_tool_call(cfg, call, args):
     failed = True
     if isinstance(args, str):
         result = args
+    elif time_up(cfg):
+        result = "error: not run: the turn's time ran out (max_turn_seconds=%g)" % time_up(cfg)[1]
     elif tool_named(cfg, name) is None:
         result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
     else:
@@ -3246,7 +3381,12 @@ def AL(cfg, messages, on_event=None):
     emit(cfg, "turn_start", messages=len(messages))
     try:
         for _ in range(cfg["max_al_iterations"]):
-            reply = ask_model(cfg, messages)            # (an empty reply gets one nudge)
+            try:
+                reply = ask_model(cfg, messages)        # (an empty reply gets one nudge)
+            except ApiError as e:                       # max_turn_seconds ran out mid-reply
+                if e.kind != "budget":
+                    raise
+                return final_answer(cfg, messages, *time_up(cfg))
             if not reply["content"] and not reply.get("tool_calls"):
                 note(cfg, "[the model sent an empty reply]")
                 return messages                         # never store an empty assistant message
@@ -3256,16 +3396,27 @@ def AL(cfg, messages, on_event=None):
             if not calls:
                 return messages
             try:
-                for call, arg in zip(calls, args):
+                for call, arg in zip(calls[:cfg["max_calls_per_reply"]], args):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
+                answer_extra_calls(cfg, messages, calls)
             finally:                                    # one tool message per call id, always
                 answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
-            spent = over_budget(cfg, calls, messages)   # tokens, seconds, cost, a stuck loop
+            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)   # budgets, a cycle
             if spent:
                 return final_answer(cfg, messages, *spent)
         return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"], cfg["max_al_iterations"])
     finally:
         leave_run(cfg, sys.exc_info()[1])
+
+
+def answer_extra_calls(cfg, messages, calls):
+    """Answer the calls of a reply beyond max_calls_per_reply: not run, and why (said once)."""
+    limit = cfg["max_calls_per_reply"]
+    why = "not run: the reply made %d tool calls, over max_calls_per_reply=%d" % (len(calls), limit)
+    if calls[limit:]:
+        note(cfg, "[%d tool calls %s]" % (len(calls) - limit, why), "warning")
+    for call in calls[limit:]:
+        add_message(cfg, messages, tool_message(call["id"], "error: " + why))
 
 
 def enter_run(cfg, on_event=None):
@@ -3422,13 +3573,24 @@ def spend(cfg, tokens, cost):
         run["turn"]["cost"] += cost or 0.0
 
 
+def time_up(cfg):
+    """(key, limit, used) when the turn has used up its max_turn_seconds, else None."""
+    run, limit = cfg.get("run"), cfg.get("max_turn_seconds")
+    used = run and limit and time.monotonic() - run["turn"]["started"]
+    return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
+
+
 def over_budget(cfg, calls, messages):
     """After a step's tool calls: (key, limit, used) of the first budget the turn has used
     up, else None. Counts the same call with the same arguments and the same result made
     again and again (a model polling a log sees new output each time: not a cycle)."""
     run, turn = cfg["run"], cfg["run"]["turn"]
     last, count = run["streak"]
-    results = {m.get("tool_call_id"): m.get("content") for m in messages[-len(calls):]}
+    results = {}
+    for m in reversed(messages):   # the tool messages of this step
+        if m.get("role") != "tool":
+            break
+        results[m.get("tool_call_id")] = m.get("content")
     for call in calls:
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
@@ -3452,7 +3614,7 @@ def final_answer(cfg, messages, key, limit, used):
     if not asking:
         return messages
     quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], cfg["final_answer_timeout"]),
-                 timeout=min(cfg["timeout"], cfg["final_answer_timeout"]))
+                 timeout=min(cfg["timeout"], cfg["final_answer_timeout"]), max_turn_seconds=0)
     try:
         reply = chat(quick, messages, tools=False, nudge=FINAL_PROMPT % words)
     except ApiError as e:

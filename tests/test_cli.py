@@ -26,7 +26,7 @@ SAMPLES = {
     "api_key": "sk-sample-secret-1", "headers": '{"x-sample": "hdr-sample-secret"}',
     "stream": "false", "color": "always", "timeout": "7", "first_byte_timeout": "8",
     "shell_timeout": "9", "max_al_iterations": "3", "backoff": "0.5,1", "max_tool_res": "1000",
-    "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "yes",
+    "context_window": "4096", "reasoning_effort": "high", "max_reasoning": "5000", "text_tool_calls": "yes",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
     "tools": "shell_exec,bash,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
     "project_instructions": "no", "usage": "off",
@@ -34,7 +34,8 @@ SAMPLES = {
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "sandbox": "read-only", "sandbox_network": "no",
     "max_turn_seconds": "30", "max_cost": "0.5", "price_in": "2.5", "price_out": "10",
-    "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
+    "price_cached": "1.25", "max_identical_calls": "4", "max_calls_per_reply": "8",
+    "max_repair_calls": "2",
     "final_answer_timeout": "20", "keep_sessions": "50",
 }
 # What --show-config prints for each sample (secrets hidden).
@@ -43,7 +44,7 @@ SHOWN = {
     "api_key": "***", "headers": '{"x-sample": "***"}', "stream": "false", "color": "always",
     "timeout": "7.0", "first_byte_timeout": "8.0", "shell_timeout": "9.0",
     "max_al_iterations": "3", "backoff": "[0.5, 1.0]", "max_tool_res": "1000",
-    "context_window": "4096", "reasoning_effort": "high", "text_tool_calls": "true",
+    "context_window": "4096", "reasoning_effort": "high", "max_reasoning": "5000", "text_tool_calls": "true",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
     "tools": "shell_exec,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
     "project_instructions": "false", "usage": "false",
@@ -51,7 +52,8 @@ SHOWN = {
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "sandbox": "read-only", "sandbox_network": "false",
     "max_turn_seconds": "30.0", "max_cost": "0.5", "price_in": "2.5", "price_out": "10.0",
-    "price_cached": "1.25", "max_identical_calls": "4", "max_repair_calls": "2",
+    "price_cached": "1.25", "max_identical_calls": "4", "max_calls_per_reply": "8",
+    "max_repair_calls": "2",
     "final_answer_timeout": "20.0", "keep_sessions": "50",
 }
 

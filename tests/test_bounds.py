@@ -1,0 +1,374 @@
+"""Streams bounded by what they carry, and the endpoint a user typed wrong (issue 19).
+
+Hostile servers, played by the real FakeServer against bantam as a real subprocess: keep-alive
+comments or empty deltas for ever (before the first output, and after it), output that never
+ends while max_turn_seconds runs out, a command that outlives the turn, 100 MB of reasoning,
+10,000 tool calls in one reply, megabytes of one call's arguments. And the endpoint written
+with /chat/completions, with an empty or non-numeric port, a 404 and an HTML error page.
+
+Endless bodies come from endless(): a response item whose pieces are a generator, played
+one every `delay` seconds until bantam hangs up (or the server stops at the test's end).
+"""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+
+from tests.support import (
+    BantamTestCase, bantam_argv, chunk, error, sse, stop_process, text_stream, tool_call_stream)
+
+MB = 1 << 20
+COMMENT = b": keep-alive\n\n"
+FAST = dict(first_byte_timeout=1, timeout=1, backoff="0.01,0.01,0.01")   # 3 retries
+
+
+def event(obj):
+    """One SSE event: `data: <json>` and a blank line."""
+    return ("data: %s\n\n" % json.dumps(obj)).encode()
+
+
+def peak_memory(pid):
+    """The peak resident memory of a running process in MB (VmHWM), 0 once it is gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+    except (OSError, StopIteration):
+        return 0
+
+
+def endless(pieces, delay=0.1):
+    """An SSE response item (chunked) whose body is the iterable pieces (bytes, or dicts sent
+    as events), one every delay seconds: without an end, until the client goes away."""
+    item = sse([], done=False, delay=delay)
+    item["pieces"] = (p if isinstance(p, bytes) else event(p) for p in pieces)
+    return item
+
+
+class BoundsCase(BantamTestCase):
+    """Helpers: a batch run with a deadline, and what the model got back."""
+
+    def setUp(self):
+        """As BantamTestCase, and the server's recorded requests are dropped at the end (some
+        hold megabytes; the test runner keeps every finished test case)."""
+        super().setUp()
+        self.addCleanup(lambda: self.server.requests.clear())
+
+    def batch(self, code, timeout=40, prompt="do the task"):
+        """Run `bantam -p prompt`; assert the exit status; (CompletedProcess, seconds)."""
+        started = time.monotonic()
+        result = self.run_bantam("-p", prompt, timeout=timeout)
+        shown = "stdout:\n%s\nstderr:\n%s" % (result.stdout[-3000:], result.stderr[-3000:])
+        self.assertEqual(result.returncode, code, shown)
+        return result, time.monotonic() - started
+
+    def tool_results(self, body):
+        """[(tool_call_id, content)] of the tool messages in a request body, in order."""
+        return [(m["tool_call_id"], m["content"]) for m in body["messages"] if m["role"] == "tool"]
+
+
+class StalledStreamTests(BoundsCase):
+    """Keep-alives, blank lines and empty deltas are not progress."""
+
+    def test_comments_forever_end_within_first_byte_timeout_and_the_retries(self):
+        """`: keep-alive` every 0.1 s and nothing else, first_byte_timeout=1: each attempt
+        ends after about a second, retried like a dropped stream, and the run gives up (exit 1)
+        after its 3 retries. (bantam 1.1.0 waited as long as the comments came.)"""
+        self.ws.write_config(self.server, **FAST)
+        self.push(*[endless(itertools.repeat(COMMENT)) for _ in range(4)])
+        result, seconds = self.batch(1)
+        self.assertEqual(len(self.server.posts), 4)
+        self.assertIn("no output for 1 s, only keep-alives (first_byte_timeout)", result.stderr)
+        self.assertIn("first_byte_timeout", result.stderr)
+        self.assertIn("gave up after 3 retries", result.stderr)
+        self.assertLess(seconds, 30)
+
+    def test_empty_deltas_and_blank_lines_forever_are_no_output_either(self):
+        """A role chunk, then empty content deltas, empty tool-call fragments and blank lines
+        for ever: no output, so first_byte_timeout ends each attempt."""
+        empty = [chunk({"content": ""}), b"\n", chunk({"content": None, "tool_calls": []}), b"\r\n",
+                 chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]})]
+        pieces = lambda: itertools.chain([chunk({"role": "assistant", "content": ""})],
+                                         itertools.cycle(empty))
+        self.ws.write_config(self.server, **FAST)
+        self.push(*[endless(pieces()) for _ in range(4)])
+        result, _ = self.batch(1)
+        self.assertEqual(len(self.server.posts), 4)
+        self.assertIn("first_byte_timeout", result.stderr)
+
+    def test_a_line_that_never_ends_is_no_output(self):
+        """`data: {"choices": ...` trickling in a byte every 0.05 s, never a whole line: no
+        output, so first_byte_timeout ends each attempt (1.1.0 read it for ever)."""
+        head = b'data: {"choices": [{"index": 0, "delta": {"content": "'
+        self.ws.write_config(self.server, **dict(FAST, backoff="0"))
+        self.push(*[endless(itertools.chain([head], itertools.repeat(b"a")), delay=0.05)
+                    for _ in range(2)])
+        result, _ = self.batch(1)
+        self.assertEqual(len(self.server.posts), 2)
+        self.assertIn("(first_byte_timeout)", result.stderr)
+
+    def test_content_then_comments_forever_is_a_stalled_stream(self):
+        """Some text, then only comments: once the reply flows, timeout=1 s without output is
+        a stalled stream, retried; each attempt shows its text; the run gives up (exit 1)."""
+        pieces = lambda: itertools.chain([chunk({"content": "Hello"})], itertools.repeat(COMMENT))
+        self.ws.write_config(self.server, **FAST)
+        self.push(*[endless(pieces()) for _ in range(4)])
+        result, _ = self.batch(1)
+        self.assertEqual(len(self.server.posts), 4)
+        self.assertIn("no output for 1 s, only keep-alives (timeout)", result.stderr)
+        self.assertIn("Hello", result.stdout)
+
+    def test_output_between_comments_keeps_a_slow_reply_alive(self):
+        """Text every 0.4 s with comments in between, timeout=1: 3 s in all, never a stall."""
+        words = ["one ", "two ", "three ", "four ", "five ", "six ", "seven"]
+        pieces = [COMMENT, chunk({"content": ""})]
+        for word in words:
+            pieces += [chunk({"content": word}), COMMENT, COMMENT]
+        pieces += [chunk({}, finish_reason="stop"), b"data: [DONE]\n\n"]
+        self.ws.write_config(self.server, **FAST)
+        self.push(endless(pieces, delay=0.2 / 1.5))
+        result, _ = self.batch(0)
+        self.assertEqual(result.stdout.strip(), "".join(words))
+        self.assertEqual(len(self.server.posts), 1)
+        self.assertNotIn("retry", result.stderr)
+
+
+class TurnTimeTests(BoundsCase):
+    """max_turn_seconds while a reply streams and while a command runs."""
+
+    def test_max_turn_seconds_stops_a_reply_that_never_ends(self):
+        """Text every 0.2 s for ever (real output: no stall), max_turn_seconds=2: the reply is
+        abandoned after about 2 s, the budget stop is said, and the final-answer call (no
+        tools) gives the answer: exit 3. Nothing of the endless reply is stored."""
+        self.ws.write_config(self.server, max_turn_seconds=2, timeout=5, first_byte_timeout=5)
+        self.push(endless(itertools.repeat(chunk({"content": "tick "})), delay=0.2),
+                  text_stream("The final answer."))
+        result, seconds = self.batch(3)
+        self.assertIn("tick", result.stdout)
+        self.assertTrue(result.stdout.rstrip().endswith("The final answer."), result.stdout[-500:])
+        self.assertIn("max_turn_seconds=2", result.stderr)
+        final = self.server.bodies[1]
+        self.assertNotIn("tools", final)
+        self.assertEqual([m["role"] for m in final["messages"]], ["system", "user"])
+        saved = [m for m in self.read_autosave()["messages"] if m["role"] == "assistant"]
+        self.assertEqual([m["content"] for m in saved], ["The final answer."])
+        self.assertLess(seconds, 30)
+
+    def test_max_turn_seconds_stops_a_command_and_the_calls_after_it(self):
+        """`sleep 60` with max_turn_seconds=2 (shell_timeout 120): killed when the turn's time
+        is up, its result saying why; the next call of the reply is not run; exit 3."""
+        self.ws.write_config(self.server, max_turn_seconds=2)
+        self.push(tool_call_stream([("c1", "shell_exec", {"command": "echo started; sleep 60"}),
+                                    ("c2", "shell_exec", {"command": "touch ran.txt"})]),
+                  text_stream("Stopped in time."))
+        result, seconds = self.batch(3)
+        results = dict(self.tool_results(self.server.bodies[1]))
+        self.assertIn("started", results["c1"])
+        self.assertIn("the turn's time ran out (max_turn_seconds=2)", results["c1"])
+        self.assertIn("process group was killed", results["c1"])
+        self.assertIn("not run", results["c2"])
+        self.assertFalse(os.path.exists(os.path.join(self.ws.work, "ran.txt")))
+        self.assertTrue(result.stdout.rstrip().endswith("Stopped in time."))
+        self.assertLess(seconds, 30)
+
+
+class ReasoningBoundTests(BoundsCase):
+    """max_reasoning: what is kept, shown and sent back of a reply's reasoning."""
+
+    def test_reasoning_over_max_reasoning_is_cut_once(self):
+        """5,000 characters of reasoning_content (DeepSeek) before a tool call, max_reasoning=
+        1000: 1,000 are shown and sent back, the cut is said once."""
+        self.ws.write_config(self.server, max_reasoning=1000)
+        events = [chunk({"role": "assistant", "content": None})]
+        events += [chunk({"reasoning_content": "r" * 100}) for _ in range(50)]
+        events += tool_call_stream([("c1", "shell_exec", {"command": "echo hi"})])["pieces"][1:]
+        self.push(sse(events, done=False), text_stream("done"))
+        result, _ = self.batch(0)
+        echoed = self.server.bodies[1]["messages"][2]
+        self.assertEqual(echoed["reasoning_content"], "r" * 1000)
+        self.assertEqual(result.stdout.count("r" * 1000), 1)
+        self.assertNotIn("r" * 1001, result.stdout)
+        cuts = result.stderr.count("cut at 1000 characters (max_reasoning)")
+        self.assertEqual(cuts, 1, result.stderr)
+
+    def test_reasoning_details_over_max_reasoning_are_not_sent_back(self):
+        """OpenRouter's reasoning_details in fragments of one block, over max_reasoning in
+        all: a block cut short is worthless, so none goes back; the reasoning text is cut."""
+        self.ws.write_config(self.server, max_reasoning=1000)
+        events = [chunk({"role": "assistant", "content": None})]
+        events += [chunk({"reasoning": "d" * 100, "reasoning_details": [
+            {"type": "reasoning.text", "index": 0, "text": "d" * 100}]}) for _ in range(20)]
+        events += tool_call_stream([("c1", "shell_exec", {"command": "echo hi"})])["pieces"][1:]
+        self.push(sse(events, done=False), text_stream("done"))
+        result, _ = self.batch(0)
+        echoed = self.server.bodies[1]["messages"][2]
+        self.assertNotIn("reasoning_details", echoed)
+        self.assertNotIn("d" * 1001, result.stdout)
+        self.assertIn("reasoning_details", result.stderr)
+
+    def test_100_mb_of_reasoning_in_bounded_memory(self):
+        """100 MB of reasoning_content (1 MB a chunk) before a tool call: bantam's peak memory
+        stays far below it (bantam 1.1.0: 534 MB), and the next request, the session file and
+        what was printed hold max_reasoning characters of it at most.
+
+        The peak is VmHWM of /proc/PID/status, read while bantam runs: its own peak since it
+        started (ru_maxrss would also count the test process it was forked from)."""
+        big = event(chunk({"reasoning_content": "r" * MB}))
+        tail = tool_call_stream([("c1", "shell_exec", {"command": "echo hi"})])["pieces"][1:]
+        self.push(endless(itertools.chain([event(chunk({"role": "assistant", "content": None}))],
+                                          itertools.repeat(big, 100), tail), delay=0),
+                  text_stream("done"))
+        out_path, err_path = self.ws.path("tmp", "out.txt"), self.ws.path("tmp", "err.txt")
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(bantam_argv("-p", "think hard"), cwd=self.ws.work,
+                                    env=self.ws.env(), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=err, start_new_session=True)
+        self.addCleanup(stop_process, proc)
+        peak, deadline = 0, time.monotonic() + 120   # a hang fails the test
+        while proc.poll() is None and time.monotonic() < deadline:
+            peak = max(peak, peak_memory(proc.pid))
+            time.sleep(0.02)
+        with open(err_path, encoding="utf-8") as f:
+            stderr = f.read()
+        self.assertEqual(proc.returncode, 0, stderr)
+        print("\n  100 MB of reasoning: peak RSS %.1f MB" % peak, file=sys.stderr)
+        self.assertLess(peak, 150, "bantam peaked at %.0f MB" % peak)
+        self.assertLess(os.path.getsize(out_path), MB)
+        self.assertEqual(stderr.count("the reasoning was cut at 262144 characters"), 1, stderr)
+        second = self.server.posts[1]
+        self.assertLess(len(second["raw"]), MB)
+        self.assertEqual(len(second["body"]["messages"][2]["reasoning_content"]), 262144)
+        sessions = self.ws.sessions_dir()
+        for name in os.listdir(sessions):
+            self.assertLess(os.path.getsize(os.path.join(sessions, name)), MB, name)
+
+
+class CallBoundTests(BoundsCase):
+    """max_calls_per_reply, and the arguments a reply may hold."""
+
+    def test_10000_calls_in_one_reply(self):
+        """One reply with 10,000 calls: the first 64 (max_calls_per_reply) run, the other 9,936
+        are answered as not run and why, one tool message per call id, in order; one line says
+        so. (bantam 1.1.0 ran them all: 73 s.)"""
+        calls = [("call_%d" % i, "shell_exec", json.dumps({"command": "echo %d >> ran.txt" % i}))
+                 for i in range(10000)]
+        fragments = ([{"index": i, "id": c[0], "type": "function",
+                       "function": {"name": c[1], "arguments": ""}},
+                      {"index": i, "function": {"arguments": c[2]}}] for i, c in enumerate(calls))
+        self.push(endless(itertools.chain(   # made as sent: the test process stays small
+            [chunk({"role": "assistant", "content": None})],
+            (chunk({"tool_calls": [f]}) for pair in fragments for f in pair),
+            [chunk({}, finish_reason="tool_calls"), b"data: [DONE]\n\n"]), delay=0),
+            text_stream("done"))
+        result, _ = self.batch(0, timeout=120)
+        with open(os.path.join(self.ws.work, "ran.txt")) as f:
+            self.assertEqual(f.read().split(), [str(i) for i in range(64)])
+        body = self.server.bodies[1]
+        assistant = body["messages"][2]
+        self.assertEqual([c["id"] for c in assistant["tool_calls"]], [c[0] for c in calls])
+        results = self.tool_results(body)
+        self.assertEqual([r[0] for r in results], [c[0] for c in calls])
+        self.assertTrue(all(r[1].endswith("exit: 0") for r in results[:64]))
+        self.assertTrue(all("not run" in r[1] and "max_calls_per_reply=64" in r[1]
+                            for r in results[64:]))
+        self.assertEqual(result.stderr.count("max_calls_per_reply"), 1, result.stderr[-2000:])
+        self.assertIn("10000 tool calls", result.stderr)
+
+    def test_megabytes_of_arguments_are_cut(self):
+        """4 MB of one call's arguments in 64-byte fragments (adding each fragment to one string
+        took minutes): cut at 1 MiB, so the call is not run (its JSON is broken) and stored
+        with "{}"; the cut is said; the next request stays small."""
+        args = json.dumps({"command": "echo " + "x" * (4 * MB)})
+        head = [chunk({"role": "assistant", "content": None}),
+                chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                       "function": {"name": "shell_exec", "arguments": ""}}]})]
+        pieces = (chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[i:i + 64]}}]})
+                  for i in range(0, len(args), 64))   # made as sent: the test process stays small
+        tail = [chunk({}, finish_reason="tool_calls"), b"data: [DONE]\n\n"]
+        self.push(endless(itertools.chain(head, pieces, tail), delay=0), text_stream("done"))
+        result, _ = self.batch(0, timeout=120)
+        body = self.server.bodies[1]
+        self.assertEqual(body["messages"][2]["tool_calls"][0]["function"]["arguments"], "{}")
+        self.assertIn("not a valid JSON object", self.tool_results(body)[0][1])
+        self.assertLess(len(self.server.posts[1]["raw"]), MB)
+        self.assertIn("cut at 1048576 characters", result.stderr)
+
+
+class EndpointTests(BoundsCase):
+    """The endpoint a user typed wrong."""
+
+    def test_chat_completions_at_the_end_is_dropped_with_a_note(self):
+        """-e .../v1/chat/completions posts to .../v1/chat/completions (not twice), saying so
+        in one line; so does the Azure form with its query string after it."""
+        self.push(text_stream("hi"), text_stream("hi again"))
+        result = self.run_bantam("-e", self.server.url + "/chat/completions", "-p", "hi")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(self.server.posts[0]["path"], "/v1/chat/completions")
+        notes = [line for line in result.stderr.splitlines() if "/chat/completions" in line]
+        self.assertEqual(len(notes), 1, result.stderr)
+        self.assertIn("using " + self.server.url, notes[0])
+        azure = self.server.url + "/chat/completions/?api-version=1"
+        self.ws.write_config(self.server, endpoint=azure)
+        result = self.run_bantam("-p", "hi")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(self.server.posts[1]["path"], "/v1/chat/completions?api-version=1")
+        self.assertIn("model.cfg:1: endpoint:", result.stderr)
+
+    def test_an_empty_or_wrong_port_is_a_config_error(self):
+        """http://127.0.0.1:/v1 (empty port), a port that is not a number: exit 2,
+        one line naming where it was set, no request."""
+        for url in ("http://127.0.0.1:/v1", "http://127.0.0.1:80a/v1", "http://127.0.0.1: 80/v1"):
+            with self.subTest(url=url):
+                result = self.run_bantam("-e", url, "-p", "hi")
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
+                self.assertIn("--endpoint: endpoint:", result.stderr)
+                self.assertIn("port number", result.stderr)
+        self.ws.write_config(self.server, endpoint="http://127.0.0.1:/v1")
+        result = self.run_bantam("-p", "hi")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("model.cfg:1: endpoint:", result.stderr)
+        self.assertEqual(self.server.requests, [])
+
+    def test_404_names_the_url_and_the_setting(self):
+        """A 404 says the URL it posted to and which setting chose the endpoint: the file and
+        line, the variable, or the command line."""
+        wrong = self.server.url.replace("/v1", "/api")
+        self.push(*[error(404, "no such route") for _ in range(3)])
+        path = self.ws.write_config(self.server, endpoint=wrong)
+        runs = [(self.run_bantam("-p", "hi"), path + ":1"),
+                (self.run_bantam("-e", wrong, "-p", "hi"), "flag")]
+        self.ws.write_config(self.server, endpoint=None)
+        result = self.run_bantam("-p", "hi", env={"BANTAM_ENDPOINT": wrong})
+        runs.append((result, "BANTAM_ENDPOINT"))
+        for result, source in runs:
+            with self.subTest(source=source):
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn("HTTP 404: no such route", result.stderr)
+                self.assertIn("POST %s/chat/completions" % wrong, result.stderr)
+                self.assertIn("check endpoint, from %s, and model" % source, result.stderr)
+
+    def test_an_html_error_page_is_cut_to_its_title(self):
+        """nginx's 404 page, a proxy's 502 page, a captive portal's 200: their title (else their
+        text without tags), never the raw HTML."""
+        nginx = ("<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>"
+                 "404 Not Found</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n"
+                 "</html>\r\n")
+        self.push(error(404, body=nginx))
+        result, _ = self.batch(2)
+        self.assertIn("HTTP 404: 404 Not Found (POST", result.stderr)
+        self.assertNotIn("<", result.stderr)
+        page = ("<!DOCTYPE html>\n<html><head><style>h1 {}</style></head><body><h1>Bad gateway "
+                "&amp; more</h1></body></html>")
+        self.push(*[error(502, body=page) for _ in range(4)])
+        result, _ = self.batch(1)
+        self.assertIn("HTTP 502: Bad gateway & more", result.stderr)
+        self.assertNotIn("<", result.stderr)
+        portal = "<html><head><title>Sign in to the Wi-Fi</title></head><body>%s</body></html>" % (
+            "x" * 300)
+        self.push(*[error(200, body=portal) for _ in range(4)])   # a captive portal answers 200
+        result, _ = self.batch(1)
+        self.assertIn("not JSON: 'Sign in to the Wi-Fi'", result.stderr)
+        self.assertNotIn("<", result.stderr)
