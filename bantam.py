@@ -181,10 +181,10 @@ STARTED = time.monotonic()   # events carry "t": seconds since the process start
 def emit(cfg, kind, **fields):
     """Pass one event to the run's sink: {"type": kind, "t": seconds, "depth": subagent
     level, ...fields}. Text in events is already safe to show (secrets replaced)."""
-    run = cfg.get("run")
-    event = {"type": kind, "t": round(time.monotonic() - STARTED, 3), "depth": run["depth"] if run else 0}
+    run = cfg.get("run") or {}
+    event = {"type": kind, "t": round(time.monotonic() - STARTED, 3), "depth": run.get("depth", 0)}
     event.update(fields)
-    (run["emit"] if run else cfg.get("on_event") or plain_view(cfg))(event)
+    (run.get("emit") or plain_view(cfg))(event)
 
 
 def note(cfg, text, level="error"):
@@ -243,9 +243,10 @@ def secrets_of(cfg):
     """The values never to print or save: the API key, the values of the extra headers, the
     credentials inside the endpoint URL, and the keys bantam found but does not send."""
     key, url = cfg.get("api_key") or "", cfg.get("endpoint") or ""
-    if not cfg.get("headers") and not cfg.get("withheld") and "@" not in url and "?" not in url:
+    withheld = cfg.get("sources", {}).get("withheld", [])
+    if not cfg.get("headers") and not withheld and "@" not in url and "?" not in url:
         return [key] if len(key) >= 4 else []   # the usual case, made cheap
-    values = [key] + [str(v) for v in cfg.get("headers", {}).values()] + cfg.get("withheld", [])
+    values = [key] + [str(v) for v in cfg.get("headers", {}).values()] + withheld
     return sorted({v for v in values + url_secrets(url) if len(v) >= 4}, key=len, reverse=True)
 
 
@@ -605,35 +606,38 @@ def bantam_home(*parts):
     return os.path.join(os.path.expanduser("~"), ".bantam", *parts)
 
 
-def find_file(name):
-    """The path of name in the current directory, else in ~/.bantam, else None."""
-    for folder in (os.getcwd(), bantam_home()):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def write_private_file(path, text, exclusive=False):
-    """Write text to path atomically with mode 0600 (temp file + fsync + rename): never a
-    torn file. With exclusive=True an existing path is not replaced (FileExistsError)."""
-    folder = os.path.dirname(path)
+def write_private_file(path, data, exclusive=False, keep_mode=False):
+    """Replace path with data (text, bytes, or a function that writes to the open file: its
+    result is returned) in one step, a temp file fsynced then renamed: never a torn file. A
+    new file gets mode 0600; with keep_mode an existing file keeps its mode and a new one
+    gets 0666 - umask. With exclusive=True an existing path is not replaced (FileExistsError)."""
+    folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    import tempfile
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:   # a lone surrogate: '?'
-            f.write(text)
+        mode = stat.S_IMODE(os.stat(path).st_mode) if keep_mode else None
+    except FileNotFoundError:
+        mode = None
+    temp = os.path.join(folder, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)   # no CRLF on Windows
+    fd = os.open(temp, flags, 0o666 if keep_mode and mode is None else 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(data, str):
+                data = data.encode("utf-8", "replace")   # a lone surrogate: '?'
+            result = data(f) if callable(data) else f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            os.fsync(f.fileno())   # the data is on disk before the name points at it
+        if mode is not None:
+            os.chmod(temp, mode)
         if exclusive:
-            os.link(tmp, path)   # fails if path exists, unlike rename
-            os.unlink(tmp)
+            os.link(temp, path)   # fails if path exists, unlike rename
+            os.unlink(temp)
         else:
-            os.replace(tmp, path)
+            os.replace(temp, path)
+        return result
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(temp)
         except OSError:
             pass
         raise
@@ -651,8 +655,12 @@ def remove_stale_temp_files(folder, age=60):
                 pass
 
 
+INLINE_COMMENT = re.compile(r"\s+#.*$")   # "key=value  # note"
+
+
 def read_key_values(path):
-    """The key=value lines of a config file as {key: (value, 'file:line')}; warns on the odd ones."""
+    """The key=value lines of a config file as {key: (value, 'file:line')} (a later line of a
+    key wins); warns on unknown keys."""
     values = {}
     try:
         with open(path, encoding="utf-8-sig") as f:
@@ -671,7 +679,7 @@ def read_key_values(path):
         if key not in DEFAULTS:
             say("%s: unknown config key %r (ignored)%s" % (where, key, did_you_mean(key, DEFAULTS)))
             continue
-        values[key] = (re.sub(r"\s+#.*$", "", value).strip(), where)   # "key=value  # note"
+        values[key] = (INLINE_COMMENT.sub("", value).strip(), where)
     return values
 
 
@@ -687,7 +695,8 @@ def parse_value(key, raw, where):
         if isinstance(default, int):
             value = int(raw)
             if value < (1 if key in POSITIVE else 0):
-                raise ValueError("expected a whole number %s" % ("above 0" if key in POSITIVE else "of 0 or more"))
+                raise ValueError("expected a whole number " + (
+                    "above 0" if key in POSITIVE else "of 0 or more"))
             return value
         if isinstance(default, float):
             value = float(raw)
@@ -715,7 +724,8 @@ def parse_value(key, raw, where):
     if key == "tools":
         return check_tool_names(raw, where)
     if key in CHOICES and raw.lower() not in CHOICES[key]:
-        raise ConfigError("%s: %s: expected one of %s, got %r" % (where, key, ", ".join(CHOICES[key]), raw))
+        raise ConfigError("%s: %s: expected one of %s, got %r"
+                          % (where, key, ", ".join(CHOICES[key]), raw))
     return raw.lower() if key in CHOICES else raw
 
 
@@ -734,6 +744,7 @@ LOOSEST_FIRST = {"approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspa
                  "sandbox_network": (True, False)}
 STRICTER = set(LOOSEST_FIRST) | {"max_al_iterations", "max_turn_tokens", "max_turn_seconds",
                                  "max_cost", "max_identical_calls"}   # budgets: 0 is no limit
+SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
 
 def strictness(key, value):
@@ -758,14 +769,14 @@ def normal_endpoint(url, where):
 
 def load_config(overrides=None, config_file=None, env=None, trust=None):
     """The configuration, a plain dict: each key of DEFAULTS from the first layer that sets
-    it: overrides (the command line's flags; strings are parsed like the file's values),
-    --config FILE (else this folder's model.cfg merged over ~/.bantam/model.cfg key by key),
-    BANTAM_<KEY> (and OPENAI_API_KEY for api_key), the default; what a folder may set, and
-    how the leash only tightens, is said at NEEDS_TRUST. trust: None (as remembered in
-    folders.json, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
-    tighten). cfg["sources"] says where each came from: "flag", "path:line" (joined by " + "
-    for deny), the variable's name, or "default"; cfg["untrusted"] what the folder would
-    change if trusted: {key: (value, "path:line")}."""
+    it: overrides (the flags; strings are parsed like the file's values), --config FILE
+    (else this folder's model.cfg over ~/.bantam/model.cfg, key by key), BANTAM_<KEY> (and
+    OPENAI_API_KEY), the default. trust: None (as remembered, or BANTAM_TRUST=1), True, or
+    False (the folder may only tighten): see NEEDS_TRUST. cfg["sources"] says where each
+    came from ("flag", "path:line", joined by " + " for deny, a variable, "default"), and
+    the config's other facts: config_file, folder_config (None when not used), untrusted
+    (what the folder would change if trusted: {key: (value, "path:line")}), withheld (the
+    environment's secrets not sent), base_system_prompt (before add_prompt_extras)."""
     env = os.environ if env is None else env
     overrides = overrides or {}
     for key in overrides:
@@ -787,8 +798,8 @@ def load_config(overrides=None, config_file=None, env=None, trust=None):
               ("folder", read_key_values(folder_path) if folder_path else {}),
               ("own", read_key_values(own_file) if os.path.isfile(own_file) else {}),
               ("own", environ)]
-    trusted = trust if trust is not None else bool(folder_path) and (env.get("BANTAM_TRUST") == "1"
-                                                                     or folder_trusted() is True)
+    trusted = trust if trust is not None else bool(folder_path) and (
+        env.get("BANTAM_TRUST") == "1" or folder_trusted() is True)
     cfg, sources, untrusted = {}, {}, {}
     for key in DEFAULTS:
         found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
@@ -813,34 +824,37 @@ def load_config(overrides=None, config_file=None, env=None, trust=None):
     held = [env.get("BANTAM_API_KEY"), env.get("OPENAI_API_KEY")] + list(   # still never shown
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
     unused = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
-    cfg.update(config_file=own_file, folder_config=folder_path, sources=sources,
-               untrusted=untrusted, withheld=unused)
-    cfg["system_prompt"], sources["system_prompt"] = load_system_prompt()
+    sources.update(config_file=own_file, folder_config=folder_path, untrusted=untrusted,
+                   withheld=unused)
+    sources["base_system_prompt"], sources["system_prompt"] = load_system_prompt()
+    cfg["sources"] = sources
     add_prompt_extras(cfg)
     return cfg
 
 
 def env_name(key):
-    """The variable of a key: BANTAM_<KEY>; BANTAM_TOOLS_DIR for bantam_tools_dir (the C++ port's)."""
+    """The variable of a key: BANTAM_<KEY>, or the key itself for one that starts with bantam_
+    (BANTAM_TOOLS_DIR, the name the tools folder's scripts are given)."""
     return key.upper() if key.startswith("bantam_") else "BANTAM_" + key.upper()
 
 
 def load_system_prompt():
-    """(text, where): system.txt from the current directory or ~/.bantam, else the built-in
+    """(text, where): system.txt of the current directory or ~/.bantam, else the built-in
     prompt (the text of this repository's system.txt)."""
-    path = find_file("system.txt")
-    if not path:
-        return DEFAULT_SYSTEM, "built-in"
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read(), path
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("%s: cannot read system prompt: %s" % (path, e))
+    for path in (os.path.join(os.getcwd(), "system.txt"), bantam_home("system.txt")):
+        if os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8-sig") as f:
+                    return f.read(), path
+            except (OSError, UnicodeDecodeError) as e:
+                raise ConfigError("%s: cannot read system prompt: %s" % (path, e))
+    return DEFAULT_SYSTEM, "built-in"
 
 
 def add_prompt_extras(cfg):
-    """The system prompt plus what the C++ port and the peers add to it: the tools and skills
-    folders (the port's words) and this folder's AGENTS.md (Codex, Pi, opencode)."""
+    """Set cfg["system_prompt"]: the base prompt, plus what this session changes in it (the
+    file tools, the tools it leaves out) and offers (the tools and skills folders), and this
+    folder's AGENTS.md (where a project keeps its instructions for coding agents)."""
     extras = []
     enabled = cfg["tools"].split(",")
     more = [name for name in ("read", "write") if name in enabled]
@@ -848,7 +862,8 @@ def add_prompt_extras(cfg):
         extras.append("You also have %s." % " and ".join(FILE_TOOL_LINES[name] for name in more))
     missing = [name for name in ("shell_exec", "run_subagent") if name not in enabled]
     if missing:   # the prompt names both: say which one this session leaves out
-        extras.append("In this session %s %s not available." % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
+        extras.append("In this session %s %s not available."
+                      % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
     if cfg["bantam_tools_dir"]:
         extras.append("Extra shell tools can be found at %s" % cfg["bantam_tools_dir"])
     if cfg["bantam_skills_dir"]:
@@ -858,12 +873,14 @@ def add_prompt_extras(cfg):
     if cfg["project_instructions"] and os.path.isfile(path):
         try:
             with open(path, encoding="utf-8-sig", errors="replace") as f:
-                extras.append("Project instructions (AGENTS.md of %s):\n\n%s" % (os.getcwd(), f.read().strip()))
+                extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
+                              % (os.getcwd(), f.read().strip()))
             cfg["sources"]["project_instructions_file"] = path
         except OSError as e:
             say("warning: cannot read %s: %s" % (path, e.strerror))
-    base = cfg.setdefault("base_system_prompt", cfg["system_prompt"])
-    cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" if extras else base
+    base = cfg["sources"]["base_system_prompt"]
+    cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
+        if extras else base
 
 
 FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
@@ -876,13 +893,18 @@ def folders_file():
 
 
 def folder_memory():
-    """{folder: {"trusted": bool}} as remembered ({} if none)."""
+    """{folder: {"trusted": bool, "sandbox": mode}} as remembered ({} if none)."""
     try:
         with open(folders_file(), encoding="utf-8") as f:
             memory = json.load(f)
         return memory if isinstance(memory, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def folder_trusted():
+    """True or False as the user said for this folder (--trust, the REPL), else None."""
+    return folder_memory().get(os.getcwd(), {}).get("trusted")
 
 
 def remember_folder(**facts):
@@ -896,11 +918,11 @@ def remember_folder(**facts):
 
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it. When its model.cfg would change what needs trust
-    (cfg["untrusted"]): --trust trusts it (remembered); the REPL asks once (remembered), and
-    no means the user's own settings only (reload(False)); batch mode, and a REPL without a
-    terminal, stop with exit 2 before any request. reload(trust) loads the config again."""
-    changes = cfg["untrusted"]
+    """cfg as this folder may steer it. When its model.cfg would change what needs trust:
+    --trust trusts it (remembered); the REPL asks once (remembered), and no means the user's
+    own settings only (reload(False)); batch mode, and a REPL without a terminal, stop with
+    exit 2 before any request. reload(trust) loads the config again."""
+    changes = cfg["sources"]["untrusted"]
     if not changes:
         return cfg
     said = folder_trusted()
@@ -917,8 +939,9 @@ def trust_folder(cfg, args, interactive, reload):
                           "runners), or answer once in the REPL%s" % (what, own))
     boxed = folder_memory().get(os.getcwd(), {}).get("sandbox")
     if said is None:   # y: trust it; s: not trusted, and its commands in the sandbox
-        answer = ask_line("This folder's model.cfg would change %s. Trust this folder? [y/N/s] "
-                          "(s: no, and its commands in --sandbox workspace) " % what).strip().lower()
+        answer = read_answer("This folder's model.cfg would change %s. Trust this folder? "
+                             "[y/N/s] (s: no, and its commands in --sandbox workspace) " % what)
+        answer = answer.strip().lower()
         said, boxed = answer in ("y", "yes"), "workspace" if answer in ("s", "sandbox") else None
         remember_folder(trusted=said, **({"sandbox": boxed} if boxed else {}))
         if said:
@@ -934,11 +957,6 @@ def trust_folder(cfg, args, interactive, reload):
 def shown_untrusted(key, value):
     """A value an untrusted folder sets, as shown: its key as ***, an endpoint's credentials too."""
     return "***" if key in SECRET_KEYS else redact_all({"endpoint": str(value)}, str(value))
-
-
-def folder_trusted():
-    """True or False as the user said for this folder (--trust, the REPL), else None."""
-    return folder_memory().get(os.getcwd(), {}).get("trusted")
 
 
 def hide_secrets(cfg):
@@ -982,20 +1000,15 @@ SESSION_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$")   # ids and /save na
 TIME_ID = re.compile(r"\d{8}-\d{6}(?:-\d+)?$")                  # ids bantam makes up
 
 
-def sessions_dir():
-    """The folder of saved sessions."""
-    return bantam_home("sessions")
-
-
-def session_path(sid):
-    """The file of session sid."""
-    return os.path.join(sessions_dir(), sid + ".json")
+def session_path(sid, ext=".json"):
+    """The file of session sid (ext ".steps": its journal)."""
+    return bantam_home("sessions", sid + ext)
 
 
 def new_session(sid=None):
-    """The record of a conversation that has no file yet (its id comes with the first save,
-    unless given). uid tells one conversation from another when names are reused; written
-    is the list of messages its files hold."""
+    """The record of a conversation with no file yet (the first save gives it an id, unless
+    given). uid tells conversations apart when names are reused; written is the list of
+    messages its files hold."""
     return {"id": sid, "uid": os.urandom(8).hex(), "created_at": now(), "summary": "",
             "written": []}
 
@@ -1006,10 +1019,9 @@ def now():
 
 
 def session_text(cfg, session, messages):
-    """The text of a session file (secrets redacted): the header on the first line, then one
-    message per line."""
-    lines = [message_json(session, i, m) for i, m in enumerate(messages)]
-    session["written"], session["lines"] = list(messages), lines   # what the file holds (see save_step)
+    """The text of a session file (secrets redacted): the header, then a message a line."""
+    lines = [json.dumps(m, ensure_ascii=False) for m in messages]
+    session["written"] = list(messages)   # what the file holds
     session["summary"] = session["summary"] or first_user_text(messages)   # kept through /compact
     session["written_summary"] = session["summary"]
     head = {"id": session["id"], "uid": session["uid"], "cwd": os.getcwd(),
@@ -1017,29 +1029,23 @@ def session_text(cfg, session, messages):
             "summary": session["summary"] or "(empty conversation)", "count": len(messages)}
     if session.get("copy_of"):
         head["copy_of"] = session["copy_of"]
-    text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + ",\n".join(lines) + "\n]}\n"
-    return redact_all(cfg, text)
-
-
-def message_json(session, i, message):
-    """The JSON text of message i: made once, kept while the files hold that message there."""
-    written, lines = session["written"], session.get("lines") or []
-    if len(lines) == len(written) and i < len(written) and written[i] is message:
-        return lines[i]
-    return json.dumps(message, ensure_ascii=False)
+    head = json.dumps(head, ensure_ascii=False)[:-1]
+    return redact_all(cfg, head + ', "messages": [\n' + ",\n".join(lines) + "\n]}\n")
 
 
 def save_session(cfg, session, messages, link=True):
-    """Write the conversation to its own file, whole (the first save picks a new time-based
-    id, never taking an existing one), fsynced, and (with link) point autosave.json at it.
-    A failure is a warning, never fatal."""
+    """Write the conversation to its own file, whole and fsynced (the first save claims a new
+    time-based id), the journal then removed, and (with link) point autosave.json at it. A
+    failure is a warning, never fatal."""
     try:
         if not session["id"]:
             session["id"] = claim_session_id(cfg, session, messages)
         elif session.get("journal") or not saved_as_is(session, messages):
             write_private_file(session_path(session["id"]), session_text(cfg, session, messages))
         if session.get("journal"):
-            remove_steps(session)
+            session["journal"] = False
+            if os.path.lexists(session_path(session["id"], ".steps")):
+                os.unlink(session_path(session["id"], ".steps"))
         if link:
             point_autosave(session["id"])
     except OSError as e:
@@ -1056,25 +1062,15 @@ def save_step(cfg, session, messages):
             session.get("written_summary") != session["summary"]):
         return save_session(cfg, session, messages, link=not session["id"])
     try:
-        fd = os.open(session_path(session["id"])[:-5] + ".steps", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(session_path(session["id"], ".steps"),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         new = [json.dumps(m, ensure_ascii=False) for m in messages[len(written):]]
         with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(new, len(written)):
                 f.write(redact_all(cfg, '{"n": %d, "m": %s}\n' % (n, line)))
-        lines = session.get("lines") or []
-        session["lines"] = lines + new if len(lines) == len(written) else []   # the cache of JSON texts
         session["written"], session["journal"] = written + messages[len(written):], True
     except OSError as e:
         say("warning: cannot save the conversation: %s" % e)
-
-
-def remove_steps(session):
-    """Remove the journal of steps (a whole save holds them now)."""
-    session["journal"] = False
-    try:
-        os.unlink(session_path(session["id"])[:-5] + ".steps")
-    except FileNotFoundError:
-        pass
 
 
 def saved_as_is(session, messages):
@@ -1090,7 +1086,8 @@ def claim_session_id(cfg, session, messages):
     for n in range(1, 1000):
         session["id"] = base if n == 1 else "%s-%d" % (base, n)
         try:
-            write_private_file(session_path(session["id"]), session_text(cfg, session, messages), exclusive=True)
+            write_private_file(session_path(session["id"]), session_text(cfg, session, messages),
+                               exclusive=True)
             prune_sessions(cfg)
             return session["id"]
         except FileExistsError:
@@ -1114,7 +1111,7 @@ def remove_session(sid):
     try:
         if os.path.islink(link) and os.readlink(link) == sid + ".json":
             os.unlink(link)
-        for path in (session_path(sid), session_path(sid)[:-5] + ".steps"):
+        for path in (session_path(sid), session_path(sid, ".steps")):
             if os.path.lexists(path):
                 os.unlink(path)
     except OSError as e:
@@ -1126,15 +1123,16 @@ def point_autosave(sid):
     autosave.json (bantam 1.0 wrote one) is kept first under an id of its own."""
     link = session_path("autosave")
     if os.path.isfile(link) and not os.path.islink(link):
-        os.replace(link, session_path("autosave-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))))
-    tmp = "%s.%d.tmp" % (os.path.join(sessions_dir(), ".autosave"), os.getpid())
+        made = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
+        os.replace(link, session_path("autosave-" + made))
+    tmp = "%s.%d.tmp" % (bantam_home("sessions", ".autosave"), os.getpid())
     try:
         os.symlink(sid + ".json", tmp)
         os.replace(tmp, link)
     except OSError:   # no symbolic links here: a copy
         with open(session_path(sid), encoding="utf-8") as f:
             write_private_file(link, f.read())
-    remove_stale_temp_files(sessions_dir())
+    remove_stale_temp_files(bantam_home("sessions"))
 
 
 def step_saver(convo):
@@ -1180,7 +1178,7 @@ def apply_steps(sid, messages):
     """Append the steps a killed run left in the journal (<id>.steps) to messages: each line
     in order, as long as it continues the conversation (a torn last line is ignored)."""
     try:
-        with open(session_path(sid)[:-5] + ".steps", encoding="utf-8") as f:
+        with open(session_path(sid, ".steps"), encoding="utf-8") as f:
             for line in f:
                 try:
                     step = json.loads(line)
@@ -1211,11 +1209,12 @@ def session_head(sid):
 def session_ids():
     """The ids of all saved sessions, newest file first (autosave not among them)."""
     try:
-        names = [n for n in os.listdir(sessions_dir()) if n.endswith(".json") and not n.startswith(".")]
+        names = [n for n in os.listdir(bantam_home("sessions"))
+                 if n.endswith(".json") and not n.startswith(".") and n != "autosave.json"]
     except OSError:
         return []
-    names.sort(key=lambda n: modified(os.path.join(sessions_dir(), n)), reverse=True)
-    return [n[:-5] for n in names if n != "autosave.json"]
+    names.sort(key=lambda n: modified(bantam_home("sessions", n)), reverse=True)
+    return [n[:-5] for n in names]
 
 
 def modified(path):
@@ -1267,12 +1266,13 @@ def load_session(sid):
     sid = resolve_session(sid)
     stored = read_session(sid)
     session = new_session(None if sid == "autosave" else sid)   # a 1.0 autosave: continued anew
+    created = stored.get("created_at") or stored.get("saved_at") or session["created_at"]
     session.update(uid=stored.get("uid") or session["uid"], summary=stored.get("summary") or "",
                    changed=modified(session_path(sid)),   # before it is saved again: how old it is
-                   created_at=stored.get("created_at") or stored.get("saved_at") or session["created_at"])
+                   created_at=created)
     if session["id"]:   # what its files hold already (a repaired message is saved anew)
         session.update(written=list(stored["messages"]), written_summary=session["summary"],
-                       journal=os.path.exists(session_path(session["id"])[:-5] + ".steps"))
+                       journal=os.path.exists(session_path(session["id"], ".steps")))
     return session, repair_conversation(stored["messages"])
 
 
@@ -1291,17 +1291,20 @@ def repair_conversation(messages):
     calls, join user messages that follow each other."""
     fixed = []
     for i, m in enumerate(messages):
-        if m.get("role") == "assistant" and not str(m.get("content") or "").strip() and not m.get("tool_calls"):
+        role = m.get("role")
+        if role == "assistant" and not str(m.get("content") or "").strip() \
+                and not m.get("tool_calls"):
             continue
-        if m.get("role") == "user" and fixed and fixed[-1].get("role") == "user":
+        if role == "user" and fixed and fixed[-1].get("role") == "user":
             append_user(fixed, m.get("content"))
             continue
         fixed.append(m)
-        if m.get("role") == "assistant" and m.get("tool_calls"):
+        if role == "assistant" and m.get("tool_calls"):
             answered = {x.get("tool_call_id") for x in messages[i + 1:] if x.get("role") == "tool"}
             for call in m["tool_calls"]:
                 if call.get("id") not in answered:
-                    fixed.append(tool_message(call.get("id"), INTERRUPTED + " (no result was recorded)"))
+                    fixed.append(tool_message(call.get("id"),
+                                              INTERRUPTED + " (no result was recorded)"))
     messages[:] = fixed
     return messages
 
@@ -1751,7 +1754,7 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
     (as events) unless quiet. Retries per the backoff ladder; raises ApiError when it
     cannot get one. Emits a "usage" event per reply (estimated when the server sent none).
     nudge: a line of bantam's for the model, sent after the messages but not stored."""
-    if cfg.get("replay"):   # --replay: the recorded reply instead of the network
+    if (cfg.get("run") or {}).get("replay"):   # --replay: the recorded reply, not the network
         return replayed_reply(cfg, quiet)
     stream = cfg["stream"] and not quiet
     delays, retries = cfg["backoff"], 0
@@ -2979,7 +2982,7 @@ def write_tool(cfg, args):
         if line is None and byte is None and del_lines is None and del_bytes is None:
             existed = os.path.exists(target)
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            atomic_write(target, data)
+            write_private_file(target, data, keep_mode=True)
             return "wrote %d bytes to %s (%d lines%s)" % (
                 len(data), path, count_lines(data), "" if existed else ", new file")
         with open(target, "rb") as f:
@@ -3005,7 +3008,7 @@ def splice(target, path, f, data, line, byte, del_lines, del_bytes):
         text = data + (b"\n" if by_line and data[-1:] not in (b"", b"\n") and f.peek(1) else b"")
         out.write(lead + text)
         return past, head, removed, lead + text, text, stream_part(f, out, None, float("inf"))
-    past, head, removed, new, text, rest = atomic_write(target, fill)
+    past, head, removed, new, text, rest = write_private_file(target, fill, keep_mode=True)
     (old_size, old_lines), (new_size, new_lines) = tally(head, removed, rest), tally(
         head, (len(new), new.count(b"\n"), new[-1:]), rest)
     in_lines = del_lines is not None or (by_line and del_bytes is None)
@@ -3036,35 +3039,6 @@ def tally(*parts):
     size = sum(part[0] for part in parts)
     last = next((part[2] for part in reversed(parts) if part[0]), b"")
     return size, sum(part[1] for part in parts) + (1 if size and last != b"\n" else 0)
-
-
-def atomic_write(target, data):
-    """Replace target with data (bytes, or a function writing to the file: its result is returned)
-    in one step (a temp file, then os.replace); the mode is kept, a new file gets 0666 - umask."""
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = None
-    folder, name = os.path.split(target)
-    temp = os.path.join(folder, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)   # no CRLF on Windows
-    fd = os.open(temp, flags, 0o666 if mode is None else 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            result = data(f) if callable(data) else f.write(data)
-            f.flush()
-            os.fsync(f.fileno())   # the data is on disk before the name points at it
-        if mode is not None:
-            os.chmod(temp, mode)
-        os.replace(temp, target)
-        return result
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
-
 
 
 # The tool table: the single source of truth for dispatch and for the schema sent to the model.
@@ -3165,7 +3139,7 @@ def run_tool_call(cfg, call, args):
         except (OSError, ValueError, TypeError) as e:
             result = "error: %s failed: %s" % (name, e)
     result = clean_for_model(result)
-    if cfg.get("replay"):
+    if cfg["run"].get("replay"):
         check_replayed_result(cfg, name, result)
     emit(cfg, "tool_result", id=call["id"], name=name, content=redact_all(cfg, result), ok=not failed)
     return tool_message(call["id"], result)
@@ -3363,7 +3337,7 @@ def AL(cfg, messages, on_event=None):
     """The Bantam agentic loop: ask the model, run the tool calls it makes, append their
     results, and repeat until it makes none (or a budget runs out: then one last call
     asks for the best answer without tools). Returns messages. Every event of the run
-    goes to on_event (else cfg["on_event"], else the plain view)."""
+    goes to on_event (else cfg["run"]["emit"], else the plain view)."""
     cfg = enter_run(cfg, on_event)
     emit(cfg, "turn_start", messages=len(messages))
     try:
@@ -3409,14 +3383,14 @@ def answer_extra_calls(cfg, messages, calls):
 def enter_run(cfg, on_event=None):
     """cfg for one AL run (a copy: the caller's cfg is not changed), holding where the events
     go, the subagent depth and the turn's tool-output files. A subagent's run is its
-    parent's, one level deeper; two runs share nothing else."""
-    parent = cfg.get("run")
-    if parent:
+    parent's, one level deeper; a turn's starts from the process's (main's: cfg["run"])."""
+    parent = cfg.get("run") or {}
+    if "turn" in parent:
         run = dict(parent, depth=parent["depth"] + 1, streak=(None, 0), budget=None)
     else:
-        run = {"emit": on_event or cfg.get("on_event") or plain_view(cfg), "depth": 0, "spill": [],
-               "turn": new_tally(), "streak": (None, 0), "budget": None,
-               "approved": cfg["approved"] if isinstance(cfg.get("approved"), set) else set()}
+        run = dict(parent, emit=on_event or parent.get("emit") or plain_view(cfg), depth=0,
+                   spill=[], turn=new_tally(), streak=(None, 0), budget=None,
+                   approved=parent.get("approved", set()))
     return dict(cfg, run=run)
 
 
@@ -3519,7 +3493,7 @@ def text_tool_call(cfg, reply):
 # ----------------------------------------------------------------------------------------
 # Approvals and budgets: what may run, and what a turn may spend
 # ----------------------------------------------------------------------------------------
-# approve=auto runs every command (the spec); ask asks the user (cfg["approver"], set at a
+# approve=auto runs every command (the spec); ask asks the user (cfg["run"]["approver"], at a
 # terminal); deny runs none. The allow and deny patterns decide first (deny wins), matched
 # against each simple command (shell_commands); what is beyond that analysis never runs
 # unasked while a deny pattern is in force. read and write are decided by path. Budgets are
@@ -3555,15 +3529,15 @@ def call_cost(cfg, prompt, cached, completion):
 def spend(cfg, tokens, cost):
     """Add one model call's tokens and cost to the turn's tally (calls outside AL: none)."""
     run = cfg.get("run")
-    if run:
+    if run and "turn" in run:
         run["turn"]["tokens"] += tokens
         run["turn"]["cost"] += cost or 0.0
 
 
 def time_up(cfg):
     """(key, limit, used) when the turn has used up its max_turn_seconds, else None."""
-    run, limit = cfg.get("run"), cfg.get("max_turn_seconds")
-    used = run and limit and time.monotonic() - run["turn"]["started"]
+    turn, limit = (cfg.get("run") or {}).get("turn"), cfg.get("max_turn_seconds")
+    used = turn and limit and time.monotonic() - turn["started"]
     return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
 
 
@@ -3632,10 +3606,7 @@ def repair_call(cfg, say_why):
 
 def with_nudge(messages, text):
     """The messages to send with a line of bantam's after them; never two user messages in a row."""
-    last = messages[-1] if messages else {}
-    if last.get("role") == "user" and isinstance(last.get("content"), str):
-        return messages[:-1] + [dict(last, content=last["content"] + "\n\n" + text)]
-    return messages + [{"role": "user", "content": text}]
+    return append_user(list(messages), text)
 
 
 def approval(cfg, call_id, name, args):
@@ -3710,14 +3681,15 @@ def decide(cfg, command):
         return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
     if command in cfg["run"]["approved"]:
         return "run", "always", None
-    if cfg["approve"] == "ask" and not cfg.get("approver"):
+    if cfg["approve"] == "ask" and not cfg["run"].get("approver"):
         if "no terminal" not in cfg["run"]["turn"]["noted"]:
             cfg["run"]["turn"]["noted"].add("no terminal")
             note(cfg, "[approve=ask, but there is no terminal to ask: commands are refused]", "warning")
         return "refuse", "no terminal", None
     why = unknown[0] if unknown else None
     if cfg["approve"] == "auto" and why and deny:
-        return ("ask", "approve=auto", why) if cfg.get("approver") else ("refuse", "unchecked", why)
+        asked = cfg["run"].get("approver")
+        return ("ask", "approve=auto", why) if asked else ("refuse", "unchecked", why)
     if cfg["approve"] == "deny" and not why and allow:
         why = next(("%s matches no allow pattern" % " ".join(w) for w, hit in zip(found, hits)
                     if not hit), None)
@@ -3895,9 +3867,9 @@ def shell_script(args):
 
 
 def ask_user(cfg, command, question=None):
-    """Ask the user (cfg["approver"]) about a command, or a file tool's call (its question):
+    """Ask the user (cfg["run"]["approver"]) about a command, or a file tool's call (its question):
     (decision, reason, edited command). y(es), a(lways), e(dit), n(o)/Enter; else a reason."""
-    answer = cfg["approver"](question or "Run? [y/N/a/e] ", "")
+    answer = cfg["run"]["approver"](question or "Run? [y/N/a/e] ", "")
     word, _, rest = (answer or "").strip().partition(" ")
     word = word.lower().rstrip(",:")
     if word in ("y", "yes"):
@@ -3905,7 +3877,7 @@ def ask_user(cfg, command, question=None):
     if word in ("a", "always"):
         return "always", None, None
     if word in ("e", "edit") and not question:
-        edited = cfg["approver"]("Command: ", command)
+        edited = cfg["run"]["approver"]("Command: ", command)
         if edited and edited.strip() and edited != command:
             return "edit", None, edited
         return ("run", None, None) if edited == command else ("refuse", None, None)
@@ -3932,7 +3904,7 @@ def decide_file(cfg, tool, path):
         return "run", "approve=auto" if cfg["approve"] == "auto" else "working folder", None
     if cfg["approve"] == "deny":
         return "refuse", "approve=deny", None
-    if not cfg.get("approver"):
+    if not cfg["run"].get("approver"):
         return "refuse", "no terminal", None if inside else "outside the working folder"
     return "ask", "approve=" + cfg["approve"], None if inside else "outside the working folder"
 
@@ -4198,90 +4170,39 @@ def trim_for_summary(request, room):
 
 
 # ----------------------------------------------------------------------------------------
-# Settings changed live (/cfg): one key=value line of a config file rewritten, every other
-# line (comments, order, blank lines, line breaks) kept byte for byte
+# Settings changed live (/cfg): the value on the last line of its key (the line that
+# read_key_values keeps) rewritten, else a key=value line appended; every other line kept
 # ----------------------------------------------------------------------------------------
 
-INLINE_COMMENT = re.compile(r"\s+#.*$")   # read_key_values' inline comment: "key=value  # note"
-
-
 def set_config_line(text, key, value):
-    """text with key set to value: the last key= line (the one read_key_values keeps) is changed,
-    keeping its spacing and inline comment, else key=value is appended. ValueError for a key or
-    value that read_key_values would not read back exactly."""
-    check_config_key(key)
-    if not isinstance(value, str) or value.splitlines() not in ([], [value]):
+    """text with key set to value: on the last line of key, its spacing, inline comment and
+    line break kept, else on a key=value line appended. ValueError for a key or value that
+    read_key_values would not read back exactly."""
+    if not isinstance(key, str) or key.lower() not in DEFAULTS:
+        raise ValueError("bad config key %r" % (key,))
+    if value.splitlines() not in ([], [value]):
         raise ValueError("a config value must be a single line of text")
+    read = INLINE_COMMENT.sub("", value).strip()
+    if read != value:
+        raise ValueError("cannot store %r as %s: it would be read back as %r, because values "
+                         "lose surrounding spaces and a space followed by '#' starts a comment"
+                         % (value, key, read))
     bom = "\ufeff" if text.startswith("\ufeff") else ""   # read_key_values reads utf-8-sig
     lines = text[len(bom):].splitlines(True)   # the same line breaks as read_key_values sees
-    found = None
-    for number, line in enumerate(lines):
-        if config_line_key(split_ending(line)[0]) == key.lower():
-            found = number   # a later line overrides an earlier one when read
-    if found is None:
-        newline = "\r\n" if "\r\n" in text else "\n"
-        if lines and not split_ending(lines[-1])[1]:
-            lines[-1] += newline   # the old last line must stay a line of its own
-        lines.append(checked_line(key + "=" + value, key, value) + newline)
-    else:
-        body, ending = split_ending(lines[found])
-        lines[found] = replace_config_value(body, key, value) + ending
-    return bom + "".join(lines)
-
-
-def check_config_key(key):
-    """ValueError unless key can stand left of '=' on a line of its own."""
-    if (not isinstance(key, str) or not key or key != key.strip() or "=" in key
-            or key.startswith("#") or len(key.splitlines()) != 1):
-        raise ValueError("bad config key %r" % (key,))
-
-
-def split_ending(line):
-    """(text, line break) of one line from splitlines(True)."""
-    body = line.splitlines()[0] if line else ""
-    return body, line[len(body):]
-
-
-def config_line_key(body):
-    """The lowercased key of a key=value line as read_key_values parses it, else None."""
-    body = body.strip()
-    if not body or body.startswith("#"):   # blank, or a comment (also "# key=value")
-        return None
-    key, sep, _ = body.partition("=")
-    return key.strip().lower() if sep else None
-
-
-def config_line_value(body):
-    """The value read_key_values takes from a key=value line."""
-    return INLINE_COMMENT.sub("", body.strip().partition("=")[2]).strip()
-
-
-def replace_config_value(body, key, value):
-    """body with its value replaced; its spaces around the value and inline comment kept."""
-    head, _, rest = body.partition("=")
-    match = INLINE_COMMENT.search(rest)
-    comment = rest[match.start():] if match else ""
-    old = rest[:match.start()] if match else rest
-    lead = old[:len(old) - len(old.lstrip())]
-    trail = old[len(old.rstrip()):] if old.strip() else ""
-    # "key = #x" would read as a comment, "key=#x" would not: try without the leading space too
-    for candidate in (head + "=" + lead + value + trail + comment, head + "=" + value + trail + comment):
-        if config_line_value(candidate) == value:
-            return candidate
-    return checked_line(candidate, key, value)
-
-
-def checked_line(line, key, value):
-    """line, after making sure read_key_values reads value back from it; else ValueError."""
-    if config_line_value(line) != value:
-        raise ValueError(
-            "cannot store %r as %s: it would be read back as %r, because values lose "
-            "surrounding spaces and a space followed by '#' starts a comment" % (
-                value, key, config_line_value(line)))
-    return line
-
-
-SECRET_KEYS = ("api_key", "headers")
+    for n in reversed(range(len(lines))):
+        body = lines[n].splitlines()[0]
+        name, sep, _ = body.partition("=")
+        if sep and not body.strip().startswith("#") and name.strip().lower() == key.lower():
+            # "key = old  # note": the parts around the value stay
+            head, _, tail = re.match(r"([^=]*=\s*)(.*?)(\s*(?:\s#.*)?)$", body).groups()
+            if value.startswith("#"):   # "key = #x" would read as a comment, "key =#x" not
+                head = head.rstrip()
+            lines[n] = head + value + tail + lines[n][len(body):]
+            return bom + "".join(lines)
+    newline = "\r\n" if "\r\n" in text else "\n"
+    if lines and lines[-1] == lines[-1].splitlines()[0]:
+        lines[-1] += newline   # the old last line must stay a line of its own
+    return bom + "".join(lines) + key + "=" + value + newline
 
 
 def shown_value(cfg, key):
@@ -4298,11 +4219,11 @@ def shown_value(cfg, key):
 def setting_file(cfg, key):
     """The config file /cfg writes key to: the one it came from (this folder's model.cfg,
     --config or ~/.bantam/model.cfg), else the user's own (--config, else ~/.bantam/model.cfg)."""
-    source = cfg["sources"].get(key, "")
-    for path in (cfg.get("folder_config"), cfg["config_file"]):
-        if path and source.startswith(path + ":"):
+    sources = cfg["sources"]
+    for path in (sources["folder_config"], sources["config_file"]):
+        if path and sources.get(key, "").startswith(path + ":"):
             return path
-    return cfg["config_file"]
+    return sources["config_file"]
 
 
 def in_git_work_tree(path):
@@ -4316,25 +4237,19 @@ def in_git_work_tree(path):
 
 
 def save_setting(path, key, raw):
-    """Write key=raw into the config file at path (created 0600 if missing), keeping every
-    other line as it was; the 'path:line' it now comes from."""
+    """Write key=raw into the config file at path (through a symlink), with mode 0600: it may
+    hold the API key, now or later; the 'path:line' it now comes from."""
     try:
         with open(path, encoding="utf-8", newline="") as f:   # newline="": CRLF files stay CRLF
             text = f.read()
     except FileNotFoundError:
-        text = None
+        text = ""
     except (OSError, UnicodeDecodeError) as e:
         raise BantamError("%s: cannot read config: %s" % (path, getattr(e, "strerror", None) or e))
     try:
-        new = set_config_line(text or "", key, raw)
+        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
     except ValueError as e:
         raise BantamError("%s: %s" % (key, e))
-    try:
-        if text is None:
-            write_private_file(path, new)   # it may hold the API key: 0600
-        else:
-            atomic_write(os.path.realpath(path), new.encode("utf-8"))
-            os.chmod(os.path.realpath(path), 0o600)   # it may hold the API key, now or later
     except OSError as e:
         raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
     return read_key_values(path).get(key, ("", path))[1]
@@ -4344,13 +4259,7 @@ def apply_setting(convo, key, value, where):
     """Use a new value of key from now on, in this conversation too."""
     cfg = convo["cfg"]
     if key == "endpoint":
-        value = value.rstrip("/")
         drop_connection(cfg)
-        if value.startswith("https:") and "http.client" in sys.modules \
-                and not hasattr(sys.modules["http.client"], "HTTPSConnection"):
-            import importlib   # loaded without ssl for an http:// endpoint (load_http_client)
-            importlib.import_module("ssl")
-            importlib.reload(sys.modules["http.client"])
     cfg[key], cfg["sources"][key] = value, where
     if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
         add_prompt_extras(cfg)   # the system prompt names them
@@ -4362,7 +4271,7 @@ def apply_setting(convo, key, value, where):
 # ----------------------------------------------------------------------------------------
 # Commands: name -> (handler, help). A handler takes (convo, argument): convo is the
 # conversation of the REPL, {"cfg", "messages", "session"}; it changes it in place and
-# returns QUIT to end the REPL.
+# returns QUIT to end the REPL, or text to send as the next prompt (/skill).
 # ----------------------------------------------------------------------------------------
 
 def show(text, raw=False):
@@ -4387,16 +4296,18 @@ def summarize(cfg, messages):
 
 
 def cmd_save(convo, arg):
-    """/save [name]: keep a copy of the conversation, with a summary written by the model,
-    under name or a new time-based id; the conversation goes on in its own file. A name that
-    holds a different conversation is refused."""
+    """/save [name]: keep a copy of the conversation, with a summary written by the model;
+    the conversation goes on in its own file. A name holding another conversation is refused."""
     cfg, session = convo["cfg"], convo["session"]
     if arg and (not SESSION_NAME.match(arg) or arg == "autosave"):
-        raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), got %r" % arg)
+        raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), "
+                          "got %r" % arg)
     if arg and arg != session["id"] and os.path.exists(session_path(arg)) \
             and session_head(arg).get("copy_of") != session["uid"]:   # only this conversation's copy
-        free = next(n for n in ("%s-%d" % (arg, i) for i in range(2, 1000)) if not os.path.exists(session_path(n)))
-        raise BantamError("%r holds a different conversation; choose another name, e.g. /save %s" % (arg, free))
+        free = next(n for n in ("%s-%d" % (arg, i) for i in range(2, 1000))
+                    if not os.path.exists(session_path(n)))
+        raise BantamError("%r holds a different conversation; choose another name, e.g. /save %s"
+                          % (arg, free))
     session["summary"] = summarize(cfg, convo["messages"])
     copy = dict(new_session(arg or None), summary=session["summary"], copy_of=session["uid"],
                 created_at=session["created_at"])
@@ -4550,25 +4461,21 @@ def cmd_cfg(convo, arg):
     if not raw:
         show("%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
         return
-    if key in SECRET_KEYS:
-        forget_last_input()   # a key typed at the prompt stays out of ~/.bantam_history
+    readline = sys.modules.get("readline")
+    if key in SECRET_KEYS and readline and readline.get_current_history_length():
+        # a key typed at the prompt stays out of ~/.bantam_history
+        readline.remove_history_item(readline.get_current_history_length() - 1)
     value = parse_value(key, raw, "/cfg")
     before, path = cfg["sources"][key], setting_file(cfg, key)
     where = save_setting(path, key, raw)
     apply_setting(convo, key, value, where)
     show("[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
     if before == "flag":
-        show("[note: the command line set %s; a flag still wins over the file at the next start]\n" % key)
+        show("[note: the command line set %s; a flag still wins over the file at the next "
+             "start]\n" % key)
     if key in SECRET_KEYS and in_git_work_tree(path):
         show("[note: %s is inside a git work tree: a commit may take the key with it; add it to "
              ".gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
-
-
-def forget_last_input():
-    """Take the line just entered out of the readline history."""
-    readline = sys.modules.get("readline")
-    if readline and readline.get_current_history_length():
-        readline.remove_history_item(readline.get_current_history_length() - 1)
 
 
 def cmd_model(convo, arg):
@@ -4597,7 +4504,8 @@ def skills(cfg):
         names = sorted(os.listdir(root)) if root else []
     except OSError:
         return {}
-    return {n: os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, "SKILL.md"))}
+    return {n: os.path.join(root, n) for n in names
+            if os.path.isfile(os.path.join(root, n, "SKILL.md"))}
 
 
 def front_matter(text):
@@ -4620,31 +4528,27 @@ def cmd_skill(convo, arg):
     """/skill [name [prompt]]: list the skills, or send one's SKILL.md (and the prompt) as the
     next user turn."""
     cfg = convo["cfg"]
-    found = skills(cfg)
+    found, folder = skills(cfg), cfg["bantam_skills_dir"]
     if not arg:
-        if not cfg["bantam_skills_dir"]:
+        if not folder:
             show("(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir ~/skills)\n")
-        for name, folder in found.items():
-            about = front_matter(read_skill(os.path.join(folder, "SKILL.md")))
+        for name, path in found.items():
+            about = front_matter(read_skill(os.path.join(path, "SKILL.md")))
             show("%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
-        if cfg["bantam_skills_dir"] and not found:
-            show("(no skills in %s: a skill is a folder with a SKILL.md)\n" % cfg["bantam_skills_dir"])
+        if folder and not found:
+            show("(no skills in %s: a skill is a folder with a SKILL.md)\n" % folder)
         return None
     name, _, prompt = arg.partition(" ")
     if name in found:
         path = os.path.join(found[name], "SKILL.md")
-    elif os.path.isabs(os.path.expanduser(name)) and not cfg["bantam_skills_dir"]:   # as the C++ port
+    elif os.path.isabs(os.path.expanduser(name)) and not folder:   # no folder: a skill's own path
         path = os.path.expanduser(name)
         path = os.path.join(path, "SKILL.md") if os.path.isdir(path) else path
     else:
         raise BantamError("no skill %r%s" % (name, " (the skills: %s)" % ", ".join(found) if found
-                                             else " (set bantam_skills_dir)" if not cfg["bantam_skills_dir"] else ""))
+                                             else "" if folder else " (set bantam_skills_dir)"))
     text = read_skill(path).rstrip("\n")
-    return SendPrompt(text + ("\n\n" + prompt.strip() if prompt.strip() else ""))
-
-
-class SendPrompt(str):
-    """What a command returns to have the REPL send it as the next user turn (/skill)."""
+    return text + ("\n\n" + prompt.strip() if prompt.strip() else "")
 
 
 def cmd_help(convo, arg):
@@ -4660,7 +4564,7 @@ def cmd_quit(convo, arg):
     return QUIT
 
 
-QUIT = "quit"
+QUIT = object()   # what a command returns to end the REPL
 COMMANDS = {
     "/save": (cmd_save, "/save [name]: save the conversation with a summary (under name)"),
     "/list": (cmd_list, "/list [all]: the newest 20 saved sessions (* marks this folder's)"),
@@ -4672,7 +4576,8 @@ COMMANDS = {
     "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/endpoint": (cmd_endpoint, "/endpoint [url]: show or switch the API's base URL"),
-    "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its file)"),
+    "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its "
+                      "file)"),
     "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
     "/help": (cmd_help, "show this help"),
     "/quit": (cmd_quit, "exit (also /exit, or Ctrl+D on an empty line)"),
@@ -5320,12 +5225,11 @@ TERMINAL = {"text": term_text, "reply_end": term_reply_end, "tool_call": term_to
 
 def run_turn(convo, prompt, take_back=False):
     """One user turn: append the prompt, save, run AL (saving at every step), save, emit the
-    token line. Returns the share of the context window in use. With take_back (the REPL),
-    a turn that got no reply at all (Ctrl+C before the first byte, a request that failed for
-    good) takes its prompt back out of the conversation, and the exception carries it as
-    .prompt, for the input line; a new conversation then leaves no file, and autosave.json
-    links to it only once a turn ended. (In batch mode the file keeps it; the next prompt
-    joins it: never two user messages in a row.)"""
+    token line; the share of the context window in use. With take_back (the REPL), a turn
+    that got no reply at all (Ctrl+C before the first byte, a request that failed for good)
+    takes its prompt back out of the conversation, into convo["taken_back"] for the input
+    line; a new conversation then leaves no file. (In batch mode the file keeps the prompt;
+    a next one joins it: never two user messages in a row.)"""
     cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
     before, first, taken = messages[:], take_back and not session["written"], False
     given = session["id"]   # a --session id, or None
@@ -5337,13 +5241,13 @@ def run_turn(convo, prompt, take_back=False):
         save_step(cfg, session, messages)
     emit(cfg, "prompt", text=redact_all(cfg, prompt) if isinstance(prompt, str) else prompt,
          session=convo["session"]["id"])
-    convo["usage"], spent_before = None, convo.get("cost", 0.0)   # for the token line (see step_saver)
+    convo["usage"], spent_before = None, convo.get("cost", 0.0)   # (set by step_saver)
     try:
         AL(cfg, messages)
-    except BaseException as e:
+    except BaseException:
         if take_back and messages[-1] is asked:   # nothing came back: as if it was never sent
             messages[:] = before
-            e.prompt, taken = prompt, True
+            convo["taken_back"], taken = prompt, True
         raise
     finally:
         if taken and first:
@@ -5353,7 +5257,8 @@ def run_turn(convo, prompt, take_back=False):
             save_session(cfg, session, messages, link=not taken)
     if not convo.get("usage"):
         return 0.0
-    return report_context(cfg, convo["usage"], convo.get("cost", 0.0) - spent_before, convo.get("cost", 0.0))
+    spent = convo.get("cost", 0.0)
+    return report_context(cfg, convo["usage"], spent - spent_before, spent)
 
 
 def last_answer(messages):
@@ -5374,7 +5279,8 @@ HISTORY_MARK = "#bantam history 2: one entry a line, \\n is a line break, \\\\ a
 
 def setup_readline(cfg=None):
     """Line editing and history: Ctrl+J inserts a newline, a paste is one prompt (bracketed
-    paste), Tab completes /commands, session ids, config keys and skills. None without readline."""
+    paste), Tab completes /commands, session ids, config keys and skills. None without
+    readline."""
     try:
         import readline
     except ImportError:
@@ -5432,7 +5338,8 @@ def long_input(text):
 
 def paste_placeholder(text):
     """The placeholder standing for text on the input line (the same for the same text)."""
-    lines, size = text.rstrip("\n").count("\n") + 1, max(1, round(len(text.encode("utf-8")) / 1024))
+    lines = text.rstrip("\n").count("\n") + 1
+    size = max(1, round(len(text.encode("utf-8")) / 1024))
     label = key = "[pasted %d %s, %d KB]" % (lines, "line" if lines == 1 else "lines", size)
     n = 1
     while PASTES["texts"].get(key, text) != text:   # another paste of that size
@@ -5502,21 +5409,36 @@ def complete(text, state, cfg=None):
     return options[state] + " " if state < len(options) else None
 
 
-def keyboard_held(fd):
-    """While a turn runs: keys typed wait for the next prompt, unseen (no echo), and an
-    Enter stays an Enter (\\r), not a line break inside the prompt. Returns the terminal
-    settings to put back (None if fd is not a terminal). Ctrl+C still interrupts."""
+def keyboard_mode(fd, held):
+    """held (while a turn runs): keys typed wait for the next prompt, unseen, and an Enter
+    stays an Enter (\\r), not a line break inside the prompt; Ctrl+C still interrupts. Not
+    held (a question mid-turn): keys seen and lines edited as usual. Returns the terminal
+    settings to put back (None if fd is not a terminal)."""
     import termios
     try:
         before = termios.tcgetattr(fd)
     except (OSError, termios.error):
         return None
-    held = list(before)
-    held[0] &= ~termios.ICRNL                       # Enter arrives as \r: readline's accept-line
-    held[3] &= ~(termios.ECHO | termios.ICANON)     # unseen; each key readable as it comes
-    held[3] |= termios.NOFLSH                       # Ctrl+C keeps the keys typed ahead
-    termios.tcsetattr(fd, termios.TCSANOW, held)    # TCSANOW: keys already typed are kept
+    mode = list(before)
+    if held:
+        mode[0] &= ~termios.ICRNL                       # Enter arrives as \r: readline's accept-line
+        mode[3] &= ~(termios.ECHO | termios.ICANON)     # unseen; each key readable as it comes
+        mode[3] |= termios.NOFLSH                       # Ctrl+C keeps the keys typed ahead
+    else:
+        mode[0] |= termios.ICRNL
+        mode[3] |= termios.ECHO | termios.ICANON
+    termios.tcsetattr(fd, termios.TCSANOW, mode)        # TCSANOW: keys already typed are kept
     return before
+
+
+def keyboard_back(fd, before):
+    """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
+    if before is not None:
+        import termios
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, before)
+        except (termios.error, OSError):   # the terminal is gone (a hang-up)
+            pass
 
 
 def terminal_approver(convo):
@@ -5524,7 +5446,7 @@ def terminal_approver(convo):
     streamed must not answer them: they are set aside for the next prompt line."""
     def approver(question, text=""):
         convo["typed"] = convo.get("typed", "") + keys_typed_ahead(sys.stdin.fileno())
-        return ask_line(question, text)
+        return read_answer(question, text)
     return approver
 
 
@@ -5542,31 +5464,6 @@ def keys_typed_ahead(fd):
         pass
     text = waiting.decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
-
-
-def keyboard_shown(fd):
-    """Keys seen and lines edited as usual (undoing keyboard_held for a question); the
-    settings to put back, or None."""
-    import termios
-    try:
-        before = termios.tcgetattr(fd)
-    except (OSError, termios.error):
-        return None
-    shown = list(before)
-    shown[0] |= termios.ICRNL
-    shown[3] |= termios.ECHO | termios.ICANON
-    termios.tcsetattr(fd, termios.TCSANOW, shown)
-    return before
-
-
-def keyboard_back(fd, before):
-    """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
-    if before is not None:
-        import termios
-        try:
-            termios.tcsetattr(fd, termios.TCSANOW, before)
-        except (termios.error, OSError):   # the terminal is gone (a hang-up)
-            pass
 
 
 def forget_trailing_newline(readline, line):
@@ -5600,44 +5497,51 @@ def startup_line(cfg, columns=80):
     return line if len(line) <= columns else line[:-len(" for commands")]
 
 
-def ask(question, default=True):
-    """A yes/no question on the terminal (Enter gives default); the answer stays out of the history."""
+def confirm(question):
+    """A yes/no question at the terminal, Enter for yes; the answer stays out of the history."""
     try:
-        answer = ask_line(question).strip().lower()
+        return read_answer(question).strip().lower() in ("", "y", "yes")
     except KeyboardInterrupt:
         show("\n")
         return False
-    return default if not answer else answer in ("y", "yes")
 
 
-def ask_line(question, text=""):
-    """A line typed at the terminal in answer to question ("" at end of input), with text
-    ready to edit; the answer stays out of the history. Also mid-turn, when the keys are
-    held unseen (keyboard_held): they are shown while the user answers."""
+def read_answer(question, text=""):
+    """The line typed at the terminal in answer to question ("" at end of input), with text
+    ready to edit; the answer stays out of the history. Keys held unseen while a turn runs
+    (keyboard_mode) are shown meanwhile."""
     readline = sys.modules.get("readline")
     before = readline.get_current_history_length() if readline else 0
-    held = keyboard_shown(sys.stdin.fileno())
-    if text and readline:
-        readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
+    held = keyboard_mode(sys.stdin.fileno(), held=False)
     try:
-        return expand_pastes(input(question))
+        return expand_pastes(edit_line(question, text))
     except EOFError:
         show("\n")
         return ""
     finally:
         keyboard_back(sys.stdin.fileno(), held)
-        if text and readline:
-            readline.set_pre_input_hook(None)
         if readline and readline.get_current_history_length() > before:
             readline.remove_history_item(before)
 
 
-def first_or_typed(convo, readline):
+def edit_line(prompt, text=""):
+    """input(prompt), with text already on the line to edit (when readline is loaded)."""
+    readline = sys.modules.get("readline")
+    if text and readline:
+        readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
+    try:
+        return input(prompt)
+    finally:
+        if text and readline:
+            readline.set_pre_input_hook(None)
+
+
+def next_line(convo, readline, ready):
     """The next prompt: the one of -i first (shown as if typed, and kept in the history),
-    then the lines typed at "> "."""
+    then the lines typed at "> ", starting from ready (put back on the line to edit)."""
     first = convo.pop("first", None)
     if not first:
-        return input("> ")
+        return edit_line("> ", collapse_pastes(ready) if readline else "")
     show("> %s\n" % first)
     if readline:
         readline.add_history(first)
@@ -5655,12 +5559,8 @@ def repl(convo):
     last_interrupt, again = 0.0, ""
     try:
         while True:
-            ready = again or convo.pop("typed", "")   # a prompt that got no reply, keys typed ahead
-            if ready and readline:                     # come back on the line for editing
-                readline.set_pre_input_hook(lambda text=collapse_pastes(ready): (
-                    readline.insert_text(text), readline.redisplay()))
-            try:
-                line = first_or_typed(convo, readline)
+            try:   # a prompt that got no reply, or keys typed ahead, come back on the line
+                line = next_line(convo, readline, again or convo.pop("typed", ""))
             except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
                 show("\n")
                 again, empty = "", not (readline and readline.get_line_buffer())
@@ -5673,49 +5573,46 @@ def repl(convo):
             except EOFError:
                 show("\n")
                 break
-            finally:
-                if ready and readline:
-                    readline.set_pre_input_hook(None)
             again, line = "", expand_pastes(forget_trailing_newline(readline, line))
             if not line.strip():
                 continue
             held = None
             try:
-                if line.startswith("!"):   # a shell command of the user's: not part of the conversation
+                if line.startswith("!"):   # the user's own shell command: not part of the conversation
                     run_direct(cfg, line[1:], own_stdin=terminal)
                     continue
                 name, _, arg = line.strip().partition(" ")
                 name = ALIASES.get(name, name)
                 if name in COMMANDS:
                     result = COMMANDS[name][0](convo, arg.strip())
-                    if not isinstance(result, SendPrompt):
-                        if result == QUIT:
-                            break
+                    if result is QUIT:
+                        break
+                    if result is None:
                         continue
                     name, line = "", result   # /skill: the skill is the next prompt
                 if re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
                     note(cfg, "unknown command %s%s (see /help)" % (name, did_you_mean(name)))
                     continue
-                held = keyboard_held(sys.stdin.fileno()) if terminal else None
+                held = keyboard_mode(sys.stdin.fileno(), held=True) if terminal else None
                 share = run_turn(convo, line, take_back=True)
                 keyboard_back(sys.stdin.fileno(), held)
                 held = None
-                if share >= COMPACT_AT and sys.stdin.isatty() and ask(
+                if share >= COMPACT_AT and sys.stdin.isatty() and confirm(
                         "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
                     cmd_compact(convo, "")
-            except KeyboardInterrupt as e:   # keys typed ahead stay queued for the next prompt
+            except KeyboardInterrupt:   # keys typed ahead stay queued for the next prompt
                 last_interrupt = 0.0
                 note(cfg, "[interrupted]")
-                again = getattr(e, "prompt", "")
             except OutputClosed:
                 raise
             except BantamError as e:
                 emit(cfg, "error", message=redact_all(cfg, str(e)))
-                again = getattr(e, "prompt", "")
             finally:
                 keyboard_back(sys.stdin.fileno(), held)
+            again = convo.pop("taken_back", "")
             if again:
-                note(cfg, "[no reply: your prompt is back on the input line, to edit or send again]", "info")
+                note(cfg, "[no reply: your prompt is back on the input line, to edit or send "
+                     "again]", "info")
     finally:
         save_history(readline)
 
@@ -5756,7 +5653,9 @@ def read_prompt(args):
         if args.prompt_file:
             raise ConfigError("give a prompt file or -p, not both")
         piped = "" if sys.stdin is None or sys.stdin.isatty() else read_stdin()
-        return args.prompt + ("\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n") if piped.strip() else "")
+        if piped.strip():
+            return args.prompt + "\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")
+        return args.prompt
     path = args.prompt_file
     try:
         if path == "-":
@@ -5789,6 +5688,10 @@ def read_stdin():
     return sys.stdin.read()
 
 
+FLAG_KEYS = {"model": "--model", "endpoint": "--endpoint", "trace_file": "--trace",
+             "approve": "--ask/--yolo", "sandbox": "--sandbox"}   # the keys flags of their own set
+
+
 def parse_args(argv):
     """The command line as an argparse namespace; a bad option is a ConfigError (exit 2)."""
     import argparse
@@ -5802,31 +5705,40 @@ def parse_args(argv):
                                 "Without a prompt: an interactive session (type /help there).",
                     epilog=HELP_EPILOG)
     add = parser.add_argument
-    add("prompt_file", nargs="?", metavar="PROMPT_FILE", help="run one turn with the prompt in this file ('-': stdin)")
-    add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt; piped stdin is added as context")
+    add("prompt_file", nargs="?", metavar="PROMPT_FILE",
+        help="run one turn with the prompt in this file ('-': stdin)")
+    add("-p", "--prompt", metavar="TEXT",
+        help="run one turn with this prompt; piped stdin is added as context")
     add("-i", "--interactive", metavar="PROMPT", help="start the REPL with this first prompt")
     add("-m", "--model", help="the model (config key model)")
     add("-e", "--endpoint", metavar="URL", help="the API's base URL (config key endpoint)")
-    add("--set", action="append", default=[], metavar="KEY=VALUE", help="set any config key (repeatable)")
+    add("--set", action="append", default=[], metavar="KEY=VALUE",
+        help="set any config key (repeatable)")
     add("--config", metavar="FILE", help="read this config file instead of looking for model.cfg")
-    add("-c", "--continue", dest="cont", action="store_true", help="continue this folder's latest conversation")
+    add("-c", "--continue", dest="cont", action="store_true",
+        help="continue this folder's latest conversation")
     add("--session", metavar="ID", help="continue conversation ID, or start one with that id")
     add("--delete", metavar="ID", help="delete saved conversation ID (or unique prefix), then exit")
     add("-q", "--quiet", action="store_true", help="stdout: only the answer; stderr: only problems")
     add("-o", "--output", metavar="FILE", help="also write the final answer to FILE")
-    add("--jsonl", action="store_true", help="print the events as JSON lines instead of the human output")
-    add("--trace", metavar="FILE", help="append the events as JSON lines to FILE (config key trace_file)")
+    add("--jsonl", action="store_true",
+        help="print the events as JSON lines instead of the human output")
+    add("--trace", metavar="FILE", dest="trace_file",
+        help="append the events as JSON lines to FILE (config key trace_file)")
     add("--replay", metavar="TRACE", help="run a recorded trace again: its model replies, real tools")
     leash = parser.add_mutually_exclusive_group()
     leash.add_argument("--ask", dest="approve", action="store_const", const="ask",
-                       help="ask before each shell command (approve=ask); without a terminal: refuse them")
+                       help="ask before each shell command (approve=ask); without a terminal: "
+                            "refuse them")
     leash.add_argument("--yolo", dest="approve", action="store_const", const="auto",
-                       help="run shell commands without asking (approve=auto); deny patterns still apply")
+                       help="run shell commands without asking (approve=auto); deny patterns "
+                            "still apply")
     add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"],
         help="off, workspace or read-only: where commands may write (config key sandbox)")
     add("--trust", action="store_true", help="trust this folder (remembered): its model.cfg may "
                                              "set endpoint, api_key, tools, trace_file... (README)")
-    add("--show-config", action="store_true", help="print every setting and where it comes from, then exit")
+    add("--show-config", action="store_true",
+        help="print every setting and where it comes from, then exit")
     add("--version", action="version", version="bantam " + VERSION)
     args = parser.parse_args(argv)
     if args.interactive is not None and {args.prompt, args.prompt_file, args.replay} != {None}:
@@ -5842,50 +5754,52 @@ environment; the leash (deny, approve...) only tightens. Keys: """ + ", ".join(D
 bantam --show-config lists them with their values and sources.
 
 exit status: 0 done, 1 failed after retries (transient: retrying later may work), 2 usage,
-config or request error (final: the same run fails again), 3 stopped by a budget (max_turn_tokens, max_cost, ...; the answer
+config or request error (final: the same run fails again), 3 stopped by a budget \
+(max_turn_tokens, max_cost, ...; the answer
 is the model's best from what it had), 130 interrupted, 129 hang-up, 143 terminated,
 141 stdout closed."""
 
 
 def overrides_of(args):
-    """The config values the flags set, parsed: {key: value}."""
-    pairs = [("model", args.model), ("endpoint", args.endpoint), ("trace_file", args.trace),
-             ("approve", args.approve), ("sandbox", args.sandbox)]
+    """The config values the flags set, parsed: {key: value} (--set over the other flags)."""
+    pairs = [(key, getattr(args, key), flag) for key, flag in FLAG_KEYS.items()]
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or key.strip().lower() not in DEFAULTS:
-            raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)" % (item, ", ".join(DEFAULTS)))
-        pairs.append((key.strip().lower(), value.strip()))
-    flag = {"model": "--model", "endpoint": "--endpoint", "trace_file": "--trace", "approve": "--ask/--yolo"}
-    values = {key: parse_value(key, value, flag.get(key, "--set"))
-              for key, value in pairs if value is not None}
-    for key in [key for key, value in pairs[4:] if key in SECRET_KEYS and value]:
-        say("warning: --set %s puts a secret in your shell's history and, while bantam starts, "
-            "in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg keep it out" % key)
+            raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)"
+                              % (item, ", ".join(DEFAULTS)))
+        pairs.append((key.strip().lower(), value.strip(), "--set"))
+    values = {key: parse_value(key, value, flag) for key, value, flag in pairs if value is not None}
+    for key, value, flag in pairs:
+        if flag == "--set" and key in SECRET_KEYS and value:
+            say("warning: --set %s puts a secret in your shell's history and, while bantam "
+                "starts, in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg keep it "
+                "out" % key)
     return values
 
 
 def show_config(cfg):
     """--show-config: every setting, its value (secrets as ***) and where it came from."""
-    for key in DEFAULTS:
-        show("%-20s %-40s %s\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
-    show("%-20s %-40s %s\n" % ("system_prompt", "(%d characters)" % len(cfg["system_prompt"]),
-                               cfg["sources"]["system_prompt"]))
-    if cfg["sources"].get("project_instructions_file"):
-        show("%-20s %-40s %s\n" % ("", "+ project instructions", cfg["sources"]["project_instructions_file"]))
-    for key, (value, where) in cfg["untrusted"].items():
-        show("%-20s %-40s %s (not used: the folder is not trusted)\n" % (key, shown_untrusted(
-            key, value), where))
-    show("%-20s %-40s %s\n" % ("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
-                               "kept from commands"))
+    sources = cfg["sources"]
+    rows = [(key, shown_value(cfg, key), sources[key]) for key in DEFAULTS]
+    rows.append(("system_prompt", "(%d characters)" % len(cfg["system_prompt"]),
+                 sources["system_prompt"]))
+    if sources.get("project_instructions_file"):
+        rows.append(("", "+ project instructions", sources["project_instructions_file"]))
+    rows += [(key, shown_untrusted(key, value), where + " (not used: the folder is not trusted)")
+             for key, (value, where) in sources["untrusted"].items()]
+    rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
+                 "kept from commands"))
+    for row in rows:
+        show("%-20s %-40s %s\n" % row)
 
 
 def check_first_run(cfg, batch):
     """No key, no model.cfg and the default endpoint: nothing is set up yet, and a request
     would only come back 401. Say what to do: batch mode stops (exit 2), the REPL starts."""
-    if (cfg["api_key"] or cfg["headers"] or os.path.isfile(cfg["config_file"])
-            or os.path.isfile(cfg.get("folder_config") or "")
-            or cfg["sources"]["endpoint"] != "default"):
+    sources = cfg["sources"]
+    if (cfg["api_key"] or cfg["headers"] or os.path.isfile(sources["config_file"])
+            or os.path.isfile(sources["folder_config"] or "") or sources["endpoint"] != "default"):
         return
     text = ("no API key and no model.cfg: set OPENAI_API_KEY (or BANTAM_API_KEY), or write "
             "~/.bantam/model.cfg (endpoint=, model=, api_key= lines; bantam's model.cfg.example "
@@ -5926,7 +5840,8 @@ def start_conversation(cfg, args):
         return load_session(sid)
     if args.session:
         if not SESSION_NAME.match(args.session) or args.session == "autosave":
-            raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % args.session)
+            raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r"
+                              % args.session)
         if os.path.exists(session_path(args.session)):
             return load_session(args.session)
         return new_session(args.session), system
@@ -5950,8 +5865,9 @@ def make_sink(cfg, args, convo, batch):
         view = plain_view(cfg)
     trace = None
     if cfg["trace_file"]:
+        path = os.path.expanduser(cfg["trace_file"])
         try:
-            trace = jsonl_view(open(os.path.expanduser(cfg["trace_file"]), "a", encoding="utf-8", errors="replace"), cfg)
+            trace = jsonl_view(open(path, "a", encoding="utf-8", errors="replace"), cfg)
         except OSError as e:
             raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
     return both(view, trace, step_saver(convo))
@@ -5997,7 +5913,7 @@ def main(argv=None):
             return 0
         batch = args.prompt is not None or args.prompt_file is not None or args.replay is not None
         prompt = read_prompt(args) if batch and not args.replay else None
-        if prompt is not None and prompt.startswith("!"):   # the C++ port: run it, exit with its status
+        if prompt is not None and prompt.startswith("!"):   # the user's command: its exit status
             return run_direct(cfg, prompt[1:])
         cfg = trust_folder(cfg, args, not batch and sys.stdin.isatty(),
                            lambda trust: load_config(overrides, args.config, trust=trust))
@@ -6014,10 +5930,12 @@ def main(argv=None):
         check_prompt_size(cfg, prompt)
         session, messages = start_conversation(cfg, args)
         convo = {"cfg": cfg, "messages": messages, "session": session}
-        cfg["on_event"] = make_sink(cfg, args, convo, batch)
-        cfg["approved"] = set()   # commands the user said "always" to, for this conversation
+        # the process's run: where events go, the commands the user said "always" to, and
+        # who answers approve=ask (without a terminal: nobody, so what needs asking is refused)
+        cfg["run"] = {"emit": make_sink(cfg, args, convo, batch), "approved": set(),
+                      "approver": None}
         if sys.stdin.isatty() and sys.stdout.isatty() and not args.replay:
-            cfg["approver"] = terminal_approver(convo)   # else what needs asking is refused
+            cfg["run"]["approver"] = terminal_approver(convo)
         emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
              session=session["id"], time=now())
         note_folder_texts(cfg)
@@ -6085,23 +6003,23 @@ def replay(convo, path):
     prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
     if not prompts:
         raise ConfigError("%s: no recorded prompt to replay" % path)
-    convo["cfg"]["replay"] = {
+    cfg = convo["cfg"]
+    state = cfg["run"]["replay"] = {
         "replies": [e["message"] for e in events if e["type"] == "reply"],
         "results": [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"],
         "replied": 0, "checked": 0, "diverged": None}
     for prompt in prompts:
         run_turn(convo, prompt)
-    state = convo["cfg"]["replay"]
     if state["diverged"]:
-        note(convo["cfg"], "replay: diverged at tool result %d: %s" % state["diverged"])
+        note(cfg, "replay: diverged at tool result %d: %s" % state["diverged"])
         return 1
-    note(convo["cfg"], "replay: all %d tool results matched the recording" % state["checked"], "info")
+    note(cfg, "replay: all %d tool results matched the recording" % state["checked"], "info")
     return 0
 
 
 def replayed_reply(cfg, quiet):
     """The next recorded model reply (--replay), passed on as if it had streamed."""
-    state = cfg["replay"]
+    state = cfg["run"]["replay"]
     if state["replied"] >= len(state["replies"]):
         raise ApiError("replay: the recording has no more model replies", "fatal")
     message = json.loads(json.dumps(state["replies"][state["replied"]]))   # a copy
@@ -6119,15 +6037,16 @@ def replayed_reply(cfg, quiet):
 
 def check_replayed_result(cfg, name, result):
     """--replay: compare a tool result with the recorded one; remember the first difference."""
-    state = cfg["replay"]
+    state = cfg["run"]["replay"]
     index = state["checked"]
     state["checked"] += 1
     recorded = state["results"][index] if index < len(state["results"]) else (None, None)
     if recorded != (name, redact_all(cfg, result)) and not state["diverged"]:
         import difflib
-        diff = "".join(list(difflib.unified_diff(str(recorded[1]).splitlines(True), result.splitlines(True),
-                                                 "recorded", "now", n=1))[:12])
-        state["diverged"] = (index + 1, "%s differs from the recording:\n%s" % (name, diff))
+        diff = difflib.unified_diff(str(recorded[1]).splitlines(True), result.splitlines(True),
+                                    "recorded", "now", n=1)
+        state["diverged"] = (index + 1, "%s differs from the recording:\n%s"
+                             % (name, "".join(list(diff)[:12])))
 
 
 if __name__ == "__main__":
