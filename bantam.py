@@ -770,13 +770,12 @@ def normal_endpoint(url, where):
 def load_config(overrides=None, config_file=None, env=None, trust=None):
     """The configuration, a plain dict: each key of DEFAULTS from the first layer that sets
     it: overrides (the flags; strings are parsed like the file's values), --config FILE
-    (else this folder's model.cfg over ~/.bantam/model.cfg, key by key), BANTAM_<KEY> (and
-    OPENAI_API_KEY), the default. trust: None (as remembered, or BANTAM_TRUST=1), True, or
-    False (the folder may only tighten): see NEEDS_TRUST. cfg["sources"] says where each
-    came from ("flag", "path:line", joined by " + " for deny, a variable, "default"), and
-    the config's other facts: config_file, folder_config (None when not used), untrusted
-    (what the folder would change if trusted: {key: (value, "path:line")}), withheld (the
-    environment's secrets not sent), base_system_prompt (before add_prompt_extras)."""
+    (else this folder's model.cfg over ~/.bantam/model.cfg), BANTAM_<KEY>, the default.
+    trust: None (as remembered, or BANTAM_TRUST=1), True, or False (the folder may only
+    tighten): see NEEDS_TRUST. cfg["sources"] says where each came from ("flag",
+    "path:line", a variable, "default") and holds the config's other facts: config_file,
+    folder_config, untrusted ({key: (value, "path:line")} that need trust), withheld (the
+    environment's secrets not sent), base_system_prompt (without add_prompt_extras)."""
     env = os.environ if env is None else env
     overrides = overrides or {}
     for key in overrides:
@@ -852,9 +851,8 @@ def load_system_prompt():
 
 
 def add_prompt_extras(cfg):
-    """Set cfg["system_prompt"]: the base prompt, plus what this session changes in it (the
-    file tools, the tools it leaves out) and offers (the tools and skills folders), and this
-    folder's AGENTS.md (where a project keeps its instructions for coding agents)."""
+    """Set cfg["system_prompt"]: the base prompt, what this session changes in it (the tools),
+    the tools and skills folders, and AGENTS.md (a project's instructions for coding agents)."""
     extras = []
     enabled = cfg["tools"].split(",")
     more = [name for name in ("read", "write") if name in enabled]
@@ -918,10 +916,8 @@ def remember_folder(**facts):
 
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it. When its model.cfg would change what needs trust:
-    --trust trusts it (remembered); the REPL asks once (remembered), and no means the user's
-    own settings only (reload(False)); batch mode, and a REPL without a terminal, stop with
-    exit 2 before any request. reload(trust) loads the config again."""
+    """cfg as this folder may steer it: --trust trusts it, the REPL asks once (both remembered;
+    no: reload(False), the user's own settings); without a terminal it stops (exit 2)."""
     changes = cfg["sources"]["untrusted"]
     if not changes:
         return cfg
@@ -960,11 +956,10 @@ def shown_untrusted(key, value):
 
 
 def hide_secrets(cfg):
-    """Keep bantam's secrets from the commands it runs as the same user. The kernel shows a
-    process's first memory block as /proc/<pid>/environ and cmdline (os.environ is a copy):
-    every secret there is overwritten with '*'; and the process is made non-dumpable, which
-    closes /proc/<pid>/mem and environ to other processes of a user who is not root (root has
-    CAP_SYS_PTRACE: see the README). Linux only; elsewhere it does nothing."""
+    """Keep bantam's secrets from the commands it runs as the same user (Linux only): every
+    secret in the block the kernel shows as /proc/<pid>/environ and cmdline (os.environ is a
+    copy) overwritten with '*', and the process made non-dumpable, which closes /proc/<pid>/mem
+    and environ to the user's other processes (not to root: see the README)."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
     if not secrets or not sys.platform.startswith("linux"):
         return
@@ -1006,9 +1001,8 @@ def session_path(sid, ext=".json"):
 
 
 def new_session(sid=None):
-    """The record of a conversation with no file yet (the first save gives it an id, unless
-    given). uid tells conversations apart when names are reused; written is the list of
-    messages its files hold."""
+    """A conversation with no file yet (the first save gives it an id, unless given); uid
+    tells conversations apart when names are reused, written lists what its files hold."""
     return {"id": sid, "uid": os.urandom(8).hex(), "created_at": now(), "summary": "",
             "written": []}
 
@@ -1034,9 +1028,8 @@ def session_text(cfg, session, messages):
 
 
 def save_session(cfg, session, messages, link=True):
-    """Write the conversation to its own file, whole and fsynced (the first save claims a new
-    time-based id), the journal then removed, and (with link) point autosave.json at it. A
-    failure is a warning, never fatal."""
+    """Write the conversation whole to its own file (the first save claims a time-based id),
+    then (with link) point autosave.json at it; a failure is a warning, never fatal."""
     try:
         if not session["id"]:
             session["id"] = claim_session_id(cfg, session, messages)
@@ -1053,10 +1046,9 @@ def save_session(cfg, session, messages, link=True):
 
 
 def save_step(cfg, session, messages):
-    """Save the messages added since the last save, cheaply: appended to the conversation's
-    journal, <id>.steps, one line each ({"n": position, "m": message}); the next whole save
-    replaces it. Anything else that changed means a whole save. A kill then loses at most
-    the step in flight (read_session applies the journal)."""
+    """Save the messages added since the last save by appending them to the journal, <id>.steps,
+    a line each ({"n": position, "m": message}), which read_session applies and the next whole
+    save replaces; any other change is saved whole. A kill loses at most the step in flight."""
     written = session["written"]
     if not session["id"] or messages[:len(written)] != written or (   # (a C loop, identity first)
             session.get("written_summary") != session["summary"]):
@@ -1096,8 +1088,7 @@ def claim_session_id(cfg, session, messages):
 
 
 def prune_sessions(cfg):
-    """Remove the oldest conversations with ids bantam made up beyond the newest
-    keep_sessions (/save names, --session names and /save copies are never removed)."""
+    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions."""
     made = [sid for sid in session_ids() if TIME_ID.match(sid)] if cfg.get("keep_sessions") else []
     for sid in made[cfg.get("keep_sessions"):]:
         if not session_head(sid).get("copy_of"):
@@ -1105,8 +1096,7 @@ def prune_sessions(cfg):
 
 
 def remove_session(sid):
-    """Delete session sid's file and its journal, and autosave.json when it links there;
-    the OSError that stopped it, or None."""
+    """Delete session sid's file, journal and autosave link; the OSError that stopped it."""
     link = session_path("autosave")
     try:
         if os.path.islink(link) and os.readlink(link) == sid + ".json":
@@ -1119,8 +1109,7 @@ def remove_session(sid):
 
 
 def point_autosave(sid):
-    """Make autosave.json a link to session sid's file (replaced atomically). A regular
-    autosave.json (bantam 1.0 wrote one) is kept first under an id of its own."""
+    """Make autosave.json a link to session sid's file; bantam 1.0's file is kept under an id."""
     link = session_path("autosave")
     if os.path.isfile(link) and not os.path.islink(link):
         made = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
@@ -1136,8 +1125,7 @@ def point_autosave(sid):
 
 
 def step_saver(convo):
-    """A view that saves convo's conversation whenever the loop adds a message to it (a
-    kill then loses at most the step in flight), and keeps the last usage of the turn."""
+    """A view that saves convo's conversation at every message, and keeps the turn's usage."""
     def view(event):
         if event["type"] == "usage":   # every call of the turn costs, subagents' too
             convo["cost"] = convo.get("cost", 0.0) + (event["cost"] or 0.0)
@@ -1175,8 +1163,7 @@ def read_session(sid):
 
 
 def apply_steps(sid, messages):
-    """Append the steps a killed run left in the journal (<id>.steps) to messages: each line
-    in order, as long as it continues the conversation (a torn last line is ignored)."""
+    """Append the steps a killed run left in the journal to messages, while they continue it."""
     try:
         with open(session_path(sid, ".steps"), encoding="utf-8") as f:
             for line in f:
@@ -1191,8 +1178,7 @@ def apply_steps(sid, messages):
 
 
 def session_head(sid):
-    """What the first line of session sid says (no messages), or {} when unreadable. Files
-    written by bantam 1.0 have no such line and are read whole."""
+    """What the first line of session sid says ({} when unreadable; bantam 1.0's: read whole)."""
     try:
         with open(session_path(sid), encoding="utf-8") as f:
             line = f.readline()
@@ -1235,8 +1221,7 @@ def ago(when):
 
 
 def resolve_session(prefix):
-    """The session id that is prefix exactly, or the only one starting with it; autosave
-    is the conversation it links to."""
+    """The session id that is prefix, or the only one starting with it (autosave: its link's)."""
     if prefix == "autosave":
         link = session_path("autosave")
         if os.path.islink(link):
@@ -1287,8 +1272,8 @@ def first_user_text(messages, width=60):
 
 
 def repair_conversation(messages):
-    """Make a loaded conversation valid: drop empty assistant messages, answer unanswered
-    calls, join user messages that follow each other."""
+    """A loaded conversation made valid: no empty assistant message, every call answered,
+    no two user messages in a row."""
     fixed = []
     for i, m in enumerate(messages):
         role = m.get("role")
@@ -4303,7 +4288,7 @@ def cmd_save(convo, arg):
         raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), "
                           "got %r" % arg)
     if arg and arg != session["id"] and os.path.exists(session_path(arg)) \
-            and session_head(arg).get("copy_of") != session["uid"]:   # only this conversation's copy
+            and session_head(arg).get("copy_of") != session["uid"]:   # this conversation's copy
         free = next(n for n in ("%s-%d" % (arg, i) for i in range(2, 1000))
                     if not os.path.exists(session_path(n)))
         raise BantamError("%r holds a different conversation; choose another name, e.g. /save %s"
@@ -4493,7 +4478,7 @@ def cmd_model(convo, arg):
 
 
 def cmd_endpoint(convo, arg):
-    """/endpoint [url]: show or switch the API's base URL (the user's choice: the key goes there)."""
+    """/endpoint [url]: show or switch the API's base URL (the user's: the key goes there)."""
     return cmd_cfg(convo, "endpoint" + (" " + arg if arg else ""))
 
 
@@ -4531,7 +4516,8 @@ def cmd_skill(convo, arg):
     found, folder = skills(cfg), cfg["bantam_skills_dir"]
     if not arg:
         if not folder:
-            show("(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir ~/skills)\n")
+            show("(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir "
+                 "~/skills)\n")
         for name, path in found.items():
             about = front_matter(read_skill(os.path.join(path, "SKILL.md")))
             show("%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
@@ -5224,12 +5210,10 @@ TERMINAL = {"text": term_text, "reply_end": term_reply_end, "tool_call": term_to
 # ----------------------------------------------------------------------------------------
 
 def run_turn(convo, prompt, take_back=False):
-    """One user turn: append the prompt, save, run AL (saving at every step), save, emit the
-    token line; the share of the context window in use. With take_back (the REPL), a turn
-    that got no reply at all (Ctrl+C before the first byte, a request that failed for good)
-    takes its prompt back out of the conversation, into convo["taken_back"] for the input
-    line; a new conversation then leaves no file. (In batch mode the file keeps the prompt;
-    a next one joins it: never two user messages in a row.)"""
+    """One user turn, saved before, during and after AL; the share of the context window in
+    use. With take_back (the REPL), a turn that got no reply at all (Ctrl+C before the first
+    byte, a request that failed for good) takes its prompt back out of the conversation, into
+    convo["taken_back"] for the input line; a new conversation then leaves no file."""
     cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
     before, first, taken = messages[:], take_back and not session["written"], False
     given = session["id"]   # a --session id, or None
@@ -5262,8 +5246,7 @@ def run_turn(convo, prompt, take_back=False):
 
 
 def last_answer(messages):
-    """The content of the last assistant message (the turn's final answer, without a
-    <think> block at its start), or ""."""
+    """The last assistant message's content, without a <think> block at its start, or ""."""
     answer = next((m["content"] for m in reversed(messages) if m.get("role") == "assistant"
                    and isinstance(m.get("content"), str)), "")
     return re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", answer, count=1, flags=re.S)
@@ -5278,9 +5261,8 @@ HISTORY_MARK = "#bantam history 2: one entry a line, \\n is a line break, \\\\ a
 
 
 def setup_readline(cfg=None):
-    """Line editing and history: Ctrl+J inserts a newline, a paste is one prompt (bracketed
-    paste), Tab completes /commands, session ids, config keys and skills. None without
-    readline."""
+    """Line editing and history (Ctrl+J a newline, a paste one prompt, Tab completion); the
+    readline module, or None without it."""
     try:
         import readline
     except ImportError:
@@ -5303,10 +5285,9 @@ PASTES = {"hook": None, "texts": {}}  # the REPL's: the readline hook (kept aliv
 
 
 def catch_big_pastes(readline):
-    """Make a long bracketed paste one placeholder on the input line, "[pasted 300 lines,
-    12 KB]" (expand_pastes puts the text back): readline garbles the display of an input
-    line taller than the screen. GNU readline only, bound through ctypes (the readline module
-    cannot bind a key to a function); with libedit, or anything missing, pastes stay whole."""
+    """Make a long bracketed paste one placeholder, "[pasted 300 lines, 12 KB]", on the input
+    line, which readline garbles when taller than the screen. GNU readline only, through ctypes
+    (the module cannot bind a key to a function); elsewhere pastes stay whole."""
     import ctypes
     try:
         lib = ctypes.CDLL(readline.__file__)   # the module's symbols and its libreadline's
@@ -5356,8 +5337,7 @@ def expand_pastes(line):
 
 
 def collapse_pastes(text):
-    """Text to put on the input line: each paste in it as its placeholder, and a long text
-    that holds none (a history entry of an earlier run) as a placeholder of its own."""
+    """Text for the input line: each paste in it as its placeholder, a long one as a new one."""
     if not PASTES["hook"]:
         return text
     for key, pasted in PASTES["texts"].items():
@@ -5392,8 +5372,7 @@ def save_history(readline):
 
 
 def complete(text, state, cfg=None):
-    """Readline's completer: /commands at the start of the line, session ids after /load,
-    config keys after /cfg, skill names after /skill."""
+    """Readline's completer: /commands, then session ids, config keys or skill names."""
     import readline
     line = readline.get_line_buffer()
     if line.startswith(("/load ", "/save ", "/delete ")):
@@ -5410,10 +5389,9 @@ def complete(text, state, cfg=None):
 
 
 def keyboard_mode(fd, held):
-    """held (while a turn runs): keys typed wait for the next prompt, unseen, and an Enter
-    stays an Enter (\\r), not a line break inside the prompt; Ctrl+C still interrupts. Not
-    held (a question mid-turn): keys seen and lines edited as usual. Returns the terminal
-    settings to put back (None if fd is not a terminal)."""
+    """held (while a turn runs): keys typed wait unseen for the next prompt, an Enter stays an
+    Enter; else (a question mid-turn) keys seen and lines edited as usual. Returns the
+    terminal settings to put back (None if fd is not a terminal)."""
     import termios
     try:
         before = termios.tcgetattr(fd)
@@ -5421,13 +5399,13 @@ def keyboard_mode(fd, held):
         return None
     mode = list(before)
     if held:
-        mode[0] &= ~termios.ICRNL                       # Enter arrives as \r: readline's accept-line
-        mode[3] &= ~(termios.ECHO | termios.ICANON)     # unseen; each key readable as it comes
-        mode[3] |= termios.NOFLSH                       # Ctrl+C keeps the keys typed ahead
+        mode[0] &= ~termios.ICRNL                     # Enter arrives as \r: readline's accept-line
+        mode[3] &= ~(termios.ECHO | termios.ICANON)   # unseen; each key readable as it comes
+        mode[3] |= termios.NOFLSH                     # Ctrl+C keeps the keys typed ahead
     else:
         mode[0] |= termios.ICRNL
         mode[3] |= termios.ECHO | termios.ICANON
-    termios.tcsetattr(fd, termios.TCSANOW, mode)        # TCSANOW: keys already typed are kept
+    termios.tcsetattr(fd, termios.TCSANOW, mode)   # TCSANOW: keys already typed are kept
     return before
 
 
@@ -5442,8 +5420,8 @@ def keyboard_back(fd, before):
 
 
 def terminal_approver(convo):
-    """approve=ask's questions, asked at the terminal. Keys typed ahead while the reply
-    streamed must not answer them: they are set aside for the next prompt line."""
+    """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt,
+    never taken as the answer."""
     def approver(question, text=""):
         convo["typed"] = convo.get("typed", "") + keys_typed_ahead(sys.stdin.fileno())
         return read_answer(question, text)
@@ -5485,8 +5463,7 @@ def did_you_mean(name, names=None):
 
 
 def startup_line(cfg, columns=80):
-    """The REPL's first line: model, endpoint host, context window when configured, /help
-    (said shortly when the line would not fit the terminal)."""
+    """The REPL's first line: model, endpoint host, context window when set, sandbox, /help."""
     from urllib.parse import urlsplit
     parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
     if cfg["sources"]["context_window"] != "default":
@@ -5507,9 +5484,8 @@ def confirm(question):
 
 
 def read_answer(question, text=""):
-    """The line typed at the terminal in answer to question ("" at end of input), with text
-    ready to edit; the answer stays out of the history. Keys held unseen while a turn runs
-    (keyboard_mode) are shown meanwhile."""
+    """The line typed in answer to question ("" at end of input), text ready to edit, shown
+    even while a turn holds the keys; the answer stays out of the history."""
     readline = sys.modules.get("readline")
     before = readline.get_current_history_length() if readline else 0
     held = keyboard_mode(sys.stdin.fileno(), held=False)
@@ -5537,8 +5513,8 @@ def edit_line(prompt, text=""):
 
 
 def next_line(convo, readline, ready):
-    """The next prompt: the one of -i first (shown as if typed, and kept in the history),
-    then the lines typed at "> ", starting from ready (put back on the line to edit)."""
+    """The next prompt: -i's first (shown as if typed, kept in the history), then the lines
+    typed at "> ", ready (a prompt given back, keys typed ahead) already on the line."""
     first = convo.pop("first", None)
     if not first:
         return edit_line("> ", collapse_pastes(ready) if readline else "")
@@ -5578,7 +5554,7 @@ def repl(convo):
                 continue
             held = None
             try:
-                if line.startswith("!"):   # the user's own shell command: not part of the conversation
+                if line.startswith("!"):   # the user's own command, outside the conversation
                     run_direct(cfg, line[1:], own_stdin=terminal)
                     continue
                 name, _, arg = line.strip().partition(" ")
@@ -5598,7 +5574,8 @@ def repl(convo):
                 keyboard_back(sys.stdin.fileno(), held)
                 held = None
                 if share >= COMPACT_AT and sys.stdin.isatty() and confirm(
-                        "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
+                        "Context usage is at %.1f%%. Compact conversation? [Y/n]: "
+                        % (share * 100)):
                     cmd_compact(convo, "")
             except KeyboardInterrupt:   # keys typed ahead stay queued for the next prompt
                 last_interrupt = 0.0
@@ -5618,10 +5595,9 @@ def repl(convo):
 
 
 def run_direct(cfg, command, own_stdin=True):
-    """`!command` (the REPL, or a prompt that starts with !): run it with bash on the user's
-    terminal, outside the conversation: nothing goes to the model or the session. Its exit
-    status (128+N for signal N); a non-zero one is noted. Without own_stdin (a REPL reading
-    piped prompts) it reads /dev/null: the prompts that follow stay the REPL's."""
+    """`!command`: run it with bash on the user's terminal, outside the conversation; its exit
+    status (128+N for signal N). Without own_stdin (a REPL reading piped prompts) it reads
+    /dev/null: the prompts that follow stay the REPL's."""
     import signal
     import subprocess
     sys.stdout.flush()
@@ -5725,7 +5701,8 @@ def parse_args(argv):
         help="print the events as JSON lines instead of the human output")
     add("--trace", metavar="FILE", dest="trace_file",
         help="append the events as JSON lines to FILE (config key trace_file)")
-    add("--replay", metavar="TRACE", help="run a recorded trace again: its model replies, real tools")
+    add("--replay", metavar="TRACE",
+        help="run a recorded trace again: its model replies, real tools")
     leash = parser.add_mutually_exclusive_group()
     leash.add_argument("--ask", dest="approve", action="store_const", const="ask",
                        help="ask before each shell command (approve=ask); without a terminal: "
@@ -5852,7 +5829,7 @@ def make_sink(cfg, args, convo, batch):
     """Where the events go: a view (plain, quiet or JSONL), the trace file, the step saver."""
     if args.jsonl:
         stream = sys.stdout
-        if not batch:   # the REPL's prompt and its commands' output go to stderr: stdout is JSON only
+        if not batch:   # the REPL's prompt and commands' output go to stderr: stdout is JSON only
             sys.stdout.flush()
             stream = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", errors="replace")
             os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
@@ -5874,8 +5851,7 @@ def make_sink(cfg, args, convo, batch):
 
 
 def quiet_view(cfg):
-    """-q's view: on stderr only the problems (errors, retries, warnings); main prints the
-    final answer on stdout."""
+    """-q's view: only the problems (errors, retries, warnings), on stderr."""
     state = plain_state(cfg, sys.stderr, sys.stderr)
 
     def view(event):
@@ -5995,9 +5971,9 @@ def read_trace(path):
 
 
 def replay(convo, path):
-    """--replay: run the last run of a trace file again, with its recorded model replies
-    instead of the network; the tools run for real. The first tool result that differs from
-    the recording is reported. Exit status 0 when all matched, 1 otherwise."""
+    """--replay: run the last run of a trace file again, its recorded model replies instead of
+    the network, the tools for real; exit status 1 when a tool result differs (the first is
+    reported), else 0."""
     runs = read_trace(path)
     events = runs[-1] if runs else []
     prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
