@@ -4371,23 +4371,17 @@ def show_exchange(cfg, messages):
 
 
 def cmd_delete(convo, arg):
-    """/delete <id>: delete a saved conversation (exact id or unique prefix) and its journal."""
+    """/delete <id> (--delete: convo None): delete a saved conversation (id or unique prefix)."""
     if not arg:
         raise BantamError("usage: /delete <id or unique prefix> (see /list)")
-    if resolve_session(arg) == convo["session"]["id"]:
+    sid = resolve_session(arg)
+    if convo and sid == convo["session"]["id"]:
         raise BantamError("%s is the conversation you are in: /clear (or /load another) first"
-                          % convo["session"]["id"])
-    delete_session(arg)
-
-
-def delete_session(prefix):
-    """Delete the session prefix names (exact id or unique prefix), saying so (--delete)."""
-    sid = resolve_session(prefix)
+                          % sid)
     error = remove_session(sid)
     if error:
         raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
     show("[deleted session %s]\n" % sid)
-    return 0
 
 
 def cmd_continue(convo, arg):
@@ -5623,9 +5617,9 @@ def read_prompt(args):
     """The batch prompt: -p TEXT (with piped stdin added as context), a file, or stdin for '-'.
     A prompt that starts with ! is a shell command (see run_direct): stdin is left to it."""
     prompt_argument(args)
-    if args.prompt is not None and args.prompt.startswith("!"):
-        return args.prompt
     if args.prompt is not None:
+        if args.prompt.startswith("!"):
+            return args.prompt
         if args.prompt_file:
             raise ConfigError("give a prompt file or -p, not both")
         piped = "" if sys.stdin is None or sys.stdin.isatty() else read_stdin()
@@ -5877,7 +5871,8 @@ def main(argv=None):
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         if args.delete:
-            return delete_session(args.delete)
+            cmd_delete(None, args.delete)
+            return 0
         import signal
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved and stopped like Ctrl+C
         signal.signal(signal.SIGHUP, hung_up)                     # a closed terminal, a dropped SSH
