@@ -2584,8 +2584,9 @@ def shell_path():
 def command_time(cfg):
     """The seconds a command may run, shell_timeout or what the turn has left of its
     max_turn_seconds if less, and what to say when it is killed then."""
-    run, limit, wait = cfg.get("run"), cfg.get("max_turn_seconds"), cfg["shell_timeout"]
-    left = max(0.0, limit - time.monotonic() + run["turn"]["started"]) if run and limit else wait
+    turn, limit = (cfg.get("run") or {}).get("turn"), cfg.get("max_turn_seconds")
+    wait = cfg["shell_timeout"]
+    left = max(0.0, limit - time.monotonic() + turn["started"]) if turn and limit else wait
     if left < wait:
         return left, "stopped after %.1f s: the turn's time ran out (max_turn_seconds=%g)" % (
             left, limit)
@@ -2669,7 +2670,7 @@ class BoundedOutput:
         self.head, self.tail = bytearray(), b""
         self.size = self.newlines = 0
         self.file = self.path = None
-        self.spill = cfg["run"]["spill"] if cfg.get("run") else []
+        self.spill = (cfg.get("run") or {}).get("spill", [])
 
     def add(self, data):
         """Take one piece of output."""
@@ -2728,7 +2729,7 @@ def run_subagent(cfg, args):
     prompt = args.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return "error: run_subagent needs a non-empty 'prompt' string"
-    depth = cfg["run"]["depth"] if cfg.get("run") else 0
+    depth = (cfg.get("run") or {}).get("depth", 0)
     if depth >= MAX_SUBAGENT_DEPTH:   # a model that delegates forever must not recurse forever
         return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
     child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
