@@ -381,6 +381,7 @@ class Fleet(object):
             with open(self.script, "w") as f:
                 f.write(recipe)
             argv = ["sh", self.script]
+        submitted = time.time()
         try:
             wall, rc, cpu = run_shell(argv, self.work, self.env, out, err, self.args.timeout)
         finally:
@@ -394,6 +395,10 @@ class Fleet(object):
             self.stdout = f.read().decode("utf-8", "replace")
         with open(err, "rb") as f:
             self.stderr = f.read().decode("utf-8", "replace")
+        recs = read_records(self.rusage)
+        if self.job is not None and recs:   # sbatch --wait polls every 2, 8, then 32 s
+            self.figures["sbatch_wait_s"] = wall
+            wall = max(r["end"] for r in recs) - submitted
         self.figures.update(wall_s=wall, rc=rc, cpu_s=cpu, load_before=load0,
                             load_after=os.getloadavg())
 
@@ -728,10 +733,11 @@ def label(f):
 def report(fleets, alone, args, load0, load1):
     """The table (Markdown, as the README shows it) and the notes."""
     print("| runner | prompts (runs) | wall | runs/s | CPU per run, runner included | bantam's "
-          "CPU per run | peak RSS per run (median / max) | exit statuses 0 / 1 / 2 | problems |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "CPU per run | peak RSS per run (median / max) | exit statuses 0 / 1 / 2 | problems "
+          "| load before / after |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     if alone:
-        print("| one run alone | 1 | %.3f s | — | — | %.3f s | %.1f MB | — | — |" % (
+        print("| one run alone | 1 | %.3f s | — | — | %.3f s | %.1f MB | — | — | — |" % (
             alone["wall_s"], alone["cpu_s"], alone["maxrss_mb"]))
     for f in fleets:
         g, recs = f.figures, f.figures["records"]
@@ -739,11 +745,12 @@ def report(fleets, alone, args, load0, load1):
         st = g["statuses"]
         runner_cpu = "%.3f s" % (g["cpu_s"] / len(recs)) if f.kind in ("xargs", "parallel") \
             and recs else "—"
-        print("| %s | %d (%d) | %.1f s | %.1f | %s | %.3f s | %.1f / %.1f MB | %d / %d / %d | %d |"
-              % (
-            label(f), g["prompts"], g["runs"], g["wall_s"], g["runs"] / g["wall_s"], runner_cpu,
-            statistics.mean(r["cpu"] for r in recs) if recs else 0, statistics.median(rss),
-            max(rss), st.get(0, 0), st.get(1, 0), st.get(2, 0), len(f.problems)))
+        print("| %s | %d (%d) | %.1f s | %.1f | %s | %.3f s | %.1f / %.1f MB | %d / %d / %d | %d "
+              "| %.1f / %.1f |" % (
+                  label(f), g["prompts"], g["runs"], g["wall_s"], g["runs"] / g["wall_s"],
+                  runner_cpu, statistics.mean(r["cpu"] for r in recs) if recs else 0,
+                  statistics.median(rss), max(rss), st.get(0, 0), st.get(1, 0), st.get(2, 0),
+                  len(f.problems), g.get("load_before", (0,))[0], g.get("load_after", (0,))[0]))
     print()
     for f in fleets:
         if f.kind not in ("slurm", "slices") or not f.figures["records"]:
@@ -755,8 +762,8 @@ def report(fleets, alone, args, load0, load1):
         sleeps = sum(len(r) - 1 for r in f.runs.values()) * args.sleep / tasks
         g.update(task_slot_s=slot, task_bantam_s=mine, task_sleep_s=sleeps)
         print("%s: %d tasks on %d slots in %.1f s: a task's slot time %.3f s, bantam's runs "
-              "%.3f s of it, the script's sleeps %.3f s; the rest (%.0f%%) is Slurm's: "
-              "scheduling, launching the task, bash." % (
+              "(retry waits included) %.3f s of it, the script's sleeps %.3f s; the rest (%.0f%%) "
+              "is Slurm's (scheduling, launching the task, bash) and slots left idle." % (
                   label(f), tasks, f.slots, g["wall_s"], slot, mine, sleeps,
                   100.0 * max(0.0, 1 - (mine + sleeps) / slot)))
     print("Load average (1, 5, 15 min) before: %.2f %.2f %.2f, after: %.2f %.2f %.2f; %d cores."
