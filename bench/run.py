@@ -311,6 +311,10 @@ class Handler(socketserver.StreamRequestHandler):
         except ValueError:
             self.send("400 Bad Request", "application/json", b'{"error":"bad json"}')
             return
+        plan = self.fake.plans.get(mode.partition("-")[0])
+        if plan:   # a failure plan answers for itself (bench/fleet.py)
+            plan(self, mode, req)
+            return
         stream = bool(req.get("stream"))
         msgs = req.get("messages") or []
         tool_msgs = [x for x in msgs if isinstance(x, dict) and x.get("role") == "tool"]
@@ -419,6 +423,7 @@ class FakeServer(object):
 
     def __init__(self):
         self.stats = Stats()
+        self.plans = {}   # mode prefix -> function(handler, mode, request) that answers
         self.commands = {"big": BIG_CMD, "quiet": QUIET_CMD, "true": "true"}
         self._bodies = {}
         self._blk = threading.Lock()
