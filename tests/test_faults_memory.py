@@ -190,11 +190,13 @@ class KillDuringAutosaveTests(BantamTestCase):
         seed = random.randrange(1 << 30)
         outcomes = []   # (exit status, whether autosave.json held this run's reply after it)
 
+        config = self.ws.write_config(self.server)   # once: two threads writing it race
+
         def worker(number):
             rng = random.Random(seed + number)
             home = self.ws.path("home%d" % number)
             os.makedirs(os.path.join(home, ".bantam"))   # the user's config, in this HOME too
-            shutil.copy(self.ws.write_config(self.server), os.path.join(home, ".bantam", "model.cfg"))
+            shutil.copy(config, os.path.join(home, ".bantam", "model.cfg"))
             for i in range(number, self.RUNS, self.WORKERS):
                 outcomes.append(self.run_and_kill(i, home, served, rng.uniform(0, window)))
 
