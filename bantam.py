@@ -551,23 +551,19 @@ def show_output(state, event):
     flush_out(state, now=True)
 
 
+def show_problem(state, event):
+    """A note unless it is information only: -q shows only the problems."""
+    if event["level"] != "info":
+        show_line(state, event)
+
+
 PLAIN = {"request": show_status, "waiting": show_status, "reasoning": show_reasoning,
          "text": show_text, "reply_end": show_reply_end, "discarded": show_discarded,
          "tool_call": show_tool_call, "tool_result": show_tool_result, "approval": show_approval,
          "note": show_line, "retry": show_line, "error": show_line, "context": show_context,
          "turn_end": show_turn_end, "output": show_output}
-
-
-def quiet_view(cfg):
-    """-q's view: only the final answer (an output event) on stdout, and on stderr only the
-    problems: errors, retries, warnings."""
-    view = plain_view(cfg)
-
-    def quiet(event):
-        kind = event["type"]
-        if kind in ("error", "retry", "output") or kind == "note" and event["level"] != "info":
-            view(event)
-    return quiet
+# -q's view: only the final answer (an output event) on stdout, only the problems on stderr.
+QUIET = {"error": show_line, "retry": show_line, "note": show_problem, "output": show_output}
 
 
 def jsonl_view(stream, cfg):
@@ -4700,7 +4696,6 @@ MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
              "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
-MD_RESET = "\033[0m"
 BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 TASK_BOXES = {" ": "\u2610", "x": "\u2611", "X": "\u2611"}   # - [ ] ☐   - [x] ☑
 
@@ -5032,7 +5027,7 @@ def md_inline(text, st, base="", depth=0):
 
 def styled(text, style, base=""):
     """Text in a style, then the enclosing base style again (nothing when color is off)."""
-    return style + text + MD_RESET + base if style and text else text
+    return style + text + RESET + base if style and text else text
 
 
 def wrap_words(text, width):
@@ -5048,16 +5043,16 @@ def wrap_words(text, width):
             line, used = line + gap + word, used + len(gap) + w
         elif w <= width:                           # on a new line (a leading gap is dropped)
             if used:
-                lines.append(line + MD_RESET if active else line)
+                lines.append(line + RESET if active else line)
                 line = active
             line, used = line + word, w
         else:                                      # longer than a line: fill it, then cut
             if width - used - len(gap) < 1:
-                lines.append(line + MD_RESET if active else line)
+                lines.append(line + RESET if active else line)
                 line, used, gap = active, 0, ""
             for i, (piece, w) in enumerate(hard_split(word, width - used - len(gap), width)):
                 if i:
-                    lines.append(line + MD_RESET if active else line)
+                    lines.append(line + RESET if active else line)
                     line, used, gap = active, 0, ""
                 if piece:                          # empty: not even one character fitted
                     line, used = line + gap + piece, used + len(gap) + w
@@ -5083,7 +5078,7 @@ def hard_split(word, room, width):
 def active_styles(active, text):
     """The SGR codes still open after text, given those open before it."""
     for code in SGR.findall(text):
-        active = "" if code in (MD_RESET, "\033[m") else active + code
+        active = "" if code in (RESET, "\033[m") else active + code
     return active
 
 
@@ -5248,7 +5243,8 @@ def term_tool_output(state, event):
     tool["partial"] = text[-4096:]   # a line this long is cut on screen anyway
     if time.monotonic() - tool["status_at"] >= 0.1:
         tool_status(state, event)
-    flush_out(state)
+    else:
+        flush_out(state)
 
 
 def screen_line(state, line, depth):
@@ -5267,18 +5263,21 @@ def screen_line(state, line, depth):
 
 
 def tool_status(state, event):
-    """The live status of a running command: seconds so far, lines not shown yet."""
+    """The live status of a running command (and the tool_progress handler): seconds so far,
+    lines not shown yet."""
     tool = state["tool"]
-    tool["status_at"] = time.monotonic()
-    if not state["bol"] or not state["tty"]:
+    if tool is None:
         return
-    hidden = tool["lines"] - tool["limit"] // 2
-    text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
-    if hidden > 0:
-        text += " \u00b7 %d more lines" % hidden
-    text = COLORS["dim"] + text + RESET if state["color"] else text
-    state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
-    state["status"] = True
+    tool["status_at"] = time.monotonic()
+    if state["bol"] and state["tty"]:
+        hidden = tool["lines"] - tool["limit"] // 2
+        text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
+        if hidden > 0:
+            text += " \u00b7 %d more lines" % hidden
+        text = COLORS["dim"] + text + RESET if state["color"] else text
+        state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
+        state["status"] = True
+    flush_out(state)
 
 
 def term_tool_result(state, event):
@@ -5326,16 +5325,9 @@ def end_tool_output(state, event, tool):
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
 
 
-def term_tool_progress(state, event):
-    """A command is still running: refresh its status line."""
-    if state["tool"] is not None:
-        tool_status(state, event)
-        flush_out(state)
-
-
 TERMINAL = dict(PLAIN, text=term_text, reply_end=term_reply_end, tool_call=term_tool_call,
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=term_tool_progress, approval=term_approval)
+                tool_progress=tool_status, approval=term_approval)
 
 
 # ----------------------------------------------------------------------------------------
@@ -5970,7 +5962,7 @@ def make_sink(cfg, args, convo, batch):
             os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         view = jsonl_view(stream, cfg)
     elif args.quiet and batch:
-        view = quiet_view(cfg)
+        view = plain_view(cfg, QUIET)
     elif cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty()):
         view = terminal_view(cfg)
     else:
