@@ -922,7 +922,7 @@ def trust_folder(cfg, args, interactive, reload):
         if said:
             return reload(True)
     note(cfg, "[this folder is not trusted: your own settings only%s (bantam --trust to trust it)]"
-        % (", commands in sandbox=workspace" if boxed else ""), "info")
+         % (", commands in sandbox=workspace" if boxed else ""), "info")
     cfg = reload(False)
     if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
         cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
