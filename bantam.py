@@ -5654,7 +5654,7 @@ def first_or_typed(convo, readline):
     first = convo.pop("first", None)
     if not first:
         return input("> ")
-    show(convo["cfg"], "> %s\n" % first)
+    show({}, "> %s\n" % first)   # where the prompt is (stderr with --jsonl), not the view
     if readline:
         readline.add_history(first)
     return first
@@ -5678,7 +5678,7 @@ def repl(convo):
             try:
                 line = first_or_typed(convo, readline)
             except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
-                show(cfg, "\n")
+                show({}, "\n")   # ends the prompt's line, where the prompt is
                 again, empty = "", not (readline and readline.get_line_buffer())
                 if empty and time.monotonic() - last_interrupt < 2:
                     break
@@ -5687,7 +5687,7 @@ def repl(convo):
                     note(cfg, "[Ctrl+C again within 2 s quits]", "info")
                 continue
             except EOFError:
-                show(cfg, "\n")
+                show({}, "\n")   # ends the prompt's line, where the prompt is
                 break
             finally:
                 if ready and readline:
