@@ -322,9 +322,8 @@ def color_wanted(cfg, stream):
 
 
 def plain_view(cfg, handlers=None):
-    """A view (a function taking events) with handlers by event type, PLAIN unless given; its
-    state: the streams (stdout the conversation, stderr the diagnostics), the colors, where
-    the cursor is, what is open."""
+    """A view: a function passing each event to handlers[its type] (PLAIN unless given) with
+    the view's state: stdout for the conversation, stderr for diagnostics, what is open."""
     out, err = sys.stdout, sys.stderr
     state = {"out": out, "err": err, "color": color_wanted(cfg, out),
              "err_color": color_wanted(cfg, err), "tty": out.isatty(), "bol": True,
