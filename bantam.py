@@ -176,13 +176,32 @@ class ApiError(BantamError):
 # ----------------------------------------------------------------------------------------
 
 STARTED = time.monotonic()   # events carry "t": seconds since the process started
+# The event types and their fields, besides type, t and depth (the README's table says more).
+EVENTS = {
+    "start": "version model mode session time", "prompt": "text session",
+    "turn_start": "messages", "request": "model messages stream", "waiting": "seconds",
+    "reasoning": "text", "text": "text", "reply_end": "finish", "reply": "message quiet",
+    "usage": "model prompt_tokens cached_tokens completion_tokens estimated quiet seconds "
+             "first_output cost",
+    "message": "message", "tool_call": "id name arguments",
+    "approval": "id tool command path decision rule reason edited",
+    "tool_output": "text", "tool_progress": "seconds", "tool_result": "id name content ok",
+    "retry": "error attempt of wait", "discarded": "error", "note": "text level",
+    "error": "message", "output": "text", "compaction": "before after kept_prompt",
+    "budget_stop": "reason limit used",
+    "context": "model prompt_tokens cached_tokens completion_tokens estimated window share "
+               "cost session_cost",
+    "turn_end": "status error",
+}
 
 
 def emit(cfg, kind, **fields):
     """Pass one event to the run's sink: {"type": kind, "t": seconds, "depth": subagent
-    level, ...fields}. Text in events is already safe to show (secrets replaced)."""
+    level, ...fields}. Text in events is already safe to show (secrets replaced). Outside a
+    run, and before cfg has a sink, a plain view of its own shows it."""
     run = cfg.get("run")
-    event = {"type": kind, "t": round(time.monotonic() - STARTED, 3), "depth": run["depth"] if run else 0}
+    event = {"type": kind, "t": round(time.monotonic() - STARTED, 3),
+             "depth": run["depth"] if run else 0}
     event.update(fields)
     (run["emit"] if run else cfg.get("on_event") or plain_view(cfg))(event)
 
@@ -192,10 +211,9 @@ def note(cfg, text, level="error"):
     emit(cfg, "note", text=redact_all(cfg, text), level=level)
 
 
-def say(text):
-    """A line on stderr from outside any run (a warning while reading the config)."""
-    sys.stderr.write(terminal_safe(text) + "\n")
-    sys.stderr.flush()
+def show(cfg, text):
+    """A command's output, made terminal-safe, as an "output" event (shown on stdout)."""
+    emit(cfg, "output", text=terminal_safe(text))
 
 
 # Control characters a terminal would act on (ESC, OSC, BEL, C1 CSI...): shown, never obeyed.
@@ -303,33 +321,30 @@ def color_wanted(cfg, stream):
     return mode == "always" or stream.isatty()
 
 
-def plain_view(cfg, out=None, err=None):
-    """A view printing the spec's traces: a function taking events. out gets the
-    conversation (the answer and the traces), err the diagnostics."""
-    state = plain_state(cfg, out or sys.stdout, err or sys.stderr)
+def plain_view(cfg, handlers=None):
+    """A view: a function passing each event to handlers[its type] (PLAIN unless given) with
+    the view's state: stdout for the conversation, stderr for diagnostics, what is open."""
+    out, err = sys.stdout, sys.stderr
+    state = {"out": out, "err": err, "color": color_wanted(cfg, out),
+             "err_color": color_wanted(cfg, err), "tty": out.isatty(), "bol": True,
+             "block": None, "status": False, "flushed": 0.0, "depth": 0, "cfg": cfg,
+             "md": None, "tool": None, "tool_lines": cfg.get("tool_lines") or 0}
+    handlers = handlers or PLAIN
 
     def view(event):
-        handler = PLAIN.get(event["type"])
+        handler = handlers.get(event["type"])
         if handler:
             handler(state, event)
     return view
 
 
-def plain_state(cfg, out, err):
-    """The state of a view: its streams, colors, where the cursor is, what is open."""
-    return {"out": out, "err": err, "color": color_wanted(cfg, out), "err_color": color_wanted(cfg, err),
-            "tty": out.isatty(), "bol": True, "block": None, "status": False, "flushed": 0.0,
-            "depth": 0, "cfg": cfg}
-
-
 def write(state, text, style=None, depth=0, raw=False):
-    """Write conversation text: made terminal-safe (unless raw: already safe, with styles
-    of its own), behind the rail at a subagent's depth, colored. The status line is
-    cleared first."""
+    """Write conversation text (terminal-safe unless raw), behind the rail at a subagent's
+    depth, colored; the status line is cleared first."""
     if state["status"]:
         clear_status(state)
     if not raw:
-        text = TERMINAL_UNSAFE.sub(visible, text)
+        text = terminal_safe(text)
     if not text:
         return
     if depth != state["depth"]:
@@ -352,7 +367,7 @@ def write(state, text, style=None, depth=0, raw=False):
 
 def flush_out(state, now=False):
     """Flush the conversation stream: a terminal at once, a pipe at most every FLUSH_EVERY s."""
-    clock = time.monotonic() - STARTED   # the clock of the events' "t"
+    clock = time.monotonic()
     if now or state["tty"] or clock - state["flushed"] >= FLUSH_EVERY:
         try:
             state["out"].flush()
@@ -422,8 +437,7 @@ def show_text(state, event):
         close_block(state, event)
         state["block"] = "text"
     write(state, event["text"], None, event["depth"])
-    if state["tty"] or event["t"] - state["flushed"] >= FLUSH_EVERY:   # (flush_out, inlined: the hot path)
-        flush_out(state, now=True)
+    flush_out(state)
 
 
 def show_reply_end(state, event):
@@ -445,7 +459,8 @@ def show_tool_call(state, event):
     """[tool call: name(arguments)]"""
     close_block(state, event)
     end_line(state, event["depth"])
-    write(state, "[tool call: %s(%s)]\n" % (event["name"], short_arguments(event)), "call", event["depth"])
+    text = "[tool call: %s(%s)]\n" % (event["name"], short_arguments(event))
+    write(state, text, "call", event["depth"])
     flush_out(state, now=True)
 
 
@@ -456,51 +471,27 @@ def short_arguments(event):
     try:
         args = json.loads(event["arguments"])
         content = args["content"]
-        args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")), count_lines(content))
+        size = len(content.encode("utf-8", "replace"))
+        args["content"] = "<%d bytes, %d lines>" % (size, count_lines(content))
         return json.dumps(args, ensure_ascii=False)
     except (ValueError, KeyError, TypeError, AttributeError):
         return event["arguments"]
-
-
-def file_tool_call(name, args):
-    """A read or write call in words ("read notes.txt lines 10-29", "write a.txt: 3 lines at
-    line 5, deleting 2 lines"), or None for another call."""
-    if name not in ("read", "write", "write_file") or not isinstance(args, dict):
-        return None
-    path = args.get("filePath", args.get("path"))
-    if not isinstance(path, str):
-        return None
-    if name == "read":
-        offset, limit = args.get("offset"), args.get("limit")
-        if offset is None and limit is None:
-            return "\u00bb read %s" % path
-        first = offset if isinstance(offset, int) and offset > 0 else 1
-        last = "%d" % (first + limit - 1) if isinstance(limit, int) and limit > 0 else "end"
-        return "\u00bb read %s lines %d-%s" % (path, first, last)
-    content = args.get("content") if isinstance(args.get("content"), str) else ""
-    size = "%d lines" % count_lines(content) if content else "nothing"
-    at = next(("at %s %s" % (word, args[key]) for key, word in (("lineOffset", "line"), ("byteOffset", "byte"),
-                                                               ("offset", "byte")) if args.get(key) is not None), "")
-    cut = next((", deleting %s %s" % (args[key], word) for key, word in (("delLines", "lines"), ("delBytes", "bytes"),
-                                                                       ("del_bytes", "bytes")) if args.get(key) is not None), "")
-    if not at and not cut:
-        return "\u00bb write %s: %s (whole file)" % (path, size)
-    return "\u00bb write %s: %s %s%s" % (path, size, at or "at the start", cut)
 
 
 def show_tool_result(state, event):
     """[tool result: name] and the result."""
     end_line(state, event["depth"])
     write(state, "[tool result: %s]\n" % event["name"], "result", event["depth"])
-    text = event["content"]
-    write(state, text + ("" if text.endswith("\n") else "\n"), "body" if event["ok"] else "error", event["depth"])
+    text = event["content"] + ("" if event["content"].endswith("\n") else "\n")
+    write(state, text, "body" if event["ok"] else "error", event["depth"])
     flush_out(state, now=True)
 
 
-def show_note(state, event):
-    """A diagnostic line on stderr."""
-    style = {"error": "error", "warning": "error", "info": "dim"}.get(event.get("level"), "error")
-    show_on_stderr(state, event["text"], style)
+def show_line(state, event):
+    """A note, a retry or an error: one line on stderr."""
+    text = {"note": "{text}", "retry": "[{error}; retry {attempt}/{of} in {wait:g}s]",
+            "error": "error: {message}"}[event["type"]].format(**event)
+    show_on_stderr(state, text, "dim" if event.get("level") == "info" else "error")
 
 
 def show_on_stderr(state, text, style):
@@ -510,7 +501,7 @@ def show_on_stderr(state, text, style):
     if not state["bol"] and state["tty"]:
         end_line(state)
     flush_out(state, now=True)
-    paint = COLORS.get(style) if state["err_color"] else None
+    paint = COLORS[style] if state["err_color"] else None
     text = terminal_safe(text)
     try:
         state["err"].write((paint + text + RESET if paint else text) + "\n")
@@ -519,40 +510,30 @@ def show_on_stderr(state, text, style):
         terminal_gone(state)
 
 
-def show_retry(state, event):
-    """[error; retry n/m in s]"""
-    show_on_stderr(state, "[%s; retry %d/%d in %gs]" % (event["error"], event["attempt"], event["of"],
-                                                       event["wait"]), "error")
-
-
-def show_error(state, event):
-    """error: message"""
-    close_block(state, event)
-    show_on_stderr(state, "error: %s" % event["message"], "error")
-
-
 def show_context(state, event):
     """The token line: [model: prompt (cached) + completion | context: used/window (share)]"""
     if not state["cfg"].get("usage", True):
         return
     about = "~" if event["estimated"] else ""
-    cached = event["cached_tokens"]
-    split = " (%d cached, %d uncached)" % (cached, event["prompt_tokens"] - cached) if cached is not None else ""
+    cached, prompt = event["cached_tokens"], event["prompt_tokens"]
+    split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
     cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
         about, event["cost"], about, event["session_cost"])
     show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]" % (
-        event["model"], about, event["prompt_tokens"], split, about, event["completion_tokens"], about,
-        event["prompt_tokens"], event["window"], event["share"] * 100, cost), "dim")
+        event["model"], about, prompt, split, about, event["completion_tokens"], about, prompt,
+        event["window"], event["share"] * 100, cost), "dim")
 
 
 def show_approval(state, event):
     """[command refused (deny rm *)]: a decision about a call, unless approve=auto made it."""
-    if event["rule"] not in ("approve=auto", "working folder"):
-        who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
-        show_on_stderr(state, "[%s %s %s%s]" % (
-            "command" if event["tool"] == "shell_exec" else event["tool"],
-            {"run": "run", "always": "run, and from now on", "edit": "changed and run",
-             "refuse": "refused"}[event["decision"]], who, ": " + event["reason"] if event["reason"] else ""), "dim")
+    if event["rule"] in ("approve=auto", "working folder"):
+        return
+    what = "command" if event["tool"] == "shell_exec" else event["tool"]
+    done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
+            "refuse": "refused"}[event["decision"]]
+    who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
+    why = ": " + event["reason"] if event["reason"] else ""
+    show_on_stderr(state, "[%s %s %s%s]" % (what, done, who, why), "dim")
 
 
 def show_turn_end(state, event):
@@ -563,16 +544,30 @@ def show_turn_end(state, event):
         flush_out(state, now=True)
 
 
-PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
-         "reply_end": show_reply_end, "tool_call": show_tool_call, "tool_result": show_tool_result,
-         "note": show_note, "retry": show_retry, "error": show_error, "context": show_context,
-         "approval": show_approval, "turn_end": show_turn_end, "discarded": show_discarded,
-         "waiting": show_status}
+def show_output(state, event):
+    """A command's output on stdout (terminal-safe already, and it may carry its own styles)."""
+    write(state, event["text"], raw=True)
+    flush_out(state, now=True)
+
+
+def show_problem(state, event):
+    """A note unless it is information only: -q shows only the problems."""
+    if event["level"] != "info":
+        show_line(state, event)
+
+
+PLAIN = {"request": show_status, "waiting": show_status, "reasoning": show_reasoning,
+         "text": show_text, "reply_end": show_reply_end, "discarded": show_discarded,
+         "tool_call": show_tool_call, "tool_result": show_tool_result, "approval": show_approval,
+         "note": show_line, "retry": show_line, "error": show_line, "context": show_context,
+         "turn_end": show_turn_end, "output": show_output}
+# -q's view: only the final answer (an output event) on stdout, only the problems on stderr.
+QUIET = {"error": show_line, "retry": show_line, "note": show_problem, "output": show_output}
 
 
 def jsonl_view(stream, cfg):
-    """A view writing each event as one JSON line, flushed at once (for programs and jq);
-    secrets replaced (those of now: /cfg may set a new key)."""
+    """A view writing each event as one JSON line, flushed at once, secrets replaced (those
+    of now: /cfg may set a new key)."""
     encode = json.JSONEncoder(ensure_ascii=False).encode
 
     def view(event):
@@ -588,13 +583,13 @@ def jsonl_view(stream, cfg):
 def both(*views):
     """A view passing each event to every view given (None ones left out)."""
     views = [v for v in views if v]
-    if len(views) == 1:
-        return views[0]
 
     def view(event):
         for each in views:
             each(event)
     return view
+
+
 # ----------------------------------------------------------------------------------------
 # Config: flags, then model.cfg (key=value: the folder's over the user's), then BANTAM_<KEY>,
 # then DEFAULTS; what a folder may set before it is trusted; secrets kept from commands
@@ -669,7 +664,8 @@ def read_key_values(path):
         if not sep or not key:
             raise ConfigError("%s: expected key=value, got %r" % (where, line[:60]))
         if key not in DEFAULTS:
-            say("%s: unknown config key %r (ignored)%s" % (where, key, did_you_mean(key, DEFAULTS)))
+            note({}, "%s: unknown config key %r (ignored)%s"
+                 % (where, key, did_you_mean(key, DEFAULTS)), "warning")
             continue
         values[key] = (re.sub(r"\s+#.*$", "", value).strip(), where)   # "key=value  # note"
     return values
@@ -749,7 +745,8 @@ def normal_endpoint(url, where):
     base = url.rstrip("/")
     cut = re.sub(r"/chat/completions/*(?=\?|$)", "", base, count=1)
     if cut != base:
-        say("%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut))
+        note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
+             "warning")
     if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
         raise ConfigError("%s: endpoint: expected an http:// or https:// URL with a host (and "
                           "a port number after a ':'), got %r" % (where, url))
@@ -861,7 +858,7 @@ def add_prompt_extras(cfg):
                 extras.append("Project instructions (AGENTS.md of %s):\n\n%s" % (os.getcwd(), f.read().strip()))
             cfg["sources"]["project_instructions_file"] = path
         except OSError as e:
-            say("warning: cannot read %s: %s" % (path, e.strerror))
+            note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
     base = cfg.setdefault("base_system_prompt", cfg["system_prompt"])
     cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" if extras else base
 
@@ -892,7 +889,7 @@ def remember_folder(**facts):
     try:
         write_private_file(folders_file(), json.dumps(memory, indent=1))
     except OSError as e:
-        say("warning: cannot remember this folder's settings: %s" % e)
+        note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 
 def trust_folder(cfg, args, interactive, reload):
@@ -923,8 +920,8 @@ def trust_folder(cfg, args, interactive, reload):
         remember_folder(trusted=said, **({"sandbox": boxed} if boxed else {}))
         if said:
             return reload(True)
-    say("[this folder is not trusted: your own settings only%s (bantam --trust to trust it)]"
-        % (", commands in sandbox=workspace" if boxed else ""))
+    note(cfg, "[this folder is not trusted: your own settings only%s (bantam --trust to trust it)]"
+         % (", commands in sandbox=workspace" if boxed else ""), "info")
     cfg = reload(False)
     if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
         cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
@@ -1043,7 +1040,7 @@ def save_session(cfg, session, messages, link=True):
         if link:
             point_autosave(session["id"])
     except OSError as e:
-        say("warning: cannot save the conversation: %s" % e)
+        note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
 
 def save_step(cfg, session, messages):
@@ -1065,7 +1062,7 @@ def save_step(cfg, session, messages):
         session["lines"] = lines + new if len(lines) == len(written) else []   # the cache of JSON texts
         session["written"], session["journal"] = written + messages[len(written):], True
     except OSError as e:
-        say("warning: cannot save the conversation: %s" % e)
+        note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
 
 def remove_steps(session):
@@ -4379,15 +4376,6 @@ def apply_setting(convo, key, value, where):
 # returns QUIT to end the REPL.
 # ----------------------------------------------------------------------------------------
 
-def show(text, raw=False):
-    """Write a command's output to stdout (made terminal-safe unless raw: rendered already)."""
-    try:
-        sys.stdout.write(text if raw else terminal_safe(text))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        stdout_closed()
-
-
 def summarize(cfg, messages):
     """A short summary for a saved session: asked of the model, else the first prompt."""
     try:
@@ -4417,7 +4405,7 @@ def cmd_save(convo, arg):
     save_session(cfg, copy, convo["messages"], link=False)
     if session["id"]:
         save_session(cfg, session, convo["messages"])   # the summary goes on the conversation too
-    show("[saved session %s]\n" % copy["id"])
+    show(cfg, "[saved session %s]\n" % copy["id"])
 
 
 LIST_SHOWN = 20   # sessions /list shows (/list all: every one)
@@ -4436,11 +4424,11 @@ def cmd_list(convo, arg):
             head.get("summary", "(unreadable)")))
         if width and display_width(line) > width:   # cut at a word: the terminal would wrap it
             line = wrap_words(line, width - 1)[0] + "\u2026"
-        show(line + "\n")
+        show(convo["cfg"], line + "\n")
     if arg != "all" and len(ids) > LIST_SHOWN:
-        show("(%d older: /list all shows every one)\n" % (len(ids) - LIST_SHOWN))
+        show(convo["cfg"], "(%d older: /list all shows every one)\n" % (len(ids) - LIST_SHOWN))
     if not ids:
-        show("(no saved sessions)\n")
+        show(convo["cfg"], "(no saved sessions)\n")
 
 
 def cmd_load(convo, arg):
@@ -4456,11 +4444,11 @@ def show_resumed(convo):
     exchange; a --session id with no file yet: that it starts a new conversation."""
     session, messages = convo["session"], convo["messages"]
     if len(messages) > 1:
-        show("[continuing %s: %d messages, %s]\n" % (session["id"] or "autosave", len(messages),
-                                                      ago(session.get("changed") or time.time())))
+        show(convo["cfg"], "[continuing %s: %d messages, %s]\n" % (
+            session["id"] or "autosave", len(messages), ago(session.get("changed") or time.time())))
         show_exchange(convo["cfg"], messages)
     elif session["id"]:
-        show("[new conversation %s: no saved session has that id]\n" % session["id"])
+        show(convo["cfg"], "[new conversation %s: no saved session has that id]\n" % session["id"])
 
 
 def show_exchange(cfg, messages):
@@ -4485,7 +4473,7 @@ def show_exchange(cfg, messages):
     lines, room = answer.split("\n") if answer else [], max(rows - len(shown) - 4, 3)
     if len(lines) > room:
         lines = ["... %d earlier lines" % (len(lines) - room + 1)] + lines[1 - room:]
-    show("\n".join(shown + lines) + "\n", raw=True)
+    emit(cfg, "output", text="\n".join(shown + lines) + "\n")   # terminal-safe and styled
 
 
 def cmd_delete(convo, arg):
@@ -4504,7 +4492,7 @@ def delete_session(prefix):
     error = remove_session(sid)
     if error:
         raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
-    show("[deleted session %s]\n" % sid)
+    show({}, "[deleted session %s]\n" % sid)
     return 0
 
 
@@ -4531,23 +4519,23 @@ def cmd_compact(convo, arg):
     before = len(convo["messages"])
     if before < 3:
         raise BantamError("nothing to compact yet")
-    show("[compacting...]\n")
+    show(convo["cfg"], "[compacting...]\n")
     compact(convo["cfg"], convo["messages"])
     save_session(convo["cfg"], convo["session"], convo["messages"])
-    show("[compacted %d messages into a summary]\n" % before)
+    show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 
 
 def cmd_clear(convo, arg):
     """/clear: start a new conversation with just the system prompt (the old one is kept)."""
     switch_to(convo, new_session(), [{"role": "system", "content": convo["cfg"]["system_prompt"]}])
-    show("[conversation cleared]\n")
+    show(convo["cfg"], "[conversation cleared]\n")
 
 
 def cmd_models(convo, arg):
     """/models: the endpoint's model ids, the configured one marked with *."""
     for entry in list_models(convo["cfg"]):
         mid = str(entry.get("id", "?"))
-        show("%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
+        show(convo["cfg"], "%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
 
 
 def cmd_cfg(convo, arg):
@@ -4562,7 +4550,7 @@ def cmd_cfg(convo, arg):
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
-        show("%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
+        show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
         return
     if key in SECRET_KEYS:
         forget_last_input()   # a key typed at the prompt stays out of ~/.bantam_history
@@ -4570,12 +4558,13 @@ def cmd_cfg(convo, arg):
     before, path = cfg["sources"][key], setting_file(cfg, key)
     where = save_setting(path, key, raw)
     apply_setting(convo, key, value, where)
-    show("[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
+    show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
     if before == "flag":
-        show("[note: the command line set %s; a flag still wins over the file at the next start]\n" % key)
+        show(cfg, "[note: the command line set %s; a flag still wins over the file at the next "
+             "start]\n" % key)
     if key in SECRET_KEYS and in_git_work_tree(path):
-        show("[note: %s is inside a git work tree: a commit may take the key with it; add it to "
-             ".gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
+        show(cfg, "[note: %s is inside a git work tree: a commit may take the key with it; add it "
+             "to .gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
 
 
 def forget_last_input():
@@ -4596,7 +4585,7 @@ def cmd_model(convo, arg):
     if arg:
         return cmd_cfg(convo, "model " + arg)
     cmd_models(convo, "")
-    show("(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
+    show(convo["cfg"], "(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
 
 
 def cmd_endpoint(convo, arg):
@@ -4637,12 +4626,14 @@ def cmd_skill(convo, arg):
     found = skills(cfg)
     if not arg:
         if not cfg["bantam_skills_dir"]:
-            show("(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir ~/skills)\n")
+            show(cfg, "(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir "
+                 "~/skills)\n")
         for name, folder in found.items():
             about = front_matter(read_skill(os.path.join(folder, "SKILL.md")))
-            show("%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
+            show(cfg, "%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
         if cfg["bantam_skills_dir"] and not found:
-            show("(no skills in %s: a skill is a folder with a SKILL.md)\n" % cfg["bantam_skills_dir"])
+            show(cfg, "(no skills in %s: a skill is a folder with a SKILL.md)\n"
+                 % cfg["bantam_skills_dir"])
         return None
     name, _, prompt = arg.partition(" ")
     if name in found:
@@ -4664,9 +4655,9 @@ class SendPrompt(str):
 def cmd_help(convo, arg):
     """/help: the commands."""
     for name, (_, text) in COMMANDS.items():
-        show("%-14s %s\n" % (name, text))
-    show("%-14s %s\n" % ("!cmd", "run cmd with bash here, outside the conversation"))
-    show("%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
+        show(convo["cfg"], "%-14s %s\n" % (name, text))
+    show(convo["cfg"], "%-14s %s\n" % ("!cmd", "run cmd with bash here, outside the conversation"))
+    show(convo["cfg"], "%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
 
 
 def cmd_quit(convo, arg):
@@ -4704,7 +4695,6 @@ MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
              "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
-MD_RESET = "\033[0m"
 BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 TASK_BOXES = {" ": "\u2610", "x": "\u2611", "X": "\u2611"}   # - [ ] ☐   - [x] ☑
 
@@ -5036,7 +5026,7 @@ def md_inline(text, st, base="", depth=0):
 
 def styled(text, style, base=""):
     """Text in a style, then the enclosing base style again (nothing when color is off)."""
-    return style + text + MD_RESET + base if style and text else text
+    return style + text + RESET + base if style and text else text
 
 
 def wrap_words(text, width):
@@ -5052,16 +5042,16 @@ def wrap_words(text, width):
             line, used = line + gap + word, used + len(gap) + w
         elif w <= width:                           # on a new line (a leading gap is dropped)
             if used:
-                lines.append(line + MD_RESET if active else line)
+                lines.append(line + RESET if active else line)
                 line = active
             line, used = line + word, w
         else:                                      # longer than a line: fill it, then cut
             if width - used - len(gap) < 1:
-                lines.append(line + MD_RESET if active else line)
+                lines.append(line + RESET if active else line)
                 line, used, gap = active, 0, ""
             for i, (piece, w) in enumerate(hard_split(word, width - used - len(gap), width)):
                 if i:
-                    lines.append(line + MD_RESET if active else line)
+                    lines.append(line + RESET if active else line)
                     line, used, gap = active, 0, ""
                 if piece:                          # empty: not even one character fitted
                     line, used = line + gap + piece, used + len(gap) + w
@@ -5087,7 +5077,7 @@ def hard_split(word, room, width):
 def active_styles(active, text):
     """The SGR codes still open after text, given those open before it."""
     for code in SGR.findall(text):
-        active = "" if code in (MD_RESET, "\033[m") else active + code
+        active = "" if code in (RESET, "\033[m") else active + code
     return active
 
 
@@ -5115,20 +5105,10 @@ def char_width(ch):
 # request (render=always); pipes and files get the plain view, the spec's traces.
 # ----------------------------------------------------------------------------------------
 
-def terminal_view(cfg, out=None, err=None):
+def terminal_view(cfg):
     """A view for a person at a terminal: the plain view's layout and colors, plus rendered
     Markdown, readable tool calls and live tool output."""
-    out = out or sys.stdout
-    view_state = {}
-
-    def view(event):
-        if not view_state:
-            view_state.update(plain_state(cfg, out, err or sys.stderr), md=None, tool=None,
-                              tool_lines=cfg.get("tool_lines") or 0)
-        handler = TERMINAL.get(event["type"]) or PLAIN.get(event["type"])
-        if handler:
-            handler(view_state, event)
-    return view
+    return plain_view(cfg, TERMINAL)
 
 
 def screen_size(state):
@@ -5144,15 +5124,13 @@ PREVIEW_ROWS = 3   # rows of the line in progress shown (it has not been rendere
 
 
 def term_text(state, event):
-    """A piece of the answer, rendered line by line; the line in progress is previewed (dim,
-    wrapped) until its newline arrives."""
+    """A piece of the answer, rendered line by line; the line in progress is previewed."""
     depth = event["depth"]
     if state["block"] != "text":
         close_block(state, event)
         state["block"] = "text"
-        columns = screen_size(state)[0] - 4 * depth
-        state["md"] = md_start(columns, state["color"])
-    rendered = md_feed(state["md"], TERMINAL_UNSAFE.sub(visible, event["text"]))
+        state["md"] = md_start(screen_size(state)[0] - 4 * depth, state["color"])
+    rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
         write(state, rendered, depth=depth, raw=True)
     preview(state, "".join(state["md"]["part"]), depth)
@@ -5160,16 +5138,16 @@ def term_text(state, event):
 
 
 def preview(state, text, depth):
-    """Show the line in progress, dim and wrapped at words, on its last PREVIEW_ROWS rows
-    (erased when its newline arrives and the rendered line replaces it)."""
+    """Show the line in progress, dim and wrapped as it will be rendered, on its last
+    PREVIEW_ROWS rows (erased when its newline arrives and the rendered line replaces it)."""
     if not text or not state["bol"]:
         return
-    room = state["md"]["width"]   # wrapped as it will be once rendered
-    rows = wrap_words(text[-2000:], room)[-PREVIEW_ROWS:]   # (a longer line: its end)
+    rows = wrap_words(text[-2000:], state["md"]["width"])[-PREVIEW_ROWS:]   # a longer line: its end
     pad = "  \u2502 " * depth
     erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
     text = ("\r\n" + pad).join(rows)
-    state["out"].write("\r\033[K" + erase + pad + (COLORS["dim"] + text + RESET if state["color"] else text))
+    text = COLORS["dim"] + text + RESET if state["color"] else text
+    state["out"].write("\r\033[K" + erase + pad + text)
     state["status"] = len(rows)   # one write: a terminal's stream flushes at every \r
 
 
@@ -5186,27 +5164,52 @@ def term_reply_end(state, event):
 
 
 def term_tool_call(state, event):
-    """A tool call as what it does: "$ command" (line breaks kept), a subagent's prompt."""
+    """A tool call as what it does ("$ command", "» read notes.txt"), or as the plain trace."""
     close_block(state, event)
     end_line(state, event["depth"])
     try:
         args = json.loads(event["arguments"])
     except ValueError:
         args = None
-    if event["name"] in ("shell_exec", "bash") and isinstance(args, dict) and isinstance(args.get("command"), str):
-        text = "$ " + args["command"].rstrip("\n")
-    elif event["name"] == "run_subagent" and isinstance(args, dict) and isinstance(args.get("prompt"), str):
-        text = "\u00bb subagent: " + args["prompt"].rstrip("\n")
-    elif file_tool_call(event["name"], args):
-        text = file_tool_call(event["name"], args)
-    else:
-        text = "[tool call: %s(%s)]" % (event["name"], event["arguments"])
+    text = (call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
+            or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
     write(state, text + "\n", "call", event["depth"])
     import collections
     limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
-    state["tool"] = {"lines": 0, "partial": "", "tail": collections.deque(maxlen=limit - limit // 2),
-                     "limit": limit, "started": time.monotonic(), "status_at": 0.0}
+    state["tool"] = {"lines": 0, "partial": "", "limit": limit, "started": time.monotonic(),
+                     "tail": collections.deque(maxlen=limit - limit // 2), "status_at": 0.0}
     flush_out(state, now=True)
+
+
+def call_in_words(name, args):
+    """A tool call in words ("$ ls -la", "» subagent: prompt", "» read notes.txt lines 10-29",
+    "» write a.txt: 3 lines at line 5, deleting 2 lines"), or None for another call."""
+    if not isinstance(args, dict):
+        return None
+    if name == "shell_exec" and isinstance(args.get("command"), str):
+        return "$ " + args["command"].rstrip("\n")
+    if name == "run_subagent" and isinstance(args.get("prompt"), str):
+        return "\u00bb subagent: " + args["prompt"].rstrip("\n")
+    path = args.get("filePath", args.get("path"))
+    if name not in ("read", "write") or not isinstance(path, str):
+        return None
+    if name == "read":
+        offset, limit = args.get("offset"), args.get("limit")
+        if offset is None and limit is None:
+            return "\u00bb read %s" % path
+        first = offset if isinstance(offset, int) and offset > 0 else 1
+        last = "%d" % (first + limit - 1) if isinstance(limit, int) and limit > 0 else "end"
+        return "\u00bb read %s lines %d-%s" % (path, first, last)
+    content = args.get("content") if isinstance(args.get("content"), str) else ""
+    size = "%d lines" % count_lines(content) if content else "nothing"
+    starts = (("lineOffset", "line"), ("byteOffset", "byte"), ("offset", "byte"))
+    cuts = (("delLines", "lines"), ("delBytes", "bytes"), ("del_bytes", "bytes"))
+    at = next(("at %s %s" % (word, args[k]) for k, word in starts if args.get(k) is not None), "")
+    cut = next((", deleting %s %s" % (args[k], word) for k, word in cuts
+                if args.get(k) is not None), "")
+    if not at and not cut:
+        return "\u00bb write %s: %s (whole file)" % (path, size)
+    return "\u00bb write %s: %s %s%s" % (path, size, at or "at the start", cut)
 
 
 def term_approval(state, event):
@@ -5219,8 +5222,8 @@ def term_approval(state, event):
 
 def term_tool_output(state, event):
     """A command's output as it comes, dim: the first half-screenful of lines, then only the
-    count (the last lines are shown when it ends). Work per piece is small whatever its
-    size: once the first lines are shown, a piece is only counted and its end kept."""
+    count (the last lines are shown when it ends). Once the first lines are shown, a piece
+    is only counted and its end kept: little work per piece whatever its size."""
     tool = state["tool"]
     if tool is None:
         return
@@ -5239,14 +5242,14 @@ def term_tool_output(state, event):
     tool["partial"] = text[-4096:]   # a line this long is cut on screen anyway
     if time.monotonic() - tool["status_at"] >= 0.1:
         tool_status(state, event)
-    flush_out(state)
+    else:
+        flush_out(state)
 
 
 def screen_line(state, line, depth):
-    """A line of a command's output cut to the terminal's width (the model gets it whole):
-    a minified file or a long log line takes one row, not a screenful. The cut keeps a third
-    of the row from the start and the rest from the end: the end usually names the thing (the
-    file in `ls -la`, the message after a log's timestamp, the file at the end of a path)."""
+    """A line of a command's output cut to one row (the model gets it whole): a third of the
+    row from its start, the rest from its end, which usually names the thing (the file in
+    `ls -la`, the message after a log's timestamp)."""
     room = max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
@@ -5259,23 +5262,26 @@ def screen_line(state, line, depth):
 
 
 def tool_status(state, event):
-    """The live status of a running command: seconds so far, lines not shown yet."""
+    """The live status of a running command (and the tool_progress handler): seconds so far,
+    lines not shown yet."""
     tool = state["tool"]
-    tool["status_at"] = time.monotonic()
-    if not state["bol"] or not state["tty"]:
+    if tool is None:
         return
-    hidden = tool["lines"] - tool["limit"] // 2
-    text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
-    if hidden > 0:
-        text += " \u00b7 %d more lines" % hidden
-    state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + (COLORS["dim"] + text + RESET if state["color"] else text))
-    state["status"] = True
+    tool["status_at"] = time.monotonic()
+    if state["bol"] and state["tty"]:
+        hidden = tool["lines"] - tool["limit"] // 2
+        text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
+        if hidden > 0:
+            text += " \u00b7 %d more lines" % hidden
+        text = COLORS["dim"] + text + RESET if state["color"] else text
+        state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
+        state["status"] = True
+    flush_out(state)
 
 
 def term_tool_result(state, event):
-    """The end of a tool: the rest of a command's output (its last lines after "... N more
-    lines"), then how it ended; a subagent's end (its answer was shown as it came); another
-    tool's result, cut to a screenful."""
+    """The end of a tool: a command's last lines and how it ended; a subagent's end (its
+    answer was shown as it came); another tool's result, cut to a screenful."""
     tool, state["tool"] = state["tool"], None
     depth = event["depth"]
     if tool is not None and (tool["lines"] or tool["partial"]) and event["ok"]:
@@ -5284,17 +5290,20 @@ def term_tool_result(state, event):
         took = time.monotonic() - tool["started"]
         summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?", took)
         write(state, summary + "\n", "dim" if code and code.group(1) == "0" else "error", depth)
-    elif event["name"] == "run_subagent" and event["ok"] and not event["content"].startswith(("error:", "(")):
+    elif (event["name"] == "run_subagent" and event["ok"]
+          and not event["content"].startswith(("error:", "("))):
         end_line(state, depth)   # its answer is on screen already, behind the rail
         write(state, "\u00bb subagent done\n", "dim", depth)
     else:
         end_line(state, depth)
-        text = event["content"]
-        lines = text.split("\n")
+        lines = event["content"].split("\n")
         limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
         if len(lines) > limit:
-            text = "\n".join(lines[:limit // 2] + ["... %d more lines" % (len(lines) - limit)] + lines[-(limit - limit // 2):])
-        write(state, text + ("" if text.endswith("\n") else "\n"), "body" if event["ok"] else "error", depth)
+            more = ["... %d more lines" % (len(lines) - limit)]
+            lines = lines[:limit // 2] + more + lines[limit // 2 - limit:]
+        text = "\n".join(lines)
+        text += "" if text.endswith("\n") else "\n"
+        write(state, text, "body" if event["ok"] else "error", depth)
     flush_out(state, now=True)
 
 
@@ -5312,20 +5321,12 @@ def end_tool_output(state, event, tool):
     if hidden > 0:
         write(state, "... %d more lines\n" % hidden, "dim", event["depth"])
     for line in tool["tail"]:
-        line = TERMINAL_UNSAFE.sub(visible, screen_line(state, line, event["depth"]))
-        write(state, line + "\n", "body", event["depth"], raw=True)
+        write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
 
 
-def term_tool_progress(state, event):
-    """A command is still running: refresh its status line."""
-    if state["tool"] is not None:
-        tool_status(state, event)
-        flush_out(state)
-
-
-TERMINAL = {"text": term_text, "reply_end": term_reply_end, "tool_call": term_tool_call,
-            "tool_output": term_tool_output, "tool_result": term_tool_result,
-            "tool_progress": term_tool_progress, "approval": term_approval}
+TERMINAL = dict(PLAIN, text=term_text, reply_end=term_reply_end, tool_call=term_tool_call,
+                tool_output=term_tool_output, tool_result=term_tool_result,
+                tool_progress=tool_status, approval=term_approval)
 
 
 # ----------------------------------------------------------------------------------------
@@ -5495,7 +5496,7 @@ def save_history(readline):
     try:
         write_private_file(history_path(), HISTORY_MARK + text)
     except OSError as e:
-        say("warning: cannot save history: %s" % e)
+        note({}, "warning: cannot save history: %s" % e, "warning")
 
 
 def complete(text, state, cfg=None):
@@ -5619,7 +5620,7 @@ def ask(question, default=True):
     try:
         answer = ask_line(question).strip().lower()
     except KeyboardInterrupt:
-        show("\n")
+        show({}, "\n")
         return False
     return default if not answer else answer in ("y", "yes")
 
@@ -5636,7 +5637,7 @@ def ask_line(question, text=""):
     try:
         return expand_pastes(input(question))
     except EOFError:
-        show("\n")
+        show({}, "\n")
         return ""
     finally:
         keyboard_back(sys.stdin.fileno(), held)
@@ -5652,7 +5653,7 @@ def first_or_typed(convo, readline):
     first = convo.pop("first", None)
     if not first:
         return input("> ")
-    show("> %s\n" % first)
+    show({}, "> %s\n" % first)   # where the prompt is (stderr with --jsonl), not the view
     if readline:
         readline.add_history(first)
     return first
@@ -5676,7 +5677,7 @@ def repl(convo):
             try:
                 line = first_or_typed(convo, readline)
             except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
-                show("\n")
+                show({}, "\n")   # ends the prompt's line, where the prompt is
                 again, empty = "", not (readline and readline.get_line_buffer())
                 if empty and time.monotonic() - last_interrupt < 2:
                     break
@@ -5685,7 +5686,7 @@ def repl(convo):
                     note(cfg, "[Ctrl+C again within 2 s quits]", "info")
                 continue
             except EOFError:
-                show("\n")
+                show({}, "\n")   # ends the prompt's line, where the prompt is
                 break
             finally:
                 if ready and readline:
@@ -5799,7 +5800,8 @@ def read_stdin():
     except (OSError, ValueError):   # not a file select can watch: just read it
         waiting = False
     if waiting:
-        say("[reading stdin for the prompt; nothing has come yet (to skip it: </dev/null)]")
+        note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: </dev/null)]",
+             "info")
     return sys.stdin.read()
 
 
@@ -5874,24 +5876,26 @@ def overrides_of(args):
     values = {key: parse_value(key, value, flag.get(key, "--set"))
               for key, value in pairs if value is not None}
     for key in [key for key, value in pairs[4:] if key in SECRET_KEYS and value]:
-        say("warning: --set %s puts a secret in your shell's history and, while bantam starts, "
-            "in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg keep it out" % key)
+        note({}, "warning: --set %s puts a secret in your shell's history and, while bantam "
+             "starts, in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg keep it out"
+             % key, "warning")
     return values
 
 
 def show_config(cfg):
     """--show-config: every setting, its value (secrets as ***) and where it came from."""
     for key in DEFAULTS:
-        show("%-20s %-40s %s\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
-    show("%-20s %-40s %s\n" % ("system_prompt", "(%d characters)" % len(cfg["system_prompt"]),
-                               cfg["sources"]["system_prompt"]))
+        show(cfg, "%-20s %-40s %s\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
+    show(cfg, "%-20s %-40s %s\n" % ("system_prompt", "(%d characters)" % len(cfg["system_prompt"]),
+                                    cfg["sources"]["system_prompt"]))
     if cfg["sources"].get("project_instructions_file"):
-        show("%-20s %-40s %s\n" % ("", "+ project instructions", cfg["sources"]["project_instructions_file"]))
+        show(cfg, "%-20s %-40s %s\n" % ("", "+ project instructions",
+                                        cfg["sources"]["project_instructions_file"]))
     for key, (value, where) in cfg["untrusted"].items():
-        show("%-20s %-40s %s (not used: the folder is not trusted)\n" % (key, shown_untrusted(
-            key, value), where))
-    show("%-20s %-40s %s\n" % ("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
-                               "kept from commands"))
+        show(cfg, "%-20s %-40s %s (not used: the folder is not trusted)\n" % (
+            key, shown_untrusted(key, value), where))
+    show(cfg, "%-20s %-40s %s\n" % ("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
+                                    "kept from commands"))
 
 
 def check_first_run(cfg, batch):
@@ -5906,7 +5910,7 @@ def check_first_run(cfg, batch):
             "shows every key), or give a local server: -e http://localhost:11434/v1 -m MODEL")
     if batch:
         raise ConfigError(text)
-    say("[%s]" % text)
+    note(cfg, "[%s]" % text, "info")
 
 
 def check_prompt_size(cfg, prompt):
@@ -5957,7 +5961,7 @@ def make_sink(cfg, args, convo, batch):
             os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         view = jsonl_view(stream, cfg)
     elif args.quiet and batch:
-        view = quiet_view(cfg)
+        view = plain_view(cfg, QUIET)
     elif cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty()):
         view = terminal_view(cfg)
     else:
@@ -5969,18 +5973,6 @@ def make_sink(cfg, args, convo, batch):
         except OSError as e:
             raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
     return both(view, trace, step_saver(convo))
-
-
-def quiet_view(cfg):
-    """-q's view: on stderr only the problems (errors, retries, warnings); main prints the
-    final answer on stdout."""
-    state = plain_state(cfg, sys.stderr, sys.stderr)
-
-    def view(event):
-        kind = event["type"]
-        if kind in ("error", "retry") or kind == "note" and event["level"] != "info":
-            PLAIN[kind](state, event)
-    return view
 
 
 def hung_up(*_):
@@ -6045,7 +6037,7 @@ def main(argv=None):
         answer = last_answer(convo["messages"])
         answer += "\n" if answer and not answer.endswith("\n") else ""
         if args.quiet:
-            show(answer)
+            show(cfg, answer)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(answer)
@@ -6059,7 +6051,7 @@ def main(argv=None):
             if convo:
                 emit(convo["cfg"], "error", message=redact_all(convo["cfg"], str(e)))
             else:
-                say("error: %s" % e)
+                note({}, "error: %s" % e)
         return e.exit_code
     finally:
         if convo and len(convo["messages"]) > 1:
