@@ -1350,18 +1350,6 @@ def socks_proxy_for(host):
     return None if not proxy or no_proxy(host) else proxy
 
 
-def load_http_client(endpoint):
-    """Import http.client, without ssl for an http:// endpoint (fixed for the process):
-    http.client imports ssl eagerly, and only https needs its milliseconds of loading."""
-    if "http.client" in sys.modules or "ssl" in sys.modules or endpoint.startswith("https:"):
-        return
-    sys.modules["ssl"] = None   # makes http.client's optional `import ssl` fail quietly
-    try:
-        import http.client  # noqa: F401  (loaded here, without ssl, for plain-http endpoints)
-    finally:
-        del sys.modules["ssl"]
-
-
 # SOCKS5 (RFC 1928, with RFC 1929 user/password), as the C++ port: SOCKS_PROXY=socks5://[user:pass@]host:port
 # (socks5h:// too). Host names are always resolved by the proxy. It is tried before
 # HTTP(S)_PROXY, and NO_PROXY applies to it as to them.
@@ -1824,7 +1812,6 @@ def report_call(cfg, sent, message, usage, started, first, quiet):
 def exchange(cfg, body, quiet):
     """One request and its reply: (message, usage or None, time of the first output or
     None). Network faults become retryable ApiErrors."""
-    load_http_client(cfg["endpoint"])
     import http.client
     reply, response = new_reply(cfg, quiet), None
     try:
@@ -4084,7 +4071,6 @@ def learn_window(cfg, text):
 def get_json(cfg, method, path, body=None, root=False, what=None):
     """The JSON answer to a small request to the server; None when it fails (with a note
     saying that we could not `what`, when given)."""
-    load_http_client(cfg["endpoint"])
     import http.client
     try:
         response = http_request(cfg, method, path, json.dumps(body).encode() if body else None, root=root)
