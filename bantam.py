@@ -27,6 +27,7 @@ Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
         bantam --help        every option
 """
+import _thread
 import json
 import os
 import re
@@ -134,10 +135,11 @@ EMPTY_ASSISTANT_PATTERNS = re.compile(
     r"content or tool_calls must be set|either content or tool_calls|must have non-empty content"
     r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
 
-# What this process has learned about the servers it talks to (facts, shared on purpose by
-# every run): context windows by (endpoint, model), fixes their errors taught ((endpoint,
-# model, fix): see FIXES), notes given.
-LEARNED = {"windows": {}, "fixes": set(), "noted": set()}
+# What this process has learned about the servers it talks to: context windows by (endpoint,
+# model), fixes their errors taught ((endpoint, model, fix): see FIXES). Facts about a
+# server hold for every run, so they are shared on purpose (a learned fix spares each later
+# run a refused request); what a run has said once lives in the run (see note_once).
+LEARNED = {"windows": {}, "fixes": set()}
 
 
 class BantamError(Exception):
@@ -1008,8 +1010,8 @@ def now():
 def session_text(cfg, session, messages):
     """The text of a session file (secrets redacted): the header on the first line, then one
     message per line."""
-    lines = [message_json(session, i, m) for i, m in enumerate(messages)]
-    session["written"], session["lines"] = list(messages), lines   # what the file holds (see save_step)
+    lines = message_texts(session.setdefault("json", {}), messages)
+    session["written"] = list(messages)   # what the file holds (see save_step)
     session["summary"] = session["summary"] or first_user_text(messages)   # kept through /compact
     session["written_summary"] = session["summary"]
     head = {"id": session["id"], "uid": session["uid"], "cwd": os.getcwd(),
@@ -1019,14 +1021,6 @@ def session_text(cfg, session, messages):
         head["copy_of"] = session["copy_of"]
     text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + ",\n".join(lines) + "\n]}\n"
     return redact_all(cfg, text)
-
-
-def message_json(session, i, message):
-    """The JSON text of message i: made once, kept while the files hold that message there."""
-    written, lines = session["written"], session.get("lines") or []
-    if len(lines) == len(written) and i < len(written) and written[i] is message:
-        return lines[i]
-    return json.dumps(message, ensure_ascii=False)
 
 
 def save_session(cfg, session, messages, link=True):
@@ -1057,12 +1051,10 @@ def save_step(cfg, session, messages):
         return save_session(cfg, session, messages, link=not session["id"])
     try:
         fd = os.open(session_path(session["id"])[:-5] + ".steps", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        new = [json.dumps(m, ensure_ascii=False) for m in messages[len(written):]]
+        new = message_texts(session.setdefault("json", {}), messages)[len(written):]
         with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(new, len(written)):
                 f.write(redact_all(cfg, '{"n": %d, "m": %s}\n' % (n, line)))
-        lines = session.get("lines") or []
-        session["lines"] = lines + new if len(lines) == len(written) else []   # the cache of JSON texts
         session["written"], session["journal"] = written + messages[len(written):], True
     except OSError as e:
         say("warning: cannot save the conversation: %s" % e)
@@ -1345,14 +1337,20 @@ def no_proxy(host):
 
 
 def socks_proxy_for(host):
-    """The SOCKS_PROXY URL for host, unless NO_PROXY matches it."""
-    proxy = socks_proxy_from_env()
-    return None if not proxy or no_proxy(host) else proxy
+    """The SOCKS_PROXY (else socks_proxy) URL for host, unless NO_PROXY matches it."""
+    proxy = os.environ.get("SOCKS_PROXY", "").strip() or os.environ.get("socks_proxy", "").strip()
+    return proxy if proxy and not no_proxy(host) else None
 
 
-# SOCKS5 (RFC 1928, with RFC 1929 user/password), as the C++ port: SOCKS_PROXY=socks5://[user:pass@]host:port
-# (socks5h:// too). Host names are always resolved by the proxy. It is tried before
-# HTTP(S)_PROXY, and NO_PROXY applies to it as to them.
+def default_port(url):
+    """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
+# SOCKS5 (RFC 1928, with RFC 1929 user/password): SOCKS_PROXY=socks5://[user:pass@]host:port
+# (socks5h:// too). Host names are always resolved by the proxy: it may reach names this
+# machine cannot resolve, and no lookup here tells the local network where we connect. It is
+# tried before HTTP(S)_PROXY, and NO_PROXY applies to it as to them.
 
 # RFC 1928 section 6: the REP field of a CONNECT reply
 SOCKS_REPLIES = {1: "general SOCKS server failure", 2: "connection not allowed by ruleset",
@@ -1370,16 +1368,6 @@ def socks_transient(error):
     """error, marked as worth retrying after a wait."""
     error.retry = True
     return error
-
-
-def socks_proxy_from_env(environ=None):
-    """The SOCKS_PROXY (else socks_proxy) value, or None; NO_PROXY is the caller's business."""
-    environ = os.environ if environ is None else environ
-    for name in ("SOCKS_PROXY", "socks_proxy"):
-        value = (environ.get(name) or "").strip()
-        if value:
-            return value
-    return None
 
 
 def parse_socks_url(url):
@@ -1423,14 +1411,10 @@ def socks5_connect(proxy_url, host, port, timeout):
         stage = "CONNECT"
         socks_request_connect(sock, where, host, port)
         return sock
-    except SocksError:
+    except BaseException as e:
         sock.close()
-        raise
-    except OSError as e:   # a timeout or reset halfway through the handshake
-        sock.close()
-        raise socks_transient(SocksError("%s failed during %s: %s" % (where, stage, e))) from e
-    except BaseException:
-        sock.close()
+        if isinstance(e, OSError) and not isinstance(e, SocksError):   # a timeout, a reset
+            raise socks_transient(SocksError("%s failed during %s: %s" % (where, stage, e))) from e
         raise
 
 
@@ -1516,44 +1500,39 @@ def socks_recv(sock, size, where, stage):
 
 
 def open_connection(endpoint, timeout):
-    """A new http.client connection to the endpoint's host, through a CONNECT proxy if set."""
+    """A new http.client connection to the endpoint's host, through a proxy if one is set."""
     import http.client
     from urllib.parse import urlsplit, unquote
     url = urlsplit(endpoint)
-    https = url.scheme == "https"
-    port = url.port or (443 if https else 80)
     socks = socks_proxy_for(url.hostname)
     proxy = None if socks else proxy_for(url.scheme, url.hostname)
-    host, host_port = url.hostname, port
-    if proxy:
-        p = urlsplit(proxy)
-        host, host_port = p.hostname, p.port or (443 if p.scheme == "https" else 80)
-    if https:
+    via = urlsplit(proxy) if proxy else url   # where the socket goes
+    if url.scheme == "https":
         import ssl
-        conn = http.client.HTTPSConnection(host, host_port, timeout=timeout,
+        conn = http.client.HTTPSConnection(via.hostname, default_port(via), timeout=timeout,
                                            context=ssl.create_default_context())
     else:
-        conn = http.client.HTTPConnection(host, host_port, timeout=timeout)
+        conn = http.client.HTTPConnection(via.hostname, default_port(via), timeout=timeout)
     if proxy:
         headers = {}
-        if p.username:
+        if via.username:
             import base64
-            login = "%s:%s" % (unquote(p.username), unquote(p.password or ""))
+            login = "%s:%s" % (unquote(via.username), unquote(via.password or ""))
             headers["Proxy-Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
-        conn.set_tunnel(url.hostname, port, headers=headers)
+        conn.set_tunnel(url.hostname, default_port(url), headers=headers)
     if socks:   # every (re)connect goes through the proxy; http.client still does the TLS
         conn._create_connection = lambda address, timeout, source=None: socks5_connect(
             socks, address[0], address[1], timeout)
     return conn
 
 
-CONNECTIONS = {}   # (thread, endpoint) -> {"conn", "response", "sock"}: one per thread, never shared
+THREAD = _thread._local()   # what belongs to one thread, and goes away with it
 
 
 def connections():
-    """This thread's connections by endpoint (two threads never share one)."""
-    import _thread
-    return CONNECTIONS.setdefault(_thread.get_ident(), {})
+    """This thread's connections, by endpoint: {"conn", "response", "sock"} each (a thread
+    has its own: two threads never share one)."""
+    return THREAD.__dict__.setdefault("connections", {})
 
 
 def drop_connection(cfg):
@@ -1570,7 +1549,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
     reply was not read to its end is replaced, never reused: http.client would send the
     request and then refuse to read the answer. The path is under the endpoint (with the
     endpoint's query string, e.g. Azure's ?api-version=...), or under the server's root.
-    ready(sock, fp), if given, is called before the status line is read from fp."""
+    ready(sock), if given, is called once the request is sent, before the reply is read."""
     import http.client
     from urllib.parse import urlsplit
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
@@ -1599,7 +1578,8 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
             conn.request(method, target, body, headers)
             entry["sock"] = conn.sock   # kept: after a close-delimited reply conn.sock is None
             conn.sock.settimeout(wait or cfg["timeout"])
-            conn.response_class = waiting_response(ready) if ready else http.client.HTTPResponse
+            if ready:
+                ready(conn.sock)
             entry["response"] = conn.getresponse()
             return entry["response"]
         except (ConnectionError, http.client.BadStatusLine):
@@ -1609,18 +1589,6 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
         except BaseException:
             drop_connection(cfg)
             raise
-
-
-def waiting_response(ready):
-    """An http.client response class that calls ready(sock, fp) before reading from fp."""
-    import http.client
-
-    def response(sock, *args, **kw):
-        made = http.client.HTTPResponse(sock, *args, **kw)
-        begin = made.begin
-        made.begin = lambda: ready(sock, made.fp) or begin()
-        return made
-    return response
 
 
 def set_read_timeout(cfg, seconds):
@@ -1756,7 +1724,8 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
     stream = cfg["stream"] and not quiet
     delays, retries = cfg["backoff"], 0
     while True:
-        body = request_body(cfg, with_nudge(messages, nudge) if nudge else messages, tools, stream)
+        body = request_body(cfg, with_nudge(messages, nudge) if nudge else messages, tools,
+                            stream)
         try:
             started = time.monotonic()
             message, usage, first, sent = exchange(cfg, body, quiet)
@@ -1766,7 +1735,8 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
         except ApiError as e:
             if e.kind == "overflow":
                 learn_window(cfg, e.body or str(e))
-            if e.kind == "empty_assistant" and drop_empty_assistant(messages):
+            count = len(messages)   # strict servers refuse an assistant message with nothing in it
+            if e.kind == "empty_assistant" and len(repair_conversation(messages)) < count:
                 continue
             fix, say = learned_fix(e, body)
             learned = (cfg["endpoint"], cfg["model"], fix)
@@ -1775,22 +1745,20 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
                 if say:
                     note(cfg, "[%s from now on]" % say, "info")
                 continue
-            if e.kind == "bad_request" and '"tool_use_failed"' in (e.body or ""):
-                # Groq: the model wrote a malformed call; a slip of the model's, not the request's
-                e = ApiError("%s (a malformed tool call from the model)" % e, "retry", e.status)
             if e.body == "empty stream":   # some servers only say what went wrong (an overflow...)
                 stream = False              # in a reply that is not streamed: ask that way
             if e.kind != "retry" or retries >= len(delays):
                 if e.kind == "retry" and retries:
-                    raise ApiError("%s (gave up after %d %s)" % (e, retries, "retry" if retries == 1 else "retries"),
-                                   "retry", e.status)
+                    raise ApiError("%s (gave up after %d %s)" % (
+                        e, retries, "retry" if retries == 1 else "retries"), "retry", e.status)
                 raise e
             wait = max(delays[retries], e.wait or 0)
             if wait > MAX_SERVER_WAIT:
-                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (e, wait),
-                               "retry", e.status)
+                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)"
+                               % (e, wait), "retry", e.status)
             retries += 1
-            emit(cfg, "retry", error=redact_all(cfg, str(e)), attempt=retries, of=len(delays), wait=wait)
+            emit(cfg, "retry", error=redact_all(cfg, str(e)), attempt=retries, of=len(delays),
+                 wait=wait)
             time.sleep(wait)
 
 
@@ -1800,28 +1768,32 @@ def report_call(cfg, sent, message, usage, started, first, quiet):
     all, to the first output)."""
     estimated = not isinstance(usage, dict)
     if estimated:
-        usage = {"prompt_tokens": estimate_tokens(sent), "completion_tokens": estimate_tokens(text_size([message]))}
+        usage = {"prompt_tokens": estimate_tokens(sent),
+                 "completion_tokens": estimate_tokens(text_size([message]))}
     prompt, cached, completion = usage_numbers(usage)
     cost = call_cost(cfg, prompt, cached, completion)
     spend(cfg, prompt + completion, cost)
     emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
          completion_tokens=completion, estimated=estimated, quiet=quiet, cost=cost,
-         seconds=round(time.monotonic() - started, 3), first_output=round(first - started, 3) if first else None)
+         seconds=round(time.monotonic() - started, 3),
+         first_output=round(first - started, 3) if first else None)
 
 
 def exchange(cfg, body, quiet):
     """One request and its reply: (message, usage or None, time of the first output or
-    None). Network faults become retryable ApiErrors."""
+    None, bytes sent). Network faults become retryable ApiErrors."""
     import http.client
     reply, response = new_reply(cfg, quiet), None
     try:
         if not quiet:
-            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]), stream=body["stream"])
-        payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()   # (summaries trim in place)
+            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
+                 stream=body["stream"])
+        # (a summary's request is trimmed in place: never from the cache of encoded messages)
+        payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()
         reply["asked"] = time.monotonic()
         response = http_request(cfg, "POST", "/chat/completions", payload,
                                 wait=cfg["first_byte_timeout"],
-                                ready=lambda sock, fp: await_reply(cfg, reply, sock, fp))
+                                ready=lambda sock: await_reply(cfg, reply, sock))
         if response.status != 200:
             raise error_from_response(cfg, response)
         kind = response.getheader("Content-Type") or ""
@@ -1830,7 +1802,8 @@ def exchange(cfg, body, quiet):
         else:   # not streamed, or a server that ignores stream=true
             data = response.read()
             try:
-                merge_chunk(reply, DECODE_JSON(data.decode("utf-8", "replace").strip())[0], whole=True)
+                whole = DECODE_JSON(data.decode("utf-8", "replace").strip())[0]
+                merge_chunk(reply, whole, whole=True)
             except ValueError:
                 raise ApiError("the server sent a reply that is not JSON: %r"
                                % page_text(data[:4000].decode("utf-8", "replace"))[:200], "retry")
@@ -1854,9 +1827,10 @@ def exchange(cfg, body, quiet):
         if response is not None and not response.isclosed():
             drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
         raise discard(cfg, reply, e)
-    except BaseException as stop:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
+    except BaseException:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
         drop_connection(cfg)
-        stop.partial = "".join(reply["content"])
+        if cfg.get("run"):   # what was shown of it, for keep_interrupted_text
+            cfg["run"]["partial_reply"] = "".join(reply["content"])
         raise
     finally:
         end_reply(cfg, reply)
@@ -1875,22 +1849,28 @@ def discard(cfg, reply, error):
 def encode_body(cfg, body):
     """json.dumps(body), byte for byte, with each message encoded once per run: a long turn
     resends the whole conversation at every step, and re-encoding it all made that quadratic."""
-    run = cfg.get("run", {})
-    cache, kept, parts = run.get("wire", {}), {}, []
-    for m in body["messages"]:
-        known = cache.get(id(m))
-        if known is None or known[0] is not m:   # (a stored message is never changed in place)
-            known = (m, json.dumps(m))
-        kept[id(m)] = known
-        parts.append(known[1])
-    run["wire"] = kept   # only this request's messages: nothing dropped or compacted is held
-    head = json.dumps(dict(body, messages=0))   # keys in order; a string value cannot hold '"messages": 0'
+    parts = message_texts(cfg.get("run", {}).setdefault("wire", {}), body["messages"], True)
+    head = json.dumps(dict(body, messages=0))   # keys in order; no string holds '"messages": 0'
     return head.replace('"messages": 0', '"messages": [%s]' % ", ".join(parts), 1)
+
+
+def message_texts(cache, messages, ascii=False):
+    """The JSON text of each message, made once while it stays in the list (a stored message
+    is never changed in place): ascii as json.dumps writes it (the wire), else with UTF-8 kept
+    (the session file). cache, {id: (message, text)}, is left holding these messages only."""
+    known = {}
+    for m in messages:
+        entry = cache.get(id(m))
+        known[id(m)] = entry if entry and entry[0] is m else (m, json.dumps(m, ensure_ascii=ascii))
+    cache.clear()
+    cache.update(known)
+    return [known[id(m)][1] for m in messages]
 
 
 CUT_REPLY = {   # finish reasons that mean the reply is not whole
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
-    "content_filter": "[the reply was cut by the provider's content filter (finish_reason: content_filter)]"}
+    "content_filter": "[the reply was cut by the provider's content filter "
+                      "(finish_reason: content_filter)]"}
 
 
 def network_error(e, cfg, got_output=False):
@@ -1901,8 +1881,8 @@ def network_error(e, cfg, got_output=False):
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
     proxy = proxy_for(url.scheme, url.hostname)
-    p = urlsplit(proxy) if proxy else None
-    host = p.hostname if proxy else url.hostname   # the proxy's URL may hold a password: never print it
+    via = urlsplit(proxy) if proxy else url
+    host = via.hostname   # (a proxy's URL may hold a password: never print it)
     if isinstance(e, SocksError):   # its message names the proxy, never its password
         return ApiError("network error: %s (SOCKS_PROXY)" % e, "retry" if e.retry else "fatal")
     ssl = sys.modules.get("ssl")
@@ -1912,20 +1892,22 @@ def network_error(e, cfg, got_output=False):
                         % (url.hostname, getattr(e, "verify_message", "") or e), "fatal")
     if isinstance(e, socket.gaierror):
         if e.errno == socket.EAI_AGAIN:
-            return ApiError("network error: looking up %s failed for now (%s)" % (host, e.strerror), "retry")
+            return ApiError("network error: looking up %s failed for now (%s)" % (
+                host, e.strerror), "retry")
         return ApiError("network error: the host name %s does not resolve (%s); check %s"
                         % (host, e.strerror, "the proxy setting" if proxy else "endpoint"), "fatal")
     if re.match(r"Tunnel connection failed: 4", str(e)):   # the proxy said no (407...)
         return ApiError("network error: %s" % e, "fatal")
     if isinstance(e, socket.timeout) or "timed out" in str(e):
         if got_output:
-            return ApiError("network error: the reply stalled for %g s (timeout)" % cfg["timeout"], "retry")
+            return ApiError("network error: the reply stalled for %g s (timeout)"
+                            % cfg["timeout"], "retry")
         return ApiError("network error: no answer within %g s (first_byte_timeout)"
                         % cfg["first_byte_timeout"], "retry")
     if isinstance(e, ConnectionRefusedError):
         if proxy:
             return ApiError("network error: connection refused by the proxy %s:%s (%s_PROXY)" % (
-                p.hostname, p.port or (443 if p.scheme == "https" else 80), url.scheme.upper()), "retry")
+                host, default_port(via), url.scheme.upper()), "retry")
         return ApiError("network error: connection refused by %s" % cfg["endpoint"], "retry")
     return ApiError("network error: %s" % (str(e) or type(e).__name__), "retry")
 
@@ -1979,6 +1961,8 @@ def error_from_response(cfg, response):
         kind = "retry"
     elif should == "false" and kind == "retry":
         kind = "fatal"
+    if kind == "bad_request" and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
+        kind, hint = "retry", hint + " (a malformed tool call from the model)"
     return ApiError(headline + hint, kind, status, server_wait(response), text[:4000])
 
 
@@ -2015,28 +1999,20 @@ def server_wait(response):
         return None
 
 
-def drop_empty_assistant(messages):
-    """Remove assistant messages with neither content nor tool calls; True if any were.
-    Whitespace-only content counts as none (Anthropic rejects it too)."""
-    before = len(messages)
-    repair_conversation(messages)
-    return len(messages) < before
-
-
-def sse_events(response, read=None):
-    """Yield, after each network read, the list of events completed by it (each event's
+def sse_events(read):
+    """Yield, after each read(65536), the list of events completed by it (each event's
     data as bytes). Lines look like:
         data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
         : keep-alive comment          event: name          (blank line ends an event)
     and, from servers that break the format, `error: {"message": ...}` (older llama.cpp) or a
     bare JSON line (a proxy's error): each is taken as an event of its own."""
-    read = read or response.read1
-    partial, data = [], []
-    while True:
+    partial, data, ended = [], [], False
+    while not ended:
         block = read(65536)
-        if not block:
-            break
-        if b"\n" not in block:   # a long line arriving in pieces
+        ended = not block
+        if ended:   # the end: it also ends a last line and a last event that lacked theirs
+            block = b"\n\n"
+        elif b"\n" not in block:   # a long line arriving in pieces
             partial.append(block)
             yield []   # (no event yet: the reader still checks its deadlines)
             continue
@@ -2057,21 +2033,12 @@ def sse_events(response, read=None):
                     data = []
             elif line[:5] == b"data:":
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line[:1] == b"{" or line[:6] == b"error:":
-                events.append(odd_line_event(line))
-        yield events
-    line = b"".join(partial).rstrip(b"\r")   # the last line, if it had no newline
-    if line[:5] == b"data:":
-        data.append(line[6:] if line[5:6] == b" " else line[5:])
-    if data:
-        yield [b"\n".join(data)]
-    elif line[:1] == b"{" or line[:6] == b"error:":
-        yield [odd_line_event(line)]
-
-
-def odd_line_event(line):
-    """The event data for a line that is not SSE: `error: {...}` or a bare JSON object."""
-    return b'{"error":' + line[6:].strip() + b"}" if line[:6] == b"error:" else line
+            elif line[:6] == b"error:":
+                events.append(b'{"error":' + line[6:].strip() + b"}")
+            elif line[:1] == b"{":
+                events.append(line)
+        if events or not ended:
+            yield events
 
 
 DECODE_JSON = json.JSONDecoder().raw_decode
@@ -2083,9 +2050,14 @@ def read_stream(cfg, response, reply):
     are already waiting on the socket, reading goes on first). Until the model's output
     begins, reads may wait first_byte_timeout; then timeout."""
     import select
-    entry = connections().get(cfg["endpoint"])
-    waiting = (lambda: select.select([entry["sock"]], [], [], 0)[0]) if entry and entry["sock"] else (lambda: False)
-    for events in sse_events(response, waiting_reader(cfg, reply, response)):
+    sock = (connections().get(cfg["endpoint"]) or {}).get("sock")
+
+    def read(size):
+        """response.read1, after waiting (see await_reply) while the output has not begun."""
+        if not response.isclosed() and response.length != 0:   # (0: Content-Length used up)
+            await_reply(cfg, reply, sock, response.fp)
+        return response.read1(size)
+    for events in sse_events(read):
         moved = False
         for data in events:
             if data[:6] == b"[DONE]":
@@ -2101,7 +2073,7 @@ def read_stream(cfg, response, reply):
                         raise stream_error(chunk["error"])
                     merge_chunk(reply, chunk)
                     moved = moved or carries_output(chunk)
-        if reply["pending"] and not waiting():
+        if reply["pending"] and not (sock and select.select([sock], [], [], 0)[0]):
             pass_on(cfg, reply)
         if not reply["first"] and moved:
             reply["first"] = time.monotonic()
@@ -2110,22 +2082,12 @@ def read_stream(cfg, response, reply):
     if response.length:   # read1() returns b"" on a short Content-Length body, without an error
         raise ApiError("the connection closed in the middle of the reply", "retry")
     if not (reply["finish"] or reply["content"] or reply["reasoning"] or reply["calls"]):
-        raise ApiError("the server ended the reply without sending anything", "retry", body="empty stream")
+        raise ApiError("the server ended the reply without sending anything", "retry",
+                       body="empty stream")
     if not reply["finish"] and not response.chunked and response.length is None:
         # A reply delimited by closing the connection, closed before [DONE] or a finish_reason:
         # dropped. (A chunked reply cut short raises IncompleteRead instead.)
         raise ApiError("the connection closed in the middle of the reply", "retry")
-
-
-def waiting_reader(cfg, reply, response):
-    """response.read1, waiting (see await_reply) while the model's output has not begun."""
-    entry = connections().get(cfg["endpoint"]) or {}
-
-    def read(size):
-        if not response.isclosed() and response.length != 0:   # (0: its Content-Length is used up)
-            await_reply(cfg, reply, entry.get("sock"), response.fp)
-        return response.read1(size)
-    return read
 
 
 def await_reply(cfg, reply, sock, fp=None):
@@ -2184,8 +2146,8 @@ def check_progress(cfg, reply, moved):
     if moved:
         reply["progress"] = now
     elif now - reply["progress"] > cfg[key]:
-        raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (cfg[key], key),
-                       "retry")
+        raise ApiError("network error: no output for %g s, only keep-alives (%s)"
+                       % (cfg[key], key), "retry")
     say_cuts(cfg, reply)
     if time_up(cfg):
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
@@ -2197,10 +2159,9 @@ def parse_event(cfg, data):
     for line in data.split(b"\n"):
         try:
             values.append(json.loads(line))
-        except ValueError:
-            if "garbage" not in LEARNED["noted"]:   # once: a broken server must not flood the screen
-                LEARNED["noted"].add("garbage")
-                note(cfg, "warning: skipped stream data that is not JSON: %r" % line[:80], "warning")
+        except ValueError:   # (said once a turn: a broken server must not flood the screen)
+            note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
+                      % line[:80], "warning")
     return values
 
 
@@ -2212,15 +2173,14 @@ def stream_error(error):
     return ApiError("error in stream: %s" % " ".join(str(message).split()), kind, body=text[:4000])
 
 
-# A reply under construction: text pieces, reasoning pieces, tool calls by index, what is
-# still to be passed on as events (pending) or held back (a possible secret, half a character).
+# A reply under construction: text pieces, reasoning pieces, tool calls by index, and what
+# is still to be passed on as events: pending, [(kind, [pieces])] (see pass_on).
 def new_reply(cfg, quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
             "echo_reasoning": False, "finish": None, "done": False, "usage": None, "extra": {},
-            "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False,
-            "think": "start", "unsure": "",
-            "progress": time.monotonic(), "parts": {}, "cut": [],   # check_progress, merge_call
+            "first": None, "pending": [], "ended": False, "think": "start", "unsure": "",
+            "progress": time.monotonic(), "parts": {}, "cut": [],   # see merge_tool_call
             "room": {"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
                      "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]}}
 
@@ -2270,7 +2230,8 @@ def merge_chunk(reply, chunk, whole=False):
         if choice.get("finish_reason"):
             reply["finish"] = choice["finish_reason"]
             if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
-                raise stream_error(choice.get("error") or chunk.get("error") or "finish_reason: error")
+                raise stream_error(choice.get("error") or chunk.get("error")
+                                   or "finish_reason: error")
         text = delta.get("content")
         if text and isinstance(text, str):
             add_text(reply, text)
@@ -2309,50 +2270,34 @@ def merge_extras(reply, delta):
         add_reasoning(reply, thought)
     merge_details(reply, delta.get("reasoning_details"))
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
-        merge_call(reply, fragment, position)
+        merge_tool_call(reply, fragment, position)
 
 
 def merge_details(reply, details):
-    """Merge reasoning_details entries while they hold at most max_reasoning characters;
-    past that none is kept (a signed block cut short is worthless)."""
+    """Merge reasoning_details entries while they hold at most max_reasoning characters; past
+    that none is kept (a signed block cut short is worthless). OpenRouter streams one block as
+    fragments with the same type and index (text in pieces, the signature last); the provider
+    wants the whole block back, as its signature covers the whole text."""
+    kept = reply["details"]
     for d in details if isinstance(details, list) else ():
         size = sum(len(v) for v in d.values() if isinstance(v, str)) if isinstance(d, dict) else 0
         if room_for(reply, "details", size) < size:
-            del reply["details"][:]
-        if reply["room"]["details"] >= 0:
-            merge_reasoning_detail(reply["details"], d)
-
-
-def merge_call(reply, fragment, position):
-    """merge_tool_call, bounded: the arguments kept as pieces, joined once by finish_reply
-    (adding each to one string copied it every time: minutes for a few megabytes), at most
-    MAX_ARGUMENTS; none for a call beyond max_calls_per_reply (AL answers it: not run)."""
-    call = merge_tool_call(reply["calls"], fragment, position)
-    if call is None:
-        return
-    piece, call["function"]["arguments"] = call["function"]["arguments"], ""
-    pieces = reply["parts"].setdefault(id(call), [] if len(reply["parts"]) < reply["room"]["calls"]
-                                       else None)
-    if piece and pieces is not None:
-        pieces.append(piece[:room_for(reply, "arguments", len(piece))])
-
-
-def merge_reasoning_detail(details, detail):
-    """Add one reasoning_details entry. OpenRouter streams one block as fragments with the
-    same type and index (text in pieces, the signature last); the provider wants the whole
-    block back, as its signature covers the whole text."""
-    block = None
-    if isinstance(detail, dict) and isinstance(detail.get("index"), int):
-        block = next((d for d in details if isinstance(d, dict) and d.get("index") == detail["index"]
-                      and d.get("type") == detail.get("type")), None)
-    if block is None:
-        details.append(dict(detail) if isinstance(detail, dict) else detail)
-        return
-    for key, value in detail.items():
-        if key in ("text", "summary", "data") and isinstance(value, str) and isinstance(block.get(key), str):
-            block[key] += value
-        elif value is not None:
-            block[key] = value
+            del kept[:]
+        if reply["room"]["details"] < 0:
+            continue
+        block = None
+        if isinstance(d, dict) and isinstance(d.get("index"), int):
+            block = next((b for b in kept if isinstance(b, dict) and b.get("index") == d["index"]
+                          and b.get("type") == d.get("type")), None)
+        if block is None:
+            kept.append(dict(d) if isinstance(d, dict) else d)
+            continue
+        for key, value in d.items():
+            if key in ("text", "summary", "data") and isinstance(value, str) \
+                    and isinstance(block.get(key), str):
+                block[key] += value
+            elif value is not None:
+                block[key] = value
 
 
 def add_reasoning(reply, text):
@@ -2380,9 +2325,10 @@ THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills,
 
 def split_think(reply, text):
     """The answer part of a piece of content that may begin, hold or end a <think> block at
-    the start of the content; reasoning inside it goes to pending; a piece that may be part
-    of a marker waits for the next one. reply["think"]: "start", the closing tag looked for,
-    "after" (blanks after it are not shown) or None."""
+    the start of the content; reasoning inside it goes to pending. A piece that may be part
+    of a marker waits for the next one (reply["unsure"]): until the marker is whole, it is not
+    known whether it is answer or reasoning. reply["think"]: "start", the closing tag looked
+    for, "after" (blanks after it are not shown) or None."""
     text, reply["unsure"] = reply["unsure"] + text, ""
     if reply["think"] == "start":
         head = text.lstrip()
@@ -2412,7 +2358,7 @@ def split_think(reply, text):
 
 
 def add_pending(reply, kind, text):
-    """Queue a piece for the next event, joined to the previous piece of the same kind."""
+    """Queue a piece to pass on, joined to the last run when it is of the same kind."""
     pending = reply["pending"]
     if pending and pending[-1][0] == kind:
         pending[-1][1].append(text)
@@ -2420,14 +2366,22 @@ def add_pending(reply, kind, text):
         pending.append((kind, [text]))
 
 
-def pass_on(cfg, reply):
-    """Emit what the last network read brought: one event per run of text or reasoning.
-    Taken off the queue first: a Ctrl+C inside a view must not have it passed on twice."""
+def pass_on(cfg, reply, final=False):
+    """Emit what is queued, one event per run of text or reasoning, in the order it came.
+    Unless final (the reply is over), the end of the last run stays queued while it may begin
+    a secret (a model that read the key must not print it, even split across chunks) or is
+    the first half of a character. Taken off the queue first: a Ctrl+C inside a view must
+    not have it passed on twice."""
     pending = reply["pending"][:]
     del reply["pending"][:]
-    for kind, pieces in pending:
-        let_go(cfg, reply, "text" if kind == "reasoning" else "reasoning")   # in the order sent
-        text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], pieces[0] if len(pieces) == 1 else "".join(pieces))
+    for n, (kind, pieces) in enumerate(pending):
+        text = pieces[0] if len(pieces) == 1 else "".join(pieces)
+        if final or n < len(pending) - 1:   # its run has ended: nothing of it is held back
+            text = join_surrogates(redact_all(cfg, text))
+        else:
+            text, held = stream_piece(cfg, "", text)
+            if held:
+                reply["pending"].append((kind, [held]))
         if text:
             emit(cfg, kind, text=text)
 
@@ -2439,17 +2393,8 @@ def end_reply(cfg, reply):
     reply["ended"] = True
     if reply["unsure"]:   # the content ended inside a <think> block, or before it was known
         add_pending(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
-    pass_on(cfg, reply)
-    for kind in ("reasoning", "text"):
-        let_go(cfg, reply, kind)
+    pass_on(cfg, reply, final=True)
     emit(cfg, "reply_end", finish=reply["finish"])
-
-
-def let_go(cfg, reply, kind):
-    """Pass on what was held back of one kind: its run has ended, so it was no secret."""
-    if reply["held"][kind]:
-        emit(cfg, kind, text=join_surrogates(reply["held"][kind]))
-        reply["held"][kind] = ""
 
 
 def merge_dict(into, extra):
@@ -2461,12 +2406,15 @@ def merge_dict(into, extra):
             into[key] = value
 
 
-def merge_tool_call(calls, fragment, position):
-    """Merge one tool-call fragment into calls (by index) as servers send them: the id and
-    name only in the first fragment or repeated in each, arguments split anywhere. Whatever
-    else a provider puts on the call is kept, to be sent back unchanged: Gemini 3 signs
-    calls with {"extra_content": {"google": {"thought_signature": "..."}}} and rejects the
-    next request when the signature does not come back on that call."""
+def merge_tool_call(reply, fragment, position):
+    """Merge one tool-call fragment into reply["calls"] (by index) as servers send them: the
+    id and name only in the first fragment or repeated in each, arguments split anywhere.
+    The arguments are kept as pieces, joined once by finish_reply (adding each to one string
+    copied it every time: minutes for a few megabytes), at most MAX_ARGUMENTS; none for a
+    call beyond max_calls_per_reply (AL answers it: not run). Whatever else a provider puts
+    on the call is kept, to be sent back unchanged: Gemini 3 signs calls with {"extra_content":
+    {"google": {"thought_signature": "..."}}} and rejects the next request without it."""
+    calls = reply["calls"]
     if not isinstance(fragment, dict):
         return
     index = fragment.get("index")
@@ -2484,19 +2432,22 @@ def merge_tool_call(calls, fragment, position):
         calls[-1 - len(calls)] = calls.pop(index)
         call = None
     if call is None:
-        call = calls[index] = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        call = calls[index] = {"id": "", "type": "function",
+                               "function": {"name": "", "arguments": ""}}
     if fragment.get("id") and not call["id"]:
         call["id"] = str(fragment["id"])
     if function.get("name") and not call["function"]["name"]:
         call["function"]["name"] = str(function["name"])
     arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        call["function"]["arguments"] += arguments
-    elif isinstance(arguments, dict):   # some servers send an object, not a JSON string
-        call["function"]["arguments"] += json.dumps(arguments)
+    if isinstance(arguments, dict):   # some servers send an object, not a JSON string
+        arguments = json.dumps(arguments)
+    room = len(reply["parts"]) < reply["room"]["calls"]
+    pieces = reply["parts"].setdefault(id(call), [] if room else None)
+    if arguments and isinstance(arguments, str) and pieces is not None:
+        pieces.append(arguments[:room_for(reply, "arguments", len(arguments))])
     if len(fragment) > 4 or "index" not in fragment:   # more than index, id, type and function
-        merge_dict(call, {k: v for k, v in fragment.items() if k not in ("index", "id", "type", "function")})
-    return call
+        merge_dict(call, {k: v for k, v in fragment.items()
+                          if k not in ("index", "id", "type", "function")})
 
 
 def finish_reply(reply):
@@ -2506,8 +2457,8 @@ def finish_reply(reply):
     calls = [c for c in reply["calls"].values() if c["function"]["name"]]   # in the order begun
     if calls:
         for call in calls:
-            call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if the server gave none
-            pieces = reply["parts"].get(id(call)) or ()   # (see merge_call)
+            call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # if the server gave none
+            pieces = reply["parts"].get(id(call)) or ()   # (see merge_tool_call)
             call["function"]["arguments"] = join_surrogates("".join(pieces)) or "{}"
         message["tool_calls"] = calls
         if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
@@ -2545,9 +2496,12 @@ def shell_exec(cfg, args):
     except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
         kill_group(proc)
         drain(proc, output)   # what it printed just before is kept too
-        stop.tool_result = "%s\n[%s after %.1f s: the command's process group was killed]\n\nexit: %s" % (
-            output.text(), "interrupted by the user" if isinstance(stop, KeyboardInterrupt)
-            else "bantam was stopped", time.monotonic() - started, proc.poll())
+        why = ("interrupted by the user" if isinstance(stop, KeyboardInterrupt)
+               else "bantam was stopped")
+        if cfg.get("run"):   # the call's result, for answer_unanswered
+            cfg["run"]["partial_output"] = "%s\n[%s after %.1f s: the command's process group " \
+                "was killed]\n\nexit: %s" % (output.text(), why, time.monotonic() - started,
+                                               proc.poll())
         raise
     finally:
         proc.stdout.close()
@@ -3182,17 +3136,16 @@ def clean_values(value):
     return value
 
 
-def answer_unanswered(cfg, messages, calls, stop=None):
+def answer_unanswered(cfg, messages, calls):
     """Append a tool message for every call in calls that has none: one per call id, always.
-    A tool stopped mid-way (stop) answers with what it had printed."""
-    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m.get("role") == "tool"}
+    A command stopped mid-way answers its call with what it had printed."""
+    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:]
+                if m.get("role") == "tool"}
     for call in calls:
-        if call["id"] not in answered:
-            partial = getattr(stop, "tool_result", None)
-            if stop is not None:
-                stop.tool_result = None   # it answers the call that was running, not the next
-            add_message(cfg, messages, tool_message(
-                call["id"], clean_for_model(partial) if partial else INTERRUPTED + ": the tool did not finish"))
+        if call["id"] not in answered:   # the first is the call that was running
+            partial = cfg["run"].pop("partial_output", None)
+            add_message(cfg, messages, tool_message(call["id"], clean_for_model(partial)
+                        if partial else INTERRUPTED + ": the tool did not finish"))
 
 
 # ----------------------------------------------------------------------------------------
@@ -3387,7 +3340,7 @@ def AL(cfg, messages, on_event=None):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
                 answer_extra_calls(cfg, messages, calls)
             finally:                                    # one tool message per call id, always
-                answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
+                answer_unanswered(cfg, messages, calls)
             spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)   # budgets, a cycle
             if spent:
                 return final_answer(cfg, messages, *spent)
@@ -3462,8 +3415,8 @@ def ask_once(cfg, messages, nudge=None):
             if again.kind == "overflow":
                 raise ApiError("%s (even after compacting the conversation)" % again)
             raise
-    except KeyboardInterrupt as stop:
-        keep_interrupted_text(cfg, messages, stop)   # text already shown stays, tool calls go
+    except KeyboardInterrupt:
+        keep_interrupted_text(cfg, messages)   # text already shown stays, tool calls go
         raise
     return text_tool_call(cfg, reply)
 
@@ -3476,9 +3429,9 @@ def current_prompt(messages):
     return None
 
 
-def keep_interrupted_text(cfg, messages, stop):
+def keep_interrupted_text(cfg, messages):
     """After Ctrl+C mid-reply, store what the user saw, marked as interrupted."""
-    text = getattr(stop, "partial", "")
+    text = cfg["run"].pop("partial_reply", "")
     if text:
         add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + INTERRUPTED})
 
@@ -3505,10 +3458,8 @@ def text_tool_call(cfg, reply):
     if name not in TOOLS or not isinstance(args, (dict, str)):
         return reply
     if not cfg["text_tool_calls"]:
-        if "text_tool_hint" not in LEARNED["noted"]:
-            LEARNED["noted"].add("text_tool_hint")
-            note(cfg, "[hint: the reply looks like a tool call written as text; "
-                      "set text_tool_calls=true in model.cfg to run such replies]", "info")
+        note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written as "
+                  "text; set text_tool_calls=true in model.cfg to run such replies]", "info")
         return reply
     arguments = args if isinstance(args, str) else json.dumps(args)
     return {"role": "assistant", "content": "", "tool_calls": [{
@@ -3539,8 +3490,17 @@ BUDGETS = {   # key: how its use is said
 
 
 def new_tally():
-    """What a turn has spent so far: shared by its subagents, never by two turns."""
+    """What a turn has spent so far (and what it said once): shared by its subagents, never
+    by two turns."""
     return {"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0, "noted": set()}
+
+
+def note_once(cfg, key, text, level):
+    """A note said once a turn (each time outside a turn: a summary, a /command)."""
+    noted = cfg["run"]["turn"]["noted"] if cfg.get("run") else set()
+    if key not in noted:
+        noted.add(key)
+        note(cfg, text, level)
 
 
 def call_cost(cfg, prompt, cached, completion):
@@ -3711,9 +3671,8 @@ def decide(cfg, command):
     if command in cfg["run"]["approved"]:
         return "run", "always", None
     if cfg["approve"] == "ask" and not cfg.get("approver"):
-        if "no terminal" not in cfg["run"]["turn"]["noted"]:
-            cfg["run"]["turn"]["noted"].add("no terminal")
-            note(cfg, "[approve=ask, but there is no terminal to ask: commands are refused]", "warning")
+        note_once(cfg, "no terminal", "[approve=ask, but there is no terminal to ask: commands "
+                  "are refused]", "warning")
         return "refuse", "no terminal", None
     why = unknown[0] if unknown else None
     if cfg["approve"] == "auto" and why and deny:
