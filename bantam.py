@@ -1361,22 +1361,20 @@ SOCKS_TRANSIENT = {1, 3, 4, 5, 6}   # the target or the route may come back; 2, 
 
 class SocksError(OSError):
     """A SOCKS5 failure, with a one-line message; .retry says whether waiting may help."""
-    retry = False
 
-
-def socks_transient(error):
-    """error, marked as worth retrying after a wait."""
-    error.retry = True
-    return error
+    def __init__(self, message, retry=False):
+        OSError.__init__(self, message)
+        self.retry = retry
 
 
 def parse_socks_url(url):
-    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare host:port;
-    user and password are percent-decoded, None without credentials; the port defaults to 1080."""
+    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare
+    host:port; user and password percent-decoded, None without credentials; port 1080."""
     from urllib.parse import unquote, urlsplit
     parts = urlsplit(url if "://" in url else "socks5://" + url)
     if parts.scheme.lower() not in ("socks5", "socks5h"):
-        raise SocksError("unsupported proxy scheme %r (use socks5:// or socks5h://)" % parts.scheme)
+        raise SocksError("unsupported proxy scheme %r (use socks5:// or socks5h://)"
+                         % parts.scheme)
     try:
         port = parts.port or 1080
     except ValueError:   # the message never shows the URL: it may hold a password
@@ -1401,7 +1399,7 @@ def socks5_connect(proxy_url, host, port, timeout):
     try:   # timeout may be socket._GLOBAL_DEFAULT_TIMEOUT, as http.client passes it
         sock = socket.create_connection((proxy_host, proxy_port), timeout)
     except OSError as e:
-        raise socks_transient(SocksError("cannot connect to %s: %s" % (where, e))) from e
+        raise SocksError("cannot connect to %s: %s" % (where, e), retry=True) from e
     stage = "greeting"
     try:
         method = socks_greet(sock, where, user is not None)
@@ -1414,7 +1412,7 @@ def socks5_connect(proxy_url, host, port, timeout):
     except BaseException as e:
         sock.close()
         if isinstance(e, OSError) and not isinstance(e, SocksError):   # a timeout, a reset
-            raise socks_transient(SocksError("%s failed during %s: %s" % (where, stage, e))) from e
+            raise SocksError("%s failed during %s: %s" % (where, stage, e), retry=True) from e
         raise
 
 
@@ -1430,7 +1428,8 @@ def socks_greet(sock, where, with_password):
             where, "username/password" if with_password else "no authentication; it may need "
                    "user:password@ in the proxy address"))
     if method != offer:
-        raise SocksError("%s chose authentication method %d, which we did not offer" % (where, method))
+        raise SocksError("%s chose authentication method %d, which we did not offer"
+                         % (where, method))
     return method
 
 
@@ -1456,9 +1455,9 @@ def socks_request_connect(sock, where, host, port):
     if version != 5:
         raise SocksError("%s answered CONNECT with version %d" % (where, version))
     if rep != 0:
-        error = SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
-            where, host, port, SOCKS_REPLIES.get(rep, "unknown error"), rep))
-        raise socks_transient(error) if rep in SOCKS_TRANSIENT else error
+        why = SOCKS_REPLIES.get(rep, "unknown error")
+        raise SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
+            where, host, port, why, rep), retry=rep in SOCKS_TRANSIENT)
     if atyp == 3:   # 03 LEN NAME
         size = socks_recv(sock, 1, where, "CONNECT")[0]
     elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
@@ -1469,7 +1468,7 @@ def socks_request_connect(sock, where, host, port):
 
 
 def socks_address(host):
-    """ATYP + DST.ADDR for host: 01 + 4 bytes, 04 + 16 bytes, or 03 LEN name (never resolved here)."""
+    """ATYP + DST.ADDR for host: 01 + 4 bytes, 04 + 16 bytes, or 03 LEN name (not resolved)."""
     import ipaddress
     host = host.strip("[]")   # a URL's [::1]
     try:
@@ -1494,7 +1493,7 @@ def socks_recv(sock, size, where, stage):
     while len(data) < size:
         chunk = sock.recv(size - len(data))
         if not chunk:
-            raise socks_transient(SocksError("%s closed the connection during %s" % (where, stage)))
+            raise SocksError("%s closed the connection during %s" % (where, stage), retry=True)
         data += chunk
     return data
 
@@ -1555,14 +1554,14 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
     if body is not None:
         headers["Content-Type"] = "application/json"
-    extra = {k.lower(): k for k in cfg["headers"]}
-    if cfg["api_key"] and "authorization" not in extra and "api-key" not in extra:   # Azure: api-key
+    extra = {k.lower() for k in cfg["headers"]}
+    if cfg["api_key"] and not extra & {"authorization", "api-key"}:   # (Azure's: api-key)
         headers["Authorization"] = "Bearer " + cfg["api_key"]
-    for name in [k for k in headers if k.lower() in extra]:
-        del headers[name]
+    headers = {k: v for k, v in headers.items() if k.lower() not in extra}
     headers.update(cfg["headers"])
     url = urlsplit(cfg["endpoint"])
-    target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
+    query = "?" + url.query if url.query else ""
+    target = path if root else url.path.rstrip("/") + path + query
     pool = connections()
     for attempt in (1, 2):
         entry = pool.get(cfg["endpoint"])
@@ -1571,8 +1570,8 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
             entry = None
         reused = entry is not None
         if not reused:
-            entry = pool[cfg["endpoint"]] = {
-                "conn": open_connection(cfg["endpoint"], cfg["timeout"]), "response": None, "sock": None}
+            conn = open_connection(cfg["endpoint"], cfg["timeout"])
+            entry = pool[cfg["endpoint"]] = {"conn": conn, "response": None, "sock": None}
         conn = entry["conn"]
         try:
             conn.request(method, target, body, headers)
@@ -1659,12 +1658,14 @@ FIXES = {
     "stream": (r"must be set to false for non-streaming", None),
     # Kimi K2.5+ with thinking on, DeepSeek V4: the field on every assistant message with
     # tool calls, even one where the model wrote no reasoning; Groq and Cerebras reject it
-    "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking mode",
-                          "the server wants reasoning_content on tool call messages: sending it"),
+    "reasoning_content": (
+        r"reasoning_content is missing|reasoning_content`? in the thinking mode",
+        "the server wants reasoning_content on tool call messages: sending it"),
     # Claude behind OpenAI-compatible gateways (Databricks, Requesty, one-api): content ""
     # beside tool calls becomes an empty text block, which it rejects; null is no block
-    "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
-                     "the server rejects empty text beside tool calls: sending content null there")}
+    "null_content": (
+        r"text content blocks must (?:be non-empty|contain non-whitespace)",
+        "the server rejects empty text beside tool calls: sending content null there")}
 
 
 def learned_fix(error, body):
@@ -1687,8 +1688,9 @@ MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
 # "Unsupported parameter: 'reasoning_effort' is not supported with this model."; Mistral
 # {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"]}]}};
 # Anthropic "`temperature` is deprecated for this model"; Groq "property 'x' is unsupported".
-REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated|extra_forbidden"
-                           r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed", re.I)
+REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated"
+                           r"|extra_forbidden|not permitted|unrecognized"
+                           r"|unknown (?:field|parameter|name)|not allowed", re.I)
 
 
 def unsupported_field(text, body):
@@ -1702,14 +1704,16 @@ def unsupported_field(text, body):
         error = json.loads(text)
         error = error.get("error", error) if isinstance(error, dict) else {}
         param = str(error.get("param") or "").split(".")[-1].split("]")[-1]
-        detail = error.get("message", {}).get("detail") if isinstance(error.get("message"), dict) else None
+        message = error.get("message")
+        detail = message.get("detail") if isinstance(message, dict) else None
         places = [str(d.get("loc", [""])[-1]) for d in detail or () if isinstance(d, dict)]
     except (ValueError, AttributeError, IndexError, TypeError):
         param, places = "", []
     for field in sent:
         if field == param or field in places:
             return field
-    # in any case style: xAI's {"error": "Model grok-4 does not support parameter reasoningEffort."}
+    # in any case style: xAI's {"error": "Model grok-4 does not support parameter
+    # reasoningEffort."}
     named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
     return named[0] if named else None
 
@@ -1724,8 +1728,8 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
     stream = cfg["stream"] and not quiet
     delays, retries = cfg["backoff"], 0
     while True:
-        body = request_body(cfg, with_nudge(messages, nudge) if nudge else messages, tools,
-                            stream)
+        outgoing = append_user(messages[:], nudge) if nudge else messages   # (nudge: not stored)
+        body = request_body(cfg, outgoing, tools, stream)
         try:
             started = time.monotonic()
             message, usage, first, sent = exchange(cfg, body, quiet)
@@ -1829,7 +1833,7 @@ def exchange(cfg, body, quiet):
         raise discard(cfg, reply, e)
     except BaseException:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
         drop_connection(cfg)
-        if cfg.get("run"):   # what was shown of it, for keep_interrupted_text
+        if cfg.get("run") and not quiet:   # what was shown of it, for keep_interrupted_text
             cfg["run"]["partial_reply"] = "".join(reply["content"])
         raise
     finally:
@@ -2516,16 +2520,14 @@ SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # ba
 def command_env(cfg):
     """The environment of every command bantam runs (shell_exec, !command, and so the tools
     folder's scripts): bantam's own, less the variables of withheld_variables."""
-    env = dict(os.environ)
-    for name in withheld_variables(cfg, env):
-        del env[name]
-    return env
+    withheld = withheld_variables(cfg)
+    return {name: value for name, value in os.environ.items() if name not in withheld}
 
 
-def withheld_variables(cfg, env=None):
-    """The variables of env (os.environ) kept from commands: those bantam reads secrets from,
-    any holding a secret of cfg (a short one, like "none", only as the whole value), and those
-    matching shell_env_exclude (unless named in shell_env_keep)."""
+def withheld_variables(cfg):
+    """The variables kept from commands: those bantam reads secrets from, any holding a
+    secret of cfg (a short one, like "none", only as the whole value), and those matching
+    shell_env_exclude (unless named in shell_env_keep)."""
     import fnmatch
     secrets = secrets_of(cfg)
     exclude = cfg.get("shell_env_exclude", "")
@@ -2533,7 +2535,7 @@ def withheld_variables(cfg, env=None):
                 if p.strip() and exclude.strip().lower() != "none"]
     excluded = re.compile("|".join(patterns) or "(?!)", re.I).match
     keep = {name.strip() for name in cfg.get("shell_env_keep", "").split(",")}
-    return sorted(name for name, value in (os.environ if env is None else env).items()
+    return sorted(name for name, value in os.environ.items()
                   if name in SECRET_VARIABLES
                   or (excluded(name) and name not in keep)
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets))
@@ -2562,7 +2564,7 @@ def pump_output(cfg, proc, output, timeout, why):
     """Read the command's output until it exits (then drain briefly: a background child may
     hold the pipe open forever) or its timeout (why says it); returns (exit code, remark)."""
     import select
-    fd = proc.stdout.fileno()
+    fd, killed = proc.stdout.fileno(), "\n[%s: the command's process group was killed]" % why
     started = time.monotonic()
     deadline, exited_at, ticked = started + timeout, None, started
     while True:
@@ -2572,7 +2574,7 @@ def pump_output(cfg, proc, output, timeout, why):
             emit(cfg, "tool_progress", seconds=round(now - started, 1))
         if now >= deadline:
             kill_group(proc)
-            return proc.wait(), "\n[%s: the command's process group was killed]" % why
+            return proc.wait(), killed
         if exited_at is None and proc.poll() is not None:
             exited_at = now
         if exited_at is not None and now - exited_at >= DRAIN_SECONDS:
@@ -2587,7 +2589,7 @@ def pump_output(cfg, proc, output, timeout, why):
         return proc.wait(max(0.01, deadline - time.monotonic())), ""
     except Exception:   # closed its output but still running: treat as a timeout
         kill_group(proc)
-        return proc.wait(), "\n[%s: the command's process group was killed]" % why
+        return proc.wait(), killed
 
 
 def drain(proc, output):
@@ -2596,7 +2598,8 @@ def drain(proc, output):
     end = time.monotonic() + DRAIN_SECONDS
     fd = proc.stdout.fileno()
     try:
-        while time.monotonic() < end and select.select([fd], [], [], max(0, end - time.monotonic()))[0]:
+        while time.monotonic() < end and select.select(
+                [fd], [], [], max(0, end - time.monotonic()))[0]:
             data = os.read(fd, 1 << 16)
             if not data:
                 break
@@ -2672,7 +2675,8 @@ class BoundedOutput:
         if self.file is None:
             return self.head.decode("utf-8", "replace")
         lines = self.newlines + (0 if self.tail.endswith(b"\n") else 1)
-        whole = "The whole output" if self.size <= SPILL_LIMIT else "Its first %d bytes are" % SPILL_LIMIT
+        whole = ("The whole output" if self.size <= SPILL_LIMIT
+                 else "Its first %d bytes are" % SPILL_LIMIT)
         return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
                "bytes. %s in %s: read it in parts with shell_exec, e.g. " \
                "sed -n '1,200p' %s ...]\n\n%s" % (
@@ -2696,20 +2700,22 @@ def run_subagent(cfg, args):
         return "error: run_subagent needs a non-empty 'prompt' string"
     depth = cfg["run"]["depth"] if cfg.get("run") else 0
     if depth >= MAX_SUBAGENT_DEPTH:   # a model that delegates forever must not recurse forever
-        return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
+        return "error: subagents may nest only %d deep; do this task yourself" % (
+            MAX_SUBAGENT_DEPTH)
     child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
              {"role": "user", "content": prompt}]
     try:
         AL(cfg, child)
     except ApiError as e:
         return "error: the subagent failed: %s" % e
-    answers = [m.get("content") for m in child if m.get("role") == "assistant" and m.get("content")]
+    answers = [m["content"] for m in child if m.get("role") == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
 
 
-# The C++ port's read and write tools (offered when listed in the tools key): read shows a
-# file's numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a directory's
-# entries; write replaces a whole file or splices content in at a line or byte offset.
+# The read and write tools (offered when listed in the tools key): read shows a file's
+# numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a directory's
+# entries; write replaces a whole file or splices content in at a line or byte offset. A
+# model edits a big file by lines without echoing it through a shell command.
 
 READ_LIMIT = 2000       # lines shown when no limit is given
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
@@ -2718,31 +2724,35 @@ HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" h
 
 READ_SCHEMA = {
     "description": "Read a text file as numbered lines '<line>: <content>' (the numbers are the "
-                   "lineOffset values of write), or list a directory (subdirectories end with '/'). "
-                   "Long files are shown in pages: a last line says which offset reads the rest.",
+                   "lineOffset values of write), or list a directory (subdirectories end with "
+                   "'/'). Long files are shown in pages: a last line says which offset reads the "
+                   "rest.",
     "parameters": {"type": "object", "properties": {
         "filePath": {"type": "string", "description": "The file or directory to read."},
-        "offset": {"type": "integer", "description": "The first line to show, 1-indexed (default 1)."},
-        "limit": {"type": "integer", "description": "How many lines to show at most (default 2000)."}},
+        "offset": {"type": "integer",
+                   "description": "The first line to show, 1-indexed (default 1)."},
+        "limit": {"type": "integer",
+                  "description": "How many lines to show at most (default 2000)."}},
         "required": ["filePath"]}}
 
 WRITE_SCHEMA = {
-    "description": "Write a file. With only filePath and content, the whole file is replaced (it and "
-                   "its folders are created if missing). With lineOffset or byteOffset, content is "
-                   "inserted there, after deleting delLines lines or delBytes bytes; with lineOffset "
-                   "content is whole lines (a missing final newline is added before following text).",
+    "description": "Write a file. With only filePath and content, the whole file is replaced (it "
+                   "and its folders are created if missing). With lineOffset or byteOffset, "
+                   "content is inserted there, after deleting delLines lines or delBytes bytes; "
+                   "with lineOffset content is whole lines (a missing final newline is added "
+                   "before following text).",
     "parameters": {"type": "object", "properties": {
         "filePath": {"type": "string", "description": "The file to write."},
         "content": {"type": "string",
                     "description": "The text to write (may be empty, e.g. to delete lines)."},
-        "lineOffset": {"type": "integer", "description": "1-indexed line to write at, as numbered by "
-                       "read; past the end appends. Takes precedence over byteOffset."},
+        "lineOffset": {"type": "integer", "description": "1-indexed line to write at, as "
+                       "numbered by read; past the end appends. Takes precedence over byteOffset."},
         "byteOffset": {"type": "integer", "description": "0-indexed byte to write at; used only "
                        "without lineOffset."},
-        "delLines": {"type": "integer", "description": "Lines to delete at the insertion point first. "
-                     "Takes precedence over delBytes."},
-        "delBytes": {"type": "integer", "description": "Bytes to delete at the insertion point first; "
-                     "used only without delLines."}},
+        "delLines": {"type": "integer", "description": "Lines to delete at the insertion point "
+                     "first. Takes precedence over delBytes."},
+        "delBytes": {"type": "integer", "description": "Bytes to delete at the insertion point "
+                     "first; used only without delLines."}},
         "required": ["filePath", "content"]}}
 
 
@@ -2784,65 +2794,47 @@ def count_lines(data):
     return data.count(newline) + (1 if data and not data.endswith(newline) else 0)
 
 
-def output_budget(cfg):
-    """Bytes the read tool may return: max_tool_res minus room for the hint line."""
-    limit = cfg.get("max_tool_res")
-    limit = limit if isinstance(limit, int) and limit > 0 else 65536
-    return max(1, limit - HINT_ROOM)
-
-
 def read_tool(cfg, args):
-    """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries."""
+    """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries,
+    at most limit of them and max_tool_res bytes (less room for the hint of what follows)."""
     try:
         path = path_argument(args)
         offset = int_argument(args, ("offset",), 0) or 1   # 0 is taken as 1: harmless for a read
         limit = int_argument(args, ("limit",), 1) or READ_LIMIT
     except ValueError as e:
         return "error: read: %s" % e
+    budget = max(1, cfg["max_tool_res"] - HINT_ROOM)
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
-            return read_directory(path, offset, limit, output_budget(cfg))
-        if not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
+            with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
+                names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+            unit, empty = "entries", "(%s is an empty directory)" % path
+            page = paginate(enumerate(names, 1), offset, limit, budget, lambda item: item[1],
+                            lambda number: len(names) - number)
+        elif not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
             return "error: %s is not a regular file or a directory" % path
-        with open(path, "rb") as f:
-            return read_numbered(f, path, offset, limit, output_budget(cfg))
+        else:
+            with open(path, "rb") as f:
+                if b"\0" in f.read(BINARY_SNIFF):   # text has no NULs; binary wastes context
+                    return "error: %s looks like a binary file (%d bytes); inspect it with bash, " \
+                           "e.g. xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
+                f.seek(0)
+                unit, empty = "lines", "(%s is empty: 0 lines)" % path
+                page = paginate(file_lines(f), offset, limit, budget, lambda item: "%d: %s" % (
+                    item[0], model_line(item[1], item[2])), lambda number: count_rest(f))
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
         return "error: cannot read %s: %s" % (path, e.strerror or e)
-
-
-def read_numbered(f, path, offset, limit, budget):
-    """Lines offset.. of an open file, numbered, at most limit lines and budget bytes."""
-    if b"\0" in f.read(BINARY_SNIFF):   # text files have no NULs; binary garbage wastes context
-        return "error: %s looks like a binary file (%d bytes); inspect it with bash, e.g. " \
-               "xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
-    f.seek(0)
-    shown, total, following = paginate(
-        file_lines(f), offset, limit, budget,
-        lambda item: "%d: %s" % (item[0], model_line(item[1], item[2])), lambda number: count_rest(f))
+    shown, total, following = page
     if total == 0:
-        return "(%s is empty: 0 lines)" % path
+        return empty
     if not shown:
-        return "error: offset %d is past the end of %s (%d lines)" % (offset, path, total)
+        return "error: offset %d is past the end of %s (%d %s)" % (offset, path, total, unit)
     if following:
-        shown.append("[... %d more lines: read with offset=%d]" % (total - following + 1, following))
-    return "\n".join(shown)
-
-
-def read_directory(path, offset, limit, budget):
-    """The entries of a directory, sorted, one a line, subdirectories with a trailing /."""
-    with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
-        names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
-    shown, total, following = paginate(enumerate(names, 1), offset, limit, budget,
-                                       lambda item: item[1], lambda number: len(names) - number)
-    if total == 0:
-        return "(%s is an empty directory)" % path
-    if not shown:
-        return "error: offset %d is past the end of %s (%d entries)" % (offset, path, total)
-    if following:
-        shown.append("[... %d more entries: read with offset=%d]" % (total - following + 1, following))
+        shown.append("[... %d more %s: read with offset=%d]" % (
+            total - following + 1, unit, following))
     return "\n".join(shown)
 
 
@@ -2968,7 +2960,8 @@ def splice(target, path, f, data, line, byte, del_lines, del_bytes):
         if by_line else ("byte", byte, old_size, new_size, len(text))
     where = ("appended at the end of %s (%sOffset %d is past its %d %ss)" % (
         path, unit, at, before, unit) if past else "spliced at %s %d of %s" % (unit, at, path))
-    return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (where, deleted, count, unit, now, unit)
+    return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (
+        where, deleted, count, unit, now, unit)
 
 
 def stream_part(f, out, lines, size):
@@ -2976,7 +2969,7 @@ def stream_part(f, out, lines, size):
     pieces: (bytes, newlines, last byte) of what went by."""
     moved, newlines, last = 0, 0, b""
     while newlines < lines if lines is not None else moved < size:
-        block = f.readline(1 << 16) if lines is not None else f.read(min(1 << 20, size - moved))
+        block = f.read(min(1 << 20, size - moved)) if lines is None else f.readline(1 << 16)
         if not block:
             break
         if out:
@@ -2986,23 +2979,23 @@ def stream_part(f, out, lines, size):
 
 
 def tally(*parts):
-    """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines counts."""
+    """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines does."""
     size = sum(part[0] for part in parts)
     last = next((part[2] for part in reversed(parts) if part[0]), b"")
     return size, sum(part[1] for part in parts) + (1 if size and last != b"\n" else 0)
 
 
 def atomic_write(target, data):
-    """Replace target with data (bytes, or a function writing to the file: its result is returned)
-    in one step (a temp file, then os.replace); the mode is kept, a new file gets 0666 - umask."""
+    """Replace target with data (bytes, or a function writing to the file: its result is
+    returned) in one step (a temp file, then os.replace); the mode is kept, a new file gets
+    0666 - umask."""
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         mode = None
     folder, name = os.path.split(target)
     temp = os.path.join(folder, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)   # no CRLF on Windows
-    fd = os.open(temp, flags, 0o666 if mode is None else 0o600)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             result = data(f) if callable(data) else f.write(data)
@@ -3020,27 +3013,28 @@ def atomic_write(target, data):
         raise
 
 
-
 # The tool table: the single source of truth for dispatch and for the schema sent to the model.
 TOOLS = {
     "shell_exec": ({
-        "description": "Run a shell command (bash -c) on the user's machine and return its combined "
-                       "stdout and stderr followed by the exit code. Non-interactive: stdin is empty "
-                       "and pagers are off. Long output is cut and saved to a file you can read in parts.",
+        "description": "Run a shell command (bash -c) on the user's machine and return its "
+                       "combined stdout and stderr followed by the exit code. Non-interactive: "
+                       "stdin is empty and pagers are off. Long output is cut and saved to a "
+                       "file you can read in parts.",
         "parameters": {"type": "object", "properties": {"command": {
             "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
             "required": ["command"]}}, shell_exec),
     "run_subagent": ({
-        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which has the "
-                       "same tools but none of this conversation. Returns its final answer. Put every "
-                       "detail it needs into the prompt.",
+        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which "
+                       "has the same tools but none of this conversation. Returns its final "
+                       "answer. Put every detail it needs into the prompt.",
         "parameters": {"type": "object", "properties": {"prompt": {
             "type": "string", "description": "The complete task for the subagent."}},
             "required": ["prompt"]}}, run_subagent),
     "read": (READ_SCHEMA, read_tool),
     "write": (WRITE_SCHEMA, write_tool),
 }
-# Names of other agents' tools that models still call: run as the tool they mean (C++ port).
+# Names of other agents' tools that models trained on them still call: run as the tool they
+# mean, so such a call does its work instead of failing as an unknown tool.
 TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
 
 
@@ -3049,7 +3043,8 @@ def check_tool_names(raw, where):
     names = [TOOL_ALIASES.get(n.strip(), n.strip()) for n in raw.split(",") if n.strip()]
     unknown = [n for n in names if n not in TOOLS]
     if unknown:
-        raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (where, unknown[0], ", ".join(TOOLS)))
+        raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (
+            where, unknown[0], ", ".join(TOOLS)))
     return ",".join(dict.fromkeys(names))
 
 
@@ -3061,7 +3056,8 @@ def enabled_tools(cfg):
 
 def tool_definitions(cfg):
     """The tools part of a request: the schemas of the enabled tools."""
-    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)} for name in enabled_tools(cfg)]
+    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)}
+            for name in enabled_tools(cfg)]
 
 
 def tool_named(cfg, name):
@@ -3085,7 +3081,7 @@ def check_calls(reply):
         function = call["function"]
         function["arguments"] = clean_for_model(function["arguments"])
         try:
-            args = json.loads(function["arguments"], strict=False)   # a raw newline in a string is fine
+            args = json.loads(function["arguments"], strict=False)   # (a raw newline is fine)
             if not isinstance(args, dict):
                 raise ValueError("expected a JSON object")
         except ValueError as e:
@@ -3104,24 +3100,26 @@ def run_tool_call(cfg, call, args):
     """Trace and run one tool call whose arguments check_calls parsed (args: a dict, or the
     error text); its tool message. Failures are text for the model, never a crash."""
     name = call["function"]["name"]
-    emit(cfg, "tool_call", id=call["id"], name=name, arguments=redact_all(cfg, call["function"]["arguments"]))
-    failed = True
+    emit(cfg, "tool_call", id=call["id"], name=name,
+         arguments=redact_all(cfg, call["function"]["arguments"]))
+    tool, failed = tool_named(cfg, name), True
     if isinstance(args, str):
         result = args
     elif time_up(cfg):
         result = "error: not run: the turn's time ran out (max_turn_seconds=%g)" % time_up(cfg)[1]
-    elif tool_named(cfg, name) is None:
+    elif tool is None:
         result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
-    else:
-        args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)   # may the command run?
+    else:   # may it run? (told: the refusal, or what the model must read first)
+        args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
         try:
-            result, failed = (told, True) if args is None else (told + tool_named(cfg, name)(cfg, args), False)
+            result, failed = (told, True) if args is None else (told + tool(cfg, args), False)
         except (OSError, ValueError, TypeError) as e:
             result = "error: %s failed: %s" % (name, e)
     result = clean_for_model(result)
     if cfg.get("replay"):
         check_replayed_result(cfg, name, result)
-    emit(cfg, "tool_result", id=call["id"], name=name, content=redact_all(cfg, result), ok=not failed)
+    emit(cfg, "tool_result", id=call["id"], name=name, content=redact_all(cfg, result),
+         ok=not failed)
     return tool_message(call["id"], result)
 
 
@@ -3322,7 +3320,7 @@ def AL(cfg, messages, on_event=None):
     try:
         for _ in range(cfg["max_al_iterations"]):
             try:
-                reply = ask_model(cfg, messages)        # (an empty reply gets one nudge)
+                reply = next_reply(cfg, messages)       # (an empty reply gets one nudge)
             except ApiError as e:                       # max_turn_seconds ran out mid-reply
                 if e.kind != "budget":
                     raise
@@ -3341,10 +3339,11 @@ def AL(cfg, messages, on_event=None):
                 answer_extra_calls(cfg, messages, calls)
             finally:                                    # one tool message per call id, always
                 answer_unanswered(cfg, messages, calls)
-            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)   # budgets, a cycle
+            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)   # or a cycle
             if spent:
                 return final_answer(cfg, messages, *spent)
-        return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"], cfg["max_al_iterations"])
+        limit = cfg["max_al_iterations"]
+        return final_answer(cfg, messages, "max_al_iterations", limit, limit)
     finally:
         leave_run(cfg, sys.exc_info()[1])
 
@@ -3366,9 +3365,11 @@ def enter_run(cfg, on_event=None):
     parent = cfg.get("run")
     if parent:
         run = dict(parent, depth=parent["depth"] + 1, streak=(None, 0), budget=None)
-    else:
-        run = {"emit": on_event or cfg.get("on_event") or plain_view(cfg), "depth": 0, "spill": [],
-               "turn": new_tally(), "streak": (None, 0), "budget": None,
+    else:   # turn: what the turn has spent (and said once), shared by its subagents
+        run = {"emit": on_event or cfg.get("on_event") or plain_view(cfg), "depth": 0,
+               "spill": [], "streak": (None, 0), "budget": None,
+               "turn": {"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0,
+                        "noted": set()},
                "approved": cfg["approved"] if isinstance(cfg.get("approved"), set) else set()}
     return dict(cfg, run=run)
 
@@ -3380,7 +3381,8 @@ def leave_run(cfg, stop):
     status = (("budget" if cfg["run"]["budget"] else "done") if stop is None
               else "interrupted" if isinstance(stop, KeyboardInterrupt)
               else "failed" if isinstance(stop, BantamError) else "stopped")
-    emit(cfg, "turn_end", status=status, error=redact_all(cfg, str(stop)) if isinstance(stop, BantamError) else None)
+    emit(cfg, "turn_end", status=status,
+         error=redact_all(cfg, str(stop)) if isinstance(stop, BantamError) else None)
 
 
 def add_message(cfg, messages, message):
@@ -3389,36 +3391,37 @@ def add_message(cfg, messages, message):
     emit(cfg, "message", message=message)
 
 
-def ask_model(cfg, messages):
-    """chat() plus the repairs a turn may need: ask once more after an empty reply (see
-    repair_call), compact once when the context overflows, read a tool call the model wrote
-    as text, keep the text shown before a Ctrl+C."""
-    reply = ask_once(cfg, messages)
-    if not reply["content"] and not reply.get("tool_calls") and repair_call(
-            cfg, "[the model sent an empty reply: asking it once more]"):
-        reply = ask_once(cfg, messages, EMPTY_NUDGE)
+def next_reply(cfg, messages):
+    """The model's next reply, with the repairs a turn may need: ask once more after an empty
+    reply (see repair_call), read a tool call the model wrote as text, keep the text shown
+    before a Ctrl+C."""
+    try:
+        reply = text_tool_call(cfg, chat_compacting(cfg, messages))
+        if not reply["content"] and not reply.get("tool_calls") and repair_call(
+                cfg, "[the model sent an empty reply: asking it once more]"):
+            reply = text_tool_call(cfg, chat_compacting(cfg, messages, EMPTY_NUDGE))
+    except KeyboardInterrupt:
+        keep_interrupted_text(cfg, messages)   # text already shown stays, tool calls go
+        raise
     return reply
 
 
-def ask_once(cfg, messages, nudge=None):
-    """One reply for messages (plus a nudge of bantam's, sent but not stored)."""
+def chat_compacting(cfg, messages, nudge=None):
+    """chat() (a nudge of bantam's is sent but not stored), compacting the conversation once
+    when it overflows the context window."""
     try:
-        reply = chat(cfg, messages, nudge=nudge)
+        return chat(cfg, messages, nudge=nudge)
     except ApiError as e:
         if e.kind != "overflow":
             raise
         note(cfg, "[%s: the context window is full; compacting and trying again]" % e, "warning")
         compact(cfg, messages, current_prompt(messages))
-        try:
-            reply = chat(cfg, messages, nudge=nudge)
-        except ApiError as again:
-            if again.kind == "overflow":
-                raise ApiError("%s (even after compacting the conversation)" % again)
-            raise
-    except KeyboardInterrupt:
-        keep_interrupted_text(cfg, messages)   # text already shown stays, tool calls go
+    try:
+        return chat(cfg, messages, nudge=nudge)
+    except ApiError as again:
+        if again.kind == "overflow":
+            raise ApiError("%s (even after compacting the conversation)" % again)
         raise
-    return text_tool_call(cfg, reply)
 
 
 def current_prompt(messages):
@@ -3436,7 +3439,8 @@ def keep_interrupted_text(cfg, messages):
         add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + INTERRUPTED})
 
 
-TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*$", re.S)
+TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
+                       r"|(\{.*\}))\s*$", re.S)
 
 
 def text_tool_call(cfg, reply):
@@ -3476,23 +3480,18 @@ def text_tool_call(cfg, reply):
 # unasked while a deny pattern is in force. read and write are decided by path. Budgets are
 # per turn and shared with the turn's subagents; a stop makes one last call without tools
 # for the best answer from what the model has. Nudges after an empty reply and that final
-# call come from a budget of their own (max_repair_calls), as banna does.
+# call come from a budget of their own (max_repair_calls): a model that keeps answering
+# empty must not loop on nudges, and repairs must not eat the budgets they repair.
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
                "or call a tool if you need one.")
-FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any more. "
-                "From what you have found so far, give your best final answer to the user's request, "
-                "and say briefly what is left undone.")
+FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any "
+                "more. From what you have found so far, give your best final answer to the "
+                "user's request, and say briefly what is left undone.")
 BUDGETS = {   # key: how its use is said
     "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
     "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
     "max_al_iterations": "%s model calls"}
-
-
-def new_tally():
-    """What a turn has spent so far (and what it said once): shared by its subagents, never
-    by two turns."""
-    return {"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0, "noted": set()}
 
 
 def note_once(cfg, key, text, level):
@@ -3508,7 +3507,8 @@ def call_cost(cfg, prompt, cached, completion):
     if not (cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]):
         return None
     cached = cached or 0
-    return ((prompt - cached) * cfg["price_in"] + cached * (cfg["price_cached"] or cfg["price_in"])
+    cached_price = cfg["price_cached"] or cfg["price_in"]
+    return ((prompt - cached) * cfg["price_in"] + cached * cached_price
             + completion * cfg["price_out"]) / 1e6
 
 
@@ -3542,7 +3542,8 @@ def over_budget(cfg, calls, messages):
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
     run["streak"] = (last, count)
-    used = {"max_turn_tokens": turn["tokens"], "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
+    used = {"max_turn_tokens": turn["tokens"],
+            "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
             "max_cost": round(turn["cost"], 6), "max_identical_calls": count}
     for key, value in used.items():
         if cfg[key] and value >= cfg[key]:
@@ -3555,13 +3556,16 @@ def final_answer(cfg, messages, key, limit, used):
     without tools and with a short timeout, for the best answer from what it has."""
     cfg["run"]["budget"] = key
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking, words = repair_call(cfg, None), budget_words(key, used)
-    note(cfg, "[stopped: %s (%s=%s)%s]" % (words, key, limit, "; asking for a final answer" if asking else ""),
-         "warning")
+    asking, words = repair_call(cfg, None), BUDGETS[key] % used
+    if used == 1:   # "1 model call"
+        words = words.replace("calls", "call").replace("times", "time")
+    note(cfg, "[stopped: %s (%s=%s)%s]" % (
+        words, key, limit, "; asking for a final answer" if asking else ""), "warning")
     if not asking:
         return messages
-    quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], cfg["final_answer_timeout"]),
-                 timeout=min(cfg["timeout"], cfg["final_answer_timeout"]), max_turn_seconds=0)
+    wait = cfg["final_answer_timeout"]
+    quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
+                 timeout=min(cfg["timeout"], wait), max_turn_seconds=0)
     try:
         reply = chat(quick, messages, tools=False, nudge=FINAL_PROMPT % words)
     except ApiError as e:
@@ -3573,12 +3577,6 @@ def final_answer(cfg, messages, key, limit, used):
     return messages
 
 
-def budget_words(key, used):
-    """How much of a budget was used, in words: "615 tokens this turn", "1 model call"."""
-    words = BUDGETS[key] % used
-    return words.replace("calls", "call").replace("times", "time") if used == 1 else words
-
-
 def repair_call(cfg, say_why):
     """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
     turn = cfg["run"]["turn"]
@@ -3588,14 +3586,6 @@ def repair_call(cfg, say_why):
     if say_why:
         note(cfg, say_why, "warning")
     return True
-
-
-def with_nudge(messages, text):
-    """The messages to send with a line of bantam's after them; never two user messages in a row."""
-    last = messages[-1] if messages else {}
-    if last.get("role") == "user" and isinstance(last.get("content"), str):
-        return messages[:-1] + [dict(last, content=last["content"] + "\n\n" + text)]
-    return messages + [{"role": "user", "content": text}]
 
 
 def approval(cfg, call_id, name, args):
@@ -3613,16 +3603,19 @@ def approval(cfg, call_id, name, args):
     if decision == "ask":
         if name == "write" or reason:   # what is asked about, and why
             note(cfg, write_preview(path, args, reason) if name == "write" else "[%s: %s]" % (
-                path or "bantam cannot check this command against its patterns", reason), "warning")
-        decision, reason, edited = ask_user(cfg, command, path and name.title() + "? [y/N/a] ")
+                path or "bantam cannot check this command against its patterns", reason),
+                 "warning")
+        decision, reason, edited = user_decision(cfg, command,
+                                                 path and name.title() + "? [y/N/a] ")
         rule = "asked"
-    emit(cfg, "approval", id=call_id, tool=name, command=None if path else redact_all(cfg, command),
-         path=path, decision=decision, rule=rule, reason=reason,
-         edited=redact_all(cfg, edited) if edited else None)
+    emit(cfg, "approval", id=call_id, tool=name,
+         command=None if path else redact_all(cfg, command), path=path, decision=decision,
+         rule=rule, reason=reason, edited=redact_all(cfg, edited) if edited else None)
     if decision == "always":
         cfg["run"]["approved"].add(command if path is None else name + ":" + path)
     if decision == "edit":
-        return dict(args, command=edited), "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+        told = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+        return dict(args, command=edited), told
     if decision == "refuse":
         return None, refusal(name, rule, reason)
     return args, ""
@@ -3853,7 +3846,7 @@ def shell_script(args):
     return args[n] if with_c and n < len(args) else None
 
 
-def ask_user(cfg, command, question=None):
+def user_decision(cfg, command, question=None):
     """Ask the user (cfg["approver"]) about a command, or a file tool's call (its question):
     (decision, reason, edited command). y(es), a(lways), e(dit), n(o)/Enter; else a reason."""
     answer = cfg["approver"](question or "Run? [y/N/a/e] ", "")
@@ -3917,8 +3910,9 @@ def write_preview(path, args, reason):
 # ----------------------------------------------------------------------------------------
 
 COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
-                  "the user's goals and requests, decisions made, facts learned, files and commands "
-                  "involved, the current state of the work and the next steps. Be complete but concise.")
+                  "the user's goals and requests, decisions made, facts learned, files and "
+                  "commands involved, the current state of the work and the next steps. Be "
+                  "complete but concise.")
 SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
                   "Reply with the title only.")
 
@@ -3936,8 +3930,9 @@ def discover_window(cfg):
     """The window the server reports for the model, or None: a field of its GET /models
     entry, else LiteLLM's /model/info, else (for a server on this machine or network) the
     local servers' own APIs."""
+    model = cfg["model"]
     for entry in list_models(cfg, quiet=True):
-        if entry.get("id") == cfg["model"]:
+        if entry.get("id") == model:
             top, meta = (entry.get(k) if isinstance(entry.get(k), dict) else {}
                          for k in ("top_provider", "meta"))
             window = first_count(entry.get("context_length"), entry.get("context_window"),
@@ -3948,13 +3943,11 @@ def discover_window(cfg):
                 return window
     # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
     # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
-    info = get_json(cfg, "GET", "/model/info")
-    for entry in info.get("data") or () if isinstance(info, dict) else ():
-        if isinstance(entry, dict) and entry.get("model_name") == cfg["model"]:
-            about = entry.get("model_info")
-            window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
-            if window:
-                return window
+    for entry in entries(get_json(cfg, "GET", "/model/info"), "data", model, "model_name"):
+        about = entry.get("model_info")
+        window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
+        if window:
+            return window
     from urllib.parse import urlsplit
     if not private_host(urlsplit(cfg["endpoint"]).hostname or ""):
         return None   # a cloud API: its /models said nothing, the local APIs below do not exist
@@ -3962,37 +3955,42 @@ def discover_window(cfg):
     props = get_json(cfg, "GET", "/props", root=True)
     if isinstance(props, dict):
         settings = props.get("default_generation_settings")
-        window = first_count(props.get("n_ctx"), settings.get("n_ctx") if isinstance(settings, dict) else None)
+        window = first_count(props.get("n_ctx"),
+                             settings.get("n_ctx") if isinstance(settings, dict) else None)
         if window:
             return window
     # Ollama: POST /api/show {"model": m} -> {"parameters": "num_ctx 8192\n...", "model_info":
     # {"llama.context_length": 131072, ...}}; num_ctx is the window it runs with, else the one
     # of the loaded model (GET /api/ps), else the model's own limit (the most it can run with).
-    shown = get_json(cfg, "POST", "/api/show", {"model": cfg["model"], "name": cfg["model"]}, root=True)
+    shown = get_json(cfg, "POST", "/api/show", {"model": model, "name": model}, root=True)
     if isinstance(shown, dict):
         match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(shown.get("parameters") or ""))
         if match:
             return int(match.group(1))
         loaded = get_json(cfg, "GET", "/api/ps", root=True)
-        for entry in loaded.get("models") or () if isinstance(loaded, dict) else ():
-            if isinstance(entry, dict) and cfg["model"] in (entry.get("name"), entry.get("model")):
-                if first_count(entry.get("context_length")):
-                    return entry["context_length"]
+        for entry in entries(loaded, "models", model, "name", "model"):
+            if first_count(entry.get("context_length")):
+                return entry["context_length"]
         info = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
         window = first_count(*[v for k, v in info.items() if k.endswith(".context_length")])
         if window:
             return window
     # LM Studio: GET /api/v0/models {"data": [{"id": m, "loaded_context_length": 4096, ...}]}
-    listing = get_json(cfg, "GET", "/api/v0/models", root=True)
-    for entry in listing.get("data") or () if isinstance(listing, dict) else ():
-        if isinstance(entry, dict) and entry.get("id") == cfg["model"]:
-            return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
+    for entry in entries(get_json(cfg, "GET", "/api/v0/models", root=True), "data", model, "id"):
+        return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
     return None
+
+
+def entries(answer, key, value, *fields):
+    """The objects listed under key in a JSON answer whose field (one of fields) is value."""
+    listed = answer.get(key) or () if isinstance(answer, dict) else ()
+    return [e for e in listed if isinstance(e, dict) and value in map(e.get, fields)]
 
 
 def first_count(*values):
     """The first value that is a positive whole number, or None."""
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0),
+                None)
 
 
 def private_host(host):
@@ -4002,7 +4000,8 @@ def private_host(host):
         address = ipaddress.ip_address(host)
         return address.is_private or address.is_loopback or address.is_link_local
     except ValueError:
-        return "." not in host or host.endswith((".localhost", ".local", ".lan", ".internal", ".home.arpa"))
+        return "." not in host or host.endswith(
+            (".localhost", ".local", ".lan", ".internal", ".home.arpa"))
 
 
 # What overflow errors say about the window: "maximum context length is 2048 tokens" (OpenAI,
@@ -4032,7 +4031,8 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
     saying that we could not `what`, when given)."""
     import http.client
     try:
-        response = http_request(cfg, method, path, json.dumps(body).encode() if body else None, root=root)
+        data = json.dumps(body).encode() if body else None
+        response = http_request(cfg, method, path, data, root=root)
         data = response.read()   # the whole answer: the connection stays usable
         if response.status != 200:
             raise LookupError("HTTP %d %s" % (response.status, response.reason))
@@ -4041,7 +4041,8 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
         if not isinstance(e, LookupError):
             drop_connection(cfg)
         if what:
-            note(cfg, "error: cannot %s at %s%s: %s" % (what, "" if root else cfg["endpoint"], path, e))
+            note(cfg, "error: cannot %s at %s%s: %s" % (
+                what, "" if root else cfg["endpoint"], path, e))
         return None
 
 
@@ -4111,7 +4112,8 @@ def compact(cfg, messages, prompt=None):
             break
         except ApiError as e:
             if e.kind != "overflow" or not trim_for_summary(request, context_window(cfg) * 2):
-                raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
+                raise ApiError("compaction failed: %s" % e,
+                               "retry" if e.kind == "retry" else "fatal")
     else:
         raise ApiError("compaction failed: the conversation does not fit even when trimmed")
     if not summary:
@@ -4146,7 +4148,7 @@ def trim_for_summary(request, room):
     if not longest or len(longest["content"]) < 200:
         return False
     text, total = longest["content"], sum(len(m["content"]) for m in texts)
-    ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question itself stays whole
+    ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question stays whole
     text = text[:len(text) - len(ask)]
     keep = max(100, min(len(text) // 4, (len(text) - (total - room)) // 2))
     if len(text) <= 2 * keep + 100:
