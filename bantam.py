@@ -1391,6 +1391,7 @@ def socks5_connect(proxy_url, host, port, timeout):
     """A socket connected to host:port through the SOCKS5 proxy at proxy_url; host names are
     resolved by the proxy (socks5:// behaves as socks5h://). Failures raise SocksError."""
     import socket
+    import struct
     proxy_host, proxy_port, user, password = parse_socks_url(proxy_url)
     where = "SOCKS5 proxy %s:%d" % (
         "[%s]" % proxy_host if ":" in proxy_host else proxy_host, proxy_port)
@@ -1400,71 +1401,51 @@ def socks5_connect(proxy_url, host, port, timeout):
         sock = socket.create_connection((proxy_host, proxy_port), timeout)
     except OSError as e:
         raise SocksError("cannot connect to %s: %s" % (where, e), retry=True) from e
-    stage = "greeting"
+    stage = "greeting"   # offer one method: 0 (no authentication) or 2 (username/password)
     try:
-        method = socks_greet(sock, where, user is not None)
-        if method == 2:
+        offer = 0 if user is None else 2
+        sock.sendall(bytes([5, 1, offer]))   # VER=05 NMETHODS=01 METHODS: 05 01 00 or 05 01 02
+        version, method = socks_recv(sock, 2, where, stage)   # VER=05 METHOD (FF: none)
+        if version != 5:
+            raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
+        if method == 0xFF:
+            raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
+                where, "username/password" if offer else "no authentication; it may need "
+                       "user:password@ in the proxy address"))
+        if method != offer:
+            raise SocksError("%s chose authentication method %d, which we did not offer"
+                             % (where, method))
+        if method == 2:   # RFC 1929: VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
             stage = "authentication"
-            socks_authenticate(sock, where, user, password)
-        stage = "CONNECT"
-        socks_request_connect(sock, where, host, port)
+            name, secret = user.encode("utf-8"), password.encode("utf-8")
+            if len(name) > 255 or len(secret) > 255:
+                raise SocksError("SOCKS5 username and password must be at most 255 bytes each")
+            sock.sendall(bytes([1, len(name)]) + name + bytes([len(secret)]) + secret)
+            if socks_recv(sock, 2, where, stage)[1] != 0:   # VER=01 STATUS (00: success)
+                raise SocksError("%s rejected the username/password (authentication failed)"
+                                 % where)
+        stage = "CONNECT"   # VER=05 CMD=01 RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
+        sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
+        version, rep, _, atyp = socks_recv(sock, 4, where, stage)   # VER REP RSV ATYP
+        if version != 5:
+            raise SocksError("%s answered CONNECT with version %d" % (where, version))
+        if rep != 0:
+            why = SOCKS_REPLIES.get(rep, "unknown error")
+            raise SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
+                where, host, port, why, rep), retry=rep in SOCKS_TRANSIENT)
+        if atyp == 3:   # 03 LEN NAME
+            size = socks_recv(sock, 1, where, stage)[0]
+        elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
+            size = 4 if atyp == 1 else 16
+        else:
+            raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
+        socks_recv(sock, size + 2, where, stage)   # BND.ADDR BND.PORT: unused, but not HTTP
         return sock
     except BaseException as e:
         sock.close()
         if isinstance(e, OSError) and not isinstance(e, SocksError):   # a timeout, a reset
             raise SocksError("%s failed during %s: %s" % (where, stage, e), retry=True) from e
         raise
-
-
-def socks_greet(sock, where, with_password):
-    """Offer one authentication method; the one the proxy chose (0 none, 2 username/password)."""
-    offer = 2 if with_password else 0
-    sock.sendall(bytes([5, 1, offer]))   # VER=05 NMETHODS=01 METHODS: 05 01 00 or 05 01 02
-    version, method = socks_recv(sock, 2, where, "greeting")   # VER=05 METHOD (FF: none)
-    if version != 5:
-        raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
-    if method == 0xFF:
-        raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
-            where, "username/password" if with_password else "no authentication; it may need "
-                   "user:password@ in the proxy address"))
-    if method != offer:
-        raise SocksError("%s chose authentication method %d, which we did not offer"
-                         % (where, method))
-    return method
-
-
-def socks_authenticate(sock, where, user, password):
-    """RFC 1929 username/password sub-negotiation."""
-    name, secret = user.encode("utf-8"), password.encode("utf-8")
-    if len(name) > 255 or len(secret) > 255:
-        raise SocksError("SOCKS5 username and password must be at most 255 bytes each")
-    # VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
-    sock.sendall(bytes([1, len(name)]) + name + bytes([len(secret)]) + secret)
-    _, status = socks_recv(sock, 2, where, "authentication")   # VER=01 STATUS (00: success)
-    if status != 0:
-        raise SocksError("%s rejected the username/password (authentication failed)" % where)
-
-
-def socks_request_connect(sock, where, host, port):
-    """Ask the proxy to connect to host:port; consume its whole reply."""
-    import struct
-    # VER=05 CMD=01 (CONNECT) RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
-    sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
-    # VER=05 REP RSV=00 ATYP BND.ADDR BND.PORT
-    version, rep, _, atyp = socks_recv(sock, 4, where, "CONNECT")
-    if version != 5:
-        raise SocksError("%s answered CONNECT with version %d" % (where, version))
-    if rep != 0:
-        why = SOCKS_REPLIES.get(rep, "unknown error")
-        raise SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
-            where, host, port, why, rep), retry=rep in SOCKS_TRANSIENT)
-    if atyp == 3:   # 03 LEN NAME
-        size = socks_recv(sock, 1, where, "CONNECT")[0]
-    elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
-        size = 4 if atyp == 1 else 16
-    else:
-        raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
-    socks_recv(sock, size + 2, where, "CONNECT")   # BND.ADDR BND.PORT: unused, but not HTTP
 
 
 def socks_address(host):
@@ -1767,9 +1748,8 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
 
 
 def report_call(cfg, sent, message, usage, started, first, quiet):
-    """Emit the "usage" event of one model call: the server's figures, else estimated from
-    the size of the request and the reply (marked estimated), with its timing (seconds in
-    all, to the first output)."""
+    """Emit the "usage" event of one model call: the server's figures (else estimated from
+    the sizes sent and received), with its timing (seconds in all, to the first output)."""
     estimated = not isinstance(usage, dict)
     if estimated:
         usage = {"prompt_tokens": estimate_tokens(sent),
@@ -1819,10 +1799,6 @@ def exchange(cfg, body, quiet):
             note(cfg, CUT_REPLY[reply["finish"]], "warning")
         say_cuts(cfg, reply)
         return message, reply["usage"], reply["first"], len(payload)
-    except http.client.ImproperConnectionState as e:   # our bug, not the network's: never resent
-        drop_connection(cfg)
-        raise ApiError("internal error: the HTTP connection was in the wrong state (%s: %s); "
-                       "please report this" % (type(e).__name__, e), "fatal")
     except (OSError, http.client.HTTPException) as e:
         drop_connection(cfg)
         output = bool(reply["content"] or reply["reasoning"] or reply["calls"])
@@ -2629,8 +2605,7 @@ def kill_group(proc):
 
 class BoundedOutput:
     """A command's output in bounded memory: whole when it fits in max_tool_res bytes, else
-    the head and the tail, with everything in a spill file under $TMPDIR/bantam/ (removed
-    when the turn ends)."""
+    the head and the tail, and all of it in a spill file under $TMPDIR/bantam/ (see leave_run)."""
 
     def __init__(self, cfg):
         self.limit = cfg["max_tool_res"]
@@ -3446,15 +3421,11 @@ TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json
 def text_tool_call(cfg, reply):
     """With text_tool_calls=true, turn a reply that is only a tool call written as text
     (<tool_call>{"name":..,"arguments":..}</tool_call> or bare JSON) into a real one."""
-    if reply.get("tool_calls") or not reply["content"]:
-        return reply
-    match = TEXT_CALL.match(reply["content"])
-    if not match:
-        return reply
+    match = not reply.get("tool_calls") and TEXT_CALL.match(reply["content"] or "")
     try:
-        data = json.loads(next(g for g in match.groups() if g))
+        data = json.loads(next(g for g in match.groups() if g)) if match else None
     except ValueError:
-        return reply
+        data = None
     if not isinstance(data, dict):
         return reply
     data = data.get("function", data) if isinstance(data.get("function"), dict) else data
