@@ -2041,7 +2041,6 @@ def read_stream(cfg, response, reply):
         moved = False
         for data in events:
             if data[:6] == b"[DONE]":
-                reply["done"] = True
                 return
             try:   # the hot path: one JSON object per event
                 chunks = (DECODE_JSON(data.decode())[0],)
@@ -2158,7 +2157,7 @@ def stream_error(error):
 def new_reply(cfg, quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
-            "echo_reasoning": False, "finish": None, "done": False, "usage": None, "extra": {},
+            "echo_reasoning": False, "finish": None, "usage": None, "extra": {},
             "first": None, "pending": [], "ended": False, "think": "start", "unsure": "",
             "progress": time.monotonic(), "parts": {}, "cut": [],   # see merge_tool_call
             "room": {"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
