@@ -1455,13 +1455,10 @@ def socks_address(host):
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        try:
-            name = host.encode("ascii")
-        except UnicodeEncodeError:
-            try:
-                name = host.encode("idna")
-            except UnicodeError:
-                raise SocksError("bad host name %r" % host) from None
+        try:   # a name in another script goes in its IDNA form (xn--...)
+            name = host.encode("ascii" if host.isascii() else "idna")
+        except UnicodeError:
+            raise SocksError("bad host name %r" % host) from None
         if not 0 < len(name) < 256:
             raise SocksError("host name must be 1 to 255 bytes for SOCKS5: %r" % host)
         return bytes([3, len(name)]) + name
