@@ -27,6 +27,7 @@ Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
         bantam --help        every option
 """
+import _thread
 import json
 import os
 import re
@@ -134,10 +135,11 @@ EMPTY_ASSISTANT_PATTERNS = re.compile(
     r"content or tool_calls must be set|either content or tool_calls|must have non-empty content"
     r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
 
-# What this process has learned about the servers it talks to (facts, shared on purpose by
-# every run): context windows by (endpoint, model), fixes their errors taught ((endpoint,
-# model, fix): see FIXES), notes given.
-LEARNED = {"windows": {}, "fixes": set(), "noted": set()}
+# What this process has learned about the servers it talks to: context windows by (endpoint,
+# model), fixes their errors taught ((endpoint, model, fix): see FIXES). Facts about a
+# server hold for every run, so they are shared on purpose (a learned fix spares each later
+# run a refused request); what a run has said once lives in the run (see note_once).
+LEARNED = {"windows": {}, "fixes": set()}
 
 
 class BantamError(Exception):
@@ -1005,8 +1007,8 @@ def now():
 def session_text(cfg, session, messages):
     """The text of a session file (secrets redacted): the header on the first line, then one
     message per line."""
-    lines = [message_json(session, i, m) for i, m in enumerate(messages)]
-    session["written"], session["lines"] = list(messages), lines   # what the file holds (see save_step)
+    lines = message_texts(session.setdefault("json", {}), messages)
+    session["written"] = list(messages)   # what the file holds (see save_step)
     session["summary"] = session["summary"] or first_user_text(messages)   # kept through /compact
     session["written_summary"] = session["summary"]
     head = {"id": session["id"], "uid": session["uid"], "cwd": os.getcwd(),
@@ -1016,14 +1018,6 @@ def session_text(cfg, session, messages):
         head["copy_of"] = session["copy_of"]
     text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + ",\n".join(lines) + "\n]}\n"
     return redact_all(cfg, text)
-
-
-def message_json(session, i, message):
-    """The JSON text of message i: made once, kept while the files hold that message there."""
-    written, lines = session["written"], session.get("lines") or []
-    if len(lines) == len(written) and i < len(written) and written[i] is message:
-        return lines[i]
-    return json.dumps(message, ensure_ascii=False)
 
 
 def save_session(cfg, session, messages, link=True):
@@ -1054,12 +1048,10 @@ def save_step(cfg, session, messages):
         return save_session(cfg, session, messages, link=not session["id"])
     try:
         fd = os.open(session_path(session["id"])[:-5] + ".steps", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        new = [json.dumps(m, ensure_ascii=False) for m in messages[len(written):]]
+        new = message_texts(session.setdefault("json", {}), messages)[len(written):]
         with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(new, len(written)):
                 f.write(redact_all(cfg, '{"n": %d, "m": %s}\n' % (n, line)))
-        lines = session.get("lines") or []
-        session["lines"] = lines + new if len(lines) == len(written) else []   # the cache of JSON texts
         session["written"], session["journal"] = written + messages[len(written):], True
     except OSError as e:
         note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
@@ -1342,26 +1334,20 @@ def no_proxy(host):
 
 
 def socks_proxy_for(host):
-    """The SOCKS_PROXY URL for host, unless NO_PROXY matches it."""
-    proxy = socks_proxy_from_env()
-    return None if not proxy or no_proxy(host) else proxy
+    """The SOCKS_PROXY (else socks_proxy) URL for host, unless NO_PROXY matches it."""
+    proxy = os.environ.get("SOCKS_PROXY", "").strip() or os.environ.get("socks_proxy", "").strip()
+    return proxy if proxy and not no_proxy(host) else None
 
 
-def load_http_client(endpoint):
-    """Import http.client, without ssl for an http:// endpoint (fixed for the process):
-    http.client imports ssl eagerly, and only https needs its milliseconds of loading."""
-    if "http.client" in sys.modules or "ssl" in sys.modules or endpoint.startswith("https:"):
-        return
-    sys.modules["ssl"] = None   # makes http.client's optional `import ssl` fail quietly
-    try:
-        import http.client  # noqa: F401  (loaded here, without ssl, for plain-http endpoints)
-    finally:
-        del sys.modules["ssl"]
+def default_port(url):
+    """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
+    return url.port or (443 if url.scheme == "https" else 80)
 
 
-# SOCKS5 (RFC 1928, with RFC 1929 user/password), as the C++ port: SOCKS_PROXY=socks5://[user:pass@]host:port
-# (socks5h:// too). Host names are always resolved by the proxy. It is tried before
-# HTTP(S)_PROXY, and NO_PROXY applies to it as to them.
+# SOCKS5 (RFC 1928, with RFC 1929 user/password): SOCKS_PROXY=socks5://[user:pass@]host:port
+# (socks5h:// too). Host names are always resolved by the proxy: it may reach names this
+# machine cannot resolve, and no lookup here tells the local network where we connect. It is
+# tried before HTTP(S)_PROXY, and NO_PROXY applies to it as to them.
 
 # RFC 1928 section 6: the REP field of a CONNECT reply
 SOCKS_REPLIES = {1: "general SOCKS server failure", 2: "connection not allowed by ruleset",
@@ -1372,32 +1358,20 @@ SOCKS_TRANSIENT = {1, 3, 4, 5, 6}   # the target or the route may come back; 2, 
 
 class SocksError(OSError):
     """A SOCKS5 failure, with a one-line message; .retry says whether waiting may help."""
-    retry = False
 
-
-def socks_transient(error):
-    """error, marked as worth retrying after a wait."""
-    error.retry = True
-    return error
-
-
-def socks_proxy_from_env(environ=None):
-    """The SOCKS_PROXY (else socks_proxy) value, or None; NO_PROXY is the caller's business."""
-    environ = os.environ if environ is None else environ
-    for name in ("SOCKS_PROXY", "socks_proxy"):
-        value = (environ.get(name) or "").strip()
-        if value:
-            return value
-    return None
+    def __init__(self, message, retry=False):
+        OSError.__init__(self, message)
+        self.retry = retry
 
 
 def parse_socks_url(url):
-    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare host:port;
-    user and password are percent-decoded, None without credentials; the port defaults to 1080."""
+    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare
+    host:port; user and password percent-decoded, None without credentials; port 1080."""
     from urllib.parse import unquote, urlsplit
     parts = urlsplit(url if "://" in url else "socks5://" + url)
     if parts.scheme.lower() not in ("socks5", "socks5h"):
-        raise SocksError("unsupported proxy scheme %r (use socks5:// or socks5h://)" % parts.scheme)
+        raise SocksError("unsupported proxy scheme %r (use socks5:// or socks5h://)"
+                         % parts.scheme)
     try:
         port = parts.port or 1080
     except ValueError:   # the message never shows the URL: it may hold a password
@@ -1414,6 +1388,7 @@ def socks5_connect(proxy_url, host, port, timeout):
     """A socket connected to host:port through the SOCKS5 proxy at proxy_url; host names are
     resolved by the proxy (socks5:// behaves as socks5h://). Failures raise SocksError."""
     import socket
+    import struct
     proxy_host, proxy_port, user, password = parse_socks_url(proxy_url)
     where = "SOCKS5 proxy %s:%d" % (
         "[%s]" % proxy_host if ":" in proxy_host else proxy_host, proxy_port)
@@ -1422,91 +1397,65 @@ def socks5_connect(proxy_url, host, port, timeout):
     try:   # timeout may be socket._GLOBAL_DEFAULT_TIMEOUT, as http.client passes it
         sock = socket.create_connection((proxy_host, proxy_port), timeout)
     except OSError as e:
-        raise socks_transient(SocksError("cannot connect to %s: %s" % (where, e))) from e
-    stage = "greeting"
+        raise SocksError("cannot connect to %s: %s" % (where, e), retry=True) from e
+    stage = "greeting"   # offer one method: 0 (no authentication) or 2 (username/password)
     try:
-        method = socks_greet(sock, where, user is not None)
-        if method == 2:
+        offer = 0 if user is None else 2
+        sock.sendall(bytes([5, 1, offer]))   # VER=05 NMETHODS=01 METHODS: 05 01 00 or 05 01 02
+        version, method = socks_recv(sock, 2, where, stage)   # VER=05 METHOD (FF: none)
+        if version != 5:
+            raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
+        if method == 0xFF:
+            raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
+                where, "username/password" if offer else "no authentication; it may need "
+                       "user:password@ in the proxy address"))
+        if method != offer:
+            raise SocksError("%s chose authentication method %d, which we did not offer"
+                             % (where, method))
+        if method == 2:   # RFC 1929: VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
             stage = "authentication"
-            socks_authenticate(sock, where, user, password)
-        stage = "CONNECT"
-        socks_request_connect(sock, where, host, port)
+            name, secret = user.encode("utf-8"), password.encode("utf-8")
+            if len(name) > 255 or len(secret) > 255:
+                raise SocksError("SOCKS5 username and password must be at most 255 bytes each")
+            sock.sendall(bytes([1, len(name)]) + name + bytes([len(secret)]) + secret)
+            if socks_recv(sock, 2, where, stage)[1] != 0:   # VER=01 STATUS (00: success)
+                raise SocksError("%s rejected the username/password (authentication failed)"
+                                 % where)
+        stage = "CONNECT"   # VER=05 CMD=01 RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
+        sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
+        version, rep, _, atyp = socks_recv(sock, 4, where, stage)   # VER REP RSV ATYP
+        if version != 5:
+            raise SocksError("%s answered CONNECT with version %d" % (where, version))
+        if rep != 0:
+            why = SOCKS_REPLIES.get(rep, "unknown error")
+            raise SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
+                where, host, port, why, rep), retry=rep in SOCKS_TRANSIENT)
+        if atyp == 3:   # 03 LEN NAME
+            size = socks_recv(sock, 1, where, stage)[0]
+        elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
+            size = 4 if atyp == 1 else 16
+        else:
+            raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
+        socks_recv(sock, size + 2, where, stage)   # BND.ADDR BND.PORT: unused, but not HTTP
         return sock
-    except SocksError:
+    except BaseException as e:
         sock.close()
+        if isinstance(e, OSError) and not isinstance(e, SocksError):   # a timeout, a reset
+            raise SocksError("%s failed during %s: %s" % (where, stage, e), retry=True) from e
         raise
-    except OSError as e:   # a timeout or reset halfway through the handshake
-        sock.close()
-        raise socks_transient(SocksError("%s failed during %s: %s" % (where, stage, e))) from e
-    except BaseException:
-        sock.close()
-        raise
-
-
-def socks_greet(sock, where, with_password):
-    """Offer one authentication method; the one the proxy chose (0 none, 2 username/password)."""
-    offer = 2 if with_password else 0
-    sock.sendall(bytes([5, 1, offer]))   # VER=05 NMETHODS=01 METHODS: 05 01 00 or 05 01 02
-    version, method = socks_recv(sock, 2, where, "greeting")   # VER=05 METHOD (FF: none)
-    if version != 5:
-        raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
-    if method == 0xFF:
-        raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
-            where, "username/password" if with_password else "no authentication; it may need "
-                   "user:password@ in the proxy address"))
-    if method != offer:
-        raise SocksError("%s chose authentication method %d, which we did not offer" % (where, method))
-    return method
-
-
-def socks_authenticate(sock, where, user, password):
-    """RFC 1929 username/password sub-negotiation."""
-    name, secret = user.encode("utf-8"), password.encode("utf-8")
-    if len(name) > 255 or len(secret) > 255:
-        raise SocksError("SOCKS5 username and password must be at most 255 bytes each")
-    # VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
-    sock.sendall(bytes([1, len(name)]) + name + bytes([len(secret)]) + secret)
-    _, status = socks_recv(sock, 2, where, "authentication")   # VER=01 STATUS (00: success)
-    if status != 0:
-        raise SocksError("%s rejected the username/password (authentication failed)" % where)
-
-
-def socks_request_connect(sock, where, host, port):
-    """Ask the proxy to connect to host:port; consume its whole reply."""
-    import struct
-    # VER=05 CMD=01 (CONNECT) RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
-    sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
-    # VER=05 REP RSV=00 ATYP BND.ADDR BND.PORT
-    version, rep, _, atyp = socks_recv(sock, 4, where, "CONNECT")
-    if version != 5:
-        raise SocksError("%s answered CONNECT with version %d" % (where, version))
-    if rep != 0:
-        error = SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
-            where, host, port, SOCKS_REPLIES.get(rep, "unknown error"), rep))
-        raise socks_transient(error) if rep in SOCKS_TRANSIENT else error
-    if atyp == 3:   # 03 LEN NAME
-        size = socks_recv(sock, 1, where, "CONNECT")[0]
-    elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
-        size = 4 if atyp == 1 else 16
-    else:
-        raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
-    socks_recv(sock, size + 2, where, "CONNECT")   # BND.ADDR BND.PORT: unused, but not HTTP
 
 
 def socks_address(host):
-    """ATYP + DST.ADDR for host: 01 + 4 bytes, 04 + 16 bytes, or 03 LEN name (never resolved here)."""
+    """ATYP + DST.ADDR for host: 01 + 4 bytes, 04 + 16 bytes, or 03 LEN name (not resolved)."""
     import ipaddress
     host = host.strip("[]")   # a URL's [::1]
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        try:
-            name = host.encode("ascii")
-        except UnicodeEncodeError:
-            try:
-                name = host.encode("idna")
-            except UnicodeError:
-                raise SocksError("bad host name %r" % host) from None
+        try:   # a name in another script goes in its IDNA form (xn--...)
+            name = host.encode("ascii" if host.isascii() else "idna")
+        except UnicodeError:
+            raise SocksError("bad host name %r" % host) from None
         if not 0 < len(name) < 256:
             raise SocksError("host name must be 1 to 255 bytes for SOCKS5: %r" % host)
         return bytes([3, len(name)]) + name
@@ -1519,50 +1468,45 @@ def socks_recv(sock, size, where, stage):
     while len(data) < size:
         chunk = sock.recv(size - len(data))
         if not chunk:
-            raise socks_transient(SocksError("%s closed the connection during %s" % (where, stage)))
+            raise SocksError("%s closed the connection during %s" % (where, stage), retry=True)
         data += chunk
     return data
 
 
 def open_connection(endpoint, timeout):
-    """A new http.client connection to the endpoint's host, through a CONNECT proxy if set."""
+    """A new http.client connection to the endpoint's host, through a proxy if one is set."""
     import http.client
     from urllib.parse import urlsplit, unquote
     url = urlsplit(endpoint)
-    https = url.scheme == "https"
-    port = url.port or (443 if https else 80)
     socks = socks_proxy_for(url.hostname)
     proxy = None if socks else proxy_for(url.scheme, url.hostname)
-    host, host_port = url.hostname, port
-    if proxy:
-        p = urlsplit(proxy)
-        host, host_port = p.hostname, p.port or (443 if p.scheme == "https" else 80)
-    if https:
+    via = urlsplit(proxy) if proxy else url   # where the socket goes
+    if url.scheme == "https":
         import ssl
-        conn = http.client.HTTPSConnection(host, host_port, timeout=timeout,
+        conn = http.client.HTTPSConnection(via.hostname, default_port(via), timeout=timeout,
                                            context=ssl.create_default_context())
     else:
-        conn = http.client.HTTPConnection(host, host_port, timeout=timeout)
+        conn = http.client.HTTPConnection(via.hostname, default_port(via), timeout=timeout)
     if proxy:
         headers = {}
-        if p.username:
+        if via.username:
             import base64
-            login = "%s:%s" % (unquote(p.username), unquote(p.password or ""))
+            login = "%s:%s" % (unquote(via.username), unquote(via.password or ""))
             headers["Proxy-Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
-        conn.set_tunnel(url.hostname, port, headers=headers)
+        conn.set_tunnel(url.hostname, default_port(url), headers=headers)
     if socks:   # every (re)connect goes through the proxy; http.client still does the TLS
         conn._create_connection = lambda address, timeout, source=None: socks5_connect(
             socks, address[0], address[1], timeout)
     return conn
 
 
-CONNECTIONS = {}   # (thread, endpoint) -> {"conn", "response", "sock"}: one per thread, never shared
+THREAD = _thread._local()   # what belongs to one thread, and goes away with it
 
 
 def connections():
-    """This thread's connections by endpoint (two threads never share one)."""
-    import _thread
-    return CONNECTIONS.setdefault(_thread.get_ident(), {})
+    """This thread's connections, by endpoint: {"conn", "response", "sock"} each (a thread
+    has its own: two threads never share one)."""
+    return THREAD.__dict__.setdefault("connections", {})
 
 
 def drop_connection(cfg):
@@ -1579,20 +1523,20 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
     reply was not read to its end is replaced, never reused: http.client would send the
     request and then refuse to read the answer. The path is under the endpoint (with the
     endpoint's query string, e.g. Azure's ?api-version=...), or under the server's root.
-    ready(sock, fp), if given, is called before the status line is read from fp."""
+    ready(sock), if given, is called once the request is sent, before the reply is read."""
     import http.client
     from urllib.parse import urlsplit
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
     if body is not None:
         headers["Content-Type"] = "application/json"
-    extra = {k.lower(): k for k in cfg["headers"]}
-    if cfg["api_key"] and "authorization" not in extra and "api-key" not in extra:   # Azure: api-key
+    extra = {k.lower() for k in cfg["headers"]}
+    if cfg["api_key"] and not extra & {"authorization", "api-key"}:   # (Azure's: api-key)
         headers["Authorization"] = "Bearer " + cfg["api_key"]
-    for name in [k for k in headers if k.lower() in extra]:
-        del headers[name]
+    headers = {k: v for k, v in headers.items() if k.lower() not in extra}
     headers.update(cfg["headers"])
     url = urlsplit(cfg["endpoint"])
-    target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
+    query = "?" + url.query if url.query else ""
+    target = path if root else url.path.rstrip("/") + path + query
     pool = connections()
     for attempt in (1, 2):
         entry = pool.get(cfg["endpoint"])
@@ -1601,14 +1545,15 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
             entry = None
         reused = entry is not None
         if not reused:
-            entry = pool[cfg["endpoint"]] = {
-                "conn": open_connection(cfg["endpoint"], cfg["timeout"]), "response": None, "sock": None}
+            conn = open_connection(cfg["endpoint"], cfg["timeout"])
+            entry = pool[cfg["endpoint"]] = {"conn": conn, "response": None, "sock": None}
         conn = entry["conn"]
         try:
             conn.request(method, target, body, headers)
             entry["sock"] = conn.sock   # kept: after a close-delimited reply conn.sock is None
             conn.sock.settimeout(wait or cfg["timeout"])
-            conn.response_class = waiting_response(ready) if ready else http.client.HTTPResponse
+            if ready:
+                ready(conn.sock)
             entry["response"] = conn.getresponse()
             return entry["response"]
         except (ConnectionError, http.client.BadStatusLine):
@@ -1618,18 +1563,6 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
         except BaseException:
             drop_connection(cfg)
             raise
-
-
-def waiting_response(ready):
-    """An http.client response class that calls ready(sock, fp) before reading from fp."""
-    import http.client
-
-    def response(sock, *args, **kw):
-        made = http.client.HTTPResponse(sock, *args, **kw)
-        begin = made.begin
-        made.begin = lambda: ready(sock, made.fp) or begin()
-        return made
-    return response
 
 
 def set_read_timeout(cfg, seconds):
@@ -1700,12 +1633,14 @@ FIXES = {
     "stream": (r"must be set to false for non-streaming", None),
     # Kimi K2.5+ with thinking on, DeepSeek V4: the field on every assistant message with
     # tool calls, even one where the model wrote no reasoning; Groq and Cerebras reject it
-    "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking mode",
-                          "the server wants reasoning_content on tool call messages: sending it"),
+    "reasoning_content": (
+        r"reasoning_content is missing|reasoning_content`? in the thinking mode",
+        "the server wants reasoning_content on tool call messages: sending it"),
     # Claude behind OpenAI-compatible gateways (Databricks, Requesty, one-api): content ""
     # beside tool calls becomes an empty text block, which it rejects; null is no block
-    "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
-                     "the server rejects empty text beside tool calls: sending content null there")}
+    "null_content": (
+        r"text content blocks must (?:be non-empty|contain non-whitespace)",
+        "the server rejects empty text beside tool calls: sending content null there")}
 
 
 def learned_fix(error, body):
@@ -1728,8 +1663,9 @@ MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
 # "Unsupported parameter: 'reasoning_effort' is not supported with this model."; Mistral
 # {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"]}]}};
 # Anthropic "`temperature` is deprecated for this model"; Groq "property 'x' is unsupported".
-REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated|extra_forbidden"
-                           r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed", re.I)
+REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated"
+                           r"|extra_forbidden|not permitted|unrecognized"
+                           r"|unknown (?:field|parameter|name)|not allowed", re.I)
 
 
 def unsupported_field(text, body):
@@ -1743,14 +1679,16 @@ def unsupported_field(text, body):
         error = json.loads(text)
         error = error.get("error", error) if isinstance(error, dict) else {}
         param = str(error.get("param") or "").split(".")[-1].split("]")[-1]
-        detail = error.get("message", {}).get("detail") if isinstance(error.get("message"), dict) else None
+        message = error.get("message")
+        detail = message.get("detail") if isinstance(message, dict) else None
         places = [str(d.get("loc", [""])[-1]) for d in detail or () if isinstance(d, dict)]
     except (ValueError, AttributeError, IndexError, TypeError):
         param, places = "", []
     for field in sent:
         if field == param or field in places:
             return field
-    # in any case style: xAI's {"error": "Model grok-4 does not support parameter reasoningEffort."}
+    # in any case style: xAI's {"error": "Model grok-4 does not support parameter
+    # reasoningEffort."}
     named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
     return named[0] if named else None
 
@@ -1765,7 +1703,8 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
     stream = cfg["stream"] and not quiet
     delays, retries = cfg["backoff"], 0
     while True:
-        body = request_body(cfg, with_nudge(messages, nudge) if nudge else messages, tools, stream)
+        outgoing = append_user(messages[:], nudge) if nudge else messages   # (nudge: not stored)
+        body = request_body(cfg, outgoing, tools, stream)
         try:
             started = time.monotonic()
             message, usage, first, sent = exchange(cfg, body, quiet)
@@ -1775,7 +1714,8 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
         except ApiError as e:
             if e.kind == "overflow":
                 learn_window(cfg, e.body or str(e))
-            if e.kind == "empty_assistant" and drop_empty_assistant(messages):
+            count = len(messages)   # strict servers refuse an assistant message with nothing in it
+            if e.kind == "empty_assistant" and len(repair_conversation(messages)) < count:
                 continue
             fix, say = learned_fix(e, body)
             learned = (cfg["endpoint"], cfg["model"], fix)
@@ -1784,54 +1724,54 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
                 if say:
                     note(cfg, "[%s from now on]" % say, "info")
                 continue
-            if e.kind == "bad_request" and '"tool_use_failed"' in (e.body or ""):
-                # Groq: the model wrote a malformed call; a slip of the model's, not the request's
-                e = ApiError("%s (a malformed tool call from the model)" % e, "retry", e.status)
             if e.body == "empty stream":   # some servers only say what went wrong (an overflow...)
                 stream = False              # in a reply that is not streamed: ask that way
             if e.kind != "retry" or retries >= len(delays):
                 if e.kind == "retry" and retries:
-                    raise ApiError("%s (gave up after %d %s)" % (e, retries, "retry" if retries == 1 else "retries"),
-                                   "retry", e.status)
+                    raise ApiError("%s (gave up after %d %s)" % (
+                        e, retries, "retry" if retries == 1 else "retries"), "retry", e.status)
                 raise e
             wait = max(delays[retries], e.wait or 0)
             if wait > MAX_SERVER_WAIT:
-                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (e, wait),
-                               "retry", e.status)
+                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)"
+                               % (e, wait), "retry", e.status)
             retries += 1
-            emit(cfg, "retry", error=redact_all(cfg, str(e)), attempt=retries, of=len(delays), wait=wait)
+            emit(cfg, "retry", error=redact_all(cfg, str(e)), attempt=retries, of=len(delays),
+                 wait=wait)
             time.sleep(wait)
 
 
 def report_call(cfg, sent, message, usage, started, first, quiet):
-    """Emit the "usage" event of one model call: the server's figures, else estimated from
-    the size of the request and the reply (marked estimated), with its timing (seconds in
-    all, to the first output)."""
+    """Emit the "usage" event of one model call: the server's figures (else estimated from
+    the sizes sent and received), with its timing (seconds in all, to the first output)."""
     estimated = not isinstance(usage, dict)
     if estimated:
-        usage = {"prompt_tokens": estimate_tokens(sent), "completion_tokens": estimate_tokens(text_size([message]))}
+        usage = {"prompt_tokens": estimate_tokens(sent),
+                 "completion_tokens": estimate_tokens(text_size([message]))}
     prompt, cached, completion = usage_numbers(usage)
     cost = call_cost(cfg, prompt, cached, completion)
     spend(cfg, prompt + completion, cost)
     emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
          completion_tokens=completion, estimated=estimated, quiet=quiet, cost=cost,
-         seconds=round(time.monotonic() - started, 3), first_output=round(first - started, 3) if first else None)
+         seconds=round(time.monotonic() - started, 3),
+         first_output=round(first - started, 3) if first else None)
 
 
 def exchange(cfg, body, quiet):
     """One request and its reply: (message, usage or None, time of the first output or
-    None). Network faults become retryable ApiErrors."""
-    load_http_client(cfg["endpoint"])
+    None, bytes sent). Network faults become retryable ApiErrors."""
     import http.client
     reply, response = new_reply(cfg, quiet), None
     try:
         if not quiet:
-            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]), stream=body["stream"])
-        payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()   # (summaries trim in place)
+            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
+                 stream=body["stream"])
+        # (a summary's request is trimmed in place: never from the cache of encoded messages)
+        payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()
         reply["asked"] = time.monotonic()
         response = http_request(cfg, "POST", "/chat/completions", payload,
                                 wait=cfg["first_byte_timeout"],
-                                ready=lambda sock, fp: await_reply(cfg, reply, sock, fp))
+                                ready=lambda sock: await_reply(cfg, reply, sock))
         if response.status != 200:
             raise error_from_response(cfg, response)
         kind = response.getheader("Content-Type") or ""
@@ -1840,7 +1780,8 @@ def exchange(cfg, body, quiet):
         else:   # not streamed, or a server that ignores stream=true
             data = response.read()
             try:
-                merge_chunk(reply, DECODE_JSON(data.decode("utf-8", "replace").strip())[0], whole=True)
+                whole = DECODE_JSON(data.decode("utf-8", "replace").strip())[0]
+                merge_chunk(reply, whole, whole=True)
             except ValueError:
                 raise ApiError("the server sent a reply that is not JSON: %r"
                                % page_text(data[:4000].decode("utf-8", "replace"))[:200], "retry")
@@ -1852,10 +1793,6 @@ def exchange(cfg, body, quiet):
             note(cfg, CUT_REPLY[reply["finish"]], "warning")
         say_cuts(cfg, reply)
         return message, reply["usage"], reply["first"], len(payload)
-    except http.client.ImproperConnectionState as e:   # our bug, not the network's: never resent
-        drop_connection(cfg)
-        raise ApiError("internal error: the HTTP connection was in the wrong state (%s: %s); "
-                       "please report this" % (type(e).__name__, e), "fatal")
     except (OSError, http.client.HTTPException) as e:
         drop_connection(cfg)
         output = bool(reply["content"] or reply["reasoning"] or reply["calls"])
@@ -1864,9 +1801,10 @@ def exchange(cfg, body, quiet):
         if response is not None and not response.isclosed():
             drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
         raise discard(cfg, reply, e)
-    except BaseException as stop:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
+    except BaseException:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
         drop_connection(cfg)
-        stop.partial = "".join(reply["content"])
+        if cfg.get("run") and not quiet:   # what was shown of it, for keep_interrupted_text
+            cfg["run"]["partial_reply"] = "".join(reply["content"])
         raise
     finally:
         end_reply(cfg, reply)
@@ -1885,22 +1823,28 @@ def discard(cfg, reply, error):
 def encode_body(cfg, body):
     """json.dumps(body), byte for byte, with each message encoded once per run: a long turn
     resends the whole conversation at every step, and re-encoding it all made that quadratic."""
-    run = cfg.get("run", {})
-    cache, kept, parts = run.get("wire", {}), {}, []
-    for m in body["messages"]:
-        known = cache.get(id(m))
-        if known is None or known[0] is not m:   # (a stored message is never changed in place)
-            known = (m, json.dumps(m))
-        kept[id(m)] = known
-        parts.append(known[1])
-    run["wire"] = kept   # only this request's messages: nothing dropped or compacted is held
-    head = json.dumps(dict(body, messages=0))   # keys in order; a string value cannot hold '"messages": 0'
+    parts = message_texts(cfg.get("run", {}).setdefault("wire", {}), body["messages"], True)
+    head = json.dumps(dict(body, messages=0))   # keys in order; no string holds '"messages": 0'
     return head.replace('"messages": 0', '"messages": [%s]' % ", ".join(parts), 1)
+
+
+def message_texts(cache, messages, ascii=False):
+    """The JSON text of each message, made once while it stays in the list (a stored message
+    is never changed in place): ascii as json.dumps writes it (the wire), else with UTF-8 kept
+    (the session file). cache, {id: (message, text)}, is left holding these messages only."""
+    known = {}
+    for m in messages:
+        entry = cache.get(id(m))
+        known[id(m)] = entry if entry and entry[0] is m else (m, json.dumps(m, ensure_ascii=ascii))
+    cache.clear()
+    cache.update(known)
+    return [known[id(m)][1] for m in messages]
 
 
 CUT_REPLY = {   # finish reasons that mean the reply is not whole
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
-    "content_filter": "[the reply was cut by the provider's content filter (finish_reason: content_filter)]"}
+    "content_filter": "[the reply was cut by the provider's content filter "
+                      "(finish_reason: content_filter)]"}
 
 
 def network_error(e, cfg, got_output=False):
@@ -1911,8 +1855,8 @@ def network_error(e, cfg, got_output=False):
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
     proxy = proxy_for(url.scheme, url.hostname)
-    p = urlsplit(proxy) if proxy else None
-    host = p.hostname if proxy else url.hostname   # the proxy's URL may hold a password: never print it
+    via = urlsplit(proxy) if proxy else url
+    host = via.hostname   # (a proxy's URL may hold a password: never print it)
     if isinstance(e, SocksError):   # its message names the proxy, never its password
         return ApiError("network error: %s (SOCKS_PROXY)" % e, "retry" if e.retry else "fatal")
     ssl = sys.modules.get("ssl")
@@ -1922,20 +1866,22 @@ def network_error(e, cfg, got_output=False):
                         % (url.hostname, getattr(e, "verify_message", "") or e), "fatal")
     if isinstance(e, socket.gaierror):
         if e.errno == socket.EAI_AGAIN:
-            return ApiError("network error: looking up %s failed for now (%s)" % (host, e.strerror), "retry")
+            return ApiError("network error: looking up %s failed for now (%s)" % (
+                host, e.strerror), "retry")
         return ApiError("network error: the host name %s does not resolve (%s); check %s"
                         % (host, e.strerror, "the proxy setting" if proxy else "endpoint"), "fatal")
     if re.match(r"Tunnel connection failed: 4", str(e)):   # the proxy said no (407...)
         return ApiError("network error: %s" % e, "fatal")
     if isinstance(e, socket.timeout) or "timed out" in str(e):
         if got_output:
-            return ApiError("network error: the reply stalled for %g s (timeout)" % cfg["timeout"], "retry")
+            return ApiError("network error: the reply stalled for %g s (timeout)"
+                            % cfg["timeout"], "retry")
         return ApiError("network error: no answer within %g s (first_byte_timeout)"
                         % cfg["first_byte_timeout"], "retry")
     if isinstance(e, ConnectionRefusedError):
         if proxy:
             return ApiError("network error: connection refused by the proxy %s:%s (%s_PROXY)" % (
-                p.hostname, p.port or (443 if p.scheme == "https" else 80), url.scheme.upper()), "retry")
+                host, default_port(via), url.scheme.upper()), "retry")
         return ApiError("network error: connection refused by %s" % cfg["endpoint"], "retry")
     return ApiError("network error: %s" % (str(e) or type(e).__name__), "retry")
 
@@ -1989,6 +1935,8 @@ def error_from_response(cfg, response):
         kind = "retry"
     elif should == "false" and kind == "retry":
         kind = "fatal"
+    if kind == "bad_request" and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
+        kind, hint = "retry", hint + " (a malformed tool call from the model)"
     return ApiError(headline + hint, kind, status, server_wait(response), text[:4000])
 
 
@@ -2025,28 +1973,20 @@ def server_wait(response):
         return None
 
 
-def drop_empty_assistant(messages):
-    """Remove assistant messages with neither content nor tool calls; True if any were.
-    Whitespace-only content counts as none (Anthropic rejects it too)."""
-    before = len(messages)
-    repair_conversation(messages)
-    return len(messages) < before
-
-
-def sse_events(response, read=None):
-    """Yield, after each network read, the list of events completed by it (each event's
+def sse_events(read):
+    """Yield, after each read(65536), the list of events completed by it (each event's
     data as bytes). Lines look like:
         data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
         : keep-alive comment          event: name          (blank line ends an event)
     and, from servers that break the format, `error: {"message": ...}` (older llama.cpp) or a
     bare JSON line (a proxy's error): each is taken as an event of its own."""
-    read = read or response.read1
-    partial, data = [], []
-    while True:
+    partial, data, ended = [], [], False
+    while not ended:
         block = read(65536)
-        if not block:
-            break
-        if b"\n" not in block:   # a long line arriving in pieces
+        ended = not block
+        if ended:   # the end: it also ends a last line and a last event that lacked theirs
+            block = b"\n\n"
+        elif b"\n" not in block:   # a long line arriving in pieces
             partial.append(block)
             yield []   # (no event yet: the reader still checks its deadlines)
             continue
@@ -2067,21 +2007,12 @@ def sse_events(response, read=None):
                     data = []
             elif line[:5] == b"data:":
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line[:1] == b"{" or line[:6] == b"error:":
-                events.append(odd_line_event(line))
-        yield events
-    line = b"".join(partial).rstrip(b"\r")   # the last line, if it had no newline
-    if line[:5] == b"data:":
-        data.append(line[6:] if line[5:6] == b" " else line[5:])
-    if data:
-        yield [b"\n".join(data)]
-    elif line[:1] == b"{" or line[:6] == b"error:":
-        yield [odd_line_event(line)]
-
-
-def odd_line_event(line):
-    """The event data for a line that is not SSE: `error: {...}` or a bare JSON object."""
-    return b'{"error":' + line[6:].strip() + b"}" if line[:6] == b"error:" else line
+            elif line[:6] == b"error:":
+                events.append(b'{"error":' + line[6:].strip() + b"}")
+            elif line[:1] == b"{":
+                events.append(line)
+        if events or not ended:
+            yield events
 
 
 DECODE_JSON = json.JSONDecoder().raw_decode
@@ -2093,13 +2024,17 @@ def read_stream(cfg, response, reply):
     are already waiting on the socket, reading goes on first). Until the model's output
     begins, reads may wait first_byte_timeout; then timeout."""
     import select
-    entry = connections().get(cfg["endpoint"])
-    waiting = (lambda: select.select([entry["sock"]], [], [], 0)[0]) if entry and entry["sock"] else (lambda: False)
-    for events in sse_events(response, waiting_reader(cfg, reply, response)):
+    sock = (connections().get(cfg["endpoint"]) or {}).get("sock")
+
+    def read(size):
+        """response.read1, after waiting (see await_reply) while the output has not begun."""
+        if not response.isclosed() and response.length != 0:   # (0: Content-Length used up)
+            await_reply(cfg, reply, sock, response.fp)
+        return response.read1(size)
+    for events in sse_events(read):
         moved = False
         for data in events:
             if data[:6] == b"[DONE]":
-                reply["done"] = True
                 return
             try:   # the hot path: one JSON object per event
                 chunks = (DECODE_JSON(data.decode())[0],)
@@ -2111,7 +2046,7 @@ def read_stream(cfg, response, reply):
                         raise stream_error(chunk["error"])
                     merge_chunk(reply, chunk)
                     moved = moved or carries_output(chunk)
-        if reply["pending"] and not waiting():
+        if reply["pending"] and not (sock and select.select([sock], [], [], 0)[0]):
             pass_on(cfg, reply)
         if not reply["first"] and moved:
             reply["first"] = time.monotonic()
@@ -2120,22 +2055,12 @@ def read_stream(cfg, response, reply):
     if response.length:   # read1() returns b"" on a short Content-Length body, without an error
         raise ApiError("the connection closed in the middle of the reply", "retry")
     if not (reply["finish"] or reply["content"] or reply["reasoning"] or reply["calls"]):
-        raise ApiError("the server ended the reply without sending anything", "retry", body="empty stream")
+        raise ApiError("the server ended the reply without sending anything", "retry",
+                       body="empty stream")
     if not reply["finish"] and not response.chunked and response.length is None:
         # A reply delimited by closing the connection, closed before [DONE] or a finish_reason:
         # dropped. (A chunked reply cut short raises IncompleteRead instead.)
         raise ApiError("the connection closed in the middle of the reply", "retry")
-
-
-def waiting_reader(cfg, reply, response):
-    """response.read1, waiting (see await_reply) while the model's output has not begun."""
-    entry = connections().get(cfg["endpoint"]) or {}
-
-    def read(size):
-        if not response.isclosed() and response.length != 0:   # (0: its Content-Length is used up)
-            await_reply(cfg, reply, entry.get("sock"), response.fp)
-        return response.read1(size)
-    return read
 
 
 def await_reply(cfg, reply, sock, fp=None):
@@ -2194,8 +2119,8 @@ def check_progress(cfg, reply, moved):
     if moved:
         reply["progress"] = now
     elif now - reply["progress"] > cfg[key]:
-        raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (cfg[key], key),
-                       "retry")
+        raise ApiError("network error: no output for %g s, only keep-alives (%s)"
+                       % (cfg[key], key), "retry")
     say_cuts(cfg, reply)
     if time_up(cfg):
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
@@ -2207,10 +2132,9 @@ def parse_event(cfg, data):
     for line in data.split(b"\n"):
         try:
             values.append(json.loads(line))
-        except ValueError:
-            if "garbage" not in LEARNED["noted"]:   # once: a broken server must not flood the screen
-                LEARNED["noted"].add("garbage")
-                note(cfg, "warning: skipped stream data that is not JSON: %r" % line[:80], "warning")
+        except ValueError:   # (said once a turn: a broken server must not flood the screen)
+            note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
+                      % line[:80], "warning")
     return values
 
 
@@ -2222,15 +2146,14 @@ def stream_error(error):
     return ApiError("error in stream: %s" % " ".join(str(message).split()), kind, body=text[:4000])
 
 
-# A reply under construction: text pieces, reasoning pieces, tool calls by index, what is
-# still to be passed on as events (pending) or held back (a possible secret, half a character).
+# A reply under construction: text pieces, reasoning pieces, tool calls by index, and what
+# is still to be passed on as events: pending, [(kind, [pieces])] (see pass_on).
 def new_reply(cfg, quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
-            "echo_reasoning": False, "finish": None, "done": False, "usage": None, "extra": {},
-            "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False,
-            "think": "start", "unsure": "",
-            "progress": time.monotonic(), "parts": {}, "cut": [],   # check_progress, merge_call
+            "echo_reasoning": False, "finish": None, "usage": None, "extra": {},
+            "first": None, "pending": [], "ended": False, "think": "start", "unsure": "",
+            "progress": time.monotonic(), "parts": {}, "cut": [],   # see merge_tool_call
             "room": {"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
                      "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]}}
 
@@ -2280,7 +2203,8 @@ def merge_chunk(reply, chunk, whole=False):
         if choice.get("finish_reason"):
             reply["finish"] = choice["finish_reason"]
             if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
-                raise stream_error(choice.get("error") or chunk.get("error") or "finish_reason: error")
+                raise stream_error(choice.get("error") or chunk.get("error")
+                                   or "finish_reason: error")
         text = delta.get("content")
         if text and isinstance(text, str):
             add_text(reply, text)
@@ -2319,50 +2243,34 @@ def merge_extras(reply, delta):
         add_reasoning(reply, thought)
     merge_details(reply, delta.get("reasoning_details"))
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
-        merge_call(reply, fragment, position)
+        merge_tool_call(reply, fragment, position)
 
 
 def merge_details(reply, details):
-    """Merge reasoning_details entries while they hold at most max_reasoning characters;
-    past that none is kept (a signed block cut short is worthless)."""
+    """Merge reasoning_details entries while they hold at most max_reasoning characters; past
+    that none is kept (a signed block cut short is worthless). OpenRouter streams one block as
+    fragments with the same type and index (text in pieces, the signature last); the provider
+    wants the whole block back, as its signature covers the whole text."""
+    kept = reply["details"]
     for d in details if isinstance(details, list) else ():
         size = sum(len(v) for v in d.values() if isinstance(v, str)) if isinstance(d, dict) else 0
         if room_for(reply, "details", size) < size:
-            del reply["details"][:]
-        if reply["room"]["details"] >= 0:
-            merge_reasoning_detail(reply["details"], d)
-
-
-def merge_call(reply, fragment, position):
-    """merge_tool_call, bounded: the arguments kept as pieces, joined once by finish_reply
-    (adding each to one string copied it every time: minutes for a few megabytes), at most
-    MAX_ARGUMENTS; none for a call beyond max_calls_per_reply (AL answers it: not run)."""
-    call = merge_tool_call(reply["calls"], fragment, position)
-    if call is None:
-        return
-    piece, call["function"]["arguments"] = call["function"]["arguments"], ""
-    pieces = reply["parts"].setdefault(id(call), [] if len(reply["parts"]) < reply["room"]["calls"]
-                                       else None)
-    if piece and pieces is not None:
-        pieces.append(piece[:room_for(reply, "arguments", len(piece))])
-
-
-def merge_reasoning_detail(details, detail):
-    """Add one reasoning_details entry. OpenRouter streams one block as fragments with the
-    same type and index (text in pieces, the signature last); the provider wants the whole
-    block back, as its signature covers the whole text."""
-    block = None
-    if isinstance(detail, dict) and isinstance(detail.get("index"), int):
-        block = next((d for d in details if isinstance(d, dict) and d.get("index") == detail["index"]
-                      and d.get("type") == detail.get("type")), None)
-    if block is None:
-        details.append(dict(detail) if isinstance(detail, dict) else detail)
-        return
-    for key, value in detail.items():
-        if key in ("text", "summary", "data") and isinstance(value, str) and isinstance(block.get(key), str):
-            block[key] += value
-        elif value is not None:
-            block[key] = value
+            del kept[:]
+        if reply["room"]["details"] < 0:
+            continue
+        block = None
+        if isinstance(d, dict) and isinstance(d.get("index"), int):
+            block = next((b for b in kept if isinstance(b, dict) and b.get("index") == d["index"]
+                          and b.get("type") == d.get("type")), None)
+        if block is None:
+            kept.append(dict(d) if isinstance(d, dict) else d)
+            continue
+        for key, value in d.items():
+            if key in ("text", "summary", "data") and isinstance(value, str) \
+                    and isinstance(block.get(key), str):
+                block[key] += value
+            elif value is not None:
+                block[key] = value
 
 
 def add_reasoning(reply, text):
@@ -2390,9 +2298,10 @@ THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills,
 
 def split_think(reply, text):
     """The answer part of a piece of content that may begin, hold or end a <think> block at
-    the start of the content; reasoning inside it goes to pending; a piece that may be part
-    of a marker waits for the next one. reply["think"]: "start", the closing tag looked for,
-    "after" (blanks after it are not shown) or None."""
+    the start of the content; reasoning inside it goes to pending. A piece that may be part
+    of a marker waits for the next one (reply["unsure"]): until the marker is whole, it is not
+    known whether it is answer or reasoning. reply["think"]: "start", the closing tag looked
+    for, "after" (blanks after it are not shown) or None."""
     text, reply["unsure"] = reply["unsure"] + text, ""
     if reply["think"] == "start":
         head = text.lstrip()
@@ -2422,7 +2331,7 @@ def split_think(reply, text):
 
 
 def add_pending(reply, kind, text):
-    """Queue a piece for the next event, joined to the previous piece of the same kind."""
+    """Queue a piece to pass on, joined to the last run when it is of the same kind."""
     pending = reply["pending"]
     if pending and pending[-1][0] == kind:
         pending[-1][1].append(text)
@@ -2430,14 +2339,22 @@ def add_pending(reply, kind, text):
         pending.append((kind, [text]))
 
 
-def pass_on(cfg, reply):
-    """Emit what the last network read brought: one event per run of text or reasoning.
-    Taken off the queue first: a Ctrl+C inside a view must not have it passed on twice."""
+def pass_on(cfg, reply, final=False):
+    """Emit what is queued, one event per run of text or reasoning, in the order it came.
+    Unless final (the reply is over), the end of the last run stays queued while it may begin
+    a secret (a model that read the key must not print it, even split across chunks) or is
+    the first half of a character. Taken off the queue first: a Ctrl+C inside a view must
+    not have it passed on twice."""
     pending = reply["pending"][:]
     del reply["pending"][:]
-    for kind, pieces in pending:
-        let_go(cfg, reply, "text" if kind == "reasoning" else "reasoning")   # in the order sent
-        text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], pieces[0] if len(pieces) == 1 else "".join(pieces))
+    for n, (kind, pieces) in enumerate(pending):
+        text = pieces[0] if len(pieces) == 1 else "".join(pieces)
+        if final or n < len(pending) - 1:   # its run has ended: nothing of it is held back
+            text = join_surrogates(redact_all(cfg, text))
+        else:
+            text, held = stream_piece(cfg, "", text)
+            if held:
+                reply["pending"].append((kind, [held]))
         if text:
             emit(cfg, kind, text=text)
 
@@ -2449,17 +2366,8 @@ def end_reply(cfg, reply):
     reply["ended"] = True
     if reply["unsure"]:   # the content ended inside a <think> block, or before it was known
         add_pending(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
-    pass_on(cfg, reply)
-    for kind in ("reasoning", "text"):
-        let_go(cfg, reply, kind)
+    pass_on(cfg, reply, final=True)
     emit(cfg, "reply_end", finish=reply["finish"])
-
-
-def let_go(cfg, reply, kind):
-    """Pass on what was held back of one kind: its run has ended, so it was no secret."""
-    if reply["held"][kind]:
-        emit(cfg, kind, text=join_surrogates(reply["held"][kind]))
-        reply["held"][kind] = ""
 
 
 def merge_dict(into, extra):
@@ -2471,12 +2379,15 @@ def merge_dict(into, extra):
             into[key] = value
 
 
-def merge_tool_call(calls, fragment, position):
-    """Merge one tool-call fragment into calls (by index) as servers send them: the id and
-    name only in the first fragment or repeated in each, arguments split anywhere. Whatever
-    else a provider puts on the call is kept, to be sent back unchanged: Gemini 3 signs
-    calls with {"extra_content": {"google": {"thought_signature": "..."}}} and rejects the
-    next request when the signature does not come back on that call."""
+def merge_tool_call(reply, fragment, position):
+    """Merge one tool-call fragment into reply["calls"] (by index) as servers send them: the
+    id and name only in the first fragment or repeated in each, arguments split anywhere.
+    The arguments are kept as pieces, joined once by finish_reply (adding each to one string
+    copied it every time: minutes for a few megabytes), at most MAX_ARGUMENTS; none for a
+    call beyond max_calls_per_reply (AL answers it: not run). Whatever else a provider puts
+    on the call is kept, to be sent back unchanged: Gemini 3 signs calls with {"extra_content":
+    {"google": {"thought_signature": "..."}}} and rejects the next request without it."""
+    calls = reply["calls"]
     if not isinstance(fragment, dict):
         return
     index = fragment.get("index")
@@ -2494,19 +2405,22 @@ def merge_tool_call(calls, fragment, position):
         calls[-1 - len(calls)] = calls.pop(index)
         call = None
     if call is None:
-        call = calls[index] = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        call = calls[index] = {"id": "", "type": "function",
+                               "function": {"name": "", "arguments": ""}}
     if fragment.get("id") and not call["id"]:
         call["id"] = str(fragment["id"])
     if function.get("name") and not call["function"]["name"]:
         call["function"]["name"] = str(function["name"])
     arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        call["function"]["arguments"] += arguments
-    elif isinstance(arguments, dict):   # some servers send an object, not a JSON string
-        call["function"]["arguments"] += json.dumps(arguments)
+    if isinstance(arguments, dict):   # some servers send an object, not a JSON string
+        arguments = json.dumps(arguments)
+    room = len(reply["parts"]) < reply["room"]["calls"]
+    pieces = reply["parts"].setdefault(id(call), [] if room else None)
+    if arguments and isinstance(arguments, str) and pieces is not None:
+        pieces.append(arguments[:room_for(reply, "arguments", len(arguments))])
     if len(fragment) > 4 or "index" not in fragment:   # more than index, id, type and function
-        merge_dict(call, {k: v for k, v in fragment.items() if k not in ("index", "id", "type", "function")})
-    return call
+        merge_dict(call, {k: v for k, v in fragment.items()
+                          if k not in ("index", "id", "type", "function")})
 
 
 def finish_reply(reply):
@@ -2516,8 +2430,8 @@ def finish_reply(reply):
     calls = [c for c in reply["calls"].values() if c["function"]["name"]]   # in the order begun
     if calls:
         for call in calls:
-            call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if the server gave none
-            pieces = reply["parts"].get(id(call)) or ()   # (see merge_call)
+            call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # if the server gave none
+            pieces = reply["parts"].get(id(call)) or ()   # (see merge_tool_call)
             call["function"]["arguments"] = join_surrogates("".join(pieces)) or "{}"
         message["tool_calls"] = calls
         if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
@@ -2555,9 +2469,12 @@ def shell_exec(cfg, args):
     except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
         kill_group(proc)
         drain(proc, output)   # what it printed just before is kept too
-        stop.tool_result = "%s\n[%s after %.1f s: the command's process group was killed]\n\nexit: %s" % (
-            output.text(), "interrupted by the user" if isinstance(stop, KeyboardInterrupt)
-            else "bantam was stopped", time.monotonic() - started, proc.poll())
+        why = ("interrupted by the user" if isinstance(stop, KeyboardInterrupt)
+               else "bantam was stopped")
+        if cfg.get("run"):   # the call's result, for answer_unanswered
+            cfg["run"]["partial_output"] = "%s\n[%s after %.1f s: the command's process group " \
+                "was killed]\n\nexit: %s" % (output.text(), why, time.monotonic() - started,
+                                               proc.poll())
         raise
     finally:
         proc.stdout.close()
@@ -2572,16 +2489,14 @@ SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # ba
 def command_env(cfg):
     """The environment of every command bantam runs (shell_exec, !command, and so the tools
     folder's scripts): bantam's own, less the variables of withheld_variables."""
-    env = dict(os.environ)
-    for name in withheld_variables(cfg, env):
-        del env[name]
-    return env
+    withheld = withheld_variables(cfg)
+    return {name: value for name, value in os.environ.items() if name not in withheld}
 
 
-def withheld_variables(cfg, env=None):
-    """The variables of env (os.environ) kept from commands: those bantam reads secrets from,
-    any holding a secret of cfg (a short one, like "none", only as the whole value), and those
-    matching shell_env_exclude (unless named in shell_env_keep)."""
+def withheld_variables(cfg):
+    """The variables kept from commands: those bantam reads secrets from, any holding a
+    secret of cfg (a short one, like "none", only as the whole value), and those matching
+    shell_env_exclude (unless named in shell_env_keep)."""
     import fnmatch
     secrets = secrets_of(cfg)
     exclude = cfg.get("shell_env_exclude", "")
@@ -2589,7 +2504,7 @@ def withheld_variables(cfg, env=None):
                 if p.strip() and exclude.strip().lower() != "none"]
     excluded = re.compile("|".join(patterns) or "(?!)", re.I).match
     keep = {name.strip() for name in cfg.get("shell_env_keep", "").split(",")}
-    return sorted(name for name, value in (os.environ if env is None else env).items()
+    return sorted(name for name, value in os.environ.items()
                   if name in SECRET_VARIABLES
                   or (excluded(name) and name not in keep)
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets))
@@ -2618,7 +2533,7 @@ def pump_output(cfg, proc, output, timeout, why):
     """Read the command's output until it exits (then drain briefly: a background child may
     hold the pipe open forever) or its timeout (why says it); returns (exit code, remark)."""
     import select
-    fd = proc.stdout.fileno()
+    fd, killed = proc.stdout.fileno(), "\n[%s: the command's process group was killed]" % why
     started = time.monotonic()
     deadline, exited_at, ticked = started + timeout, None, started
     while True:
@@ -2628,7 +2543,7 @@ def pump_output(cfg, proc, output, timeout, why):
             emit(cfg, "tool_progress", seconds=round(now - started, 1))
         if now >= deadline:
             kill_group(proc)
-            return proc.wait(), "\n[%s: the command's process group was killed]" % why
+            return proc.wait(), killed
         if exited_at is None and proc.poll() is not None:
             exited_at = now
         if exited_at is not None and now - exited_at >= DRAIN_SECONDS:
@@ -2643,7 +2558,7 @@ def pump_output(cfg, proc, output, timeout, why):
         return proc.wait(max(0.01, deadline - time.monotonic())), ""
     except Exception:   # closed its output but still running: treat as a timeout
         kill_group(proc)
-        return proc.wait(), "\n[%s: the command's process group was killed]" % why
+        return proc.wait(), killed
 
 
 def drain(proc, output):
@@ -2652,7 +2567,8 @@ def drain(proc, output):
     end = time.monotonic() + DRAIN_SECONDS
     fd = proc.stdout.fileno()
     try:
-        while time.monotonic() < end and select.select([fd], [], [], max(0, end - time.monotonic()))[0]:
+        while time.monotonic() < end and select.select(
+                [fd], [], [], max(0, end - time.monotonic()))[0]:
             data = os.read(fd, 1 << 16)
             if not data:
                 break
@@ -2682,8 +2598,7 @@ def kill_group(proc):
 
 class BoundedOutput:
     """A command's output in bounded memory: whole when it fits in max_tool_res bytes, else
-    the head and the tail, with everything in a spill file under $TMPDIR/bantam/ (removed
-    when the turn ends)."""
+    the head and the tail, and all of it in a spill file under $TMPDIR/bantam/ (see leave_run)."""
 
     def __init__(self, cfg):
         self.limit = cfg["max_tool_res"]
@@ -2728,7 +2643,8 @@ class BoundedOutput:
         if self.file is None:
             return self.head.decode("utf-8", "replace")
         lines = self.newlines + (0 if self.tail.endswith(b"\n") else 1)
-        whole = "The whole output" if self.size <= SPILL_LIMIT else "Its first %d bytes are" % SPILL_LIMIT
+        whole = ("The whole output" if self.size <= SPILL_LIMIT
+                 else "Its first %d bytes are" % SPILL_LIMIT)
         return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
                "bytes. %s in %s: read it in parts with shell_exec, e.g. " \
                "sed -n '1,200p' %s ...]\n\n%s" % (
@@ -2752,20 +2668,22 @@ def run_subagent(cfg, args):
         return "error: run_subagent needs a non-empty 'prompt' string"
     depth = cfg["run"]["depth"] if cfg.get("run") else 0
     if depth >= MAX_SUBAGENT_DEPTH:   # a model that delegates forever must not recurse forever
-        return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
+        return "error: subagents may nest only %d deep; do this task yourself" % (
+            MAX_SUBAGENT_DEPTH)
     child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
              {"role": "user", "content": prompt}]
     try:
         AL(cfg, child)
     except ApiError as e:
         return "error: the subagent failed: %s" % e
-    answers = [m.get("content") for m in child if m.get("role") == "assistant" and m.get("content")]
+    answers = [m["content"] for m in child if m.get("role") == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
 
 
-# The C++ port's read and write tools (offered when listed in the tools key): read shows a
-# file's numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a directory's
-# entries; write replaces a whole file or splices content in at a line or byte offset.
+# The read and write tools (offered when listed in the tools key): read shows a file's
+# numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a directory's
+# entries; write replaces a whole file or splices content in at a line or byte offset. A
+# model edits a big file by lines without echoing it through a shell command.
 
 READ_LIMIT = 2000       # lines shown when no limit is given
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
@@ -2774,31 +2692,35 @@ HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" h
 
 READ_SCHEMA = {
     "description": "Read a text file as numbered lines '<line>: <content>' (the numbers are the "
-                   "lineOffset values of write), or list a directory (subdirectories end with '/'). "
-                   "Long files are shown in pages: a last line says which offset reads the rest.",
+                   "lineOffset values of write), or list a directory (subdirectories end with "
+                   "'/'). Long files are shown in pages: a last line says which offset reads the "
+                   "rest.",
     "parameters": {"type": "object", "properties": {
         "filePath": {"type": "string", "description": "The file or directory to read."},
-        "offset": {"type": "integer", "description": "The first line to show, 1-indexed (default 1)."},
-        "limit": {"type": "integer", "description": "How many lines to show at most (default 2000)."}},
+        "offset": {"type": "integer",
+                   "description": "The first line to show, 1-indexed (default 1)."},
+        "limit": {"type": "integer",
+                  "description": "How many lines to show at most (default 2000)."}},
         "required": ["filePath"]}}
 
 WRITE_SCHEMA = {
-    "description": "Write a file. With only filePath and content, the whole file is replaced (it and "
-                   "its folders are created if missing). With lineOffset or byteOffset, content is "
-                   "inserted there, after deleting delLines lines or delBytes bytes; with lineOffset "
-                   "content is whole lines (a missing final newline is added before following text).",
+    "description": "Write a file. With only filePath and content, the whole file is replaced (it "
+                   "and its folders are created if missing). With lineOffset or byteOffset, "
+                   "content is inserted there, after deleting delLines lines or delBytes bytes; "
+                   "with lineOffset content is whole lines (a missing final newline is added "
+                   "before following text).",
     "parameters": {"type": "object", "properties": {
         "filePath": {"type": "string", "description": "The file to write."},
         "content": {"type": "string",
                     "description": "The text to write (may be empty, e.g. to delete lines)."},
-        "lineOffset": {"type": "integer", "description": "1-indexed line to write at, as numbered by "
-                       "read; past the end appends. Takes precedence over byteOffset."},
+        "lineOffset": {"type": "integer", "description": "1-indexed line to write at, as "
+                       "numbered by read; past the end appends. Takes precedence over byteOffset."},
         "byteOffset": {"type": "integer", "description": "0-indexed byte to write at; used only "
                        "without lineOffset."},
-        "delLines": {"type": "integer", "description": "Lines to delete at the insertion point first. "
-                     "Takes precedence over delBytes."},
-        "delBytes": {"type": "integer", "description": "Bytes to delete at the insertion point first; "
-                     "used only without delLines."}},
+        "delLines": {"type": "integer", "description": "Lines to delete at the insertion point "
+                     "first. Takes precedence over delBytes."},
+        "delBytes": {"type": "integer", "description": "Bytes to delete at the insertion point "
+                     "first; used only without delLines."}},
         "required": ["filePath", "content"]}}
 
 
@@ -2840,65 +2762,47 @@ def count_lines(data):
     return data.count(newline) + (1 if data and not data.endswith(newline) else 0)
 
 
-def output_budget(cfg):
-    """Bytes the read tool may return: max_tool_res minus room for the hint line."""
-    limit = cfg.get("max_tool_res")
-    limit = limit if isinstance(limit, int) and limit > 0 else 65536
-    return max(1, limit - HINT_ROOM)
-
-
 def read_tool(cfg, args):
-    """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries."""
+    """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries,
+    at most limit of them and max_tool_res bytes (less room for the hint of what follows)."""
     try:
         path = path_argument(args)
         offset = int_argument(args, ("offset",), 0) or 1   # 0 is taken as 1: harmless for a read
         limit = int_argument(args, ("limit",), 1) or READ_LIMIT
     except ValueError as e:
         return "error: read: %s" % e
+    budget = max(1, cfg["max_tool_res"] - HINT_ROOM)
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
-            return read_directory(path, offset, limit, output_budget(cfg))
-        if not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
+            with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
+                names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+            unit, empty = "entries", "(%s is an empty directory)" % path
+            page = paginate(enumerate(names, 1), offset, limit, budget, lambda item: item[1],
+                            lambda number: len(names) - number)
+        elif not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
             return "error: %s is not a regular file or a directory" % path
-        with open(path, "rb") as f:
-            return read_numbered(f, path, offset, limit, output_budget(cfg))
+        else:
+            with open(path, "rb") as f:
+                if b"\0" in f.read(BINARY_SNIFF):   # text has no NULs; binary wastes context
+                    return "error: %s looks like a binary file (%d bytes); inspect it with bash, " \
+                           "e.g. xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
+                f.seek(0)
+                unit, empty = "lines", "(%s is empty: 0 lines)" % path
+                page = paginate(file_lines(f), offset, limit, budget, lambda item: "%d: %s" % (
+                    item[0], model_line(item[1], item[2])), lambda number: count_rest(f))
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
         return "error: cannot read %s: %s" % (path, e.strerror or e)
-
-
-def read_numbered(f, path, offset, limit, budget):
-    """Lines offset.. of an open file, numbered, at most limit lines and budget bytes."""
-    if b"\0" in f.read(BINARY_SNIFF):   # text files have no NULs; binary garbage wastes context
-        return "error: %s looks like a binary file (%d bytes); inspect it with bash, e.g. " \
-               "xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
-    f.seek(0)
-    shown, total, following = paginate(
-        file_lines(f), offset, limit, budget,
-        lambda item: "%d: %s" % (item[0], model_line(item[1], item[2])), lambda number: count_rest(f))
+    shown, total, following = page
     if total == 0:
-        return "(%s is empty: 0 lines)" % path
+        return empty
     if not shown:
-        return "error: offset %d is past the end of %s (%d lines)" % (offset, path, total)
+        return "error: offset %d is past the end of %s (%d %s)" % (offset, path, total, unit)
     if following:
-        shown.append("[... %d more lines: read with offset=%d]" % (total - following + 1, following))
-    return "\n".join(shown)
-
-
-def read_directory(path, offset, limit, budget):
-    """The entries of a directory, sorted, one a line, subdirectories with a trailing /."""
-    with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
-        names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
-    shown, total, following = paginate(enumerate(names, 1), offset, limit, budget,
-                                       lambda item: item[1], lambda number: len(names) - number)
-    if total == 0:
-        return "(%s is an empty directory)" % path
-    if not shown:
-        return "error: offset %d is past the end of %s (%d entries)" % (offset, path, total)
-    if following:
-        shown.append("[... %d more entries: read with offset=%d]" % (total - following + 1, following))
+        shown.append("[... %d more %s: read with offset=%d]" % (
+            total - following + 1, unit, following))
     return "\n".join(shown)
 
 
@@ -3024,7 +2928,8 @@ def splice(target, path, f, data, line, byte, del_lines, del_bytes):
         if by_line else ("byte", byte, old_size, new_size, len(text))
     where = ("appended at the end of %s (%sOffset %d is past its %d %ss)" % (
         path, unit, at, before, unit) if past else "spliced at %s %d of %s" % (unit, at, path))
-    return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (where, deleted, count, unit, now, unit)
+    return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (
+        where, deleted, count, unit, now, unit)
 
 
 def stream_part(f, out, lines, size):
@@ -3032,7 +2937,7 @@ def stream_part(f, out, lines, size):
     pieces: (bytes, newlines, last byte) of what went by."""
     moved, newlines, last = 0, 0, b""
     while newlines < lines if lines is not None else moved < size:
-        block = f.readline(1 << 16) if lines is not None else f.read(min(1 << 20, size - moved))
+        block = f.read(min(1 << 20, size - moved)) if lines is None else f.readline(1 << 16)
         if not block:
             break
         if out:
@@ -3042,23 +2947,23 @@ def stream_part(f, out, lines, size):
 
 
 def tally(*parts):
-    """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines counts."""
+    """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines does."""
     size = sum(part[0] for part in parts)
     last = next((part[2] for part in reversed(parts) if part[0]), b"")
     return size, sum(part[1] for part in parts) + (1 if size and last != b"\n" else 0)
 
 
 def atomic_write(target, data):
-    """Replace target with data (bytes, or a function writing to the file: its result is returned)
-    in one step (a temp file, then os.replace); the mode is kept, a new file gets 0666 - umask."""
+    """Replace target with data (bytes, or a function writing to the file: its result is
+    returned) in one step (a temp file, then os.replace); the mode is kept, a new file gets
+    0666 - umask."""
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         mode = None
     folder, name = os.path.split(target)
     temp = os.path.join(folder, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)   # no CRLF on Windows
-    fd = os.open(temp, flags, 0o666 if mode is None else 0o600)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             result = data(f) if callable(data) else f.write(data)
@@ -3076,27 +2981,28 @@ def atomic_write(target, data):
         raise
 
 
-
 # The tool table: the single source of truth for dispatch and for the schema sent to the model.
 TOOLS = {
     "shell_exec": ({
-        "description": "Run a shell command (bash -c) on the user's machine and return its combined "
-                       "stdout and stderr followed by the exit code. Non-interactive: stdin is empty "
-                       "and pagers are off. Long output is cut and saved to a file you can read in parts.",
+        "description": "Run a shell command (bash -c) on the user's machine and return its "
+                       "combined stdout and stderr followed by the exit code. Non-interactive: "
+                       "stdin is empty and pagers are off. Long output is cut and saved to a "
+                       "file you can read in parts.",
         "parameters": {"type": "object", "properties": {"command": {
             "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
             "required": ["command"]}}, shell_exec),
     "run_subagent": ({
-        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which has the "
-                       "same tools but none of this conversation. Returns its final answer. Put every "
-                       "detail it needs into the prompt.",
+        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which "
+                       "has the same tools but none of this conversation. Returns its final "
+                       "answer. Put every detail it needs into the prompt.",
         "parameters": {"type": "object", "properties": {"prompt": {
             "type": "string", "description": "The complete task for the subagent."}},
             "required": ["prompt"]}}, run_subagent),
     "read": (READ_SCHEMA, read_tool),
     "write": (WRITE_SCHEMA, write_tool),
 }
-# Names of other agents' tools that models still call: run as the tool they mean (C++ port).
+# Names of other agents' tools that models trained on them still call: run as the tool they
+# mean, so such a call does its work instead of failing as an unknown tool.
 TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
 
 
@@ -3105,7 +3011,8 @@ def check_tool_names(raw, where):
     names = [TOOL_ALIASES.get(n.strip(), n.strip()) for n in raw.split(",") if n.strip()]
     unknown = [n for n in names if n not in TOOLS]
     if unknown:
-        raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (where, unknown[0], ", ".join(TOOLS)))
+        raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (
+            where, unknown[0], ", ".join(TOOLS)))
     return ",".join(dict.fromkeys(names))
 
 
@@ -3117,7 +3024,8 @@ def enabled_tools(cfg):
 
 def tool_definitions(cfg):
     """The tools part of a request: the schemas of the enabled tools."""
-    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)} for name in enabled_tools(cfg)]
+    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)}
+            for name in enabled_tools(cfg)]
 
 
 def tool_named(cfg, name):
@@ -3141,7 +3049,7 @@ def check_calls(reply):
         function = call["function"]
         function["arguments"] = clean_for_model(function["arguments"])
         try:
-            args = json.loads(function["arguments"], strict=False)   # a raw newline in a string is fine
+            args = json.loads(function["arguments"], strict=False)   # (a raw newline is fine)
             if not isinstance(args, dict):
                 raise ValueError("expected a JSON object")
         except ValueError as e:
@@ -3160,24 +3068,26 @@ def run_tool_call(cfg, call, args):
     """Trace and run one tool call whose arguments check_calls parsed (args: a dict, or the
     error text); its tool message. Failures are text for the model, never a crash."""
     name = call["function"]["name"]
-    emit(cfg, "tool_call", id=call["id"], name=name, arguments=redact_all(cfg, call["function"]["arguments"]))
-    failed = True
+    emit(cfg, "tool_call", id=call["id"], name=name,
+         arguments=redact_all(cfg, call["function"]["arguments"]))
+    tool, failed = tool_named(cfg, name), True
     if isinstance(args, str):
         result = args
     elif time_up(cfg):
         result = "error: not run: the turn's time ran out (max_turn_seconds=%g)" % time_up(cfg)[1]
-    elif tool_named(cfg, name) is None:
+    elif tool is None:
         result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
-    else:
-        args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)   # may the command run?
+    else:   # may it run? (told: the refusal, or what the model must read first)
+        args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
         try:
-            result, failed = (told, True) if args is None else (told + tool_named(cfg, name)(cfg, args), False)
+            result, failed = (told, True) if args is None else (told + tool(cfg, args), False)
         except (OSError, ValueError, TypeError) as e:
             result = "error: %s failed: %s" % (name, e)
     result = clean_for_model(result)
     if cfg.get("replay"):
         check_replayed_result(cfg, name, result)
-    emit(cfg, "tool_result", id=call["id"], name=name, content=redact_all(cfg, result), ok=not failed)
+    emit(cfg, "tool_result", id=call["id"], name=name, content=redact_all(cfg, result),
+         ok=not failed)
     return tool_message(call["id"], result)
 
 
@@ -3192,17 +3102,16 @@ def clean_values(value):
     return value
 
 
-def answer_unanswered(cfg, messages, calls, stop=None):
+def answer_unanswered(cfg, messages, calls):
     """Append a tool message for every call in calls that has none: one per call id, always.
-    A tool stopped mid-way (stop) answers with what it had printed."""
-    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m.get("role") == "tool"}
+    A command stopped mid-way answers its call with what it had printed."""
+    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:]
+                if m.get("role") == "tool"}
     for call in calls:
-        if call["id"] not in answered:
-            partial = getattr(stop, "tool_result", None)
-            if stop is not None:
-                stop.tool_result = None   # it answers the call that was running, not the next
-            add_message(cfg, messages, tool_message(
-                call["id"], clean_for_model(partial) if partial else INTERRUPTED + ": the tool did not finish"))
+        if call["id"] not in answered:   # the first is the call that was running
+            partial = cfg["run"].pop("partial_output", None)
+            add_message(cfg, messages, tool_message(call["id"], clean_for_model(partial)
+                        if partial else INTERRUPTED + ": the tool did not finish"))
 
 
 # ----------------------------------------------------------------------------------------
@@ -3379,7 +3288,7 @@ def AL(cfg, messages, on_event=None):
     try:
         for _ in range(cfg["max_al_iterations"]):
             try:
-                reply = ask_model(cfg, messages)        # (an empty reply gets one nudge)
+                reply = next_reply(cfg, messages)       # (an empty reply gets one nudge)
             except ApiError as e:                       # max_turn_seconds ran out mid-reply
                 if e.kind != "budget":
                     raise
@@ -3397,11 +3306,12 @@ def AL(cfg, messages, on_event=None):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
                 answer_extra_calls(cfg, messages, calls)
             finally:                                    # one tool message per call id, always
-                answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
-            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)   # budgets, a cycle
+                answer_unanswered(cfg, messages, calls)
+            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)   # or a cycle
             if spent:
                 return final_answer(cfg, messages, *spent)
-        return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"], cfg["max_al_iterations"])
+        limit = cfg["max_al_iterations"]
+        return final_answer(cfg, messages, "max_al_iterations", limit, limit)
     finally:
         leave_run(cfg, sys.exc_info()[1])
 
@@ -3423,9 +3333,11 @@ def enter_run(cfg, on_event=None):
     parent = cfg.get("run")
     if parent:
         run = dict(parent, depth=parent["depth"] + 1, streak=(None, 0), budget=None)
-    else:
-        run = {"emit": on_event or cfg.get("on_event") or plain_view(cfg), "depth": 0, "spill": [],
-               "turn": new_tally(), "streak": (None, 0), "budget": None,
+    else:   # turn: what the turn has spent (and said once), shared by its subagents
+        run = {"emit": on_event or cfg.get("on_event") or plain_view(cfg), "depth": 0,
+               "spill": [], "streak": (None, 0), "budget": None,
+               "turn": {"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0,
+                        "noted": set()},
                "approved": cfg["approved"] if isinstance(cfg.get("approved"), set) else set()}
     return dict(cfg, run=run)
 
@@ -3437,7 +3349,8 @@ def leave_run(cfg, stop):
     status = (("budget" if cfg["run"]["budget"] else "done") if stop is None
               else "interrupted" if isinstance(stop, KeyboardInterrupt)
               else "failed" if isinstance(stop, BantamError) else "stopped")
-    emit(cfg, "turn_end", status=status, error=redact_all(cfg, str(stop)) if isinstance(stop, BantamError) else None)
+    emit(cfg, "turn_end", status=status,
+         error=redact_all(cfg, str(stop)) if isinstance(stop, BantamError) else None)
 
 
 def add_message(cfg, messages, message):
@@ -3446,36 +3359,37 @@ def add_message(cfg, messages, message):
     emit(cfg, "message", message=message)
 
 
-def ask_model(cfg, messages):
-    """chat() plus the repairs a turn may need: ask once more after an empty reply (see
-    repair_call), compact once when the context overflows, read a tool call the model wrote
-    as text, keep the text shown before a Ctrl+C."""
-    reply = ask_once(cfg, messages)
-    if not reply["content"] and not reply.get("tool_calls") and repair_call(
-            cfg, "[the model sent an empty reply: asking it once more]"):
-        reply = ask_once(cfg, messages, EMPTY_NUDGE)
+def next_reply(cfg, messages):
+    """The model's next reply, with the repairs a turn may need: ask once more after an empty
+    reply (see repair_call), read a tool call the model wrote as text, keep the text shown
+    before a Ctrl+C."""
+    try:
+        reply = text_tool_call(cfg, chat_compacting(cfg, messages))
+        if not reply["content"] and not reply.get("tool_calls") and repair_call(
+                cfg, "[the model sent an empty reply: asking it once more]"):
+            reply = text_tool_call(cfg, chat_compacting(cfg, messages, EMPTY_NUDGE))
+    except KeyboardInterrupt:
+        keep_interrupted_text(cfg, messages)   # text already shown stays, tool calls go
+        raise
     return reply
 
 
-def ask_once(cfg, messages, nudge=None):
-    """One reply for messages (plus a nudge of bantam's, sent but not stored)."""
+def chat_compacting(cfg, messages, nudge=None):
+    """chat() (a nudge of bantam's is sent but not stored), compacting the conversation once
+    when it overflows the context window."""
     try:
-        reply = chat(cfg, messages, nudge=nudge)
+        return chat(cfg, messages, nudge=nudge)
     except ApiError as e:
         if e.kind != "overflow":
             raise
         note(cfg, "[%s: the context window is full; compacting and trying again]" % e, "warning")
         compact(cfg, messages, current_prompt(messages))
-        try:
-            reply = chat(cfg, messages, nudge=nudge)
-        except ApiError as again:
-            if again.kind == "overflow":
-                raise ApiError("%s (even after compacting the conversation)" % again)
-            raise
-    except KeyboardInterrupt as stop:
-        keep_interrupted_text(cfg, messages, stop)   # text already shown stays, tool calls go
+    try:
+        return chat(cfg, messages, nudge=nudge)
+    except ApiError as again:
+        if again.kind == "overflow":
+            raise ApiError("%s (even after compacting the conversation)" % again)
         raise
-    return text_tool_call(cfg, reply)
 
 
 def current_prompt(messages):
@@ -3486,28 +3400,25 @@ def current_prompt(messages):
     return None
 
 
-def keep_interrupted_text(cfg, messages, stop):
+def keep_interrupted_text(cfg, messages):
     """After Ctrl+C mid-reply, store what the user saw, marked as interrupted."""
-    text = getattr(stop, "partial", "")
+    text = cfg["run"].pop("partial_reply", "")
     if text:
         add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + INTERRUPTED})
 
 
-TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*$", re.S)
+TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
+                       r"|(\{.*\}))\s*$", re.S)
 
 
 def text_tool_call(cfg, reply):
     """With text_tool_calls=true, turn a reply that is only a tool call written as text
     (<tool_call>{"name":..,"arguments":..}</tool_call> or bare JSON) into a real one."""
-    if reply.get("tool_calls") or not reply["content"]:
-        return reply
-    match = TEXT_CALL.match(reply["content"])
-    if not match:
-        return reply
+    match = not reply.get("tool_calls") and TEXT_CALL.match(reply["content"] or "")
     try:
-        data = json.loads(next(g for g in match.groups() if g))
+        data = json.loads(next(g for g in match.groups() if g)) if match else None
     except ValueError:
-        return reply
+        data = None
     if not isinstance(data, dict):
         return reply
     data = data.get("function", data) if isinstance(data.get("function"), dict) else data
@@ -3515,10 +3426,8 @@ def text_tool_call(cfg, reply):
     if name not in TOOLS or not isinstance(args, (dict, str)):
         return reply
     if not cfg["text_tool_calls"]:
-        if "text_tool_hint" not in LEARNED["noted"]:
-            LEARNED["noted"].add("text_tool_hint")
-            note(cfg, "[hint: the reply looks like a tool call written as text; "
-                      "set text_tool_calls=true in model.cfg to run such replies]", "info")
+        note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written as "
+                  "text; set text_tool_calls=true in model.cfg to run such replies]", "info")
         return reply
     arguments = args if isinstance(args, str) else json.dumps(args)
     return {"role": "assistant", "content": "", "tool_calls": [{
@@ -3535,22 +3444,26 @@ def text_tool_call(cfg, reply):
 # unasked while a deny pattern is in force. read and write are decided by path. Budgets are
 # per turn and shared with the turn's subagents; a stop makes one last call without tools
 # for the best answer from what the model has. Nudges after an empty reply and that final
-# call come from a budget of their own (max_repair_calls), as banna does.
+# call come from a budget of their own (max_repair_calls): a model that keeps answering
+# empty must not loop on nudges, and repairs must not eat the budgets they repair.
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
                "or call a tool if you need one.")
-FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any more. "
-                "From what you have found so far, give your best final answer to the user's request, "
-                "and say briefly what is left undone.")
+FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any "
+                "more. From what you have found so far, give your best final answer to the "
+                "user's request, and say briefly what is left undone.")
 BUDGETS = {   # key: how its use is said
     "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
     "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
     "max_al_iterations": "%s model calls"}
 
 
-def new_tally():
-    """What a turn has spent so far: shared by its subagents, never by two turns."""
-    return {"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0, "noted": set()}
+def note_once(cfg, key, text, level):
+    """A note said once a turn (each time outside a turn: a summary, a /command)."""
+    noted = cfg["run"]["turn"]["noted"] if cfg.get("run") else set()
+    if key not in noted:
+        noted.add(key)
+        note(cfg, text, level)
 
 
 def call_cost(cfg, prompt, cached, completion):
@@ -3558,7 +3471,8 @@ def call_cost(cfg, prompt, cached, completion):
     if not (cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]):
         return None
     cached = cached or 0
-    return ((prompt - cached) * cfg["price_in"] + cached * (cfg["price_cached"] or cfg["price_in"])
+    cached_price = cfg["price_cached"] or cfg["price_in"]
+    return ((prompt - cached) * cfg["price_in"] + cached * cached_price
             + completion * cfg["price_out"]) / 1e6
 
 
@@ -3592,7 +3506,8 @@ def over_budget(cfg, calls, messages):
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
     run["streak"] = (last, count)
-    used = {"max_turn_tokens": turn["tokens"], "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
+    used = {"max_turn_tokens": turn["tokens"],
+            "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
             "max_cost": round(turn["cost"], 6), "max_identical_calls": count}
     for key, value in used.items():
         if cfg[key] and value >= cfg[key]:
@@ -3605,13 +3520,16 @@ def final_answer(cfg, messages, key, limit, used):
     without tools and with a short timeout, for the best answer from what it has."""
     cfg["run"]["budget"] = key
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking, words = repair_call(cfg, None), budget_words(key, used)
-    note(cfg, "[stopped: %s (%s=%s)%s]" % (words, key, limit, "; asking for a final answer" if asking else ""),
-         "warning")
+    asking, words = repair_call(cfg, None), BUDGETS[key] % used
+    if used == 1:   # "1 model call"
+        words = words.replace("calls", "call").replace("times", "time")
+    note(cfg, "[stopped: %s (%s=%s)%s]" % (
+        words, key, limit, "; asking for a final answer" if asking else ""), "warning")
     if not asking:
         return messages
-    quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], cfg["final_answer_timeout"]),
-                 timeout=min(cfg["timeout"], cfg["final_answer_timeout"]), max_turn_seconds=0)
+    wait = cfg["final_answer_timeout"]
+    quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
+                 timeout=min(cfg["timeout"], wait), max_turn_seconds=0)
     try:
         reply = chat(quick, messages, tools=False, nudge=FINAL_PROMPT % words)
     except ApiError as e:
@@ -3623,12 +3541,6 @@ def final_answer(cfg, messages, key, limit, used):
     return messages
 
 
-def budget_words(key, used):
-    """How much of a budget was used, in words: "615 tokens this turn", "1 model call"."""
-    words = BUDGETS[key] % used
-    return words.replace("calls", "call").replace("times", "time") if used == 1 else words
-
-
 def repair_call(cfg, say_why):
     """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
     turn = cfg["run"]["turn"]
@@ -3638,14 +3550,6 @@ def repair_call(cfg, say_why):
     if say_why:
         note(cfg, say_why, "warning")
     return True
-
-
-def with_nudge(messages, text):
-    """The messages to send with a line of bantam's after them; never two user messages in a row."""
-    last = messages[-1] if messages else {}
-    if last.get("role") == "user" and isinstance(last.get("content"), str):
-        return messages[:-1] + [dict(last, content=last["content"] + "\n\n" + text)]
-    return messages + [{"role": "user", "content": text}]
 
 
 def approval(cfg, call_id, name, args):
@@ -3663,16 +3567,19 @@ def approval(cfg, call_id, name, args):
     if decision == "ask":
         if name == "write" or reason:   # what is asked about, and why
             note(cfg, write_preview(path, args, reason) if name == "write" else "[%s: %s]" % (
-                path or "bantam cannot check this command against its patterns", reason), "warning")
-        decision, reason, edited = ask_user(cfg, command, path and name.title() + "? [y/N/a] ")
+                path or "bantam cannot check this command against its patterns", reason),
+                 "warning")
+        decision, reason, edited = user_decision(cfg, command,
+                                                 path and name.title() + "? [y/N/a] ")
         rule = "asked"
-    emit(cfg, "approval", id=call_id, tool=name, command=None if path else redact_all(cfg, command),
-         path=path, decision=decision, rule=rule, reason=reason,
-         edited=redact_all(cfg, edited) if edited else None)
+    emit(cfg, "approval", id=call_id, tool=name,
+         command=None if path else redact_all(cfg, command), path=path, decision=decision,
+         rule=rule, reason=reason, edited=redact_all(cfg, edited) if edited else None)
     if decision == "always":
         cfg["run"]["approved"].add(command if path is None else name + ":" + path)
     if decision == "edit":
-        return dict(args, command=edited), "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+        told = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+        return dict(args, command=edited), told
     if decision == "refuse":
         return None, refusal(name, rule, reason)
     return args, ""
@@ -3721,9 +3628,8 @@ def decide(cfg, command):
     if command in cfg["run"]["approved"]:
         return "run", "always", None
     if cfg["approve"] == "ask" and not cfg.get("approver"):
-        if "no terminal" not in cfg["run"]["turn"]["noted"]:
-            cfg["run"]["turn"]["noted"].add("no terminal")
-            note(cfg, "[approve=ask, but there is no terminal to ask: commands are refused]", "warning")
+        note_once(cfg, "no terminal", "[approve=ask, but there is no terminal to ask: commands "
+                  "are refused]", "warning")
         return "refuse", "no terminal", None
     why = unknown[0] if unknown else None
     if cfg["approve"] == "auto" and why and deny:
@@ -3904,7 +3810,7 @@ def shell_script(args):
     return args[n] if with_c and n < len(args) else None
 
 
-def ask_user(cfg, command, question=None):
+def user_decision(cfg, command, question=None):
     """Ask the user (cfg["approver"]) about a command, or a file tool's call (its question):
     (decision, reason, edited command). y(es), a(lways), e(dit), n(o)/Enter; else a reason."""
     answer = cfg["approver"](question or "Run? [y/N/a/e] ", "")
@@ -3968,8 +3874,9 @@ def write_preview(path, args, reason):
 # ----------------------------------------------------------------------------------------
 
 COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
-                  "the user's goals and requests, decisions made, facts learned, files and commands "
-                  "involved, the current state of the work and the next steps. Be complete but concise.")
+                  "the user's goals and requests, decisions made, facts learned, files and "
+                  "commands involved, the current state of the work and the next steps. Be "
+                  "complete but concise.")
 SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
                   "Reply with the title only.")
 
@@ -3987,8 +3894,9 @@ def discover_window(cfg):
     """The window the server reports for the model, or None: a field of its GET /models
     entry, else LiteLLM's /model/info, else (for a server on this machine or network) the
     local servers' own APIs."""
+    model = cfg["model"]
     for entry in list_models(cfg, quiet=True):
-        if entry.get("id") == cfg["model"]:
+        if entry.get("id") == model:
             top, meta = (entry.get(k) if isinstance(entry.get(k), dict) else {}
                          for k in ("top_provider", "meta"))
             window = first_count(entry.get("context_length"), entry.get("context_window"),
@@ -3999,13 +3907,11 @@ def discover_window(cfg):
                 return window
     # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
     # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
-    info = get_json(cfg, "GET", "/model/info")
-    for entry in info.get("data") or () if isinstance(info, dict) else ():
-        if isinstance(entry, dict) and entry.get("model_name") == cfg["model"]:
-            about = entry.get("model_info")
-            window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
-            if window:
-                return window
+    for entry in entries(get_json(cfg, "GET", "/model/info"), "data", model, "model_name"):
+        about = entry.get("model_info")
+        window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
+        if window:
+            return window
     from urllib.parse import urlsplit
     if not private_host(urlsplit(cfg["endpoint"]).hostname or ""):
         return None   # a cloud API: its /models said nothing, the local APIs below do not exist
@@ -4013,37 +3919,42 @@ def discover_window(cfg):
     props = get_json(cfg, "GET", "/props", root=True)
     if isinstance(props, dict):
         settings = props.get("default_generation_settings")
-        window = first_count(props.get("n_ctx"), settings.get("n_ctx") if isinstance(settings, dict) else None)
+        window = first_count(props.get("n_ctx"),
+                             settings.get("n_ctx") if isinstance(settings, dict) else None)
         if window:
             return window
     # Ollama: POST /api/show {"model": m} -> {"parameters": "num_ctx 8192\n...", "model_info":
     # {"llama.context_length": 131072, ...}}; num_ctx is the window it runs with, else the one
     # of the loaded model (GET /api/ps), else the model's own limit (the most it can run with).
-    shown = get_json(cfg, "POST", "/api/show", {"model": cfg["model"], "name": cfg["model"]}, root=True)
+    shown = get_json(cfg, "POST", "/api/show", {"model": model, "name": model}, root=True)
     if isinstance(shown, dict):
         match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(shown.get("parameters") or ""))
         if match:
             return int(match.group(1))
         loaded = get_json(cfg, "GET", "/api/ps", root=True)
-        for entry in loaded.get("models") or () if isinstance(loaded, dict) else ():
-            if isinstance(entry, dict) and cfg["model"] in (entry.get("name"), entry.get("model")):
-                if first_count(entry.get("context_length")):
-                    return entry["context_length"]
+        for entry in entries(loaded, "models", model, "name", "model"):
+            if first_count(entry.get("context_length")):
+                return entry["context_length"]
         info = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
         window = first_count(*[v for k, v in info.items() if k.endswith(".context_length")])
         if window:
             return window
     # LM Studio: GET /api/v0/models {"data": [{"id": m, "loaded_context_length": 4096, ...}]}
-    listing = get_json(cfg, "GET", "/api/v0/models", root=True)
-    for entry in listing.get("data") or () if isinstance(listing, dict) else ():
-        if isinstance(entry, dict) and entry.get("id") == cfg["model"]:
-            return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
+    for entry in entries(get_json(cfg, "GET", "/api/v0/models", root=True), "data", model, "id"):
+        return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
     return None
+
+
+def entries(answer, key, value, *fields):
+    """The objects listed under key in a JSON answer whose field (one of fields) is value."""
+    listed = answer.get(key) or () if isinstance(answer, dict) else ()
+    return [e for e in listed if isinstance(e, dict) and value in map(e.get, fields)]
 
 
 def first_count(*values):
     """The first value that is a positive whole number, or None."""
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0),
+                None)
 
 
 def private_host(host):
@@ -4053,7 +3964,8 @@ def private_host(host):
         address = ipaddress.ip_address(host)
         return address.is_private or address.is_loopback or address.is_link_local
     except ValueError:
-        return "." not in host or host.endswith((".localhost", ".local", ".lan", ".internal", ".home.arpa"))
+        return "." not in host or host.endswith(
+            (".localhost", ".local", ".lan", ".internal", ".home.arpa"))
 
 
 # What overflow errors say about the window: "maximum context length is 2048 tokens" (OpenAI,
@@ -4081,10 +3993,10 @@ def learn_window(cfg, text):
 def get_json(cfg, method, path, body=None, root=False, what=None):
     """The JSON answer to a small request to the server; None when it fails (with a note
     saying that we could not `what`, when given)."""
-    load_http_client(cfg["endpoint"])
     import http.client
     try:
-        response = http_request(cfg, method, path, json.dumps(body).encode() if body else None, root=root)
+        data = json.dumps(body).encode() if body else None
+        response = http_request(cfg, method, path, data, root=root)
         data = response.read()   # the whole answer: the connection stays usable
         if response.status != 200:
             raise LookupError("HTTP %d %s" % (response.status, response.reason))
@@ -4093,7 +4005,8 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
         if not isinstance(e, LookupError):
             drop_connection(cfg)
         if what:
-            note(cfg, "error: cannot %s at %s%s: %s" % (what, "" if root else cfg["endpoint"], path, e))
+            note(cfg, "error: cannot %s at %s%s: %s" % (
+                what, "" if root else cfg["endpoint"], path, e))
         return None
 
 
@@ -4163,7 +4076,8 @@ def compact(cfg, messages, prompt=None):
             break
         except ApiError as e:
             if e.kind != "overflow" or not trim_for_summary(request, context_window(cfg) * 2):
-                raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
+                raise ApiError("compaction failed: %s" % e,
+                               "retry" if e.kind == "retry" else "fatal")
     else:
         raise ApiError("compaction failed: the conversation does not fit even when trimmed")
     if not summary:
@@ -4198,7 +4112,7 @@ def trim_for_summary(request, room):
     if not longest or len(longest["content"]) < 200:
         return False
     text, total = longest["content"], sum(len(m["content"]) for m in texts)
-    ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question itself stays whole
+    ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question stays whole
     text = text[:len(text) - len(ask)]
     keep = max(100, min(len(text) // 4, (len(text) - (total - room)) // 2))
     if len(text) <= 2 * keep + 100:
