@@ -27,6 +27,7 @@ Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
         bantam --help        every option
 """
+import _thread
 import json
 import os
 import re
@@ -134,10 +135,11 @@ EMPTY_ASSISTANT_PATTERNS = re.compile(
     r"content or tool_calls must be set|either content or tool_calls|must have non-empty content"
     r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
 
-# What this process has learned about the servers it talks to (facts, shared on purpose by
-# every run): context windows by (endpoint, model), fixes their errors taught ((endpoint,
-# model, fix): see FIXES), notes given.
-LEARNED = {"windows": {}, "fixes": set(), "noted": set()}
+# What this process has learned about the servers it talks to: context windows by (endpoint,
+# model), fixes their errors taught ((endpoint, model, fix): see FIXES). Facts about a
+# server hold for every run, so they are shared on purpose (a learned fix spares each later
+# run a refused request); what a run has said once lives in the run (see note_once).
+LEARNED = {"windows": {}, "fixes": set()}
 
 
 class BantamError(Exception):
@@ -176,11 +178,29 @@ class ApiError(BantamError):
 # ----------------------------------------------------------------------------------------
 
 STARTED = time.monotonic()   # events carry "t": seconds since the process started
+# The event types and their fields, besides type, t and depth (the README's table says more).
+EVENTS = {
+    "start": "version model mode session time", "prompt": "text session",
+    "turn_start": "messages", "request": "model messages stream", "waiting": "seconds",
+    "reasoning": "text", "text": "text", "reply_end": "finish", "reply": "message quiet",
+    "usage": "model prompt_tokens cached_tokens completion_tokens estimated quiet seconds "
+             "first_output cost",
+    "message": "message", "tool_call": "id name arguments",
+    "approval": "id tool command path decision rule reason edited",
+    "tool_output": "text", "tool_progress": "seconds", "tool_result": "id name content ok",
+    "retry": "error attempt of wait", "discarded": "error", "note": "text level",
+    "error": "message", "output": "text", "compaction": "before after kept_prompt",
+    "budget_stop": "reason limit used",
+    "context": "model prompt_tokens cached_tokens completion_tokens estimated window share "
+               "cost session_cost",
+    "turn_end": "status error",
+}
 
 
 def emit(cfg, kind, **fields):
     """Pass one event to the run's sink: {"type": kind, "t": seconds, "depth": subagent
-    level, ...fields}. Text in events is already safe to show (secrets replaced)."""
+    level, ...fields}. Text in events is already safe to show (secrets replaced). Outside a
+    run, and before cfg has a sink, a plain view of its own shows it."""
     run = cfg.get("run") or {}
     event = {"type": kind, "t": round(time.monotonic() - STARTED, 3), "depth": run.get("depth", 0)}
     event.update(fields)
@@ -192,10 +212,9 @@ def note(cfg, text, level="error"):
     emit(cfg, "note", text=redact_all(cfg, text), level=level)
 
 
-def say(text):
-    """A line on stderr from outside any run (a warning while reading the config)."""
-    sys.stderr.write(terminal_safe(text) + "\n")
-    sys.stderr.flush()
+def show(cfg, text):
+    """A command's output, made terminal-safe, as an "output" event (shown on stdout)."""
+    emit(cfg, "output", text=terminal_safe(text))
 
 
 # Control characters a terminal would act on (ESC, OSC, BEL, C1 CSI...): shown, never obeyed.
@@ -304,33 +323,30 @@ def color_wanted(cfg, stream):
     return mode == "always" or stream.isatty()
 
 
-def plain_view(cfg, out=None, err=None):
-    """A view printing the spec's traces: a function taking events. out gets the
-    conversation (the answer and the traces), err the diagnostics."""
-    state = plain_state(cfg, out or sys.stdout, err or sys.stderr)
+def plain_view(cfg, handlers=None):
+    """A view: a function passing each event to handlers[its type] (PLAIN unless given) with
+    the view's state: stdout for the conversation, stderr for diagnostics, what is open."""
+    out, err = sys.stdout, sys.stderr
+    state = {"out": out, "err": err, "color": color_wanted(cfg, out),
+             "err_color": color_wanted(cfg, err), "tty": out.isatty(), "bol": True,
+             "block": None, "status": False, "flushed": 0.0, "depth": 0, "cfg": cfg,
+             "md": None, "tool": None, "tool_lines": cfg.get("tool_lines") or 0}
+    handlers = handlers or PLAIN
 
     def view(event):
-        handler = PLAIN.get(event["type"])
+        handler = handlers.get(event["type"])
         if handler:
             handler(state, event)
     return view
 
 
-def plain_state(cfg, out, err):
-    """The state of a view: its streams, colors, where the cursor is, what is open."""
-    return {"out": out, "err": err, "color": color_wanted(cfg, out), "err_color": color_wanted(cfg, err),
-            "tty": out.isatty(), "bol": True, "block": None, "status": False, "flushed": 0.0,
-            "depth": 0, "cfg": cfg}
-
-
 def write(state, text, style=None, depth=0, raw=False):
-    """Write conversation text: made terminal-safe (unless raw: already safe, with styles
-    of its own), behind the rail at a subagent's depth, colored. The status line is
-    cleared first."""
+    """Write conversation text (terminal-safe unless raw), behind the rail at a subagent's
+    depth, colored; the status line is cleared first."""
     if state["status"]:
         clear_status(state)
     if not raw:
-        text = TERMINAL_UNSAFE.sub(visible, text)
+        text = terminal_safe(text)
     if not text:
         return
     if depth != state["depth"]:
@@ -353,7 +369,7 @@ def write(state, text, style=None, depth=0, raw=False):
 
 def flush_out(state, now=False):
     """Flush the conversation stream: a terminal at once, a pipe at most every FLUSH_EVERY s."""
-    clock = time.monotonic() - STARTED   # the clock of the events' "t"
+    clock = time.monotonic()
     if now or state["tty"] or clock - state["flushed"] >= FLUSH_EVERY:
         try:
             state["out"].flush()
@@ -423,8 +439,7 @@ def show_text(state, event):
         close_block(state, event)
         state["block"] = "text"
     write(state, event["text"], None, event["depth"])
-    if state["tty"] or event["t"] - state["flushed"] >= FLUSH_EVERY:   # (flush_out, inlined: the hot path)
-        flush_out(state, now=True)
+    flush_out(state)
 
 
 def show_reply_end(state, event):
@@ -446,7 +461,8 @@ def show_tool_call(state, event):
     """[tool call: name(arguments)]"""
     close_block(state, event)
     end_line(state, event["depth"])
-    write(state, "[tool call: %s(%s)]\n" % (event["name"], short_arguments(event)), "call", event["depth"])
+    text = "[tool call: %s(%s)]\n" % (event["name"], short_arguments(event))
+    write(state, text, "call", event["depth"])
     flush_out(state, now=True)
 
 
@@ -457,51 +473,27 @@ def short_arguments(event):
     try:
         args = json.loads(event["arguments"])
         content = args["content"]
-        args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")), count_lines(content))
+        size = len(content.encode("utf-8", "replace"))
+        args["content"] = "<%d bytes, %d lines>" % (size, count_lines(content))
         return json.dumps(args, ensure_ascii=False)
     except (ValueError, KeyError, TypeError, AttributeError):
         return event["arguments"]
-
-
-def file_tool_call(name, args):
-    """A read or write call in words ("read notes.txt lines 10-29", "write a.txt: 3 lines at
-    line 5, deleting 2 lines"), or None for another call."""
-    if name not in ("read", "write", "write_file") or not isinstance(args, dict):
-        return None
-    path = args.get("filePath", args.get("path"))
-    if not isinstance(path, str):
-        return None
-    if name == "read":
-        offset, limit = args.get("offset"), args.get("limit")
-        if offset is None and limit is None:
-            return "\u00bb read %s" % path
-        first = offset if isinstance(offset, int) and offset > 0 else 1
-        last = "%d" % (first + limit - 1) if isinstance(limit, int) and limit > 0 else "end"
-        return "\u00bb read %s lines %d-%s" % (path, first, last)
-    content = args.get("content") if isinstance(args.get("content"), str) else ""
-    size = "%d lines" % count_lines(content) if content else "nothing"
-    at = next(("at %s %s" % (word, args[key]) for key, word in (("lineOffset", "line"), ("byteOffset", "byte"),
-                                                               ("offset", "byte")) if args.get(key) is not None), "")
-    cut = next((", deleting %s %s" % (args[key], word) for key, word in (("delLines", "lines"), ("delBytes", "bytes"),
-                                                                       ("del_bytes", "bytes")) if args.get(key) is not None), "")
-    if not at and not cut:
-        return "\u00bb write %s: %s (whole file)" % (path, size)
-    return "\u00bb write %s: %s %s%s" % (path, size, at or "at the start", cut)
 
 
 def show_tool_result(state, event):
     """[tool result: name] and the result."""
     end_line(state, event["depth"])
     write(state, "[tool result: %s]\n" % event["name"], "result", event["depth"])
-    text = event["content"]
-    write(state, text + ("" if text.endswith("\n") else "\n"), "body" if event["ok"] else "error", event["depth"])
+    text = event["content"] + ("" if event["content"].endswith("\n") else "\n")
+    write(state, text, "body" if event["ok"] else "error", event["depth"])
     flush_out(state, now=True)
 
 
-def show_note(state, event):
-    """A diagnostic line on stderr."""
-    style = {"error": "error", "warning": "error", "info": "dim"}.get(event.get("level"), "error")
-    show_on_stderr(state, event["text"], style)
+def show_line(state, event):
+    """A note, a retry or an error: one line on stderr."""
+    text = {"note": "{text}", "retry": "[{error}; retry {attempt}/{of} in {wait:g}s]",
+            "error": "error: {message}"}[event["type"]].format(**event)
+    show_on_stderr(state, text, "dim" if event.get("level") == "info" else "error")
 
 
 def show_on_stderr(state, text, style):
@@ -511,7 +503,7 @@ def show_on_stderr(state, text, style):
     if not state["bol"] and state["tty"]:
         end_line(state)
     flush_out(state, now=True)
-    paint = COLORS.get(style) if state["err_color"] else None
+    paint = COLORS[style] if state["err_color"] else None
     text = terminal_safe(text)
     try:
         state["err"].write((paint + text + RESET if paint else text) + "\n")
@@ -520,40 +512,30 @@ def show_on_stderr(state, text, style):
         terminal_gone(state)
 
 
-def show_retry(state, event):
-    """[error; retry n/m in s]"""
-    show_on_stderr(state, "[%s; retry %d/%d in %gs]" % (event["error"], event["attempt"], event["of"],
-                                                       event["wait"]), "error")
-
-
-def show_error(state, event):
-    """error: message"""
-    close_block(state, event)
-    show_on_stderr(state, "error: %s" % event["message"], "error")
-
-
 def show_context(state, event):
     """The token line: [model: prompt (cached) + completion | context: used/window (share)]"""
     if not state["cfg"].get("usage", True):
         return
     about = "~" if event["estimated"] else ""
-    cached = event["cached_tokens"]
-    split = " (%d cached, %d uncached)" % (cached, event["prompt_tokens"] - cached) if cached is not None else ""
+    cached, prompt = event["cached_tokens"], event["prompt_tokens"]
+    split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
     cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
         about, event["cost"], about, event["session_cost"])
     show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]" % (
-        event["model"], about, event["prompt_tokens"], split, about, event["completion_tokens"], about,
-        event["prompt_tokens"], event["window"], event["share"] * 100, cost), "dim")
+        event["model"], about, prompt, split, about, event["completion_tokens"], about, prompt,
+        event["window"], event["share"] * 100, cost), "dim")
 
 
 def show_approval(state, event):
     """[command refused (deny rm *)]: a decision about a call, unless approve=auto made it."""
-    if event["rule"] not in ("approve=auto", "working folder"):
-        who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
-        show_on_stderr(state, "[%s %s %s%s]" % (
-            "command" if event["tool"] == "shell_exec" else event["tool"],
-            {"run": "run", "always": "run, and from now on", "edit": "changed and run",
-             "refuse": "refused"}[event["decision"]], who, ": " + event["reason"] if event["reason"] else ""), "dim")
+    if event["rule"] in ("approve=auto", "working folder"):
+        return
+    what = "command" if event["tool"] == "shell_exec" else event["tool"]
+    done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
+            "refuse": "refused"}[event["decision"]]
+    who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
+    why = ": " + event["reason"] if event["reason"] else ""
+    show_on_stderr(state, "[%s %s %s%s]" % (what, done, who, why), "dim")
 
 
 def show_turn_end(state, event):
@@ -564,16 +546,30 @@ def show_turn_end(state, event):
         flush_out(state, now=True)
 
 
-PLAIN = {"request": show_status, "reasoning": show_reasoning, "text": show_text,
-         "reply_end": show_reply_end, "tool_call": show_tool_call, "tool_result": show_tool_result,
-         "note": show_note, "retry": show_retry, "error": show_error, "context": show_context,
-         "approval": show_approval, "turn_end": show_turn_end, "discarded": show_discarded,
-         "waiting": show_status}
+def show_output(state, event):
+    """A command's output on stdout (terminal-safe already, and it may carry its own styles)."""
+    write(state, event["text"], raw=True)
+    flush_out(state, now=True)
+
+
+def show_problem(state, event):
+    """A note unless it is information only: -q shows only the problems."""
+    if event["level"] != "info":
+        show_line(state, event)
+
+
+PLAIN = {"request": show_status, "waiting": show_status, "reasoning": show_reasoning,
+         "text": show_text, "reply_end": show_reply_end, "discarded": show_discarded,
+         "tool_call": show_tool_call, "tool_result": show_tool_result, "approval": show_approval,
+         "note": show_line, "retry": show_line, "error": show_line, "context": show_context,
+         "turn_end": show_turn_end, "output": show_output}
+# -q's view: only the final answer (an output event) on stdout, only the problems on stderr.
+QUIET = {"error": show_line, "retry": show_line, "note": show_problem, "output": show_output}
 
 
 def jsonl_view(stream, cfg):
-    """A view writing each event as one JSON line, flushed at once (for programs and jq);
-    secrets replaced (those of now: /cfg may set a new key)."""
+    """A view writing each event as one JSON line, flushed at once, secrets replaced (those
+    of now: /cfg may set a new key)."""
     encode = json.JSONEncoder(ensure_ascii=False).encode
 
     def view(event):
@@ -589,13 +585,13 @@ def jsonl_view(stream, cfg):
 def both(*views):
     """A view passing each event to every view given (None ones left out)."""
     views = [v for v in views if v]
-    if len(views) == 1:
-        return views[0]
 
     def view(event):
         for each in views:
             each(event)
     return view
+
+
 # ----------------------------------------------------------------------------------------
 # Config: flags, then model.cfg (key=value: the folder's over the user's), then BANTAM_<KEY>,
 # then DEFAULTS; what a folder may set before it is trusted; secrets kept from commands
@@ -677,7 +673,8 @@ def read_key_values(path):
         if not sep or not key:
             raise ConfigError("%s: expected key=value, got %r" % (where, line[:60]))
         if key not in DEFAULTS:
-            say("%s: unknown config key %r (ignored)%s" % (where, key, did_you_mean(key, DEFAULTS)))
+            note({}, "%s: unknown config key %r (ignored)%s"
+                 % (where, key, did_you_mean(key, DEFAULTS)), "warning")
             continue
         values[key] = (INLINE_COMMENT.sub("", value).strip(), where)
     return values
@@ -760,7 +757,8 @@ def normal_endpoint(url, where):
     base = url.rstrip("/")
     cut = re.sub(r"/chat/completions/*(?=\?|$)", "", base, count=1)
     if cut != base:
-        say("%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut))
+        note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
+             "warning")
     if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
         raise ConfigError("%s: endpoint: expected an http:// or https:// URL with a host (and "
                           "a port number after a ':'), got %r" % (where, url))
@@ -875,7 +873,7 @@ def add_prompt_extras(cfg):
                               % (os.getcwd(), f.read().strip()))
             cfg["sources"]["project_instructions_file"] = path
         except OSError as e:
-            say("warning: cannot read %s: %s" % (path, e.strerror))
+            note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
     base = cfg["sources"]["base_system_prompt"]
     cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
         if extras else base
@@ -912,7 +910,7 @@ def remember_folder(**facts):
     try:
         write_private_file(folders_file(), json.dumps(memory, indent=1))
     except OSError as e:
-        say("warning: cannot remember this folder's settings: %s" % e)
+        note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 
 def trust_folder(cfg, args, interactive, reload):
@@ -942,8 +940,8 @@ def trust_folder(cfg, args, interactive, reload):
         remember_folder(trusted=said, **({"sandbox": boxed} if boxed else {}))
         if said:
             return reload(True)
-    say("[this folder is not trusted: your own settings only%s (bantam --trust to trust it)]"
-        % (", commands in sandbox=workspace" if boxed else ""))
+    note(cfg, "[this folder is not trusted: your own settings only%s (bantam --trust to trust it)]"
+         % (", commands in sandbox=workspace" if boxed else ""), "info")
     cfg = reload(False)
     if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
         cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
@@ -1014,7 +1012,7 @@ def now():
 
 def session_text(cfg, session, messages):
     """The text of a session file (secrets redacted): the header, then a message a line."""
-    lines = [json.dumps(m, ensure_ascii=False) for m in messages]
+    lines = message_texts(session.setdefault("json", {}), messages)
     session["written"] = list(messages)   # what the file holds
     session["summary"] = session["summary"] or first_user_text(messages)   # kept through /compact
     session["written_summary"] = session["summary"]
@@ -1042,7 +1040,7 @@ def save_session(cfg, session, messages, link=True):
         if link:
             point_autosave(session["id"])
     except OSError as e:
-        say("warning: cannot save the conversation: %s" % e)
+        note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
 
 def save_step(cfg, session, messages):
@@ -1056,13 +1054,13 @@ def save_step(cfg, session, messages):
     try:
         fd = os.open(session_path(session["id"], ".steps"),
                      os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        new = [json.dumps(m, ensure_ascii=False) for m in messages[len(written):]]
+        new = message_texts(session.setdefault("json", {}), messages)[len(written):]
         with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(new, len(written)):
                 f.write(redact_all(cfg, '{"n": %d, "m": %s}\n' % (n, line)))
         session["written"], session["journal"] = written + messages[len(written):], True
     except OSError as e:
-        say("warning: cannot save the conversation: %s" % e)
+        note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
 
 def saved_as_is(session, messages):
@@ -1333,14 +1331,20 @@ def no_proxy(host):
 
 
 def socks_proxy_for(host):
-    """The SOCKS_PROXY URL for host, unless NO_PROXY matches it."""
-    proxy = socks_proxy_from_env()
-    return None if not proxy or no_proxy(host) else proxy
+    """The SOCKS_PROXY (else socks_proxy) URL for host, unless NO_PROXY matches it."""
+    proxy = os.environ.get("SOCKS_PROXY", "").strip() or os.environ.get("socks_proxy", "").strip()
+    return proxy if proxy and not no_proxy(host) else None
 
 
-# SOCKS5 (RFC 1928, with RFC 1929 user/password), as the C++ port: SOCKS_PROXY=socks5://[user:pass@]host:port
-# (socks5h:// too). Host names are always resolved by the proxy. It is tried before
-# HTTP(S)_PROXY, and NO_PROXY applies to it as to them.
+def default_port(url):
+    """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
+# SOCKS5 (RFC 1928, with RFC 1929 user/password): SOCKS_PROXY=socks5://[user:pass@]host:port
+# (socks5h:// too). Host names are always resolved by the proxy: it may reach names this
+# machine cannot resolve, and no lookup here tells the local network where we connect. It is
+# tried before HTTP(S)_PROXY, and NO_PROXY applies to it as to them.
 
 # RFC 1928 section 6: the REP field of a CONNECT reply
 SOCKS_REPLIES = {1: "general SOCKS server failure", 2: "connection not allowed by ruleset",
@@ -1351,32 +1355,20 @@ SOCKS_TRANSIENT = {1, 3, 4, 5, 6}   # the target or the route may come back; 2, 
 
 class SocksError(OSError):
     """A SOCKS5 failure, with a one-line message; .retry says whether waiting may help."""
-    retry = False
 
-
-def socks_transient(error):
-    """error, marked as worth retrying after a wait."""
-    error.retry = True
-    return error
-
-
-def socks_proxy_from_env(environ=None):
-    """The SOCKS_PROXY (else socks_proxy) value, or None; NO_PROXY is the caller's business."""
-    environ = os.environ if environ is None else environ
-    for name in ("SOCKS_PROXY", "socks_proxy"):
-        value = (environ.get(name) or "").strip()
-        if value:
-            return value
-    return None
+    def __init__(self, message, retry=False):
+        OSError.__init__(self, message)
+        self.retry = retry
 
 
 def parse_socks_url(url):
-    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare host:port;
-    user and password are percent-decoded, None without credentials; the port defaults to 1080."""
+    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare
+    host:port; user and password percent-decoded, None without credentials; port 1080."""
     from urllib.parse import unquote, urlsplit
     parts = urlsplit(url if "://" in url else "socks5://" + url)
     if parts.scheme.lower() not in ("socks5", "socks5h"):
-        raise SocksError("unsupported proxy scheme %r (use socks5:// or socks5h://)" % parts.scheme)
+        raise SocksError("unsupported proxy scheme %r (use socks5:// or socks5h://)"
+                         % parts.scheme)
     try:
         port = parts.port or 1080
     except ValueError:   # the message never shows the URL: it may hold a password
@@ -1393,6 +1385,7 @@ def socks5_connect(proxy_url, host, port, timeout):
     """A socket connected to host:port through the SOCKS5 proxy at proxy_url; host names are
     resolved by the proxy (socks5:// behaves as socks5h://). Failures raise SocksError."""
     import socket
+    import struct
     proxy_host, proxy_port, user, password = parse_socks_url(proxy_url)
     where = "SOCKS5 proxy %s:%d" % (
         "[%s]" % proxy_host if ":" in proxy_host else proxy_host, proxy_port)
@@ -1401,91 +1394,65 @@ def socks5_connect(proxy_url, host, port, timeout):
     try:   # timeout may be socket._GLOBAL_DEFAULT_TIMEOUT, as http.client passes it
         sock = socket.create_connection((proxy_host, proxy_port), timeout)
     except OSError as e:
-        raise socks_transient(SocksError("cannot connect to %s: %s" % (where, e))) from e
-    stage = "greeting"
+        raise SocksError("cannot connect to %s: %s" % (where, e), retry=True) from e
+    stage = "greeting"   # offer one method: 0 (no authentication) or 2 (username/password)
     try:
-        method = socks_greet(sock, where, user is not None)
-        if method == 2:
+        offer = 0 if user is None else 2
+        sock.sendall(bytes([5, 1, offer]))   # VER=05 NMETHODS=01 METHODS: 05 01 00 or 05 01 02
+        version, method = socks_recv(sock, 2, where, stage)   # VER=05 METHOD (FF: none)
+        if version != 5:
+            raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
+        if method == 0xFF:
+            raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
+                where, "username/password" if offer else "no authentication; it may need "
+                       "user:password@ in the proxy address"))
+        if method != offer:
+            raise SocksError("%s chose authentication method %d, which we did not offer"
+                             % (where, method))
+        if method == 2:   # RFC 1929: VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
             stage = "authentication"
-            socks_authenticate(sock, where, user, password)
-        stage = "CONNECT"
-        socks_request_connect(sock, where, host, port)
+            name, secret = user.encode("utf-8"), password.encode("utf-8")
+            if len(name) > 255 or len(secret) > 255:
+                raise SocksError("SOCKS5 username and password must be at most 255 bytes each")
+            sock.sendall(bytes([1, len(name)]) + name + bytes([len(secret)]) + secret)
+            if socks_recv(sock, 2, where, stage)[1] != 0:   # VER=01 STATUS (00: success)
+                raise SocksError("%s rejected the username/password (authentication failed)"
+                                 % where)
+        stage = "CONNECT"   # VER=05 CMD=01 RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
+        sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
+        version, rep, _, atyp = socks_recv(sock, 4, where, stage)   # VER REP RSV ATYP
+        if version != 5:
+            raise SocksError("%s answered CONNECT with version %d" % (where, version))
+        if rep != 0:
+            why = SOCKS_REPLIES.get(rep, "unknown error")
+            raise SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
+                where, host, port, why, rep), retry=rep in SOCKS_TRANSIENT)
+        if atyp == 3:   # 03 LEN NAME
+            size = socks_recv(sock, 1, where, stage)[0]
+        elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
+            size = 4 if atyp == 1 else 16
+        else:
+            raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
+        socks_recv(sock, size + 2, where, stage)   # BND.ADDR BND.PORT: unused, but not HTTP
         return sock
-    except SocksError:
+    except BaseException as e:
         sock.close()
+        if isinstance(e, OSError) and not isinstance(e, SocksError):   # a timeout, a reset
+            raise SocksError("%s failed during %s: %s" % (where, stage, e), retry=True) from e
         raise
-    except OSError as e:   # a timeout or reset halfway through the handshake
-        sock.close()
-        raise socks_transient(SocksError("%s failed during %s: %s" % (where, stage, e))) from e
-    except BaseException:
-        sock.close()
-        raise
-
-
-def socks_greet(sock, where, with_password):
-    """Offer one authentication method; the one the proxy chose (0 none, 2 username/password)."""
-    offer = 2 if with_password else 0
-    sock.sendall(bytes([5, 1, offer]))   # VER=05 NMETHODS=01 METHODS: 05 01 00 or 05 01 02
-    version, method = socks_recv(sock, 2, where, "greeting")   # VER=05 METHOD (FF: none)
-    if version != 5:
-        raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
-    if method == 0xFF:
-        raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
-            where, "username/password" if with_password else "no authentication; it may need "
-                   "user:password@ in the proxy address"))
-    if method != offer:
-        raise SocksError("%s chose authentication method %d, which we did not offer" % (where, method))
-    return method
-
-
-def socks_authenticate(sock, where, user, password):
-    """RFC 1929 username/password sub-negotiation."""
-    name, secret = user.encode("utf-8"), password.encode("utf-8")
-    if len(name) > 255 or len(secret) > 255:
-        raise SocksError("SOCKS5 username and password must be at most 255 bytes each")
-    # VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
-    sock.sendall(bytes([1, len(name)]) + name + bytes([len(secret)]) + secret)
-    _, status = socks_recv(sock, 2, where, "authentication")   # VER=01 STATUS (00: success)
-    if status != 0:
-        raise SocksError("%s rejected the username/password (authentication failed)" % where)
-
-
-def socks_request_connect(sock, where, host, port):
-    """Ask the proxy to connect to host:port; consume its whole reply."""
-    import struct
-    # VER=05 CMD=01 (CONNECT) RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
-    sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
-    # VER=05 REP RSV=00 ATYP BND.ADDR BND.PORT
-    version, rep, _, atyp = socks_recv(sock, 4, where, "CONNECT")
-    if version != 5:
-        raise SocksError("%s answered CONNECT with version %d" % (where, version))
-    if rep != 0:
-        error = SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
-            where, host, port, SOCKS_REPLIES.get(rep, "unknown error"), rep))
-        raise socks_transient(error) if rep in SOCKS_TRANSIENT else error
-    if atyp == 3:   # 03 LEN NAME
-        size = socks_recv(sock, 1, where, "CONNECT")[0]
-    elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
-        size = 4 if atyp == 1 else 16
-    else:
-        raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
-    socks_recv(sock, size + 2, where, "CONNECT")   # BND.ADDR BND.PORT: unused, but not HTTP
 
 
 def socks_address(host):
-    """ATYP + DST.ADDR for host: 01 + 4 bytes, 04 + 16 bytes, or 03 LEN name (never resolved here)."""
+    """ATYP + DST.ADDR for host: 01 + 4 bytes, 04 + 16 bytes, or 03 LEN name (not resolved)."""
     import ipaddress
     host = host.strip("[]")   # a URL's [::1]
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        try:
-            name = host.encode("ascii")
-        except UnicodeEncodeError:
-            try:
-                name = host.encode("idna")
-            except UnicodeError:
-                raise SocksError("bad host name %r" % host) from None
+        try:   # a name in another script goes in its IDNA form (xn--...)
+            name = host.encode("ascii" if host.isascii() else "idna")
+        except UnicodeError:
+            raise SocksError("bad host name %r" % host) from None
         if not 0 < len(name) < 256:
             raise SocksError("host name must be 1 to 255 bytes for SOCKS5: %r" % host)
         return bytes([3, len(name)]) + name
@@ -1498,50 +1465,45 @@ def socks_recv(sock, size, where, stage):
     while len(data) < size:
         chunk = sock.recv(size - len(data))
         if not chunk:
-            raise socks_transient(SocksError("%s closed the connection during %s" % (where, stage)))
+            raise SocksError("%s closed the connection during %s" % (where, stage), retry=True)
         data += chunk
     return data
 
 
 def open_connection(endpoint, timeout):
-    """A new http.client connection to the endpoint's host, through a CONNECT proxy if set."""
+    """A new http.client connection to the endpoint's host, through a proxy if one is set."""
     import http.client
     from urllib.parse import urlsplit, unquote
     url = urlsplit(endpoint)
-    https = url.scheme == "https"
-    port = url.port or (443 if https else 80)
     socks = socks_proxy_for(url.hostname)
     proxy = None if socks else proxy_for(url.scheme, url.hostname)
-    host, host_port = url.hostname, port
-    if proxy:
-        p = urlsplit(proxy)
-        host, host_port = p.hostname, p.port or (443 if p.scheme == "https" else 80)
-    if https:
+    via = urlsplit(proxy) if proxy else url   # where the socket goes
+    if url.scheme == "https":
         import ssl
-        conn = http.client.HTTPSConnection(host, host_port, timeout=timeout,
+        conn = http.client.HTTPSConnection(via.hostname, default_port(via), timeout=timeout,
                                            context=ssl.create_default_context())
     else:
-        conn = http.client.HTTPConnection(host, host_port, timeout=timeout)
+        conn = http.client.HTTPConnection(via.hostname, default_port(via), timeout=timeout)
     if proxy:
         headers = {}
-        if p.username:
+        if via.username:
             import base64
-            login = "%s:%s" % (unquote(p.username), unquote(p.password or ""))
+            login = "%s:%s" % (unquote(via.username), unquote(via.password or ""))
             headers["Proxy-Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
-        conn.set_tunnel(url.hostname, port, headers=headers)
+        conn.set_tunnel(url.hostname, default_port(url), headers=headers)
     if socks:   # every (re)connect goes through the proxy; http.client still does the TLS
         conn._create_connection = lambda address, timeout, source=None: socks5_connect(
             socks, address[0], address[1], timeout)
     return conn
 
 
-CONNECTIONS = {}   # (thread, endpoint) -> {"conn", "response", "sock"}: one per thread, never shared
+THREAD = _thread._local()   # what belongs to one thread, and goes away with it
 
 
 def connections():
-    """This thread's connections by endpoint (two threads never share one)."""
-    import _thread
-    return CONNECTIONS.setdefault(_thread.get_ident(), {})
+    """This thread's connections, by endpoint: {"conn", "response", "sock"} each (a thread
+    has its own: two threads never share one)."""
+    return THREAD.__dict__.setdefault("connections", {})
 
 
 def drop_connection(cfg):
@@ -1558,20 +1520,20 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
     reply was not read to its end is replaced, never reused: http.client would send the
     request and then refuse to read the answer. The path is under the endpoint (with the
     endpoint's query string, e.g. Azure's ?api-version=...), or under the server's root.
-    ready(sock, fp), if given, is called before the status line is read from fp."""
+    ready(sock), if given, is called once the request is sent, before the reply is read."""
     import http.client
     from urllib.parse import urlsplit
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
     if body is not None:
         headers["Content-Type"] = "application/json"
-    extra = {k.lower(): k for k in cfg["headers"]}
-    if cfg["api_key"] and "authorization" not in extra and "api-key" not in extra:   # Azure: api-key
+    extra = {k.lower() for k in cfg["headers"]}
+    if cfg["api_key"] and not extra & {"authorization", "api-key"}:   # (Azure's: api-key)
         headers["Authorization"] = "Bearer " + cfg["api_key"]
-    for name in [k for k in headers if k.lower() in extra]:
-        del headers[name]
+    headers = {k: v for k, v in headers.items() if k.lower() not in extra}
     headers.update(cfg["headers"])
     url = urlsplit(cfg["endpoint"])
-    target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
+    query = "?" + url.query if url.query else ""
+    target = path if root else url.path.rstrip("/") + path + query
     pool = connections()
     for attempt in (1, 2):
         entry = pool.get(cfg["endpoint"])
@@ -1580,14 +1542,15 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
             entry = None
         reused = entry is not None
         if not reused:
-            entry = pool[cfg["endpoint"]] = {
-                "conn": open_connection(cfg["endpoint"], cfg["timeout"]), "response": None, "sock": None}
+            conn = open_connection(cfg["endpoint"], cfg["timeout"])
+            entry = pool[cfg["endpoint"]] = {"conn": conn, "response": None, "sock": None}
         conn = entry["conn"]
         try:
             conn.request(method, target, body, headers)
             entry["sock"] = conn.sock   # kept: after a close-delimited reply conn.sock is None
             conn.sock.settimeout(wait or cfg["timeout"])
-            conn.response_class = waiting_response(ready) if ready else http.client.HTTPResponse
+            if ready:
+                ready(conn.sock)
             entry["response"] = conn.getresponse()
             return entry["response"]
         except (ConnectionError, http.client.BadStatusLine):
@@ -1597,18 +1560,6 @@ def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None
         except BaseException:
             drop_connection(cfg)
             raise
-
-
-def waiting_response(ready):
-    """An http.client response class that calls ready(sock, fp) before reading from fp."""
-    import http.client
-
-    def response(sock, *args, **kw):
-        made = http.client.HTTPResponse(sock, *args, **kw)
-        begin = made.begin
-        made.begin = lambda: ready(sock, made.fp) or begin()
-        return made
-    return response
 
 
 def set_read_timeout(cfg, seconds):
@@ -1679,12 +1630,14 @@ FIXES = {
     "stream": (r"must be set to false for non-streaming", None),
     # Kimi K2.5+ with thinking on, DeepSeek V4: the field on every assistant message with
     # tool calls, even one where the model wrote no reasoning; Groq and Cerebras reject it
-    "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking mode",
-                          "the server wants reasoning_content on tool call messages: sending it"),
+    "reasoning_content": (
+        r"reasoning_content is missing|reasoning_content`? in the thinking mode",
+        "the server wants reasoning_content on tool call messages: sending it"),
     # Claude behind OpenAI-compatible gateways (Databricks, Requesty, one-api): content ""
     # beside tool calls becomes an empty text block, which it rejects; null is no block
-    "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
-                     "the server rejects empty text beside tool calls: sending content null there")}
+    "null_content": (
+        r"text content blocks must (?:be non-empty|contain non-whitespace)",
+        "the server rejects empty text beside tool calls: sending content null there")}
 
 
 def learned_fix(error, body):
@@ -1707,8 +1660,9 @@ MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
 # "Unsupported parameter: 'reasoning_effort' is not supported with this model."; Mistral
 # {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"]}]}};
 # Anthropic "`temperature` is deprecated for this model"; Groq "property 'x' is unsupported".
-REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated|extra_forbidden"
-                           r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed", re.I)
+REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated"
+                           r"|extra_forbidden|not permitted|unrecognized"
+                           r"|unknown (?:field|parameter|name)|not allowed", re.I)
 
 
 def unsupported_field(text, body):
@@ -1722,14 +1676,16 @@ def unsupported_field(text, body):
         error = json.loads(text)
         error = error.get("error", error) if isinstance(error, dict) else {}
         param = str(error.get("param") or "").split(".")[-1].split("]")[-1]
-        detail = error.get("message", {}).get("detail") if isinstance(error.get("message"), dict) else None
+        message = error.get("message")
+        detail = message.get("detail") if isinstance(message, dict) else None
         places = [str(d.get("loc", [""])[-1]) for d in detail or () if isinstance(d, dict)]
     except (ValueError, AttributeError, IndexError, TypeError):
         param, places = "", []
     for field in sent:
         if field == param or field in places:
             return field
-    # in any case style: xAI's {"error": "Model grok-4 does not support parameter reasoningEffort."}
+    # in any case style: xAI's {"error": "Model grok-4 does not support parameter
+    # reasoningEffort."}
     named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
     return named[0] if named else None
 
@@ -1744,7 +1700,8 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
     stream = cfg["stream"] and not quiet
     delays, retries = cfg["backoff"], 0
     while True:
-        body = request_body(cfg, with_nudge(messages, nudge) if nudge else messages, tools, stream)
+        outgoing = append_user(messages[:], nudge) if nudge else messages   # (nudge: not stored)
+        body = request_body(cfg, outgoing, tools, stream)
         try:
             started = time.monotonic()
             message, usage, first, sent = exchange(cfg, body, quiet)
@@ -1754,7 +1711,8 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
         except ApiError as e:
             if e.kind == "overflow":
                 learn_window(cfg, e.body or str(e))
-            if e.kind == "empty_assistant" and drop_empty_assistant(messages):
+            count = len(messages)   # strict servers refuse an assistant message with nothing in it
+            if e.kind == "empty_assistant" and len(repair_conversation(messages)) < count:
                 continue
             fix, say = learned_fix(e, body)
             learned = (cfg["endpoint"], cfg["model"], fix)
@@ -1763,53 +1721,54 @@ def chat(cfg, messages, tools=True, quiet=False, nudge=None):
                 if say:
                     note(cfg, "[%s from now on]" % say, "info")
                 continue
-            if e.kind == "bad_request" and '"tool_use_failed"' in (e.body or ""):
-                # Groq: the model wrote a malformed call; a slip of the model's, not the request's
-                e = ApiError("%s (a malformed tool call from the model)" % e, "retry", e.status)
             if e.body == "empty stream":   # some servers only say what went wrong (an overflow...)
                 stream = False              # in a reply that is not streamed: ask that way
             if e.kind != "retry" or retries >= len(delays):
                 if e.kind == "retry" and retries:
-                    raise ApiError("%s (gave up after %d %s)" % (e, retries, "retry" if retries == 1 else "retries"),
-                                   "retry", e.status)
+                    raise ApiError("%s (gave up after %d %s)" % (
+                        e, retries, "retry" if retries == 1 else "retries"), "retry", e.status)
                 raise e
             wait = max(delays[retries], e.wait or 0)
             if wait > MAX_SERVER_WAIT:
-                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (e, wait),
-                               "retry", e.status)
+                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)"
+                               % (e, wait), "retry", e.status)
             retries += 1
-            emit(cfg, "retry", error=redact_all(cfg, str(e)), attempt=retries, of=len(delays), wait=wait)
+            emit(cfg, "retry", error=redact_all(cfg, str(e)), attempt=retries, of=len(delays),
+                 wait=wait)
             time.sleep(wait)
 
 
 def report_call(cfg, sent, message, usage, started, first, quiet):
-    """Emit the "usage" event of one model call: the server's figures, else estimated from
-    the size of the request and the reply (marked estimated), with its timing (seconds in
-    all, to the first output)."""
+    """Emit the "usage" event of one model call: the server's figures (else estimated from
+    the sizes sent and received), with its timing (seconds in all, to the first output)."""
     estimated = not isinstance(usage, dict)
     if estimated:
-        usage = {"prompt_tokens": estimate_tokens(sent), "completion_tokens": estimate_tokens(text_size([message]))}
+        usage = {"prompt_tokens": estimate_tokens(sent),
+                 "completion_tokens": estimate_tokens(text_size([message]))}
     prompt, cached, completion = usage_numbers(usage)
     cost = call_cost(cfg, prompt, cached, completion)
     spend(cfg, prompt + completion, cost)
     emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
          completion_tokens=completion, estimated=estimated, quiet=quiet, cost=cost,
-         seconds=round(time.monotonic() - started, 3), first_output=round(first - started, 3) if first else None)
+         seconds=round(time.monotonic() - started, 3),
+         first_output=round(first - started, 3) if first else None)
 
 
 def exchange(cfg, body, quiet):
     """One request and its reply: (message, usage or None, time of the first output or
-    None). Network faults become retryable ApiErrors."""
+    None, bytes sent). Network faults become retryable ApiErrors."""
     import http.client
     reply, response = new_reply(cfg, quiet), None
     try:
         if not quiet:
-            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]), stream=body["stream"])
-        payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()   # (summaries trim in place)
+            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
+                 stream=body["stream"])
+        # (a summary's request is trimmed in place: never from the cache of encoded messages)
+        payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()
         reply["asked"] = time.monotonic()
         response = http_request(cfg, "POST", "/chat/completions", payload,
                                 wait=cfg["first_byte_timeout"],
-                                ready=lambda sock, fp: await_reply(cfg, reply, sock, fp))
+                                ready=lambda sock: await_reply(cfg, reply, sock))
         if response.status != 200:
             raise error_from_response(cfg, response)
         kind = response.getheader("Content-Type") or ""
@@ -1818,7 +1777,8 @@ def exchange(cfg, body, quiet):
         else:   # not streamed, or a server that ignores stream=true
             data = response.read()
             try:
-                merge_chunk(reply, DECODE_JSON(data.decode("utf-8", "replace").strip())[0], whole=True)
+                whole = DECODE_JSON(data.decode("utf-8", "replace").strip())[0]
+                merge_chunk(reply, whole, whole=True)
             except ValueError:
                 raise ApiError("the server sent a reply that is not JSON: %r"
                                % page_text(data[:4000].decode("utf-8", "replace"))[:200], "retry")
@@ -1830,10 +1790,6 @@ def exchange(cfg, body, quiet):
             note(cfg, CUT_REPLY[reply["finish"]], "warning")
         say_cuts(cfg, reply)
         return message, reply["usage"], reply["first"], len(payload)
-    except http.client.ImproperConnectionState as e:   # our bug, not the network's: never resent
-        drop_connection(cfg)
-        raise ApiError("internal error: the HTTP connection was in the wrong state (%s: %s); "
-                       "please report this" % (type(e).__name__, e), "fatal")
     except (OSError, http.client.HTTPException) as e:
         drop_connection(cfg)
         output = bool(reply["content"] or reply["reasoning"] or reply["calls"])
@@ -1842,9 +1798,10 @@ def exchange(cfg, body, quiet):
         if response is not None and not response.isclosed():
             drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
         raise discard(cfg, reply, e)
-    except BaseException as stop:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
+    except BaseException:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
         drop_connection(cfg)
-        stop.partial = "".join(reply["content"])
+        if "turn" in (cfg.get("run") or {}) and not quiet:   # shown of it: keep_interrupted_text
+            cfg["run"]["partial_reply"] = "".join(reply["content"])
         raise
     finally:
         end_reply(cfg, reply)
@@ -1863,22 +1820,28 @@ def discard(cfg, reply, error):
 def encode_body(cfg, body):
     """json.dumps(body), byte for byte, with each message encoded once per run: a long turn
     resends the whole conversation at every step, and re-encoding it all made that quadratic."""
-    run = cfg.get("run", {})
-    cache, kept, parts = run.get("wire", {}), {}, []
-    for m in body["messages"]:
-        known = cache.get(id(m))
-        if known is None or known[0] is not m:   # (a stored message is never changed in place)
-            known = (m, json.dumps(m))
-        kept[id(m)] = known
-        parts.append(known[1])
-    run["wire"] = kept   # only this request's messages: nothing dropped or compacted is held
-    head = json.dumps(dict(body, messages=0))   # keys in order; a string value cannot hold '"messages": 0'
+    parts = message_texts(cfg.get("run", {}).setdefault("wire", {}), body["messages"], True)
+    head = json.dumps(dict(body, messages=0))   # keys in order; no string holds '"messages": 0'
     return head.replace('"messages": 0', '"messages": [%s]' % ", ".join(parts), 1)
+
+
+def message_texts(cache, messages, ascii=False):
+    """The JSON text of each message, made once while it stays in the list (a stored message
+    is never changed in place): ascii as json.dumps writes it (the wire), else with UTF-8 kept
+    (the session file). cache, {id: (message, text)}, is left holding these messages only."""
+    known = {}
+    for m in messages:
+        entry = cache.get(id(m))
+        known[id(m)] = entry if entry and entry[0] is m else (m, json.dumps(m, ensure_ascii=ascii))
+    cache.clear()
+    cache.update(known)
+    return [known[id(m)][1] for m in messages]
 
 
 CUT_REPLY = {   # finish reasons that mean the reply is not whole
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
-    "content_filter": "[the reply was cut by the provider's content filter (finish_reason: content_filter)]"}
+    "content_filter": "[the reply was cut by the provider's content filter "
+                      "(finish_reason: content_filter)]"}
 
 
 def network_error(e, cfg, got_output=False):
@@ -1889,8 +1852,8 @@ def network_error(e, cfg, got_output=False):
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
     proxy = proxy_for(url.scheme, url.hostname)
-    p = urlsplit(proxy) if proxy else None
-    host = p.hostname if proxy else url.hostname   # the proxy's URL may hold a password: never print it
+    via = urlsplit(proxy) if proxy else url
+    host = via.hostname   # (a proxy's URL may hold a password: never print it)
     if isinstance(e, SocksError):   # its message names the proxy, never its password
         return ApiError("network error: %s (SOCKS_PROXY)" % e, "retry" if e.retry else "fatal")
     ssl = sys.modules.get("ssl")
@@ -1900,20 +1863,22 @@ def network_error(e, cfg, got_output=False):
                         % (url.hostname, getattr(e, "verify_message", "") or e), "fatal")
     if isinstance(e, socket.gaierror):
         if e.errno == socket.EAI_AGAIN:
-            return ApiError("network error: looking up %s failed for now (%s)" % (host, e.strerror), "retry")
+            return ApiError("network error: looking up %s failed for now (%s)" % (
+                host, e.strerror), "retry")
         return ApiError("network error: the host name %s does not resolve (%s); check %s"
                         % (host, e.strerror, "the proxy setting" if proxy else "endpoint"), "fatal")
     if re.match(r"Tunnel connection failed: 4", str(e)):   # the proxy said no (407...)
         return ApiError("network error: %s" % e, "fatal")
     if isinstance(e, socket.timeout) or "timed out" in str(e):
         if got_output:
-            return ApiError("network error: the reply stalled for %g s (timeout)" % cfg["timeout"], "retry")
+            return ApiError("network error: the reply stalled for %g s (timeout)"
+                            % cfg["timeout"], "retry")
         return ApiError("network error: no answer within %g s (first_byte_timeout)"
                         % cfg["first_byte_timeout"], "retry")
     if isinstance(e, ConnectionRefusedError):
         if proxy:
             return ApiError("network error: connection refused by the proxy %s:%s (%s_PROXY)" % (
-                p.hostname, p.port or (443 if p.scheme == "https" else 80), url.scheme.upper()), "retry")
+                host, default_port(via), url.scheme.upper()), "retry")
         return ApiError("network error: connection refused by %s" % cfg["endpoint"], "retry")
     return ApiError("network error: %s" % (str(e) or type(e).__name__), "retry")
 
@@ -1967,6 +1932,8 @@ def error_from_response(cfg, response):
         kind = "retry"
     elif should == "false" and kind == "retry":
         kind = "fatal"
+    if kind == "bad_request" and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
+        kind, hint = "retry", hint + " (a malformed tool call from the model)"
     return ApiError(headline + hint, kind, status, server_wait(response), text[:4000])
 
 
@@ -2003,28 +1970,20 @@ def server_wait(response):
         return None
 
 
-def drop_empty_assistant(messages):
-    """Remove assistant messages with neither content nor tool calls; True if any were.
-    Whitespace-only content counts as none (Anthropic rejects it too)."""
-    before = len(messages)
-    repair_conversation(messages)
-    return len(messages) < before
-
-
-def sse_events(response, read=None):
-    """Yield, after each network read, the list of events completed by it (each event's
+def sse_events(read):
+    """Yield, after each read(65536), the list of events completed by it (each event's
     data as bytes). Lines look like:
         data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
         : keep-alive comment          event: name          (blank line ends an event)
     and, from servers that break the format, `error: {"message": ...}` (older llama.cpp) or a
     bare JSON line (a proxy's error): each is taken as an event of its own."""
-    read = read or response.read1
-    partial, data = [], []
-    while True:
+    partial, data, ended = [], [], False
+    while not ended:
         block = read(65536)
-        if not block:
-            break
-        if b"\n" not in block:   # a long line arriving in pieces
+        ended = not block
+        if ended:   # the end: it also ends a last line and a last event that lacked theirs
+            block = b"\n\n"
+        elif b"\n" not in block:   # a long line arriving in pieces
             partial.append(block)
             yield []   # (no event yet: the reader still checks its deadlines)
             continue
@@ -2045,21 +2004,12 @@ def sse_events(response, read=None):
                     data = []
             elif line[:5] == b"data:":
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line[:1] == b"{" or line[:6] == b"error:":
-                events.append(odd_line_event(line))
-        yield events
-    line = b"".join(partial).rstrip(b"\r")   # the last line, if it had no newline
-    if line[:5] == b"data:":
-        data.append(line[6:] if line[5:6] == b" " else line[5:])
-    if data:
-        yield [b"\n".join(data)]
-    elif line[:1] == b"{" or line[:6] == b"error:":
-        yield [odd_line_event(line)]
-
-
-def odd_line_event(line):
-    """The event data for a line that is not SSE: `error: {...}` or a bare JSON object."""
-    return b'{"error":' + line[6:].strip() + b"}" if line[:6] == b"error:" else line
+            elif line[:6] == b"error:":
+                events.append(b'{"error":' + line[6:].strip() + b"}")
+            elif line[:1] == b"{":
+                events.append(line)
+        if events or not ended:
+            yield events
 
 
 DECODE_JSON = json.JSONDecoder().raw_decode
@@ -2071,13 +2021,17 @@ def read_stream(cfg, response, reply):
     are already waiting on the socket, reading goes on first). Until the model's output
     begins, reads may wait first_byte_timeout; then timeout."""
     import select
-    entry = connections().get(cfg["endpoint"])
-    waiting = (lambda: select.select([entry["sock"]], [], [], 0)[0]) if entry and entry["sock"] else (lambda: False)
-    for events in sse_events(response, waiting_reader(cfg, reply, response)):
+    sock = (connections().get(cfg["endpoint"]) or {}).get("sock")
+
+    def read(size):
+        """response.read1, after waiting (see await_reply) while the output has not begun."""
+        if not response.isclosed() and response.length != 0:   # (0: Content-Length used up)
+            await_reply(cfg, reply, sock, response.fp)
+        return response.read1(size)
+    for events in sse_events(read):
         moved = False
         for data in events:
             if data[:6] == b"[DONE]":
-                reply["done"] = True
                 return
             try:   # the hot path: one JSON object per event
                 chunks = (DECODE_JSON(data.decode())[0],)
@@ -2089,7 +2043,7 @@ def read_stream(cfg, response, reply):
                         raise stream_error(chunk["error"])
                     merge_chunk(reply, chunk)
                     moved = moved or carries_output(chunk)
-        if reply["pending"] and not waiting():
+        if reply["pending"] and not (sock and select.select([sock], [], [], 0)[0]):
             pass_on(cfg, reply)
         if not reply["first"] and moved:
             reply["first"] = time.monotonic()
@@ -2098,22 +2052,12 @@ def read_stream(cfg, response, reply):
     if response.length:   # read1() returns b"" on a short Content-Length body, without an error
         raise ApiError("the connection closed in the middle of the reply", "retry")
     if not (reply["finish"] or reply["content"] or reply["reasoning"] or reply["calls"]):
-        raise ApiError("the server ended the reply without sending anything", "retry", body="empty stream")
+        raise ApiError("the server ended the reply without sending anything", "retry",
+                       body="empty stream")
     if not reply["finish"] and not response.chunked and response.length is None:
         # A reply delimited by closing the connection, closed before [DONE] or a finish_reason:
         # dropped. (A chunked reply cut short raises IncompleteRead instead.)
         raise ApiError("the connection closed in the middle of the reply", "retry")
-
-
-def waiting_reader(cfg, reply, response):
-    """response.read1, waiting (see await_reply) while the model's output has not begun."""
-    entry = connections().get(cfg["endpoint"]) or {}
-
-    def read(size):
-        if not response.isclosed() and response.length != 0:   # (0: its Content-Length is used up)
-            await_reply(cfg, reply, entry.get("sock"), response.fp)
-        return response.read1(size)
-    return read
 
 
 def await_reply(cfg, reply, sock, fp=None):
@@ -2172,8 +2116,8 @@ def check_progress(cfg, reply, moved):
     if moved:
         reply["progress"] = now
     elif now - reply["progress"] > cfg[key]:
-        raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (cfg[key], key),
-                       "retry")
+        raise ApiError("network error: no output for %g s, only keep-alives (%s)"
+                       % (cfg[key], key), "retry")
     say_cuts(cfg, reply)
     if time_up(cfg):
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
@@ -2185,10 +2129,9 @@ def parse_event(cfg, data):
     for line in data.split(b"\n"):
         try:
             values.append(json.loads(line))
-        except ValueError:
-            if "garbage" not in LEARNED["noted"]:   # once: a broken server must not flood the screen
-                LEARNED["noted"].add("garbage")
-                note(cfg, "warning: skipped stream data that is not JSON: %r" % line[:80], "warning")
+        except ValueError:   # (said once a turn: a broken server must not flood the screen)
+            note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
+                      % line[:80], "warning")
     return values
 
 
@@ -2200,15 +2143,14 @@ def stream_error(error):
     return ApiError("error in stream: %s" % " ".join(str(message).split()), kind, body=text[:4000])
 
 
-# A reply under construction: text pieces, reasoning pieces, tool calls by index, what is
-# still to be passed on as events (pending) or held back (a possible secret, half a character).
+# A reply under construction: text pieces, reasoning pieces, tool calls by index, and what
+# is still to be passed on as events: pending, [(kind, [pieces])] (see pass_on).
 def new_reply(cfg, quiet):
     """An empty reply accumulator."""
     return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
-            "echo_reasoning": False, "finish": None, "done": False, "usage": None, "extra": {},
-            "first": None, "pending": [], "held": {"text": "", "reasoning": ""}, "ended": False,
-            "think": "start", "unsure": "",
-            "progress": time.monotonic(), "parts": {}, "cut": [],   # check_progress, merge_call
+            "echo_reasoning": False, "finish": None, "usage": None, "extra": {},
+            "first": None, "pending": [], "ended": False, "think": "start", "unsure": "",
+            "progress": time.monotonic(), "parts": {}, "cut": [],   # see merge_tool_call
             "room": {"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
                      "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]}}
 
@@ -2258,7 +2200,8 @@ def merge_chunk(reply, chunk, whole=False):
         if choice.get("finish_reason"):
             reply["finish"] = choice["finish_reason"]
             if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
-                raise stream_error(choice.get("error") or chunk.get("error") or "finish_reason: error")
+                raise stream_error(choice.get("error") or chunk.get("error")
+                                   or "finish_reason: error")
         text = delta.get("content")
         if text and isinstance(text, str):
             add_text(reply, text)
@@ -2297,50 +2240,34 @@ def merge_extras(reply, delta):
         add_reasoning(reply, thought)
     merge_details(reply, delta.get("reasoning_details"))
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
-        merge_call(reply, fragment, position)
+        merge_tool_call(reply, fragment, position)
 
 
 def merge_details(reply, details):
-    """Merge reasoning_details entries while they hold at most max_reasoning characters;
-    past that none is kept (a signed block cut short is worthless)."""
+    """Merge reasoning_details entries while they hold at most max_reasoning characters; past
+    that none is kept (a signed block cut short is worthless). OpenRouter streams one block as
+    fragments with the same type and index (text in pieces, the signature last); the provider
+    wants the whole block back, as its signature covers the whole text."""
+    kept = reply["details"]
     for d in details if isinstance(details, list) else ():
         size = sum(len(v) for v in d.values() if isinstance(v, str)) if isinstance(d, dict) else 0
         if room_for(reply, "details", size) < size:
-            del reply["details"][:]
-        if reply["room"]["details"] >= 0:
-            merge_reasoning_detail(reply["details"], d)
-
-
-def merge_call(reply, fragment, position):
-    """merge_tool_call, bounded: the arguments kept as pieces, joined once by finish_reply
-    (adding each to one string copied it every time: minutes for a few megabytes), at most
-    MAX_ARGUMENTS; none for a call beyond max_calls_per_reply (AL answers it: not run)."""
-    call = merge_tool_call(reply["calls"], fragment, position)
-    if call is None:
-        return
-    piece, call["function"]["arguments"] = call["function"]["arguments"], ""
-    pieces = reply["parts"].setdefault(id(call), [] if len(reply["parts"]) < reply["room"]["calls"]
-                                       else None)
-    if piece and pieces is not None:
-        pieces.append(piece[:room_for(reply, "arguments", len(piece))])
-
-
-def merge_reasoning_detail(details, detail):
-    """Add one reasoning_details entry. OpenRouter streams one block as fragments with the
-    same type and index (text in pieces, the signature last); the provider wants the whole
-    block back, as its signature covers the whole text."""
-    block = None
-    if isinstance(detail, dict) and isinstance(detail.get("index"), int):
-        block = next((d for d in details if isinstance(d, dict) and d.get("index") == detail["index"]
-                      and d.get("type") == detail.get("type")), None)
-    if block is None:
-        details.append(dict(detail) if isinstance(detail, dict) else detail)
-        return
-    for key, value in detail.items():
-        if key in ("text", "summary", "data") and isinstance(value, str) and isinstance(block.get(key), str):
-            block[key] += value
-        elif value is not None:
-            block[key] = value
+            del kept[:]
+        if reply["room"]["details"] < 0:
+            continue
+        block = None
+        if isinstance(d, dict) and isinstance(d.get("index"), int):
+            block = next((b for b in kept if isinstance(b, dict) and b.get("index") == d["index"]
+                          and b.get("type") == d.get("type")), None)
+        if block is None:
+            kept.append(dict(d) if isinstance(d, dict) else d)
+            continue
+        for key, value in d.items():
+            if key in ("text", "summary", "data") and isinstance(value, str) \
+                    and isinstance(block.get(key), str):
+                block[key] += value
+            elif value is not None:
+                block[key] = value
 
 
 def add_reasoning(reply, text):
@@ -2368,9 +2295,10 @@ THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills,
 
 def split_think(reply, text):
     """The answer part of a piece of content that may begin, hold or end a <think> block at
-    the start of the content; reasoning inside it goes to pending; a piece that may be part
-    of a marker waits for the next one. reply["think"]: "start", the closing tag looked for,
-    "after" (blanks after it are not shown) or None."""
+    the start of the content; reasoning inside it goes to pending. A piece that may be part
+    of a marker waits for the next one (reply["unsure"]): until the marker is whole, it is not
+    known whether it is answer or reasoning. reply["think"]: "start", the closing tag looked
+    for, "after" (blanks after it are not shown) or None."""
     text, reply["unsure"] = reply["unsure"] + text, ""
     if reply["think"] == "start":
         head = text.lstrip()
@@ -2400,7 +2328,7 @@ def split_think(reply, text):
 
 
 def add_pending(reply, kind, text):
-    """Queue a piece for the next event, joined to the previous piece of the same kind."""
+    """Queue a piece to pass on, joined to the last run when it is of the same kind."""
     pending = reply["pending"]
     if pending and pending[-1][0] == kind:
         pending[-1][1].append(text)
@@ -2408,14 +2336,22 @@ def add_pending(reply, kind, text):
         pending.append((kind, [text]))
 
 
-def pass_on(cfg, reply):
-    """Emit what the last network read brought: one event per run of text or reasoning.
-    Taken off the queue first: a Ctrl+C inside a view must not have it passed on twice."""
+def pass_on(cfg, reply, final=False):
+    """Emit what is queued, one event per run of text or reasoning, in the order it came.
+    Unless final (the reply is over), the end of the last run stays queued while it may begin
+    a secret (a model that read the key must not print it, even split across chunks) or is
+    the first half of a character. Taken off the queue first: a Ctrl+C inside a view must
+    not have it passed on twice."""
     pending = reply["pending"][:]
     del reply["pending"][:]
-    for kind, pieces in pending:
-        let_go(cfg, reply, "text" if kind == "reasoning" else "reasoning")   # in the order sent
-        text, reply["held"][kind] = stream_piece(cfg, reply["held"][kind], pieces[0] if len(pieces) == 1 else "".join(pieces))
+    for n, (kind, pieces) in enumerate(pending):
+        text = pieces[0] if len(pieces) == 1 else "".join(pieces)
+        if final or n < len(pending) - 1:   # its run has ended: nothing of it is held back
+            text = join_surrogates(redact_all(cfg, text))
+        else:
+            text, held = stream_piece(cfg, "", text)
+            if held:
+                reply["pending"].append((kind, [held]))
         if text:
             emit(cfg, kind, text=text)
 
@@ -2427,17 +2363,8 @@ def end_reply(cfg, reply):
     reply["ended"] = True
     if reply["unsure"]:   # the content ended inside a <think> block, or before it was known
         add_pending(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
-    pass_on(cfg, reply)
-    for kind in ("reasoning", "text"):
-        let_go(cfg, reply, kind)
+    pass_on(cfg, reply, final=True)
     emit(cfg, "reply_end", finish=reply["finish"])
-
-
-def let_go(cfg, reply, kind):
-    """Pass on what was held back of one kind: its run has ended, so it was no secret."""
-    if reply["held"][kind]:
-        emit(cfg, kind, text=join_surrogates(reply["held"][kind]))
-        reply["held"][kind] = ""
 
 
 def merge_dict(into, extra):
@@ -2449,12 +2376,15 @@ def merge_dict(into, extra):
             into[key] = value
 
 
-def merge_tool_call(calls, fragment, position):
-    """Merge one tool-call fragment into calls (by index) as servers send them: the id and
-    name only in the first fragment or repeated in each, arguments split anywhere. Whatever
-    else a provider puts on the call is kept, to be sent back unchanged: Gemini 3 signs
-    calls with {"extra_content": {"google": {"thought_signature": "..."}}} and rejects the
-    next request when the signature does not come back on that call."""
+def merge_tool_call(reply, fragment, position):
+    """Merge one tool-call fragment into reply["calls"] (by index) as servers send them: the
+    id and name only in the first fragment or repeated in each, arguments split anywhere.
+    The arguments are kept as pieces, joined once by finish_reply (adding each to one string
+    copied it every time: minutes for a few megabytes), at most MAX_ARGUMENTS; none for a
+    call beyond max_calls_per_reply (AL answers it: not run). Whatever else a provider puts
+    on the call is kept, to be sent back unchanged: Gemini 3 signs calls with {"extra_content":
+    {"google": {"thought_signature": "..."}}} and rejects the next request without it."""
+    calls = reply["calls"]
     if not isinstance(fragment, dict):
         return
     index = fragment.get("index")
@@ -2472,19 +2402,22 @@ def merge_tool_call(calls, fragment, position):
         calls[-1 - len(calls)] = calls.pop(index)
         call = None
     if call is None:
-        call = calls[index] = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        call = calls[index] = {"id": "", "type": "function",
+                               "function": {"name": "", "arguments": ""}}
     if fragment.get("id") and not call["id"]:
         call["id"] = str(fragment["id"])
     if function.get("name") and not call["function"]["name"]:
         call["function"]["name"] = str(function["name"])
     arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        call["function"]["arguments"] += arguments
-    elif isinstance(arguments, dict):   # some servers send an object, not a JSON string
-        call["function"]["arguments"] += json.dumps(arguments)
+    if isinstance(arguments, dict):   # some servers send an object, not a JSON string
+        arguments = json.dumps(arguments)
+    room = len(reply["parts"]) < reply["room"]["calls"]
+    pieces = reply["parts"].setdefault(id(call), [] if room else None)
+    if arguments and isinstance(arguments, str) and pieces is not None:
+        pieces.append(arguments[:room_for(reply, "arguments", len(arguments))])
     if len(fragment) > 4 or "index" not in fragment:   # more than index, id, type and function
-        merge_dict(call, {k: v for k, v in fragment.items() if k not in ("index", "id", "type", "function")})
-    return call
+        merge_dict(call, {k: v for k, v in fragment.items()
+                          if k not in ("index", "id", "type", "function")})
 
 
 def finish_reply(reply):
@@ -2494,8 +2427,8 @@ def finish_reply(reply):
     calls = [c for c in reply["calls"].values() if c["function"]["name"]]   # in the order begun
     if calls:
         for call in calls:
-            call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if the server gave none
-            pieces = reply["parts"].get(id(call)) or ()   # (see merge_call)
+            call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # if the server gave none
+            pieces = reply["parts"].get(id(call)) or ()   # (see merge_tool_call)
             call["function"]["arguments"] = join_surrogates("".join(pieces)) or "{}"
         message["tool_calls"] = calls
         if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
@@ -2533,9 +2466,12 @@ def shell_exec(cfg, args):
     except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
         kill_group(proc)
         drain(proc, output)   # what it printed just before is kept too
-        stop.tool_result = "%s\n[%s after %.1f s: the command's process group was killed]\n\nexit: %s" % (
-            output.text(), "interrupted by the user" if isinstance(stop, KeyboardInterrupt)
-            else "bantam was stopped", time.monotonic() - started, proc.poll())
+        why = ("interrupted by the user" if isinstance(stop, KeyboardInterrupt)
+               else "bantam was stopped")
+        if cfg.get("run"):   # the call's result, for answer_unanswered
+            cfg["run"]["partial_output"] = "%s\n[%s after %.1f s: the command's process group " \
+                "was killed]\n\nexit: %s" % (output.text(), why, time.monotonic() - started,
+                                               proc.poll())
         raise
     finally:
         proc.stdout.close()
@@ -2550,16 +2486,14 @@ SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # ba
 def command_env(cfg):
     """The environment of every command bantam runs (shell_exec, !command, and so the tools
     folder's scripts): bantam's own, less the variables of withheld_variables."""
-    env = dict(os.environ)
-    for name in withheld_variables(cfg, env):
-        del env[name]
-    return env
+    withheld = withheld_variables(cfg)
+    return {name: value for name, value in os.environ.items() if name not in withheld}
 
 
-def withheld_variables(cfg, env=None):
-    """The variables of env (os.environ) kept from commands: those bantam reads secrets from,
-    any holding a secret of cfg (a short one, like "none", only as the whole value), and those
-    matching shell_env_exclude (unless named in shell_env_keep)."""
+def withheld_variables(cfg):
+    """The variables kept from commands: those bantam reads secrets from, any holding a
+    secret of cfg (a short one, like "none", only as the whole value), and those matching
+    shell_env_exclude (unless named in shell_env_keep)."""
     import fnmatch
     secrets = secrets_of(cfg)
     exclude = cfg.get("shell_env_exclude", "")
@@ -2567,7 +2501,7 @@ def withheld_variables(cfg, env=None):
                 if p.strip() and exclude.strip().lower() != "none"]
     excluded = re.compile("|".join(patterns) or "(?!)", re.I).match
     keep = {name.strip() for name in cfg.get("shell_env_keep", "").split(",")}
-    return sorted(name for name, value in (os.environ if env is None else env).items()
+    return sorted(name for name, value in os.environ.items()
                   if name in SECRET_VARIABLES
                   or (excluded(name) and name not in keep)
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets))
@@ -2597,7 +2531,7 @@ def pump_output(cfg, proc, output, timeout, why):
     """Read the command's output until it exits (then drain briefly: a background child may
     hold the pipe open forever) or its timeout (why says it); returns (exit code, remark)."""
     import select
-    fd = proc.stdout.fileno()
+    fd, killed = proc.stdout.fileno(), "\n[%s: the command's process group was killed]" % why
     started = time.monotonic()
     deadline, exited_at, ticked = started + timeout, None, started
     while True:
@@ -2607,7 +2541,7 @@ def pump_output(cfg, proc, output, timeout, why):
             emit(cfg, "tool_progress", seconds=round(now - started, 1))
         if now >= deadline:
             kill_group(proc)
-            return proc.wait(), "\n[%s: the command's process group was killed]" % why
+            return proc.wait(), killed
         if exited_at is None and proc.poll() is not None:
             exited_at = now
         if exited_at is not None and now - exited_at >= DRAIN_SECONDS:
@@ -2622,7 +2556,7 @@ def pump_output(cfg, proc, output, timeout, why):
         return proc.wait(max(0.01, deadline - time.monotonic())), ""
     except Exception:   # closed its output but still running: treat as a timeout
         kill_group(proc)
-        return proc.wait(), "\n[%s: the command's process group was killed]" % why
+        return proc.wait(), killed
 
 
 def drain(proc, output):
@@ -2631,7 +2565,8 @@ def drain(proc, output):
     end = time.monotonic() + DRAIN_SECONDS
     fd = proc.stdout.fileno()
     try:
-        while time.monotonic() < end and select.select([fd], [], [], max(0, end - time.monotonic()))[0]:
+        while time.monotonic() < end and select.select(
+                [fd], [], [], max(0, end - time.monotonic()))[0]:
             data = os.read(fd, 1 << 16)
             if not data:
                 break
@@ -2661,8 +2596,7 @@ def kill_group(proc):
 
 class BoundedOutput:
     """A command's output in bounded memory: whole when it fits in max_tool_res bytes, else
-    the head and the tail, with everything in a spill file under $TMPDIR/bantam/ (removed
-    when the turn ends)."""
+    the head and the tail, and all of it in a spill file under $TMPDIR/bantam/ (see leave_run)."""
 
     def __init__(self, cfg):
         self.limit = cfg["max_tool_res"]
@@ -2707,7 +2641,8 @@ class BoundedOutput:
         if self.file is None:
             return self.head.decode("utf-8", "replace")
         lines = self.newlines + (0 if self.tail.endswith(b"\n") else 1)
-        whole = "The whole output" if self.size <= SPILL_LIMIT else "Its first %d bytes are" % SPILL_LIMIT
+        whole = ("The whole output" if self.size <= SPILL_LIMIT
+                 else "Its first %d bytes are" % SPILL_LIMIT)
         return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
                "bytes. %s in %s: read it in parts with shell_exec, e.g. " \
                "sed -n '1,200p' %s ...]\n\n%s" % (
@@ -2731,20 +2666,22 @@ def run_subagent(cfg, args):
         return "error: run_subagent needs a non-empty 'prompt' string"
     depth = (cfg.get("run") or {}).get("depth", 0)
     if depth >= MAX_SUBAGENT_DEPTH:   # a model that delegates forever must not recurse forever
-        return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
+        return "error: subagents may nest only %d deep; do this task yourself" % (
+            MAX_SUBAGENT_DEPTH)
     child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
              {"role": "user", "content": prompt}]
     try:
         AL(cfg, child)
     except ApiError as e:
         return "error: the subagent failed: %s" % e
-    answers = [m.get("content") for m in child if m.get("role") == "assistant" and m.get("content")]
+    answers = [m["content"] for m in child if m.get("role") == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
 
 
-# The C++ port's read and write tools (offered when listed in the tools key): read shows a
-# file's numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a directory's
-# entries; write replaces a whole file or splices content in at a line or byte offset.
+# The read and write tools (offered when listed in the tools key): read shows a file's
+# numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a directory's
+# entries; write replaces a whole file or splices content in at a line or byte offset. A
+# model edits a big file by lines without echoing it through a shell command.
 
 READ_LIMIT = 2000       # lines shown when no limit is given
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
@@ -2753,31 +2690,35 @@ HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" h
 
 READ_SCHEMA = {
     "description": "Read a text file as numbered lines '<line>: <content>' (the numbers are the "
-                   "lineOffset values of write), or list a directory (subdirectories end with '/'). "
-                   "Long files are shown in pages: a last line says which offset reads the rest.",
+                   "lineOffset values of write), or list a directory (subdirectories end with "
+                   "'/'). Long files are shown in pages: a last line says which offset reads the "
+                   "rest.",
     "parameters": {"type": "object", "properties": {
         "filePath": {"type": "string", "description": "The file or directory to read."},
-        "offset": {"type": "integer", "description": "The first line to show, 1-indexed (default 1)."},
-        "limit": {"type": "integer", "description": "How many lines to show at most (default 2000)."}},
+        "offset": {"type": "integer",
+                   "description": "The first line to show, 1-indexed (default 1)."},
+        "limit": {"type": "integer",
+                  "description": "How many lines to show at most (default 2000)."}},
         "required": ["filePath"]}}
 
 WRITE_SCHEMA = {
-    "description": "Write a file. With only filePath and content, the whole file is replaced (it and "
-                   "its folders are created if missing). With lineOffset or byteOffset, content is "
-                   "inserted there, after deleting delLines lines or delBytes bytes; with lineOffset "
-                   "content is whole lines (a missing final newline is added before following text).",
+    "description": "Write a file. With only filePath and content, the whole file is replaced (it "
+                   "and its folders are created if missing). With lineOffset or byteOffset, "
+                   "content is inserted there, after deleting delLines lines or delBytes bytes; "
+                   "with lineOffset content is whole lines (a missing final newline is added "
+                   "before following text).",
     "parameters": {"type": "object", "properties": {
         "filePath": {"type": "string", "description": "The file to write."},
         "content": {"type": "string",
                     "description": "The text to write (may be empty, e.g. to delete lines)."},
-        "lineOffset": {"type": "integer", "description": "1-indexed line to write at, as numbered by "
-                       "read; past the end appends. Takes precedence over byteOffset."},
+        "lineOffset": {"type": "integer", "description": "1-indexed line to write at, as "
+                       "numbered by read; past the end appends. Takes precedence over byteOffset."},
         "byteOffset": {"type": "integer", "description": "0-indexed byte to write at; used only "
                        "without lineOffset."},
-        "delLines": {"type": "integer", "description": "Lines to delete at the insertion point first. "
-                     "Takes precedence over delBytes."},
-        "delBytes": {"type": "integer", "description": "Bytes to delete at the insertion point first; "
-                     "used only without delLines."}},
+        "delLines": {"type": "integer", "description": "Lines to delete at the insertion point "
+                     "first. Takes precedence over delBytes."},
+        "delBytes": {"type": "integer", "description": "Bytes to delete at the insertion point "
+                     "first; used only without delLines."}},
         "required": ["filePath", "content"]}}
 
 
@@ -2819,65 +2760,47 @@ def count_lines(data):
     return data.count(newline) + (1 if data and not data.endswith(newline) else 0)
 
 
-def output_budget(cfg):
-    """Bytes the read tool may return: max_tool_res minus room for the hint line."""
-    limit = cfg.get("max_tool_res")
-    limit = limit if isinstance(limit, int) and limit > 0 else 65536
-    return max(1, limit - HINT_ROOM)
-
-
 def read_tool(cfg, args):
-    """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries."""
+    """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries,
+    at most limit of them and max_tool_res bytes (less room for the hint of what follows)."""
     try:
         path = path_argument(args)
         offset = int_argument(args, ("offset",), 0) or 1   # 0 is taken as 1: harmless for a read
         limit = int_argument(args, ("limit",), 1) or READ_LIMIT
     except ValueError as e:
         return "error: read: %s" % e
+    budget = max(1, cfg["max_tool_res"] - HINT_ROOM)
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
-            return read_directory(path, offset, limit, output_budget(cfg))
-        if not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
+            with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
+                names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+            unit, empty = "entries", "(%s is an empty directory)" % path
+            page = paginate(enumerate(names, 1), offset, limit, budget, lambda item: item[1],
+                            lambda number: len(names) - number)
+        elif not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
             return "error: %s is not a regular file or a directory" % path
-        with open(path, "rb") as f:
-            return read_numbered(f, path, offset, limit, output_budget(cfg))
+        else:
+            with open(path, "rb") as f:
+                if b"\0" in f.read(BINARY_SNIFF):   # text has no NULs; binary wastes context
+                    return "error: %s looks like a binary file (%d bytes); inspect it with bash, " \
+                           "e.g. xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
+                f.seek(0)
+                unit, empty = "lines", "(%s is empty: 0 lines)" % path
+                page = paginate(file_lines(f), offset, limit, budget, lambda item: "%d: %s" % (
+                    item[0], model_line(item[1], item[2])), lambda number: count_rest(f))
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
         return "error: cannot read %s: %s" % (path, e.strerror or e)
-
-
-def read_numbered(f, path, offset, limit, budget):
-    """Lines offset.. of an open file, numbered, at most limit lines and budget bytes."""
-    if b"\0" in f.read(BINARY_SNIFF):   # text files have no NULs; binary garbage wastes context
-        return "error: %s looks like a binary file (%d bytes); inspect it with bash, e.g. " \
-               "xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
-    f.seek(0)
-    shown, total, following = paginate(
-        file_lines(f), offset, limit, budget,
-        lambda item: "%d: %s" % (item[0], model_line(item[1], item[2])), lambda number: count_rest(f))
+    shown, total, following = page
     if total == 0:
-        return "(%s is empty: 0 lines)" % path
+        return empty
     if not shown:
-        return "error: offset %d is past the end of %s (%d lines)" % (offset, path, total)
+        return "error: offset %d is past the end of %s (%d %s)" % (offset, path, total, unit)
     if following:
-        shown.append("[... %d more lines: read with offset=%d]" % (total - following + 1, following))
-    return "\n".join(shown)
-
-
-def read_directory(path, offset, limit, budget):
-    """The entries of a directory, sorted, one a line, subdirectories with a trailing /."""
-    with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
-        names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
-    shown, total, following = paginate(enumerate(names, 1), offset, limit, budget,
-                                       lambda item: item[1], lambda number: len(names) - number)
-    if total == 0:
-        return "(%s is an empty directory)" % path
-    if not shown:
-        return "error: offset %d is past the end of %s (%d entries)" % (offset, path, total)
-    if following:
-        shown.append("[... %d more entries: read with offset=%d]" % (total - following + 1, following))
+        shown.append("[... %d more %s: read with offset=%d]" % (
+            total - following + 1, unit, following))
     return "\n".join(shown)
 
 
@@ -3003,7 +2926,8 @@ def splice(target, path, f, data, line, byte, del_lines, del_bytes):
         if by_line else ("byte", byte, old_size, new_size, len(text))
     where = ("appended at the end of %s (%sOffset %d is past its %d %ss)" % (
         path, unit, at, before, unit) if past else "spliced at %s %d of %s" % (unit, at, path))
-    return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (where, deleted, count, unit, now, unit)
+    return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (
+        where, deleted, count, unit, now, unit)
 
 
 def stream_part(f, out, lines, size):
@@ -3011,7 +2935,7 @@ def stream_part(f, out, lines, size):
     pieces: (bytes, newlines, last byte) of what went by."""
     moved, newlines, last = 0, 0, b""
     while newlines < lines if lines is not None else moved < size:
-        block = f.readline(1 << 16) if lines is not None else f.read(min(1 << 20, size - moved))
+        block = f.read(min(1 << 20, size - moved)) if lines is None else f.readline(1 << 16)
         if not block:
             break
         if out:
@@ -3021,7 +2945,7 @@ def stream_part(f, out, lines, size):
 
 
 def tally(*parts):
-    """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines counts."""
+    """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines does."""
     size = sum(part[0] for part in parts)
     last = next((part[2] for part in reversed(parts) if part[0]), b"")
     return size, sum(part[1] for part in parts) + (1 if size and last != b"\n" else 0)
@@ -3030,23 +2954,25 @@ def tally(*parts):
 # The tool table: the single source of truth for dispatch and for the schema sent to the model.
 TOOLS = {
     "shell_exec": ({
-        "description": "Run a shell command (bash -c) on the user's machine and return its combined "
-                       "stdout and stderr followed by the exit code. Non-interactive: stdin is empty "
-                       "and pagers are off. Long output is cut and saved to a file you can read in parts.",
+        "description": "Run a shell command (bash -c) on the user's machine and return its "
+                       "combined stdout and stderr followed by the exit code. Non-interactive: "
+                       "stdin is empty and pagers are off. Long output is cut and saved to a "
+                       "file you can read in parts.",
         "parameters": {"type": "object", "properties": {"command": {
             "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
             "required": ["command"]}}, shell_exec),
     "run_subagent": ({
-        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which has the "
-                       "same tools but none of this conversation. Returns its final answer. Put every "
-                       "detail it needs into the prompt.",
+        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which "
+                       "has the same tools but none of this conversation. Returns its final "
+                       "answer. Put every detail it needs into the prompt.",
         "parameters": {"type": "object", "properties": {"prompt": {
             "type": "string", "description": "The complete task for the subagent."}},
             "required": ["prompt"]}}, run_subagent),
     "read": (READ_SCHEMA, read_tool),
     "write": (WRITE_SCHEMA, write_tool),
 }
-# Names of other agents' tools that models still call: run as the tool they mean (C++ port).
+# Names of other agents' tools that models trained on them still call: run as the tool they
+# mean, so such a call does its work instead of failing as an unknown tool.
 TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
 
 
@@ -3055,7 +2981,8 @@ def check_tool_names(raw, where):
     names = [TOOL_ALIASES.get(n.strip(), n.strip()) for n in raw.split(",") if n.strip()]
     unknown = [n for n in names if n not in TOOLS]
     if unknown:
-        raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (where, unknown[0], ", ".join(TOOLS)))
+        raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (
+            where, unknown[0], ", ".join(TOOLS)))
     return ",".join(dict.fromkeys(names))
 
 
@@ -3067,7 +2994,8 @@ def enabled_tools(cfg):
 
 def tool_definitions(cfg):
     """The tools part of a request: the schemas of the enabled tools."""
-    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)} for name in enabled_tools(cfg)]
+    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)}
+            for name in enabled_tools(cfg)]
 
 
 def tool_named(cfg, name):
@@ -3091,7 +3019,7 @@ def check_calls(reply):
         function = call["function"]
         function["arguments"] = clean_for_model(function["arguments"])
         try:
-            args = json.loads(function["arguments"], strict=False)   # a raw newline in a string is fine
+            args = json.loads(function["arguments"], strict=False)   # (a raw newline is fine)
             if not isinstance(args, dict):
                 raise ValueError("expected a JSON object")
         except ValueError as e:
@@ -3110,24 +3038,26 @@ def run_tool_call(cfg, call, args):
     """Trace and run one tool call whose arguments check_calls parsed (args: a dict, or the
     error text); its tool message. Failures are text for the model, never a crash."""
     name = call["function"]["name"]
-    emit(cfg, "tool_call", id=call["id"], name=name, arguments=redact_all(cfg, call["function"]["arguments"]))
-    failed = True
+    emit(cfg, "tool_call", id=call["id"], name=name,
+         arguments=redact_all(cfg, call["function"]["arguments"]))
+    tool, failed = tool_named(cfg, name), True
     if isinstance(args, str):
         result = args
     elif time_up(cfg):
         result = "error: not run: the turn's time ran out (max_turn_seconds=%g)" % time_up(cfg)[1]
-    elif tool_named(cfg, name) is None:
+    elif tool is None:
         result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
-    else:
-        args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)   # may the command run?
+    else:   # may it run? (told: the refusal, or what the model must read first)
+        args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
         try:
-            result, failed = (told, True) if args is None else (told + tool_named(cfg, name)(cfg, args), False)
+            result, failed = (told, True) if args is None else (told + tool(cfg, args), False)
         except (OSError, ValueError, TypeError) as e:
             result = "error: %s failed: %s" % (name, e)
     result = clean_for_model(result)
     if cfg["run"].get("replay"):
         check_replayed_result(cfg, name, result)
-    emit(cfg, "tool_result", id=call["id"], name=name, content=redact_all(cfg, result), ok=not failed)
+    emit(cfg, "tool_result", id=call["id"], name=name, content=redact_all(cfg, result),
+         ok=not failed)
     return tool_message(call["id"], result)
 
 
@@ -3142,17 +3072,16 @@ def clean_values(value):
     return value
 
 
-def answer_unanswered(cfg, messages, calls, stop=None):
+def answer_unanswered(cfg, messages, calls):
     """Append a tool message for every call in calls that has none: one per call id, always.
-    A tool stopped mid-way (stop) answers with what it had printed."""
-    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m.get("role") == "tool"}
+    A command stopped mid-way answers its call with what it had printed."""
+    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:]
+                if m.get("role") == "tool"}
     for call in calls:
-        if call["id"] not in answered:
-            partial = getattr(stop, "tool_result", None)
-            if stop is not None:
-                stop.tool_result = None   # it answers the call that was running, not the next
-            add_message(cfg, messages, tool_message(
-                call["id"], clean_for_model(partial) if partial else INTERRUPTED + ": the tool did not finish"))
+        if call["id"] not in answered:   # the first is the call that was running
+            partial = cfg["run"].pop("partial_output", None)
+            add_message(cfg, messages, tool_message(call["id"], clean_for_model(partial)
+                        if partial else INTERRUPTED + ": the tool did not finish"))
 
 
 # ----------------------------------------------------------------------------------------
@@ -3329,7 +3258,7 @@ def AL(cfg, messages, on_event=None):
     try:
         for _ in range(cfg["max_al_iterations"]):
             try:
-                reply = ask_model(cfg, messages)        # (an empty reply gets one nudge)
+                reply = next_reply(cfg, messages)       # (an empty reply gets one nudge)
             except ApiError as e:                       # max_turn_seconds ran out mid-reply
                 if e.kind != "budget":
                     raise
@@ -3347,11 +3276,12 @@ def AL(cfg, messages, on_event=None):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
                 answer_extra_calls(cfg, messages, calls)
             finally:                                    # one tool message per call id, always
-                answer_unanswered(cfg, messages, calls, sys.exc_info()[1])
-            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)   # budgets, a cycle
+                answer_unanswered(cfg, messages, calls)
+            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)   # or a cycle
             if spent:
                 return final_answer(cfg, messages, *spent)
-        return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"], cfg["max_al_iterations"])
+        limit = cfg["max_al_iterations"]
+        return final_answer(cfg, messages, "max_al_iterations", limit, limit)
     finally:
         leave_run(cfg, sys.exc_info()[1])
 
@@ -3373,9 +3303,11 @@ def enter_run(cfg, on_event=None):
     parent = cfg.get("run") or {}
     if "turn" in parent:
         run = dict(parent, depth=parent["depth"] + 1, streak=(None, 0), budget=None)
-    else:
+    else:   # turn: what the turn has spent (and said once), shared by its subagents
         run = dict(parent, emit=on_event or parent.get("emit") or plain_view(cfg), depth=0,
-                   spill=[], turn=new_tally(), streak=(None, 0), budget=None,
+                   spill=[], streak=(None, 0), budget=None,
+                   turn={"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0,
+                         "noted": set()},
                    approved=parent.get("approved", set()))
     return dict(cfg, run=run)
 
@@ -3387,7 +3319,8 @@ def leave_run(cfg, stop):
     status = (("budget" if cfg["run"]["budget"] else "done") if stop is None
               else "interrupted" if isinstance(stop, KeyboardInterrupt)
               else "failed" if isinstance(stop, BantamError) else "stopped")
-    emit(cfg, "turn_end", status=status, error=redact_all(cfg, str(stop)) if isinstance(stop, BantamError) else None)
+    emit(cfg, "turn_end", status=status,
+         error=redact_all(cfg, str(stop)) if isinstance(stop, BantamError) else None)
 
 
 def add_message(cfg, messages, message):
@@ -3396,36 +3329,37 @@ def add_message(cfg, messages, message):
     emit(cfg, "message", message=message)
 
 
-def ask_model(cfg, messages):
-    """chat() plus the repairs a turn may need: ask once more after an empty reply (see
-    repair_call), compact once when the context overflows, read a tool call the model wrote
-    as text, keep the text shown before a Ctrl+C."""
-    reply = ask_once(cfg, messages)
-    if not reply["content"] and not reply.get("tool_calls") and repair_call(
-            cfg, "[the model sent an empty reply: asking it once more]"):
-        reply = ask_once(cfg, messages, EMPTY_NUDGE)
+def next_reply(cfg, messages):
+    """The model's next reply, with the repairs a turn may need: ask once more after an empty
+    reply (see repair_call), read a tool call the model wrote as text, keep the text shown
+    before a Ctrl+C."""
+    try:
+        reply = text_tool_call(cfg, chat_compacting(cfg, messages))
+        if not reply["content"] and not reply.get("tool_calls") and repair_call(
+                cfg, "[the model sent an empty reply: asking it once more]"):
+            reply = text_tool_call(cfg, chat_compacting(cfg, messages, EMPTY_NUDGE))
+    except KeyboardInterrupt:
+        keep_interrupted_text(cfg, messages)   # text already shown stays, tool calls go
+        raise
     return reply
 
 
-def ask_once(cfg, messages, nudge=None):
-    """One reply for messages (plus a nudge of bantam's, sent but not stored)."""
+def chat_compacting(cfg, messages, nudge=None):
+    """chat() (a nudge of bantam's is sent but not stored), compacting the conversation once
+    when it overflows the context window."""
     try:
-        reply = chat(cfg, messages, nudge=nudge)
+        return chat(cfg, messages, nudge=nudge)
     except ApiError as e:
         if e.kind != "overflow":
             raise
         note(cfg, "[%s: the context window is full; compacting and trying again]" % e, "warning")
         compact(cfg, messages, current_prompt(messages))
-        try:
-            reply = chat(cfg, messages, nudge=nudge)
-        except ApiError as again:
-            if again.kind == "overflow":
-                raise ApiError("%s (even after compacting the conversation)" % again)
-            raise
-    except KeyboardInterrupt as stop:
-        keep_interrupted_text(cfg, messages, stop)   # text already shown stays, tool calls go
+    try:
+        return chat(cfg, messages, nudge=nudge)
+    except ApiError as again:
+        if again.kind == "overflow":
+            raise ApiError("%s (even after compacting the conversation)" % again)
         raise
-    return text_tool_call(cfg, reply)
 
 
 def current_prompt(messages):
@@ -3436,28 +3370,25 @@ def current_prompt(messages):
     return None
 
 
-def keep_interrupted_text(cfg, messages, stop):
+def keep_interrupted_text(cfg, messages):
     """After Ctrl+C mid-reply, store what the user saw, marked as interrupted."""
-    text = getattr(stop, "partial", "")
+    text = cfg["run"].pop("partial_reply", "")
     if text:
         add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + INTERRUPTED})
 
 
-TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*$", re.S)
+TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
+                       r"|(\{.*\}))\s*$", re.S)
 
 
 def text_tool_call(cfg, reply):
     """With text_tool_calls=true, turn a reply that is only a tool call written as text
     (<tool_call>{"name":..,"arguments":..}</tool_call> or bare JSON) into a real one."""
-    if reply.get("tool_calls") or not reply["content"]:
-        return reply
-    match = TEXT_CALL.match(reply["content"])
-    if not match:
-        return reply
+    match = not reply.get("tool_calls") and TEXT_CALL.match(reply["content"] or "")
     try:
-        data = json.loads(next(g for g in match.groups() if g))
+        data = json.loads(next(g for g in match.groups() if g)) if match else None
     except ValueError:
-        return reply
+        data = None
     if not isinstance(data, dict):
         return reply
     data = data.get("function", data) if isinstance(data.get("function"), dict) else data
@@ -3465,10 +3396,8 @@ def text_tool_call(cfg, reply):
     if name not in TOOLS or not isinstance(args, (dict, str)):
         return reply
     if not cfg["text_tool_calls"]:
-        if "text_tool_hint" not in LEARNED["noted"]:
-            LEARNED["noted"].add("text_tool_hint")
-            note(cfg, "[hint: the reply looks like a tool call written as text; "
-                      "set text_tool_calls=true in model.cfg to run such replies]", "info")
+        note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written as "
+                  "text; set text_tool_calls=true in model.cfg to run such replies]", "info")
         return reply
     arguments = args if isinstance(args, str) else json.dumps(args)
     return {"role": "assistant", "content": "", "tool_calls": [{
@@ -3485,22 +3414,27 @@ def text_tool_call(cfg, reply):
 # unasked while a deny pattern is in force. read and write are decided by path. Budgets are
 # per turn and shared with the turn's subagents; a stop makes one last call without tools
 # for the best answer from what the model has. Nudges after an empty reply and that final
-# call come from a budget of their own (max_repair_calls), as banna does.
+# call come from a budget of their own (max_repair_calls): a model that keeps answering
+# empty must not loop on nudges, and repairs must not eat the budgets they repair.
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
                "or call a tool if you need one.")
-FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any more. "
-                "From what you have found so far, give your best final answer to the user's request, "
-                "and say briefly what is left undone.")
+FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any "
+                "more. From what you have found so far, give your best final answer to the "
+                "user's request, and say briefly what is left undone.")
 BUDGETS = {   # key: how its use is said
     "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
     "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
     "max_al_iterations": "%s model calls"}
 
 
-def new_tally():
-    """What a turn has spent so far: shared by its subagents, never by two turns."""
-    return {"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0, "noted": set()}
+def note_once(cfg, key, text, level):
+    """A note said once a turn (each time outside a turn: a summary, a /command)."""
+    turn = (cfg.get("run") or {}).get("turn")   # (main's run, outside AL, has none)
+    noted = turn["noted"] if turn else set()
+    if key not in noted:
+        noted.add(key)
+        note(cfg, text, level)
 
 
 def call_cost(cfg, prompt, cached, completion):
@@ -3508,7 +3442,8 @@ def call_cost(cfg, prompt, cached, completion):
     if not (cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]):
         return None
     cached = cached or 0
-    return ((prompt - cached) * cfg["price_in"] + cached * (cfg["price_cached"] or cfg["price_in"])
+    cached_price = cfg["price_cached"] or cfg["price_in"]
+    return ((prompt - cached) * cfg["price_in"] + cached * cached_price
             + completion * cfg["price_out"]) / 1e6
 
 
@@ -3542,7 +3477,8 @@ def over_budget(cfg, calls, messages):
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
     run["streak"] = (last, count)
-    used = {"max_turn_tokens": turn["tokens"], "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
+    used = {"max_turn_tokens": turn["tokens"],
+            "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
             "max_cost": round(turn["cost"], 6), "max_identical_calls": count}
     for key, value in used.items():
         if cfg[key] and value >= cfg[key]:
@@ -3555,13 +3491,16 @@ def final_answer(cfg, messages, key, limit, used):
     without tools and with a short timeout, for the best answer from what it has."""
     cfg["run"]["budget"] = key
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking, words = repair_call(cfg, None), budget_words(key, used)
-    note(cfg, "[stopped: %s (%s=%s)%s]" % (words, key, limit, "; asking for a final answer" if asking else ""),
-         "warning")
+    asking, words = repair_call(cfg, None), BUDGETS[key] % used
+    if used == 1:   # "1 model call"
+        words = words.replace("calls", "call").replace("times", "time")
+    note(cfg, "[stopped: %s (%s=%s)%s]" % (
+        words, key, limit, "; asking for a final answer" if asking else ""), "warning")
     if not asking:
         return messages
-    quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], cfg["final_answer_timeout"]),
-                 timeout=min(cfg["timeout"], cfg["final_answer_timeout"]), max_turn_seconds=0)
+    wait = cfg["final_answer_timeout"]
+    quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
+                 timeout=min(cfg["timeout"], wait), max_turn_seconds=0)
     try:
         reply = chat(quick, messages, tools=False, nudge=FINAL_PROMPT % words)
     except ApiError as e:
@@ -3573,12 +3512,6 @@ def final_answer(cfg, messages, key, limit, used):
     return messages
 
 
-def budget_words(key, used):
-    """How much of a budget was used, in words: "615 tokens this turn", "1 model call"."""
-    words = BUDGETS[key] % used
-    return words.replace("calls", "call").replace("times", "time") if used == 1 else words
-
-
 def repair_call(cfg, say_why):
     """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
     turn = cfg["run"]["turn"]
@@ -3588,11 +3521,6 @@ def repair_call(cfg, say_why):
     if say_why:
         note(cfg, say_why, "warning")
     return True
-
-
-def with_nudge(messages, text):
-    """The messages to send with a line of bantam's after them; never two user messages in a row."""
-    return append_user(list(messages), text)
 
 
 def approval(cfg, call_id, name, args):
@@ -3610,16 +3538,19 @@ def approval(cfg, call_id, name, args):
     if decision == "ask":
         if name == "write" or reason:   # what is asked about, and why
             note(cfg, write_preview(path, args, reason) if name == "write" else "[%s: %s]" % (
-                path or "bantam cannot check this command against its patterns", reason), "warning")
-        decision, reason, edited = ask_user(cfg, command, path and name.title() + "? [y/N/a] ")
+                path or "bantam cannot check this command against its patterns", reason),
+                 "warning")
+        decision, reason, edited = user_decision(cfg, command,
+                                                 path and name.title() + "? [y/N/a] ")
         rule = "asked"
-    emit(cfg, "approval", id=call_id, tool=name, command=None if path else redact_all(cfg, command),
-         path=path, decision=decision, rule=rule, reason=reason,
-         edited=redact_all(cfg, edited) if edited else None)
+    emit(cfg, "approval", id=call_id, tool=name,
+         command=None if path else redact_all(cfg, command), path=path, decision=decision,
+         rule=rule, reason=reason, edited=redact_all(cfg, edited) if edited else None)
     if decision == "always":
         cfg["run"]["approved"].add(command if path is None else name + ":" + path)
     if decision == "edit":
-        return dict(args, command=edited), "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+        told = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+        return dict(args, command=edited), told
     if decision == "refuse":
         return None, refusal(name, rule, reason)
     return args, ""
@@ -3668,9 +3599,8 @@ def decide(cfg, command):
     if command in cfg["run"]["approved"]:
         return "run", "always", None
     if cfg["approve"] == "ask" and not cfg["run"].get("approver"):
-        if "no terminal" not in cfg["run"]["turn"]["noted"]:
-            cfg["run"]["turn"]["noted"].add("no terminal")
-            note(cfg, "[approve=ask, but there is no terminal to ask: commands are refused]", "warning")
+        note_once(cfg, "no terminal", "[approve=ask, but there is no terminal to ask: commands "
+                  "are refused]", "warning")
         return "refuse", "no terminal", None
     why = unknown[0] if unknown else None
     if cfg["approve"] == "auto" and why and deny:
@@ -3852,7 +3782,7 @@ def shell_script(args):
     return args[n] if with_c and n < len(args) else None
 
 
-def ask_user(cfg, command, question=None):
+def user_decision(cfg, command, question=None):
     """Ask the user (cfg["run"]["approver"]) about a command, or a file tool's call (its question):
     (decision, reason, edited command). y(es), a(lways), e(dit), n(o)/Enter; else a reason."""
     answer = cfg["run"]["approver"](question or "Run? [y/N/a/e] ", "")
@@ -3916,8 +3846,9 @@ def write_preview(path, args, reason):
 # ----------------------------------------------------------------------------------------
 
 COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
-                  "the user's goals and requests, decisions made, facts learned, files and commands "
-                  "involved, the current state of the work and the next steps. Be complete but concise.")
+                  "the user's goals and requests, decisions made, facts learned, files and "
+                  "commands involved, the current state of the work and the next steps. Be "
+                  "complete but concise.")
 SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
                   "Reply with the title only.")
 
@@ -3935,8 +3866,9 @@ def discover_window(cfg):
     """The window the server reports for the model, or None: a field of its GET /models
     entry, else LiteLLM's /model/info, else (for a server on this machine or network) the
     local servers' own APIs."""
+    model = cfg["model"]
     for entry in list_models(cfg, quiet=True):
-        if entry.get("id") == cfg["model"]:
+        if entry.get("id") == model:
             top, meta = (entry.get(k) if isinstance(entry.get(k), dict) else {}
                          for k in ("top_provider", "meta"))
             window = first_count(entry.get("context_length"), entry.get("context_window"),
@@ -3947,13 +3879,11 @@ def discover_window(cfg):
                 return window
     # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
     # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
-    info = get_json(cfg, "GET", "/model/info")
-    for entry in info.get("data") or () if isinstance(info, dict) else ():
-        if isinstance(entry, dict) and entry.get("model_name") == cfg["model"]:
-            about = entry.get("model_info")
-            window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
-            if window:
-                return window
+    for entry in entries(get_json(cfg, "GET", "/model/info"), "data", model, "model_name"):
+        about = entry.get("model_info")
+        window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
+        if window:
+            return window
     from urllib.parse import urlsplit
     if not private_host(urlsplit(cfg["endpoint"]).hostname or ""):
         return None   # a cloud API: its /models said nothing, the local APIs below do not exist
@@ -3961,37 +3891,42 @@ def discover_window(cfg):
     props = get_json(cfg, "GET", "/props", root=True)
     if isinstance(props, dict):
         settings = props.get("default_generation_settings")
-        window = first_count(props.get("n_ctx"), settings.get("n_ctx") if isinstance(settings, dict) else None)
+        window = first_count(props.get("n_ctx"),
+                             settings.get("n_ctx") if isinstance(settings, dict) else None)
         if window:
             return window
     # Ollama: POST /api/show {"model": m} -> {"parameters": "num_ctx 8192\n...", "model_info":
     # {"llama.context_length": 131072, ...}}; num_ctx is the window it runs with, else the one
     # of the loaded model (GET /api/ps), else the model's own limit (the most it can run with).
-    shown = get_json(cfg, "POST", "/api/show", {"model": cfg["model"], "name": cfg["model"]}, root=True)
+    shown = get_json(cfg, "POST", "/api/show", {"model": model, "name": model}, root=True)
     if isinstance(shown, dict):
         match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(shown.get("parameters") or ""))
         if match:
             return int(match.group(1))
         loaded = get_json(cfg, "GET", "/api/ps", root=True)
-        for entry in loaded.get("models") or () if isinstance(loaded, dict) else ():
-            if isinstance(entry, dict) and cfg["model"] in (entry.get("name"), entry.get("model")):
-                if first_count(entry.get("context_length")):
-                    return entry["context_length"]
+        for entry in entries(loaded, "models", model, "name", "model"):
+            if first_count(entry.get("context_length")):
+                return entry["context_length"]
         info = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
         window = first_count(*[v for k, v in info.items() if k.endswith(".context_length")])
         if window:
             return window
     # LM Studio: GET /api/v0/models {"data": [{"id": m, "loaded_context_length": 4096, ...}]}
-    listing = get_json(cfg, "GET", "/api/v0/models", root=True)
-    for entry in listing.get("data") or () if isinstance(listing, dict) else ():
-        if isinstance(entry, dict) and entry.get("id") == cfg["model"]:
-            return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
+    for entry in entries(get_json(cfg, "GET", "/api/v0/models", root=True), "data", model, "id"):
+        return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
     return None
+
+
+def entries(answer, key, value, *fields):
+    """The objects listed under key in a JSON answer whose field (one of fields) is value."""
+    listed = answer.get(key) or () if isinstance(answer, dict) else ()
+    return [e for e in listed if isinstance(e, dict) and value in map(e.get, fields)]
 
 
 def first_count(*values):
     """The first value that is a positive whole number, or None."""
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0),
+                None)
 
 
 def private_host(host):
@@ -4001,7 +3936,8 @@ def private_host(host):
         address = ipaddress.ip_address(host)
         return address.is_private or address.is_loopback or address.is_link_local
     except ValueError:
-        return "." not in host or host.endswith((".localhost", ".local", ".lan", ".internal", ".home.arpa"))
+        return "." not in host or host.endswith(
+            (".localhost", ".local", ".lan", ".internal", ".home.arpa"))
 
 
 # What overflow errors say about the window: "maximum context length is 2048 tokens" (OpenAI,
@@ -4031,7 +3967,8 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
     saying that we could not `what`, when given)."""
     import http.client
     try:
-        response = http_request(cfg, method, path, json.dumps(body).encode() if body else None, root=root)
+        data = json.dumps(body).encode() if body else None
+        response = http_request(cfg, method, path, data, root=root)
         data = response.read()   # the whole answer: the connection stays usable
         if response.status != 200:
             raise LookupError("HTTP %d %s" % (response.status, response.reason))
@@ -4040,7 +3977,8 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
         if not isinstance(e, LookupError):
             drop_connection(cfg)
         if what:
-            note(cfg, "error: cannot %s at %s%s: %s" % (what, "" if root else cfg["endpoint"], path, e))
+            note(cfg, "error: cannot %s at %s%s: %s" % (
+                what, "" if root else cfg["endpoint"], path, e))
         return None
 
 
@@ -4110,7 +4048,8 @@ def compact(cfg, messages, prompt=None):
             break
         except ApiError as e:
             if e.kind != "overflow" or not trim_for_summary(request, context_window(cfg) * 2):
-                raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
+                raise ApiError("compaction failed: %s" % e,
+                               "retry" if e.kind == "retry" else "fatal")
     else:
         raise ApiError("compaction failed: the conversation does not fit even when trimmed")
     if not summary:
@@ -4145,7 +4084,7 @@ def trim_for_summary(request, room):
     if not longest or len(longest["content"]) < 200:
         return False
     text, total = longest["content"], sum(len(m["content"]) for m in texts)
-    ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question itself stays whole
+    ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question stays whole
     text = text[:len(text) - len(ask)]
     keep = max(100, min(len(text) // 4, (len(text) - (total - room)) // 2))
     if len(text) <= 2 * keep + 100:
@@ -4260,15 +4199,6 @@ def apply_setting(convo, key, value, where):
 # returns QUIT to end the REPL, or text to send as the next prompt (/skill).
 # ----------------------------------------------------------------------------------------
 
-def show(text, raw=False):
-    """Write a command's output to stdout (made terminal-safe unless raw: rendered already)."""
-    try:
-        sys.stdout.write(text if raw else terminal_safe(text))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        stdout_closed()
-
-
 def summarize(cfg, messages):
     """A short summary for a saved session: asked of the model, else the first prompt."""
     try:
@@ -4300,7 +4230,7 @@ def cmd_save(convo, arg):
     save_session(cfg, copy, convo["messages"], link=False)
     if session["id"]:
         save_session(cfg, session, convo["messages"])   # the summary goes on the conversation too
-    show("[saved session %s]\n" % copy["id"])
+    show(cfg, "[saved session %s]\n" % copy["id"])
 
 
 LIST_SHOWN = 20   # sessions /list shows (/list all: every one)
@@ -4319,11 +4249,11 @@ def cmd_list(convo, arg):
             head.get("summary", "(unreadable)")))
         if width and display_width(line) > width:   # cut at a word: the terminal would wrap it
             line = wrap_words(line, width - 1)[0] + "\u2026"
-        show(line + "\n")
+        show(convo["cfg"], line + "\n")
     if arg != "all" and len(ids) > LIST_SHOWN:
-        show("(%d older: /list all shows every one)\n" % (len(ids) - LIST_SHOWN))
+        show(convo["cfg"], "(%d older: /list all shows every one)\n" % (len(ids) - LIST_SHOWN))
     if not ids:
-        show("(no saved sessions)\n")
+        show(convo["cfg"], "(no saved sessions)\n")
 
 
 def cmd_load(convo, arg):
@@ -4339,11 +4269,11 @@ def show_resumed(convo):
     exchange; a --session id with no file yet: that it starts a new conversation."""
     session, messages = convo["session"], convo["messages"]
     if len(messages) > 1:
-        show("[continuing %s: %d messages, %s]\n" % (session["id"] or "autosave", len(messages),
-                                                      ago(session.get("changed") or time.time())))
+        show(convo["cfg"], "[continuing %s: %d messages, %s]\n" % (
+            session["id"] or "autosave", len(messages), ago(session.get("changed") or time.time())))
         show_exchange(convo["cfg"], messages)
     elif session["id"]:
-        show("[new conversation %s: no saved session has that id]\n" % session["id"])
+        show(convo["cfg"], "[new conversation %s: no saved session has that id]\n" % session["id"])
 
 
 def show_exchange(cfg, messages):
@@ -4368,7 +4298,7 @@ def show_exchange(cfg, messages):
     lines, room = answer.split("\n") if answer else [], max(rows - len(shown) - 4, 3)
     if len(lines) > room:
         lines = ["... %d earlier lines" % (len(lines) - room + 1)] + lines[1 - room:]
-    show("\n".join(shown + lines) + "\n", raw=True)
+    emit(cfg, "output", text="\n".join(shown + lines) + "\n")   # terminal-safe and styled
 
 
 def cmd_delete(convo, arg):
@@ -4382,7 +4312,7 @@ def cmd_delete(convo, arg):
     error = remove_session(sid)
     if error:
         raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
-    show("[deleted session %s]\n" % sid)
+    show({}, "[deleted session %s]\n" % sid)
 
 
 def cmd_continue(convo, arg):
@@ -4408,23 +4338,23 @@ def cmd_compact(convo, arg):
     before = len(convo["messages"])
     if before < 3:
         raise BantamError("nothing to compact yet")
-    show("[compacting...]\n")
+    show(convo["cfg"], "[compacting...]\n")
     compact(convo["cfg"], convo["messages"])
     save_session(convo["cfg"], convo["session"], convo["messages"])
-    show("[compacted %d messages into a summary]\n" % before)
+    show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 
 
 def cmd_clear(convo, arg):
     """/clear: start a new conversation with just the system prompt (the old one is kept)."""
     switch_to(convo, new_session(), [{"role": "system", "content": convo["cfg"]["system_prompt"]}])
-    show("[conversation cleared]\n")
+    show(convo["cfg"], "[conversation cleared]\n")
 
 
 def cmd_models(convo, arg):
     """/models: the endpoint's model ids, the configured one marked with *."""
     for entry in list_models(convo["cfg"]):
         mid = str(entry.get("id", "?"))
-        show("%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
+        show(convo["cfg"], "%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
 
 
 def cmd_cfg(convo, arg):
@@ -4439,7 +4369,7 @@ def cmd_cfg(convo, arg):
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
-        show("%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
+        show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
         return
     readline = sys.modules.get("readline")
     if key in SECRET_KEYS and readline and readline.get_current_history_length():
@@ -4449,13 +4379,13 @@ def cmd_cfg(convo, arg):
     before, path = cfg["sources"][key], setting_file(cfg, key)
     where = save_setting(path, key, raw)
     apply_setting(convo, key, value, where)
-    show("[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
+    show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
     if before == "flag":
-        show("[note: the command line set %s; a flag still wins over the file at the next "
+        show(cfg, "[note: the command line set %s; a flag still wins over the file at the next "
              "start]\n" % key)
     if key in SECRET_KEYS and in_git_work_tree(path):
-        show("[note: %s is inside a git work tree: a commit may take the key with it; add it to "
-             ".gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
+        show(cfg, "[note: %s is inside a git work tree: a commit may take the key with it; add it "
+             "to .gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
 
 
 def cmd_model(convo, arg):
@@ -4469,7 +4399,7 @@ def cmd_model(convo, arg):
     if arg:
         return cmd_cfg(convo, "model " + arg)
     cmd_models(convo, "")
-    show("(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
+    show(convo["cfg"], "(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
 
 
 def cmd_endpoint(convo, arg):
@@ -4511,13 +4441,13 @@ def cmd_skill(convo, arg):
     found, folder = skills(cfg), cfg["bantam_skills_dir"]
     if not arg:
         if not folder:
-            show("(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir "
+            show(cfg, "(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir "
                  "~/skills)\n")
         for name, path in found.items():
             about = front_matter(read_skill(os.path.join(path, "SKILL.md")))
-            show("%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
+            show(cfg, "%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
         if folder and not found:
-            show("(no skills in %s: a skill is a folder with a SKILL.md)\n" % folder)
+            show(cfg, "(no skills in %s: a skill is a folder with a SKILL.md)\n" % folder)
         return None
     name, _, prompt = arg.partition(" ")
     if name in found:
@@ -4535,9 +4465,9 @@ def cmd_skill(convo, arg):
 def cmd_help(convo, arg):
     """/help: the commands."""
     for name, (_, text) in COMMANDS.items():
-        show("%-14s %s\n" % (name, text))
-    show("%-14s %s\n" % ("!cmd", "run cmd with bash here, outside the conversation"))
-    show("%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
+        show(convo["cfg"], "%-14s %s\n" % (name, text))
+    show(convo["cfg"], "%-14s %s\n" % ("!cmd", "run cmd with bash here, outside the conversation"))
+    show(convo["cfg"], "%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
 
 
 def cmd_quit(convo, arg):
@@ -4576,7 +4506,6 @@ MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
              "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
-MD_RESET = "\033[0m"
 BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 TASK_BOXES = {" ": "\u2610", "x": "\u2611", "X": "\u2611"}   # - [ ] ☐   - [x] ☑
 
@@ -4908,7 +4837,7 @@ def md_inline(text, st, base="", depth=0):
 
 def styled(text, style, base=""):
     """Text in a style, then the enclosing base style again (nothing when color is off)."""
-    return style + text + MD_RESET + base if style and text else text
+    return style + text + RESET + base if style and text else text
 
 
 def wrap_words(text, width):
@@ -4924,16 +4853,16 @@ def wrap_words(text, width):
             line, used = line + gap + word, used + len(gap) + w
         elif w <= width:                           # on a new line (a leading gap is dropped)
             if used:
-                lines.append(line + MD_RESET if active else line)
+                lines.append(line + RESET if active else line)
                 line = active
             line, used = line + word, w
         else:                                      # longer than a line: fill it, then cut
             if width - used - len(gap) < 1:
-                lines.append(line + MD_RESET if active else line)
+                lines.append(line + RESET if active else line)
                 line, used, gap = active, 0, ""
             for i, (piece, w) in enumerate(hard_split(word, width - used - len(gap), width)):
                 if i:
-                    lines.append(line + MD_RESET if active else line)
+                    lines.append(line + RESET if active else line)
                     line, used, gap = active, 0, ""
                 if piece:                          # empty: not even one character fitted
                     line, used = line + gap + piece, used + len(gap) + w
@@ -4959,7 +4888,7 @@ def hard_split(word, room, width):
 def active_styles(active, text):
     """The SGR codes still open after text, given those open before it."""
     for code in SGR.findall(text):
-        active = "" if code in (MD_RESET, "\033[m") else active + code
+        active = "" if code in (RESET, "\033[m") else active + code
     return active
 
 
@@ -4987,20 +4916,10 @@ def char_width(ch):
 # request (render=always); pipes and files get the plain view, the spec's traces.
 # ----------------------------------------------------------------------------------------
 
-def terminal_view(cfg, out=None, err=None):
+def terminal_view(cfg):
     """A view for a person at a terminal: the plain view's layout and colors, plus rendered
     Markdown, readable tool calls and live tool output."""
-    out = out or sys.stdout
-    view_state = {}
-
-    def view(event):
-        if not view_state:
-            view_state.update(plain_state(cfg, out, err or sys.stderr), md=None, tool=None,
-                              tool_lines=cfg.get("tool_lines") or 0)
-        handler = TERMINAL.get(event["type"]) or PLAIN.get(event["type"])
-        if handler:
-            handler(view_state, event)
-    return view
+    return plain_view(cfg, TERMINAL)
 
 
 def screen_size(state):
@@ -5016,15 +4935,13 @@ PREVIEW_ROWS = 3   # rows of the line in progress shown (it has not been rendere
 
 
 def term_text(state, event):
-    """A piece of the answer, rendered line by line; the line in progress is previewed (dim,
-    wrapped) until its newline arrives."""
+    """A piece of the answer, rendered line by line; the line in progress is previewed."""
     depth = event["depth"]
     if state["block"] != "text":
         close_block(state, event)
         state["block"] = "text"
-        columns = screen_size(state)[0] - 4 * depth
-        state["md"] = md_start(columns, state["color"])
-    rendered = md_feed(state["md"], TERMINAL_UNSAFE.sub(visible, event["text"]))
+        state["md"] = md_start(screen_size(state)[0] - 4 * depth, state["color"])
+    rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
         write(state, rendered, depth=depth, raw=True)
     preview(state, "".join(state["md"]["part"]), depth)
@@ -5032,16 +4949,16 @@ def term_text(state, event):
 
 
 def preview(state, text, depth):
-    """Show the line in progress, dim and wrapped at words, on its last PREVIEW_ROWS rows
-    (erased when its newline arrives and the rendered line replaces it)."""
+    """Show the line in progress, dim and wrapped as it will be rendered, on its last
+    PREVIEW_ROWS rows (erased when its newline arrives and the rendered line replaces it)."""
     if not text or not state["bol"]:
         return
-    room = state["md"]["width"]   # wrapped as it will be once rendered
-    rows = wrap_words(text[-2000:], room)[-PREVIEW_ROWS:]   # (a longer line: its end)
+    rows = wrap_words(text[-2000:], state["md"]["width"])[-PREVIEW_ROWS:]   # a longer line: its end
     pad = "  \u2502 " * depth
     erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
     text = ("\r\n" + pad).join(rows)
-    state["out"].write("\r\033[K" + erase + pad + (COLORS["dim"] + text + RESET if state["color"] else text))
+    text = COLORS["dim"] + text + RESET if state["color"] else text
+    state["out"].write("\r\033[K" + erase + pad + text)
     state["status"] = len(rows)   # one write: a terminal's stream flushes at every \r
 
 
@@ -5058,27 +4975,52 @@ def term_reply_end(state, event):
 
 
 def term_tool_call(state, event):
-    """A tool call as what it does: "$ command" (line breaks kept), a subagent's prompt."""
+    """A tool call as what it does ("$ command", "» read notes.txt"), or as the plain trace."""
     close_block(state, event)
     end_line(state, event["depth"])
     try:
         args = json.loads(event["arguments"])
     except ValueError:
         args = None
-    if event["name"] in ("shell_exec", "bash") and isinstance(args, dict) and isinstance(args.get("command"), str):
-        text = "$ " + args["command"].rstrip("\n")
-    elif event["name"] == "run_subagent" and isinstance(args, dict) and isinstance(args.get("prompt"), str):
-        text = "\u00bb subagent: " + args["prompt"].rstrip("\n")
-    elif file_tool_call(event["name"], args):
-        text = file_tool_call(event["name"], args)
-    else:
-        text = "[tool call: %s(%s)]" % (event["name"], event["arguments"])
+    text = (call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
+            or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
     write(state, text + "\n", "call", event["depth"])
     import collections
     limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
-    state["tool"] = {"lines": 0, "partial": "", "tail": collections.deque(maxlen=limit - limit // 2),
-                     "limit": limit, "started": time.monotonic(), "status_at": 0.0}
+    state["tool"] = {"lines": 0, "partial": "", "limit": limit, "started": time.monotonic(),
+                     "tail": collections.deque(maxlen=limit - limit // 2), "status_at": 0.0}
     flush_out(state, now=True)
+
+
+def call_in_words(name, args):
+    """A tool call in words ("$ ls -la", "» subagent: prompt", "» read notes.txt lines 10-29",
+    "» write a.txt: 3 lines at line 5, deleting 2 lines"), or None for another call."""
+    if not isinstance(args, dict):
+        return None
+    if name == "shell_exec" and isinstance(args.get("command"), str):
+        return "$ " + args["command"].rstrip("\n")
+    if name == "run_subagent" and isinstance(args.get("prompt"), str):
+        return "\u00bb subagent: " + args["prompt"].rstrip("\n")
+    path = args.get("filePath", args.get("path"))
+    if name not in ("read", "write") or not isinstance(path, str):
+        return None
+    if name == "read":
+        offset, limit = args.get("offset"), args.get("limit")
+        if offset is None and limit is None:
+            return "\u00bb read %s" % path
+        first = offset if isinstance(offset, int) and offset > 0 else 1
+        last = "%d" % (first + limit - 1) if isinstance(limit, int) and limit > 0 else "end"
+        return "\u00bb read %s lines %d-%s" % (path, first, last)
+    content = args.get("content") if isinstance(args.get("content"), str) else ""
+    size = "%d lines" % count_lines(content) if content else "nothing"
+    starts = (("lineOffset", "line"), ("byteOffset", "byte"), ("offset", "byte"))
+    cuts = (("delLines", "lines"), ("delBytes", "bytes"), ("del_bytes", "bytes"))
+    at = next(("at %s %s" % (word, args[k]) for k, word in starts if args.get(k) is not None), "")
+    cut = next((", deleting %s %s" % (args[k], word) for k, word in cuts
+                if args.get(k) is not None), "")
+    if not at and not cut:
+        return "\u00bb write %s: %s (whole file)" % (path, size)
+    return "\u00bb write %s: %s %s%s" % (path, size, at or "at the start", cut)
 
 
 def term_approval(state, event):
@@ -5091,8 +5033,8 @@ def term_approval(state, event):
 
 def term_tool_output(state, event):
     """A command's output as it comes, dim: the first half-screenful of lines, then only the
-    count (the last lines are shown when it ends). Work per piece is small whatever its
-    size: once the first lines are shown, a piece is only counted and its end kept."""
+    count (the last lines are shown when it ends). Once the first lines are shown, a piece
+    is only counted and its end kept: little work per piece whatever its size."""
     tool = state["tool"]
     if tool is None:
         return
@@ -5111,14 +5053,14 @@ def term_tool_output(state, event):
     tool["partial"] = text[-4096:]   # a line this long is cut on screen anyway
     if time.monotonic() - tool["status_at"] >= 0.1:
         tool_status(state, event)
-    flush_out(state)
+    else:
+        flush_out(state)
 
 
 def screen_line(state, line, depth):
-    """A line of a command's output cut to the terminal's width (the model gets it whole):
-    a minified file or a long log line takes one row, not a screenful. The cut keeps a third
-    of the row from the start and the rest from the end: the end usually names the thing (the
-    file in `ls -la`, the message after a log's timestamp, the file at the end of a path)."""
+    """A line of a command's output cut to one row (the model gets it whole): a third of the
+    row from its start, the rest from its end, which usually names the thing (the file in
+    `ls -la`, the message after a log's timestamp)."""
     room = max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
@@ -5131,23 +5073,26 @@ def screen_line(state, line, depth):
 
 
 def tool_status(state, event):
-    """The live status of a running command: seconds so far, lines not shown yet."""
+    """The live status of a running command (and the tool_progress handler): seconds so far,
+    lines not shown yet."""
     tool = state["tool"]
-    tool["status_at"] = time.monotonic()
-    if not state["bol"] or not state["tty"]:
+    if tool is None:
         return
-    hidden = tool["lines"] - tool["limit"] // 2
-    text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
-    if hidden > 0:
-        text += " \u00b7 %d more lines" % hidden
-    state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + (COLORS["dim"] + text + RESET if state["color"] else text))
-    state["status"] = True
+    tool["status_at"] = time.monotonic()
+    if state["bol"] and state["tty"]:
+        hidden = tool["lines"] - tool["limit"] // 2
+        text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
+        if hidden > 0:
+            text += " \u00b7 %d more lines" % hidden
+        text = COLORS["dim"] + text + RESET if state["color"] else text
+        state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
+        state["status"] = True
+    flush_out(state)
 
 
 def term_tool_result(state, event):
-    """The end of a tool: the rest of a command's output (its last lines after "... N more
-    lines"), then how it ended; a subagent's end (its answer was shown as it came); another
-    tool's result, cut to a screenful."""
+    """The end of a tool: a command's last lines and how it ended; a subagent's end (its
+    answer was shown as it came); another tool's result, cut to a screenful."""
     tool, state["tool"] = state["tool"], None
     depth = event["depth"]
     if tool is not None and (tool["lines"] or tool["partial"]) and event["ok"]:
@@ -5156,17 +5101,20 @@ def term_tool_result(state, event):
         took = time.monotonic() - tool["started"]
         summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?", took)
         write(state, summary + "\n", "dim" if code and code.group(1) == "0" else "error", depth)
-    elif event["name"] == "run_subagent" and event["ok"] and not event["content"].startswith(("error:", "(")):
+    elif (event["name"] == "run_subagent" and event["ok"]
+          and not event["content"].startswith(("error:", "("))):
         end_line(state, depth)   # its answer is on screen already, behind the rail
         write(state, "\u00bb subagent done\n", "dim", depth)
     else:
         end_line(state, depth)
-        text = event["content"]
-        lines = text.split("\n")
+        lines = event["content"].split("\n")
         limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
         if len(lines) > limit:
-            text = "\n".join(lines[:limit // 2] + ["... %d more lines" % (len(lines) - limit)] + lines[-(limit - limit // 2):])
-        write(state, text + ("" if text.endswith("\n") else "\n"), "body" if event["ok"] else "error", depth)
+            more = ["... %d more lines" % (len(lines) - limit)]
+            lines = lines[:limit // 2] + more + lines[limit // 2 - limit:]
+        text = "\n".join(lines)
+        text += "" if text.endswith("\n") else "\n"
+        write(state, text, "body" if event["ok"] else "error", depth)
     flush_out(state, now=True)
 
 
@@ -5184,20 +5132,12 @@ def end_tool_output(state, event, tool):
     if hidden > 0:
         write(state, "... %d more lines\n" % hidden, "dim", event["depth"])
     for line in tool["tail"]:
-        line = TERMINAL_UNSAFE.sub(visible, screen_line(state, line, event["depth"]))
-        write(state, line + "\n", "body", event["depth"], raw=True)
+        write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
 
 
-def term_tool_progress(state, event):
-    """A command is still running: refresh its status line."""
-    if state["tool"] is not None:
-        tool_status(state, event)
-        flush_out(state)
-
-
-TERMINAL = {"text": term_text, "reply_end": term_reply_end, "tool_call": term_tool_call,
-            "tool_output": term_tool_output, "tool_result": term_tool_result,
-            "tool_progress": term_tool_progress, "approval": term_approval}
+TERMINAL = dict(PLAIN, text=term_text, reply_end=term_reply_end, tool_call=term_tool_call,
+                tool_output=term_tool_output, tool_result=term_tool_result,
+                tool_progress=tool_status, approval=term_approval)
 
 
 # ----------------------------------------------------------------------------------------
@@ -5363,7 +5303,7 @@ def save_history(readline):
     try:
         write_private_file(history_path(), HISTORY_MARK + text)
     except OSError as e:
-        say("warning: cannot save history: %s" % e)
+        note({}, "warning: cannot save history: %s" % e, "warning")
 
 
 def complete(text, state, cfg=None):
@@ -5474,7 +5414,7 @@ def confirm(question):
     try:
         return read_answer(question).strip().lower() in ("", "y", "yes")
     except KeyboardInterrupt:
-        show("\n")
+        show({}, "\n")
         return False
 
 
@@ -5487,7 +5427,7 @@ def read_answer(question, text=""):
     try:
         return expand_pastes(edit_line(question, text))
     except EOFError:
-        show("\n")
+        show({}, "\n")
         return ""
     finally:
         keyboard_back(sys.stdin.fileno(), held)
@@ -5513,7 +5453,7 @@ def next_line(convo, readline, ready):
     first = convo.pop("first", None)
     if not first:
         return edit_line("> ", collapse_pastes(ready) if readline else "")
-    show("> %s\n" % first)
+    show({}, "> %s\n" % first)   # where the prompt is (stderr with --jsonl), not the view
     if readline:
         readline.add_history(first)
     return first
@@ -5533,7 +5473,7 @@ def repl(convo):
             try:   # a prompt that got no reply, or keys typed ahead, come back on the line
                 line = next_line(convo, readline, again or convo.pop("typed", ""))
             except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
-                show("\n")
+                show({}, "\n")   # ends the prompt's line, where the prompt is
                 again, empty = "", not (readline and readline.get_line_buffer())
                 if empty and time.monotonic() - last_interrupt < 2:
                     break
@@ -5542,7 +5482,7 @@ def repl(convo):
                     note(cfg, "[Ctrl+C again within 2 s quits]", "info")
                 continue
             except EOFError:
-                show("\n")
+                show({}, "\n")   # ends the prompt's line, where the prompt is
                 break
             again, line = "", expand_pastes(forget_trailing_newline(readline, line))
             if not line.strip():
@@ -5655,7 +5595,8 @@ def read_stdin():
     except (OSError, ValueError):   # not a file select can watch: just read it
         waiting = False
     if waiting:
-        say("[reading stdin for the prompt; nothing has come yet (to skip it: </dev/null)]")
+        note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: </dev/null)]",
+             "info")
     return sys.stdin.read()
 
 
@@ -5744,9 +5685,9 @@ def overrides_of(args):
     values = {key: parse_value(key, value, flag) for key, value, flag in pairs if value is not None}
     for key, value, flag in pairs:
         if flag == "--set" and key in SECRET_KEYS and value:
-            say("warning: --set %s puts a secret in your shell's history and, while bantam "
-                "starts, in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg keep it "
-                "out" % key)
+            note({}, "warning: --set %s puts a secret in your shell's history and, while bantam "
+                 "starts, in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg keep it "
+                 "out" % key, "warning")
     return values
 
 
@@ -5763,7 +5704,7 @@ def show_config(cfg):
     rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
                  "kept from commands"))
     for row in rows:
-        show("%-20s %-40s %s\n" % row)
+        show(cfg, "%-20s %-40s %s\n" % row)
 
 
 def check_first_run(cfg, batch):
@@ -5778,7 +5719,7 @@ def check_first_run(cfg, batch):
             "shows every key), or give a local server: -e http://localhost:11434/v1 -m MODEL")
     if batch:
         raise ConfigError(text)
-    say("[%s]" % text)
+    note(cfg, "[%s]" % text, "info")
 
 
 def check_prompt_size(cfg, prompt):
@@ -5830,7 +5771,7 @@ def make_sink(cfg, args, convo, batch):
             os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         view = jsonl_view(stream, cfg)
     elif args.quiet and batch:
-        view = quiet_view(cfg)
+        view = plain_view(cfg, QUIET)
     elif cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty()):
         view = terminal_view(cfg)
     else:
@@ -5843,17 +5784,6 @@ def make_sink(cfg, args, convo, batch):
         except OSError as e:
             raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
     return both(view, trace, step_saver(convo))
-
-
-def quiet_view(cfg):
-    """-q's view: only the problems (errors, retries, warnings), on stderr."""
-    state = plain_state(cfg, sys.stderr, sys.stderr)
-
-    def view(event):
-        kind = event["type"]
-        if kind in ("error", "retry") or kind == "note" and event["level"] != "info":
-            PLAIN[kind](state, event)
-    return view
 
 
 def hung_up(*_):
@@ -5921,7 +5851,7 @@ def main(argv=None):
         answer = last_answer(convo["messages"])
         answer += "\n" if answer and not answer.endswith("\n") else ""
         if args.quiet:
-            show(answer)
+            show(cfg, answer)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(answer)
@@ -5935,7 +5865,7 @@ def main(argv=None):
             if convo:
                 emit(convo["cfg"], "error", message=redact_all(convo["cfg"], str(e)))
             else:
-                say("error: %s" % e)
+                note({}, "error: %s" % e)
         return e.exit_code
     finally:
         if convo and len(convo["messages"]) > 1:

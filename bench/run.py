@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark for bantam: start-up, REPL, streams, tool loop, step saves, fleets, memory.
+"""Benchmark for bantam: start-up, footprint, REPL, streams, tool loop, step saves, fleets, memory.
 
 The tool loop runs once per HTTP framing the fake server can answer in (chunked,
 Content-Length, close-delimited, HTTP/1.0, Connection: close; see FRAMINGS).
@@ -311,6 +311,10 @@ class Handler(socketserver.StreamRequestHandler):
         except ValueError:
             self.send("400 Bad Request", "application/json", b'{"error":"bad json"}')
             return
+        plan = self.fake.plans.get(mode.partition("-")[0])
+        if plan:   # a failure plan answers for itself (bench/fleet.py)
+            plan(self, mode, req)
+            return
         stream = bool(req.get("stream"))
         msgs = req.get("messages") or []
         tool_msgs = [x for x in msgs if isinstance(x, dict) and x.get("role") == "tool"]
@@ -419,6 +423,7 @@ class FakeServer(object):
 
     def __init__(self):
         self.stats = Stats()
+        self.plans = {}   # mode prefix -> function(handler, mode, request) that answers
         self.commands = {"big": BIG_CMD, "quiet": QUIET_CMD, "true": "true"}
         self._bodies = {}
         self._blk = threading.Lock()
@@ -806,7 +811,8 @@ class Bench(object):
         tmpdir = os.path.join(self.tmp, "tmp")  # bantam's spill files land in here
         os.mkdir(tmpdir)
         self.env.update({"HOME": self.home, "TMPDIR": tmpdir, "NO_COLOR": "1",
-                         "LC_ALL": "C.UTF-8", "TERM": "xterm"})
+                         "LC_ALL": "C.UTF-8", "TERM": "xterm",
+                         "BANTAM_TRUST": "1"})   # the work folders' model.cfg name the endpoint
         self.server = None
         self.results = {}
         self.rows = []
@@ -1760,6 +1766,71 @@ def bench_memory(b, reps):
         b.notes.append("memory: tool result sent to the model exceeds max_tool_res.")
 
 
+def bantam_10(b):
+    """bantam 1.0.0's file (the last commit before 5d40e98) in the bench's temp dir, or None
+    when git cannot show it (not a checkout)."""
+    path = os.path.join(b.tmp, "bantam10.py")
+    if not os.path.exists(path):
+        try:
+            old = subprocess.run(["git", "show", "5d40e98~1:bantam.py"], cwd=HERE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 stdin=subprocess.DEVNULL, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if old.returncode != 0:
+            return None
+        with open(path, "wb") as f:
+            f.write(old.stdout)
+    return path
+
+
+def peak_rss_kb(b, argv, cwd, reps):
+    """The highest peak RSS (KB) of reps runs of argv, each reaped by the small rss helper."""
+    rss = []
+    for _ in range(reps):
+        spec = {"argv": argv, "cwd": cwd, "env": b.env, "stderr": b.errlog, "timeout": 120}
+        p = subprocess.run([PY, b.rss_helper, json.dumps(spec)], stdout=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL, timeout=180)
+        r = json.loads(p.stdout.decode())
+        st = r["status"]
+        rc = os.WEXITSTATUS(st) if os.WIFEXITED(st) else -os.WTERMSIG(st)
+        b.check(-1 if r["timed_out"] else rc, " ".join(argv[1:]))
+        rss.append(r["maxrss_kb"])
+    return max(rss)
+
+
+def bench_footprint(b, reps):
+    """What the size of the file costs at every start (`python3 bantam.py` compiles it each
+    time) and in memory, against `python3 -c pass` and against bantam 1.0.0 in the same run."""
+    cwd = b.workdir("stream-1")
+    with open(os.path.join(cwd, "hi.txt"), "w") as f:   # 1.0 has no -p: its batch mode reads a file
+        f.write("hi\n")
+    old = bantam_10(b)
+    if old is None:
+        b.notes.append("footprint: git could not show bantam 1.0.0 (5d40e98~1:bantam.py); "
+                       "the 1.0 figures are missing.")
+    ts, to, tp = [], [], []
+    for _ in range(reps):  # interleaved so drift hits every command alike
+        ts.append(b.run(b.bantam_argv("--version"), cwd)[0])
+        if old:
+            to.append(b.run([PY, old, "--version"], cwd)[0])
+        tp.append(b.run([PY, "-c", "pass"], cwd)[0])
+    ms, mo, mp = med(ts), med(to) if to else None, med(tp)
+    rss = peak_rss_kb(b, b.bantam_argv("-p", "hi"), cwd, max(3, reps // 5))
+    rss_old = peak_rss_kb(b, [PY, old, "hi.txt"], cwd, max(3, reps // 5)) if old else None
+    rss_python = peak_rss_kb(b, [PY, "-c", "pass"], cwd, 3)
+    b.results["footprint"] = {"script_s": ms, "v10_script_s": mo, "python_s": mp, "runs": reps,
+                              "oneshot_maxrss_kb": rss, "v10_oneshot_maxrss_kb": rss_old,
+                              "python_maxrss_kb": rss_python}
+    was = " (1.0: %s, %.2fx)" % (fmt_ms(mo), mo / mp) if mo else ""
+    b.row("start-up: `python3 bantam.py --version` vs `python3 -c pass`%s" % was, fmt_ms(ms),
+          fmt_ms(mp), "%.2fx" % (ms / mp), "<= 2x", ms / mp <= 2.0)
+    was = " (1.0, `bantam.py hi.txt`: %.1f MB)" % (rss_old / 1024.0) if rss_old else ""
+    b.row("peak RSS: one-shot `python3 bantam.py -p hi`%s vs `python3 -c pass`" % was,
+          "%.1f MB" % (rss / 1024.0), "%.1f MB" % (rss_python / 1024.0),
+          "%.2fx" % (rss / float(rss_python)), "<= 20 MB", rss <= 20 * 1024)
+
+
 # --------------------------------------------------------------------------
 
 def print_report(b, elapsed):
@@ -1800,7 +1871,7 @@ def serve_only(seconds):
         srv.stop()
 
 
-ALL_STEPS = "startup,repl,stream,render,loop,steps,fleet,memory"
+ALL_STEPS = "startup,footprint,repl,stream,render,loop,steps,fleet,memory"
 
 
 def main():
@@ -1831,6 +1902,7 @@ def main():
     try:
         b.server = FakeServer().start()
         steps = [("startup", lambda: bench_startup(b, 10 if q else 30)),
+                 ("footprint", lambda: bench_footprint(b, 10 if q else 30)),
                  ("repl", lambda: bench_repl(b, 5 if q else 15)),
                  ("stream", lambda: bench_stream(b, 3 if q else 5, 50000)),
                  ("render", lambda: bench_render(b, 3 if q else 5, 50000)),

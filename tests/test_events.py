@@ -19,35 +19,8 @@ from tests.support import (
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = {"type", "t", "depth"}
-# The fields of each event type, besides type, t and depth (read from bantam.py's emit calls).
-FIELDS = {
-    "start": {"version", "model", "mode", "session", "time"},
-    "prompt": {"text", "session"},
-    "turn_start": {"messages"},
-    "request": {"model", "messages", "stream"},
-    "waiting": {"seconds"},
-    "reasoning": {"text"},
-    "text": {"text"},
-    "reply_end": {"finish"},
-    "reply": {"message", "quiet"},
-    "usage": {"model", "prompt_tokens", "cached_tokens", "completion_tokens", "estimated", "quiet",
-              "seconds", "first_output", "cost"},
-    "message": {"message"},
-    "tool_call": {"id", "name", "arguments"},
-    "tool_output": {"text"},
-    "tool_progress": {"seconds"},
-    "tool_result": {"id", "name", "content", "ok"},
-    "retry": {"error", "attempt", "of", "wait"},
-    "discarded": {"error"},
-    "note": {"text", "level"},
-    "error": {"message"},
-    "compaction": {"before", "after", "kept_prompt"},
-    "context": {"model", "prompt_tokens", "cached_tokens", "completion_tokens", "estimated", "window",
-                "share", "cost", "session_cost"},
-    "approval": {"id", "tool", "command", "path", "decision", "rule", "reason", "edited"},
-    "budget_stop": {"reason", "limit", "used"},
-    "turn_end": {"status", "error"},
-}
+# The fields of each event type, besides type, t and depth: bantam.py's table of them.
+FIELDS = {kind: set(fields.split()) for kind, fields in bantam.EVENTS.items()}
 SECRET = "sk-secret-9f8e7d6c5b4a"
 HEADER_SECRET = "hdr-secret-0a1b2c3d"
 FORBIDDEN_MODULES = ("http.client", "socket", "subprocess", "ssl", "readline", "argparse")

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import threading
 import unittest
+import unittest.mock
 
 import bantam
 from tests.socks_server import Socks5Server
@@ -393,10 +394,10 @@ class SocksTest(unittest.TestCase):
         self.assertEqual(parse("socks5h://proxy.lan"), ("proxy.lan", 1080, None, None))
         self.assertEqual(parse("socks5://a%40b:c%3Ad@[::1]:1"), ("::1", 1, "a@b", "c:d"))
         self.assertRaises(socks.SocksError, parse, "http://proxy:3128")
-        env = socks.socks_proxy_from_env
-        self.assertEqual(env({"socks_proxy": "h:1"}), "h:1")
-        self.assertEqual(env({"SOCKS_PROXY": "H:2", "socks_proxy": "h:1"}), "H:2")
-        self.assertIsNone(env({"SOCKS_PROXY": " ", "HTTP_PROXY": "x"}))
+        for environ, proxy in (({"socks_proxy": "h:1"}, "h:1"), ({"SOCKS_PROXY": " ", "HTTP_PROXY": "x"}, None),
+                               ({"SOCKS_PROXY": "H:2", "socks_proxy": "h:1"}, "H:2")):
+            with unittest.mock.patch.dict(os.environ, environ, clear=True):
+                self.assertEqual(socks.socks_proxy_for("example.com"), proxy)
 
 
 # ---- cfgfile ----------------------------------------------------------------------------
