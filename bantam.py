@@ -36,7 +36,7 @@ import sys
 import time
 import unicodedata
 
-VERSION = "1.1.0"
+VERSION = "1.2.0"
 USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
 
 # The config schema: every key with its default. Values from model.cfg, BANTAM_<KEY> or
@@ -4394,8 +4394,8 @@ def cmd_model(convo, arg):
     listed = [str(m.get("id")) for m in list_models(convo["cfg"], quiet=True)] if arg else []
     if listed and arg not in listed:
         apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
-        return note(convo["cfg"], "[the server does not list %s (/model lists its models): "
-                    "using it for this session only, not saved]" % arg, "warning")
+        return note(convo["cfg"], "[%s is not among the server's models (/model lists them): "
+                    "for this session only, not saved]" % arg, "warning")
     if arg:
         return cmd_cfg(convo, "model " + arg)
     cmd_models(convo, "")
@@ -5405,8 +5405,11 @@ def startup_line(cfg, columns=80):
         parts.append("context %d" % cfg["context_window"])
     mode, closed = sandbox_of(cfg)
     parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed
-    line = " \u00b7 ".join(parts) + " \u00b7 /help for commands"
-    return line if len(line) <= columns else line[:-len(" for commands")]
+    for line in (" \u00b7 ".join(parts) + " \u00b7 /help for commands",   # shorter when narrow
+                 " \u00b7 ".join(parts) + " \u00b7 /help", " \u00b7 ".join(parts[1:]) + " \u00b7 /help"):
+        if len(line) <= columns:
+            break
+    return line
 
 
 def confirm(question):
@@ -5445,6 +5448,15 @@ def edit_line(prompt, text=""):
     finally:
         if text and readline:
             readline.set_pre_input_hook(None)
+
+
+def keys_waiting(fd):
+    """Whether keys typed ahead wait unread on the terminal."""
+    import select
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def next_line(convo, readline, ready):
@@ -5522,6 +5534,8 @@ def repl(convo):
             finally:
                 keyboard_back(sys.stdin.fileno(), held)
             again = convo.pop("taken_back", "")
+            if again and terminal and keys_waiting(sys.stdin.fileno()):
+                again += " "   # keys typed meanwhile follow it on the line, not glued to it
             if again:
                 note(cfg, "[no reply: your prompt is back on the input line, to edit or send "
                      "again]", "info")
@@ -5714,12 +5728,13 @@ def check_first_run(cfg, batch):
     if (cfg["api_key"] or cfg["headers"] or os.path.isfile(sources["config_file"])
             or os.path.isfile(sources["folder_config"] or "") or sources["endpoint"] != "default"):
         return
-    text = ("no API key and no model.cfg: set OPENAI_API_KEY (or BANTAM_API_KEY), or write "
-            "~/.bantam/model.cfg (endpoint=, model=, api_key= lines; bantam's model.cfg.example "
-            "shows every key), or give a local server: -e http://localhost:11434/v1 -m MODEL")
+    fixes = ("export OPENAI_API_KEY=... (or BANTAM_API_KEY)", "~/.bantam/model.cfg with "
+             "endpoint=, model=, api_key= lines (bantam's model.cfg.example shows every key)",
+             "-e http://localhost:11434/v1 -m MODEL for a local server")
     if batch:
-        raise ConfigError(text)
-    note(cfg, "[%s]" % text, "info")
+        raise ConfigError("no API key and no model.cfg: %s; or %s; or %s" % fixes)
+    note(cfg, "[nothing is set up yet: no API key and no model.cfg. One of these:\n  %s\n  %s"
+         "\n  bantam %s]" % fixes, "info")   # a person reads it: one fix a line
 
 
 def check_prompt_size(cfg, prompt):

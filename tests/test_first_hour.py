@@ -330,7 +330,7 @@ class ModelCommandTests(FirstHourCase):
         before = read_text(path)
         self.push(text_stream("from gpt-5"), text_stream("from big"))
         term = self.repl()
-        out = self.typed(term, "/model gpt-5", "does not list gpt-5")
+        out = self.typed(term, "/model gpt-5", "gpt-5 is not among the server's models")
         self.assertIn("not saved", out)
         self.typed(term, "hi", "from gpt-5")
         self.assertEqual(self.server.bodies[0]["model"], "gpt-5")

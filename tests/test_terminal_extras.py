@@ -15,7 +15,7 @@ import time
 import unittest
 
 from tests.support import (
-    PROMPT_LINE, BantamTestCase, chunk, sse, strip_ansi, text_stream, tool_call_stream)
+    BANTAM, PROMPT_LINE, BantamTestCase, chunk, sse, strip_ansi, text_stream, tool_call_stream)
 
 PROMPT = "> "
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"   # how a terminal frames a bracketed paste
@@ -49,6 +49,12 @@ def screen(text):
             rows[row] = line[:col] + token + line[col + len(token):]
             col += len(token)
     return "\n".join(rows)
+
+
+def bantam_version():
+    """bantam.py's VERSION."""
+    with open(BANTAM, encoding="utf-8") as f:
+        return re.search(r'VERSION = "([^"]+)"', f.read()).group(1)
 
 
 def slow_stream(first="streaming "):
@@ -194,6 +200,23 @@ class CtrlCTests(ExtrasCase):
                 self.assertEqual(self.user_messages()[-1], "typed ahead too")
                 self.leave(term)
 
+    def test_a_prompt_given_back_and_keys_typed_ahead_are_apart(self):
+        """Ctrl+C before the reply began: the prompt comes back on the line, and the keys
+        typed while it waited follow it after a space (not glued to its last word)."""
+        self.push(sse([chunk({"content": "late"})], head_delay=8), text_stream("answered"))
+        term = self.start()
+        term.sendline("first words")
+        time.sleep(0.5)
+        term.send("and more")
+        time.sleep(0.3)
+        term.send("\x03")
+        term.expect("[no reply: your prompt is back")
+        term.expect(re.compile(r"\n> first words and more"))
+        term.sendline("")
+        term.expect("answered")
+        self.assertEqual(self.user_messages()[-1], "first words and more")
+        self.leave(term)
+
     def test_double_ctrl_c_quits_only_at_an_empty_prompt(self):
         """Ctrl+C twice in quick succession during a stream interrupts it and the REPL goes on;
         Ctrl+C on a typed line clears it and does not count; twice on the empty line quits."""
@@ -271,6 +294,18 @@ class StatusTests(ExtrasCase):
         kinds = [e["type"] for e in events]
         self.assertLess(kinds.index("request"), kinds.index("waiting"))
         self.assertLess(kinds.index("waiting"), kinds.index("text"))
+
+    def test_the_first_line_fits_a_narrow_terminal(self):
+        """At 40 columns the REPL's first line is cut to fit (no version, /help short), not
+        wrapped; at 100 it is whole."""
+        for cols, shown in ((40, "test-model @ 127.0.0.1:%d \u00b7 /help"),
+                            (100, "bantam %s \u00b7 test-model @ 127.0.0.1:%d \u00b7 /help for commands")):
+            with self.subTest(cols=cols):
+                term = self.start(cols=cols)
+                first = strip_ansi(term.output).replace("\r", "").split("\n")[0]
+                port = self.server.port
+                self.assertEqual(first, shown % ((port,) if cols == 40 else (bantam_version(), port)))
+                self.leave(term)
 
     def test_help_names_bang_commands(self):
         """/help lists !cmd next to the commands."""
