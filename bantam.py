@@ -1,111 +1,63 @@
 #!/usr/bin/env python3
 """bantam: a tiny command-line AI agent in one standard-library Python file.
 
-The whole agent is the Bantam algorithm: keep a list of chat messages, send it to an
-OpenAI-compatible /chat/completions endpoint, print the reply as it streams, run the tool
-calls it asks for (shell_exec and run_subagent), append their results, and loop until the
-model stops calling tools. Everything else serves that loop, AL(cfg, messages), which you
-will find under "The agentic loop".
+Part I is Bantam, the agent of the Bantam spec, complete and runnable on its own: a list of
+chat messages goes to an OpenAI-compatible /chat/completions endpoint, the reply is shown as
+it streams, the tool calls it asks for (shell_exec, run_subagent) run, their results are
+appended, and the loop, AL(cfg, messages), goes on until the model calls no tool. In order:
+the config schema (DEFAULTS); events and the plain view; config (flags, ./model.cfg over
+~/.bantam/model.cfg, BANTAM_<KEY>); the HTTP client (one keep-alive connection, Fibonacci
+retries, SSE); the tools (TOOLS); the agentic loop, AL; sessions (a file per conversation,
+saved at every step); the commands (COMMANDS), the REPL and main.
 
-The sections, in reading order:
-  constants and the config schema (DEFAULTS)
-  events and views       everything a run reports is one event; views print them
-  config                 model.cfg, BANTAM_<KEY>, flags; what a folder may set before it is trusted
-  sessions               one file per conversation, saved at every step
-  the HTTP client        one keep-alive connection (HTTP(S) or SOCKS5 proxy), retries, SSE
-  the tools              shell_exec, run_subagent (and read, write); the TOOLS table
-  the agentic loop       AL
-  approvals and budgets  what may run (approve, allow, deny) and what a turn may spend
-  usage and compaction   the context window, the token line, summaries
-  settings               /cfg writes one key=value line back, keeping the rest of the file
-  commands               /save, /load, /cfg, /skill ... : the COMMANDS table
-  Markdown               the reply rendered line by line for a terminal
-  the terminal view      rendered answers, readable tool calls, live tool output
-  the REPL and main      interactive mode, !commands, batch mode, the command line
+Part II makes it a daily tool: providers' quirks; the transport (proxies, SOCKS5, waiting);
+trust and secrets; the sandbox; the file tools; approvals and budgets; the context window
+and compaction; sessions kept tidy; settings and more commands; Markdown; the terminal view;
+the REPL at a terminal; the command line; replay. It joins Part I only through the tables it
+extends (DEFAULTS, CHOICES, POSITIVE, PARSERS, TOOLS, COMMANDS, EVENTS, PLAIN, VIEWS, FLAGS,
+HELP) and the eight hooks it fills, HOOKS, whose contracts are listed where they are defined.
 
 Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
         bantam --help        every option
 """
-import _thread
 import json
 import os
 import re
-import stat
 import sys
 import time
-import unicodedata
 
 VERSION = "1.2.0"
 USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
 
-# The config schema: every key with its default. Values from model.cfg, BANTAM_<KEY> or
-# --set are parsed by the default's type (bool, int, float, list of seconds, JSON object,
-# string); CHOICES lists the allowed words of a few string keys.
+# The config schema: every key Part I uses, with its default (Part II adds its own). Values
+# from model.cfg, BANTAM_<KEY> or a flag are parsed by the default's type; CHOICES lists the
+# words a key allows, POSITIVE the numbers that must be above 0.
 DEFAULTS = {
     "endpoint": "https://api.openai.com/v1",  # base URL of an OpenAI-compatible API
     "model": "gpt-4o",
     "temperature": 0.7,
     "api_key": "",                 # Bearer token; else BANTAM_API_KEY, else OPENAI_API_KEY
-    "headers": {},                 # extra request headers, a JSON object: {"api-key": "..."} (secret)
     "stream": True,                # stream the reply as it is generated (SSE)
     "color": "auto",               # auto (when a terminal) | always | never
-    "timeout": 60.0,               # seconds to connect, and between reads once a reply flows
+    "timeout": 60.0,               # seconds to connect, and between bytes once a reply flows
     "first_byte_timeout": 300.0,   # seconds to wait for a reply to begin (a model may think long)
     "shell_timeout": 120.0,        # seconds before a shell_exec command's group is killed
     "max_al_iterations": 1000,     # model calls per AL() before it stops
     "backoff": [1.0, 1.0, 2.0, 3.0, 5.0],  # seconds before each retry (Fibonacci)
-    "max_tool_res": 65536,         # bytes of a tool result sent whole; more is offloaded
-    "context_window": 262144,      # tokens, when the server does not say
-    "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
-    "max_reasoning": 262144,       # characters of a reply's reasoning shown, kept and sent back
-    "text_tool_calls": False,      # run a reply that is only a tool call written as text
-    "trace_file": "",              # append every event as a JSON line to this file
-    "render": "auto",              # Markdown and live tool output: auto (on a terminal) | always | never
-    "tool_lines": 10,              # lines of a command's output shown on screen (0: a screenful)
-    "tools": "shell_exec,run_subagent",  # the tools offered to the model (also: read, write)
-    "bantam_tools_dir": "",        # a folder of helper scripts, named in the system prompt
-    "bantam_skills_dir": "",       # a folder of skills (<name>/SKILL.md), named in the system prompt
-    "shell_env_exclude": "*KEY*,*SECRET*,*TOKEN*,*PASSWORD*",  # variables kept from commands
-                                   # (none: all pass but bantam's own secrets)
-    "shell_env_keep": "",          # variables passed to commands all the same: GITHUB_TOKEN,...
-    "project_instructions": True,  # add this folder's AGENTS.md to the system prompt
-    "usage": True,                 # the token line on stderr after each turn
-    # the leash (see "Approvals and budgets"): what may run, and what a turn may spend
-    "approve": "auto",             # commands, writes: auto (run them) | ask (REPL asks) | deny
-    "allow": "",                   # comma-separated patterns that run unasked: commands, write:PATH
-    "deny": "",                    # ... that never run (deny wins over allow, allow over approve)
-    "sandbox": "off",              # off | workspace (commands write here and in temp) | read-only
-    "sandbox_network": True,       # false: commands get no sockets (Landlock ABI 4+)
-    "max_turn_tokens": 0,          # prompt + completion tokens per turn, subagents included (0: no limit)
-    "max_turn_seconds": 0.0,       # wall-clock seconds per turn (0: no limit)
-    "max_cost": 0.0,               # dollars per turn, from the prices below (0: no limit)
-    "price_in": 0.0,               # dollars per million prompt tokens
-    "price_out": 0.0,              # dollars per million completion tokens
-    "price_cached": 0.0,           # dollars per million cached prompt tokens (0: price_in)
-    "max_identical_calls": 3,      # same call and result this many times in a row: stop (0: off)
-    "max_calls_per_reply": 64,     # tool calls of a reply that run; the rest are answered "not run"
-    "max_repair_calls": 3,         # per turn: nudges after an empty reply, and the final-answer call
-    "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
-    "keep_sessions": 1000,         # conversations with ids bantam made up kept; older go (0: all)
+    "max_tool_res": 65536,         # bytes of a tool result sent whole; more is cut (head, tail)
 }
-CHOICES = {"color": ("auto", "always", "never"), "render": ("auto", "always", "never"),
-           "approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only")}
-POSITIVE = {"max_al_iterations", "max_tool_res", "context_window", "max_calls_per_reply"}   # not 0
-
-RETRY_STATUSES = {408, 409, 429}       # plus every 5xx
-MAX_SERVER_WAIT = 60.0                 # a longer Retry-After fails the turn instead
-DRAIN_SECONDS = 0.25                   # read output this long after the shell exits
-DRAIN_REPLY = 2.0                      # seconds to read the rest of a reply after [DONE]
-FLUSH_EVERY = 0.02                     # seconds between flushes of streamed text to a pipe
-SPILL_LIMIT = 1 << 30                  # bytes of tool output kept on disk at most
-MAX_ARGUMENTS = 1 << 20                # characters of tool-call arguments a reply keeps (then: cut)
-COMPACT_AT = 0.60                      # offer /compact at this share of the context window
-MAX_SUBAGENT_DEPTH = 4                 # subagents of subagents... at most this deep
+CHOICES = {"color": ("auto", "always", "never")}
+POSITIVE = {"max_al_iterations", "max_tool_res"}
+PARSERS = {}   # key -> function(value, where): a key's own check, after its type's (Part II's)
+RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
+MAX_SERVER_WAIT = 60.0             # a longer wait asked for by the server fails the turn
+DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
+FLUSH_EVERY = 0.02                 # seconds between flushes of streamed text to a pipe
+SPILL_LIMIT = 1 << 30              # bytes of a command's output kept on disk at most
+MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
-BUDGET_EXIT = 3                        # batch mode's exit status when a budget stopped the turn
-
 DEFAULT_SYSTEM = """\
 You are Bantam, a command-line AI agent working on the user's machine.
 
@@ -119,27 +71,39 @@ use non-interactive flags instead. Long outputs are cut: read big files in parts
 When you are done, say briefly what you did and what you found.
 """
 
-# What servers say when the prompt does not fit the model's context window.
-OVERFLOW_PATTERNS = re.compile(
-    r"context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
-    r"|exceeds the available context|greater than the context length|prompt is too long"
-    r"|input token count.*exceeds|exceeds the maximum number of tokens|reduce the length of the"
-    r"|longer than the maximum model length|context length is only|maximum prompt length"
-    r"|too large for model with|input is too long|token limit exceeded|too many tokens", re.I)
-# What servers say when the money, not the rate, has run out: retrying cannot help.
-QUOTA_PATTERNS = re.compile(
-    r"insufficient_quota|exceeded your current quota|check your plan and billing"
-    r"|credit balance is too low|insufficient (?:credits|balance)", re.I)
-# What strict servers say about an assistant message with neither content nor tool calls.
-EMPTY_ASSISTANT_PATTERNS = re.compile(
-    r"content or tool_calls must be set|either content or tool_calls|must have non-empty content"
-    r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
+# The hooks: the only places where Part II acts inside Part I. Each is a list of functions
+# that Part II appends to (empty: Part I alone); hooked() and first() call them.
+HOOKS = {
+    "start": [],    # start(convo, args): before the first prompt; an exit status, or None
+    "turn": [],     # turn(convo, prompt, go): around one user turn, which go(prompt) runs
+    "connect": [],  # connect(cfg): the http.client connection to the endpoint, or None
+    "request": [],  # request(cfg, messages, body, error=None): the body to send; after a
+                    #   failure (error), True when dealt with (ask again now); kind put right
+    "delta": [],    # delta(cfg, reply, delta): a delta before it is merged, {} after a read
+                    #   without output, None when the reply ended
+    "tool": [],     # tool(cfg, call, args, result=None): before a tool runs, the args or a
+                    #   refusal text; after (result: its text), the result the model reads
+    "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
+    "step": [],     # step(cfg, messages, calls): after a step (calls None: at
+                    #   max_al_iterations; an ApiError: the reply failed); True stops AL
+}
 
-# What this process has learned about the servers it talks to: context windows by (endpoint,
-# model), fixes their errors taught ((endpoint, model, fix): see FIXES). Facts about a
-# server hold for every run, so they are shared on purpose (a learned fix spares each later
-# run a refused request); what a run has said once lives in the run (see note_once).
-LEARNED = {"windows": {}, "fixes": set()}
+
+def hooked(name, value, *args):
+    """value passed through hook name's functions, f(*args, value), each getting what the
+    one before returned."""
+    for function in HOOKS[name]:
+        value = function(*args + (value,))
+    return value
+
+
+def first(name, *args):
+    """The first result of hook name's functions that is not None or False."""
+    for function in HOOKS[name]:
+        result = function(*args)
+        if result is not None and result is not False:   # (0 is an exit status)
+            return result
+    return None
 
 
 class BantamError(Exception):
@@ -158,131 +122,80 @@ class OutputClosed(BantamError):
 
 
 class ApiError(BantamError):
-    """A failed model request. kind: retry|fatal|overflow|empty_assistant|bad_request|budget."""
+    """A failed model request. kind: retry (waiting may help), fatal, or one of Part II's
+    (overflow, bad_request, budget...); body: the server's answer; headers: its headers."""
 
-    def __init__(self, message, kind="fatal", status=None, wait=None, body=""):
+    def __init__(self, message, kind="fatal", status=None, body="", headers=None):
         BantamError.__init__(self, message)
-        self.kind, self.status, self.wait, self.body = kind, status, wait, body
+        self.kind, self.status, self.body, self.headers = kind, status, body, headers or {}
 
     @property
     def exit_code(self):
-        """1 when retrying later may work (it failed after its retries), else 2 (a wrong key,
-        endpoint or model, a rejected request, a full context: the same run fails again)."""
+        """1 when retrying later may work (it failed after its retries), else 2."""
         return 1 if self.kind == "retry" else 2
 
 
 # ----------------------------------------------------------------------------------------
-# Events and views: everything a run reports is one event (a dict) passed to one function;
-# a view turns events into output. The plain view prints the spec's traces; the JSONL view
-# prints the events themselves; a library caller may pass its own function.
+# Events and the plain view: everything a run reports is one event, {"type", "t", "depth",
+# ...fields}, passed to one function, the run's sink; a view turns events into output.
 # ----------------------------------------------------------------------------------------
 
 STARTED = time.monotonic()   # events carry "t": seconds since the process started
-# The event types and their fields, besides type, t and depth (the README's table says more).
-EVENTS = {
-    "start": "version model mode session time", "prompt": "text session",
-    "turn_start": "messages", "request": "model messages stream", "waiting": "seconds",
-    "reasoning": "text", "text": "text", "reply_end": "finish", "reply": "message quiet",
-    "usage": "model prompt_tokens cached_tokens completion_tokens estimated quiet seconds "
-             "first_output cost",
-    "message": "message", "tool_call": "id name arguments",
-    "approval": "id tool command path decision rule reason edited",
-    "tool_output": "text", "tool_progress": "seconds", "tool_result": "id name content ok",
-    "retry": "error attempt of wait", "discarded": "error", "note": "text level",
-    "error": "message", "output": "text", "compaction": "before after kept_prompt",
-    "budget_stop": "reason limit used",
-    "context": "model prompt_tokens cached_tokens completion_tokens estimated window share "
-               "cost session_cost",
-    "turn_end": "status error",
-}
+EVENTS = {   # every type of event and its fields (Part II adds its own): the README's schema
+    "start": "version model mode session time", "prompt": "text session", "turn_start":
+    "messages", "request": "model messages stream", "reasoning": "text", "text": "text",
+    "reply_end": "finish", "reply": "message quiet", "message": "message", "tool_call":
+    "id name arguments", "tool_output": "text", "tool_progress": "seconds", "tool_result":
+    "id name content ok", "retry": "error attempt of wait", "note": "text level",
+    "output": "text", "error": "message", "turn_end": "status error", "compaction":
+    "before after kept_prompt", "resumed": "session messages ago prompt answer"}
 
 
 def emit(cfg, kind, **fields):
-    """Pass one event to the run's sink: {"type": kind, "t": seconds, "depth": subagent
-    level, ...fields}. Text in events is already safe to show (secrets replaced). Outside a
-    run, and before cfg has a sink, a plain view of its own shows it."""
+    """Pass one event to the run's sink (outside a run: a plain view). Text in events is
+    already safe to show: secrets are replaced."""
     run = cfg.get("run") or {}
-    event = {"type": kind, "t": round(time.monotonic() - STARTED, 3), "depth": run.get("depth", 0)}
+    event = dict(type=kind, t=round(time.monotonic() - STARTED, 3), depth=run.get("depth", 0))
     event.update(fields)
     (run.get("emit") or plain_view(cfg))(event)
 
 
 def note(cfg, text, level="error"):
-    """A one-line diagnostic (an error, a retry, a warning, a hint) as a "note" event."""
-    emit(cfg, "note", text=redact_all(cfg, text), level=level)
+    """A one-line diagnostic on stderr: an error, a retry, a warning, a hint (info)."""
+    emit(cfg, "note", text=redact(cfg, text), level=level)
+
+
+def note_once(cfg, key, text, level="warning"):
+    """A note said once a turn (a broken server must not flood the screen); outside a
+    turn, each time."""
+    said = (cfg.get("run") or {}).get("said", set())
+    if key not in said:
+        said.add(key)
+        note(cfg, text, level)
 
 
 def show(cfg, text):
-    """A command's output, made terminal-safe, as an "output" event (shown on stdout)."""
-    emit(cfg, "output", text=terminal_safe(text))
-
-
-# Control characters a terminal would act on (ESC, OSC, BEL, C1 CSI...): shown, never obeyed.
-TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# Invisible and format characters that can hide instructions from a human reader: tag
-# characters, bidi overrides and isolates, zero-width and joiner characters, variation
-# selectors, other non-printables. Removed from tool arguments and results (tab and newline kept).
-INVISIBLE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
-    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
-    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
-ODD_SPACES = re.compile("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
-SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def visible(match):
-    """How one unsafe control character is shown: ^[ for ESC, nothing for CR and BEL."""
-    code = ord(match.group())
-    if code in (0x0d, 0x07):
-        return ""
-    if code < 0x20:
-        return "^" + chr(code + 64)
-    return "^?" if code == 0x7f else "\\x%02x" % code
+    """A command's output on stdout."""
+    emit(cfg, "output", text=redact(cfg, text))
 
 
 def terminal_safe(text):
-    """Text with every control character except tab and newline made harmless."""
-    return TERMINAL_UNSAFE.sub(visible, text)
-
-
-def clean_for_model(text):
-    """Text without invisible or format characters (prompt-injection filter)."""
-    return ODD_SPACES.sub(" ", INVISIBLE.sub("", text))
-
-
-def join_surrogates(text):
-    """Text with UTF-16 surrogate halves joined into the characters they encode (JSON's
-    "\\ud83d\\ude00" is one emoji); a lone half becomes U+FFFD, which UTF-8 can store."""
-    if not SURROGATES.search(text):
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    """Text with the control characters a terminal would obey (ESC, BEL...) shown instead:
+    ^[ for ESC, nothing for CR and BEL; tab and newline stay."""
+    return re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda m: "" if m.group() in "\r\a" else
+                  "^" + chr(ord(m.group()) + 64) if m.group() < " " else "^?" if
+                  m.group() == "\x7f" else "\\x%02x" % ord(m.group()), text)
 
 
 def secrets_of(cfg):
-    """The values never to print or save: the API key, the values of the extra headers, the
-    credentials inside the endpoint URL, and the keys bantam found but does not send."""
-    key, url = cfg.get("api_key") or "", cfg.get("endpoint") or ""
-    withheld = cfg.get("sources", {}).get("withheld", [])
-    if not cfg.get("headers") and not withheld and "@" not in url and "?" not in url:
-        return [key] if len(key) >= 4 else []   # the usual case, made cheap
-    values = [key] + [str(v) for v in cfg.get("headers", {}).values()] + withheld
-    return sorted({v for v in values + url_secrets(url) if len(v) >= 4}, key=len, reverse=True)
+    """The values never to show or save: the API key, the headers' values and the run's
+    other secrets (Part II adds them)."""
+    found = [cfg.get("api_key") or ""] + list((cfg.get("headers") or {}).values()) + (
+        cfg.get("run") or {}).get("secrets", [])
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 
-def url_secrets(url):
-    """The credentials inside a URL: the password of user:password@, and the values of query
-    parameters named like key, token, secret, password, sig or auth (?key=...)."""
-    from urllib.parse import urlsplit
-    try:
-        parts = urlsplit(url)
-    except ValueError:   # "http://[::1": not a URL a request could go to
-        return []
-    named = [pair.partition("=") for pair in parts.query.split("&")]
-    return [parts.password or ""] + [value for name, _, value in named
-                                     if re.search("key|token|secret|pass|sig|auth", name, re.I)]
-
-
-def redact_all(cfg, text):
+def redact(cfg, text):
     """Text with every secret of cfg replaced by ***."""
     for secret in secrets_of(cfg):
         text = text.replace(secret, "***")
@@ -290,105 +203,80 @@ def redact_all(cfg, text):
 
 
 def stream_piece(cfg, held, text):
-    """The part of a streamed piece that can be shown now, and what to hold back: a tail
-    that may begin a secret (a model that read the key must not print it, even split across
-    chunks), or the first UTF-16 half of a character whose second half is still to come."""
-    text = held + text
-    secrets = secrets_of(cfg)
-    if not secrets and not "\ud800" <= text[-1:] <= "\udfff":
-        return text, ""   # the hot path
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    keep = 1 if "\ud800" <= text[-1:] <= "\udbff" else 0
-    for secret in secrets:
-        if secret[0] in text[-len(secret):]:
-            keep = max(keep, next((n for n in range(min(len(secret) - 1, len(text)), 0, -1)
-                                   if text.endswith(secret[:n])), 0))
+    """(what of held + text can be shown now, what to hold back): a tail that may begin a
+    secret waits for the next piece (a model that read the key must not print it)."""
+    text = redact(cfg, held + text)
+    keep = 1 if "\ud800" <= text[-1:] <= "\udbff" else 0   # half a character: the rest follows
+    for secret in secrets_of(cfg):
+        keep = max([keep] + [n for n in range(min(len(secret) - 1, len(text)), 0, -1)
+                             if text.endswith(secret[:n])][:1])
     return join_surrogates(text[:len(text) - keep]), text[len(text) - keep:]
 
 
-# The plain view: the spec's output. The answer and the traces on stdout, reasoning between
-# markers, a subagent's output behind a rail; diagnostics on stderr. Colors when wanted.
-COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m",
-          "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m",
-          "dim": "\033[2m"}
+COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m", "dim": "\033[2m",
+          "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m"}
 RESET = "\033[0m"
 
 
 def color_wanted(cfg, stream):
-    """Whether to color this stream: the color key, NO_COLOR and whether it is a terminal."""
-    mode = cfg.get("color", "auto")
-    if mode == "never" or os.environ.get("NO_COLOR") or os.environ.get("BANTAM_NO_COLOR"):
+    """Whether to color a stream: the color key, NO_COLOR, and whether it is a terminal."""
+    if cfg.get("color") == "never" or os.environ.get("NO_COLOR") or os.environ.get(
+            "BANTAM_NO_COLOR"):
         return False
-    return mode == "always" or stream.isatty()
+    return cfg.get("color") == "always" or stream.isatty()
 
 
-def plain_view(cfg, handlers=None):
-    """A view: a function passing each event to handlers[its type] (PLAIN unless given) with
-    the view's state: stdout for the conversation, stderr for diagnostics, what is open."""
-    out, err = sys.stdout, sys.stderr
-    state = {"out": out, "err": err, "color": color_wanted(cfg, out),
-             "err_color": color_wanted(cfg, err), "tty": out.isatty(), "bol": True,
-             "block": None, "status": False, "flushed": 0.0, "depth": 0, "cfg": cfg,
-             "md": None, "tool": None, "tool_lines": cfg.get("tool_lines") or 0}
-    handlers = handlers or PLAIN
-
-    def view(event):
-        handler = handlers.get(event["type"])
-        if handler:
-            handler(state, event)
-    return view
+def plain_view(cfg, handlers=None, out=None, err=None, **more):
+    """A view printing the spec's traces: the answer, the traces and the commands' output on
+    out (stdout), diagnostics on err (stderr); colors when wanted (color, NO_COLOR, a tty).
+    Another view passes its handlers and the state they keep besides (more)."""
+    out, err, handlers = out or sys.stdout, err or sys.stderr, handlers or PLAIN
+    state = {"out": out, "err": err, "color": color_wanted(cfg, out), "depth": 0,
+             "err_color": color_wanted(cfg, err),
+             "tty": out.isatty(), "bol": True, "block": None, "status": 0, "flushed": 0.0,
+             "cfg": cfg, **more}
+    return lambda event: handlers.get(event["type"], lambda *_: None)(state, event)
 
 
 def write(state, text, style=None, depth=0, raw=False):
-    """Write conversation text (terminal-safe unless raw), behind the rail at a subagent's
-    depth, colored; the status line is cleared first."""
+    """Conversation text on out: terminal-safe (unless raw), a subagent's behind a rail,
+    colored; the status line is cleared first."""
     if state["status"]:
         clear_status(state)
-    if not raw:
-        text = terminal_safe(text)
-    if not text:
-        return
-    if depth != state["depth"]:
-        if not state["bol"]:
-            text = "\n" + text
-        state["depth"] = depth
-    if depth:
-        pad = "  \u2502 " * depth   # a subagent's output is set apart by a rail
+    text = text if raw else terminal_safe(text)
+    if text and depth != state["depth"]:
+        text, state["depth"] = ("" if state["bol"] else "\n") + text, depth
+    if text and depth:
+        pad = "  \u2502 " * depth
         text = (pad if state["bol"] else "") + text.replace("\n", "\n" + pad)
-        if text.endswith(pad):
-            text = text[:-len(pad)]
-    state["bol"] = text.endswith("\n")
+        text = text[:-len(pad)] if text.endswith(pad) else text
+    if text:
+        state["bol"] = text.endswith("\n")
+        guarded(state, "out", COLORS[style] + text + RESET if style and state["color"] else text)
+
+
+def guarded(state, stream, text, flush=False):
+    """Write to a view's stream: a reader gone (a closed pipe) stops the run, a terminal gone
+    (a hang-up) sends the rest to /dev/null."""
     try:
-        state["out"].write(COLORS[style] + text + RESET if style and state["color"] else text)
+        state[stream].write(text)
+        if flush:
+            state[stream].flush()
     except BrokenPipeError:
-        stdout_closed()
-    except OSError:   # the terminal is gone (a hang-up): the run goes on, unseen
-        terminal_gone(state)
+        if stream == "err":
+            return
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise OutputClosed("")
+    except OSError:
+        state["out"] = state["err"] = open(os.devnull, "w")
 
 
 def flush_out(state, now=False):
-    """Flush the conversation stream: a terminal at once, a pipe at most every FLUSH_EVERY s."""
+    """Flush out: a terminal at once, a pipe at most every FLUSH_EVERY seconds."""
     clock = time.monotonic()
     if now or state["tty"] or clock - state["flushed"] >= FLUSH_EVERY:
-        try:
-            state["out"].flush()
-        except BrokenPipeError:
-            stdout_closed()
-        except OSError:
-            terminal_gone(state)
+        guarded(state, "out", "", flush=True)
         state["flushed"] = clock
-
-
-def stdout_closed():
-    """Send the rest of stdout to /dev/null (so later writes are harmless) and stop the run."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    raise OutputClosed("")
-
-
-def terminal_gone(state):
-    """Send the rest of the view's output to /dev/null (writes to a hung-up terminal fail)."""
-    state["out"], state["err"] = open(os.devnull, "w"), open(os.devnull, "w")
 
 
 def end_line(state, depth=None):
@@ -398,203 +286,113 @@ def end_line(state, depth=None):
 
 
 def close_block(state, event):
-    """End the reasoning block and the answer line, if open."""
+    """End the reasoning block (its closing marker) or the answer's line, if one is open."""
+    if state["block"]:
+        end_line(state, event["depth"])
     if state["block"] == "reasoning":
-        end_line(state, event["depth"])
         write(state, "--- reasoning end ---\n", "marker", event["depth"])
-    elif state["block"] == "text":
-        end_line(state, event["depth"])
     state["block"] = None
 
 
-def show_status(state, event):
-    """...requesting... until the model answers (terminal with color only); "... 3 s" after 2 s."""
-    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        waited = " %d s" % event["seconds"] if event.get("seconds", 0) >= 2 else ""
-        state["out"].write("\r" + COLORS["status"] + "...requesting..." + waited + RESET)
-        state["out"].flush()
-        state["status"] = True
-
-
 def clear_status(state):
-    """Erase the ...requesting... status line (or the rows of a preview: status is their count)."""
-    rows, state["status"] = int(state["status"]), False
+    """Erase the status line (or a preview's rows: status is their count)."""
+    rows, state["status"] = state["status"], 0
     state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
 
 
-def show_reasoning(state, event):
-    """A piece of reasoning, inside the reasoning markers."""
-    if state["block"] != "reasoning":
-        close_block(state, event)
-        end_line(state, event["depth"])
-        write(state, "--- reasoning start ---\n", "marker", event["depth"])
-        state["block"] = "reasoning"
-    write(state, event["text"], "reasoning", event["depth"])
-    flush_out(state)
+def show_status(state, event):
+    """...requesting... while the model has not answered (on a terminal, with color); the
+    seconds waited once there are 2 (an event of Part II's has them)."""
+    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
+        waited = " %d s" % event["seconds"] if event.get("seconds", 0) >= 2 else ""
+        guarded(state, "out", "\r" + COLORS["status"] + "...requesting..." + waited + RESET, True)
+        state["status"] = 1
 
 
-def show_text(state, event):
-    """A piece of the answer."""
-    if state["block"] != "text":
+def show_piece(state, event):
+    """A piece of the answer, or of reasoning inside the reasoning markers."""
+    if state["block"] != event["type"]:
         close_block(state, event)
-        state["block"] = "text"
-    write(state, event["text"], None, event["depth"])
+        if event["type"] == "reasoning":
+            end_line(state, event["depth"])
+            write(state, "--- reasoning start ---\n", "marker", event["depth"])
+        state["block"] = event["type"]
+    write(state, event["text"], event["type"] if event["type"] == "reasoning" else None,
+          event["depth"])
     flush_out(state)
 
 
 def show_reply_end(state, event):
-    """A model call ended (answered, failed or interrupted): close what it opened."""
+    """A model call ended (answered, failed, interrupted), or the turn: close what it opened."""
     if state["status"]:
         clear_status(state)
     close_block(state, event)
     flush_out(state, now=True)
 
 
-def show_discarded(state, event):
-    """[discarded: ...], dim, below the output of a reply that failed."""
-    end_line(state, event["depth"])
-    write(state, "[discarded: the reply above failed and is not kept]\n", "dim", event["depth"])
-    flush_out(state, now=True)
-
-
-def show_tool_call(state, event):
-    """[tool call: name(arguments)]"""
+def show_tool(state, event):
+    """[tool call: name(arguments)], or [tool result: name] and the result."""
     close_block(state, event)
     end_line(state, event["depth"])
-    text = "[tool call: %s(%s)]\n" % (event["name"], short_arguments(event))
-    write(state, text, "call", event["depth"])
+    if event["type"] == "tool_call":
+        write(state, "[tool call: %s(%s)]\n" % (event["name"], short_arguments(event)), "call",
+              event["depth"])
+    else:
+        write(state, "[tool result: %s]\n" % event["name"], "result", event["depth"])
+        write(state, event["content"] + "\n" * (not event["content"].endswith("\n")),
+              "body" if event["ok"] else "error", event["depth"])
     flush_out(state, now=True)
 
 
 def short_arguments(event):
-    """A tool call's arguments for the trace; a write's long content as its size only."""
-    if event["name"] not in ("write", "write_file") or len(event["arguments"]) < 400:
+    """A call's arguments for its trace: a long "content" (a file to write) as its size."""
+    if len(event["arguments"]) < 400 or '"content"' not in event["arguments"]:
         return event["arguments"]
     try:
         args = json.loads(event["arguments"])
         content = args["content"]
-        size = len(content.encode("utf-8", "replace"))
-        args["content"] = "<%d bytes, %d lines>" % (size, count_lines(content))
+        args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")),
+                                                    content.count("\n") + (content[-1:] != "\n"))
         return json.dumps(args, ensure_ascii=False)
     except (ValueError, KeyError, TypeError, AttributeError):
         return event["arguments"]
 
 
-def show_tool_result(state, event):
-    """[tool result: name] and the result."""
-    end_line(state, event["depth"])
-    write(state, "[tool result: %s]\n" % event["name"], "result", event["depth"])
-    text = event["content"] + ("" if event["content"].endswith("\n") else "\n")
-    write(state, text, "body" if event["ok"] else "error", event["depth"])
-    flush_out(state, now=True)
-
-
-def show_line(state, event):
-    """A note, a retry or an error: one line on stderr."""
-    text = {"note": "{text}", "retry": "[{error}; retry {attempt}/{of} in {wait:g}s]",
-            "error": "error: {message}"}[event["type"]].format(**event)
-    show_on_stderr(state, text, "dim" if event.get("level") == "info" else "error")
-
-
-def show_on_stderr(state, text, style):
-    """One line on stderr, after finishing the stdout line on a shared terminal."""
+def show_on_stderr(state, text, style="error"):
+    """One line on stderr (the stdout line finished first, on a shared terminal)."""
     if state["status"]:
         clear_status(state)
     if not state["bol"] and state["tty"]:
         end_line(state)
     flush_out(state, now=True)
-    paint = COLORS[style] if state["err_color"] else None
-    text = terminal_safe(text)
-    try:
-        state["err"].write((paint + text + RESET if paint else text) + "\n")
-        state["err"].flush()
-    except OSError:
-        terminal_gone(state)
-
-
-def show_context(state, event):
-    """The token line: [model: prompt (cached) + completion | context: used/window (share)]"""
-    if not state["cfg"].get("usage", True):
-        return
-    about = "~" if event["estimated"] else ""
-    cached, prompt = event["cached_tokens"], event["prompt_tokens"]
-    split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
-    cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
-        about, event["cost"], about, event["session_cost"])
-    show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]" % (
-        event["model"], about, prompt, split, about, event["completion_tokens"], about, prompt,
-        event["window"], event["share"] * 100, cost), "dim")
-
-
-def show_approval(state, event):
-    """[command refused (deny rm *)]: a decision about a call, unless approve=auto made it."""
-    if event["rule"] in ("approve=auto", "working folder"):
-        return
-    what = "command" if event["tool"] == "shell_exec" else event["tool"]
-    done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
-            "refuse": "refused"}[event["decision"]]
-    who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
-    why = ": " + event["reason"] if event["reason"] else ""
-    show_on_stderr(state, "[%s %s %s%s]" % (what, done, who, why), "dim")
-
-
-def show_turn_end(state, event):
-    """The turn ended: finish the line."""
-    if not event["depth"]:
-        close_block(state, event)
-        end_line(state, 0)
-        flush_out(state, now=True)
+    paint = COLORS[style] if state["err_color"] else ""
+    guarded(state, "err", paint + terminal_safe(text) + (RESET if paint else "") + "\n", True)
 
 
 def show_output(state, event):
-    """A command's output on stdout (terminal-safe already, and it may carry its own styles)."""
-    write(state, event["text"], raw=True)
+    """A command's output, as it is."""
+    end_line(state)
+    write(state, event["text"])
     flush_out(state, now=True)
 
 
-def show_problem(state, event):
-    """A note unless it is information only: -q shows only the problems."""
-    if event["level"] != "info":
-        show_line(state, event)
-
-
-PLAIN = {"request": show_status, "waiting": show_status, "reasoning": show_reasoning,
-         "text": show_text, "reply_end": show_reply_end, "discarded": show_discarded,
-         "tool_call": show_tool_call, "tool_result": show_tool_result, "approval": show_approval,
-         "note": show_line, "retry": show_line, "error": show_line, "context": show_context,
-         "turn_end": show_turn_end, "output": show_output}
-# -q's view: only the final answer (an output event) on stdout, only the problems on stderr.
-QUIET = {"error": show_line, "retry": show_line, "note": show_problem, "output": show_output}
-
-
-def jsonl_view(stream, cfg):
-    """A view writing each event as one JSON line, flushed at once, secrets replaced (those
-    of now: /cfg may set a new key)."""
-    encode = json.JSONEncoder(ensure_ascii=False).encode
-
-    def view(event):
-        line = redact_all(cfg, encode(event))
-        try:
-            stream.write(line + "\n")
-            stream.flush()
-        except BrokenPipeError:
-            stdout_closed()
-    return view
-
-
-def both(*views):
-    """A view passing each event to every view given (None ones left out)."""
-    views = [v for v in views if v]
-
-    def view(event):
-        for each in views:
-            each(event)
-    return view
+PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
+    "request": show_status, "reasoning": show_piece, "text": show_piece,
+    "reply_end": show_reply_end, "tool_call": show_tool, "tool_result": show_tool,
+    "output": show_output, "turn_end": lambda s, e: e["depth"] or show_reply_end(s, e),
+    "note": lambda s, e: show_on_stderr(s, e["text"], "dim" if e["level"] == "info" else "error"),
+    "error": lambda s, e: show_on_stderr(s, "error: " + e["message"]),
+    "retry": lambda s, e: show_on_stderr(s, "[%s; retry %d/%d in %gs]" % (
+        e["error"], e["attempt"], e["of"], e["wait"])),
+    "resumed": lambda s, e: show_output(s, dict(e, text="[continuing %s: %d messages, %s]\n%s%s" % (
+        e["session"], e["messages"], e["ago"], "you: %s\n" % e["prompt"] if e["prompt"] else "",
+        e["answer"] + "\n" if e["answer"] else "")))}
+VIEWS = {"plain": plain_view}   # views by name: view(cfg) (Part II adds its own)
 
 
 # ----------------------------------------------------------------------------------------
-# Config: flags, then model.cfg (key=value: the folder's over the user's), then BANTAM_<KEY>,
-# then DEFAULTS; what a folder may set before it is trusted; secrets kept from commands
+# Config: each key from the first layer that sets it: the flags, ./model.cfg, then
+# ~/.bantam/model.cfg (or --config FILE), BANTAM_<KEY>, DEFAULTS. Blank or '-' defers.
 # ----------------------------------------------------------------------------------------
 
 def bantam_home(*parts):
@@ -603,698 +401,1186 @@ def bantam_home(*parts):
 
 
 def write_private_file(path, data, exclusive=False, keep_mode=False):
-    """Replace path with data (text, bytes, or a function that writes to the open file: its
-    result is returned) in one step, a temp file fsynced then renamed: never a torn file. A
-    new file gets mode 0600; with keep_mode an existing file keeps its mode and a new one
-    gets 0666 - umask. With exclusive=True an existing path is not replaced (FileExistsError)."""
+    """Replace path with data (text, bytes, or a function writing to the open file: its
+    result is returned) in one step, a temp file fsynced, then renamed: never a torn file.
+    A new file gets mode 0600; with keep_mode an existing file keeps its mode and a new one
+    gets 0666 - umask. exclusive: an existing path is not replaced (FileExistsError)."""
     folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode) if keep_mode else None
-    except FileNotFoundError:
-        mode = None
+    mode = os.stat(path).st_mode & 0o7777 if keep_mode and os.path.exists(path) else None
     temp = os.path.join(folder, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)   # no CRLF on Windows
-    fd = os.open(temp, flags, 0o666 if keep_mode and mode is None else 0o600)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if keep_mode else 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
-            if isinstance(data, str):
-                data = data.encode("utf-8", "replace")   # a lone surrogate: '?'
+            data = data.encode("utf-8", "replace") if isinstance(data, str) else data
             result = data(f) if callable(data) else f.write(data)
             f.flush()
             os.fsync(f.fileno())   # the data is on disk before the name points at it
         if mode is not None:
             os.chmod(temp, mode)
-        if exclusive:
-            os.link(temp, path)   # fails if path exists, unlike rename
-            os.unlink(temp)
-        else:
-            os.replace(temp, path)
+        os.link(temp, path) if exclusive else os.replace(temp, path)   # link: fails if it exists
         return result
-    except BaseException:
-        try:
+    finally:
+        if os.path.exists(temp):
             os.unlink(temp)
-        except OSError:
-            pass
-        raise
-
-
-def remove_stale_temp_files(folder, age=60):
-    """Delete temp files of writes killed mid-way (SIGKILL leaves them behind)."""
-    now = time.time()
-    for name in os.listdir(folder):
-        if name.startswith(".") and name.endswith(".tmp"):
-            try:
-                if now - os.stat(os.path.join(folder, name)).st_mtime > age:
-                    os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
-
-
-INLINE_COMMENT = re.compile(r"\s+#.*$")   # "key=value  # note"
 
 
 def read_key_values(path):
-    """The key=value lines of a config file as {key: (value, 'file:line')} (a later line of a
-    key wins); warns on unknown keys."""
-    values = {}
+    """The key=value lines of a config file: {key: (value, "path:line")}."""
     try:
         with open(path, encoding="utf-8-sig") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("%s: cannot read config: %s" % (path, getattr(e, "strerror", None) or e))
+        raise ConfigError("%s: cannot read config: %s" % (path, getattr(e, "strerror", 0) or e))
+    values = {}
     for number, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
+        key, sep, value = line.strip().partition("=")
+        key, where = key.strip().lower(), "%s:%d" % (path, number)
+        if not line.strip() or line.strip().startswith("#"):
             continue
-        where = "%s:%d" % (path, number)
-        key, sep, value = line.partition("=")
-        key = key.strip().lower()
         if not sep or not key:
-            raise ConfigError("%s: expected key=value, got %r" % (where, line[:60]))
+            raise ConfigError("%s: expected key=value, got %r" % (where, line.strip()[:60]))
         if key not in DEFAULTS:
-            note({}, "%s: unknown config key %r (ignored)%s"
-                 % (where, key, did_you_mean(key, DEFAULTS)), "warning")
+            import difflib
+            close = difflib.get_close_matches(key, DEFAULTS, n=1, cutoff=0.6)
+            note({}, "%s: unknown config key %r (ignored)%s" % (
+                where, key, "; did you mean %s?" % close[0] if close else ""), "warning")
             continue
-        values[key] = (INLINE_COMMENT.sub("", value).strip(), where)
+        values[key] = (re.sub(r"\s+#.*$", "", value).strip(), where)   # "key=value  # note"
     return values
 
 
 def parse_value(key, raw, where):
-    """raw parsed by the type of DEFAULTS[key]; a clear ConfigError naming where otherwise."""
+    """raw parsed by the type of DEFAULTS[key]; a ConfigError naming where otherwise."""
     default = DEFAULTS[key]
+    kind = type(default).__name__
     try:
-        if isinstance(default, bool):
-            low = raw.lower()
-            if low not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        if kind == "bool":
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
                 raise ValueError("expected true or false")
-            return low in ("true", "1", "yes", "on")
-        if isinstance(default, int):
-            value = int(raw)
-            if value < (1 if key in POSITIVE else 0):
-                raise ValueError("expected a whole number " + (
-                    "above 0" if key in POSITIVE else "of 0 or more"))
+            return raw.lower() in ("true", "1", "yes", "on")
+        if kind in ("int", "float"):
+            value = type(default)(raw)
+            if value < (key in POSITIVE) or value != value:
+                raise ValueError("expected a %s %s" % ("whole number" if kind == "int" else
+                                 "number", "above 0" if key in POSITIVE else "of 0 or more"))
             return value
-        if isinstance(default, float):
-            value = float(raw)
-            if value < 0 or value != value:
-                raise ValueError("expected a number of 0 or more")
-            return value
-        if isinstance(default, list):
+        if kind == "list":
             value = [float(part) for part in raw.split(",") if part.strip()]
             if any(v < 0 for v in value):
                 raise ValueError("expected seconds of 0 or more")
             return value
-        if isinstance(default, dict):
+        if kind == "dict":
             value = json.loads(raw)
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ValueError("expected a JSON object of strings, like {\"api-key\": \"...\"}")
+                raise ValueError('expected a JSON object of strings, like {"api-key": "..."}')
             return value
     except ValueError as e:
-        reason = str(e) if str(e).startswith("expected") else "expected a %s" % (
-            "whole number" if isinstance(default, int) else
-            "comma-separated list of seconds" if isinstance(default, list) else
-            "JSON object of strings" if isinstance(default, dict) else "number")
-        raise ConfigError("%s: %s: %s, got %r" % (where, key, reason, raw))
-    if key == "endpoint":
-        return normal_endpoint(raw, where)
-    if key == "tools":
-        return check_tool_names(raw, where)
+        raise ConfigError("%s: %s: %s, got %r" % (where, key, str(e) if str(e).startswith(
+            "expected") else "expected a %s" % {"int": "whole number", "dict": "JSON object of "
+            "strings", "list": "comma-separated list of seconds"}.get(kind, "number"), raw))
     if key in CHOICES and raw.lower() not in CHOICES[key]:
-        raise ConfigError("%s: %s: expected one of %s, got %r"
-                          % (where, key, ", ".join(CHOICES[key]), raw))
-    return raw.lower() if key in CHOICES else raw
-
-
-# What a folder's own ./model.cfg may set: a cloned repository is not the user. The keys of
-# NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes): they come from the
-# user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>) or a folder the
-# user trusts. The leash only tightens across layers: deny is joined from every layer, and
-# the strictest value of STRICTER keys wins, unless a flag sets it. The rest is harmless.
-NEEDS_TRUST = {   # key: what it decides (the trust question says it)
-    "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
-    "headers": "sent to the model's server", "allow": "commands that run without asking",
-    "tools": "what the model may use", "bantam_tools_dir": "scripts offered to the model",
-    "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
-    "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
-LOOSEST_FIRST = {"approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only"),
-                 "sandbox_network": (True, False)}
-STRICTER = set(LOOSEST_FIRST) | {"max_al_iterations", "max_turn_tokens", "max_turn_seconds",
-                                 "max_cost", "max_identical_calls"}   # budgets: 0 is no limit
-SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
-
-
-def strictness(key, value):
-    """How strict a value of a STRICTER key is (higher is stricter)."""
-    if key in LOOSEST_FIRST:
-        return LOOSEST_FIRST[key].index(value) if value in LOOSEST_FIRST[key] else 0
-    return -value if value else float("-inf")
-
-
-def normal_endpoint(url, where):
-    """The endpoint without a trailing / or /chat/completions (bantam adds it: cut, saying so);
-    a ConfigError naming where when it is not an http(s) URL with a host and a numeric port."""
-    base = url.rstrip("/")
-    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", base, count=1)
-    if cut != base:
-        note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
-             "warning")
-    if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
-        raise ConfigError("%s: endpoint: expected an http:// or https:// URL with a host (and "
-                          "a port number after a ':'), got %r" % (where, url))
-    return cut
-
-
-def load_config(overrides=None, config_file=None, env=None, trust=None):
-    """The configuration, a plain dict: each key of DEFAULTS from the first layer that sets
-    it: overrides (the flags; strings are parsed like the file's values), --config FILE
-    (else this folder's model.cfg over ~/.bantam/model.cfg), BANTAM_<KEY>, the default.
-    trust: None (as remembered, or BANTAM_TRUST=1), True, or False (the folder may only
-    tighten): see NEEDS_TRUST. cfg["sources"] says where each came from ("flag",
-    "path:line", a variable, "default") and holds the config's other facts: config_file,
-    folder_config, untrusted ({key: (value, "path:line")} that need trust), withheld (the
-    environment's secrets not sent), base_system_prompt (without add_prompt_extras)."""
-    env = os.environ if env is None else env
-    overrides = overrides or {}
-    for key in overrides:
-        if key not in DEFAULTS:
-            raise ConfigError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
-    if config_file and not os.path.isfile(config_file):
-        raise ConfigError("%s: no such config file" % config_file)
-    own_file, folder_path = config_file or bantam_home("model.cfg"), os.path.abspath("model.cfg")
-    if config_file or not os.path.isfile(folder_path) or (
-            os.path.isfile(own_file) and os.path.samefile(folder_path, own_file)):
-        folder_path = None   # --config, no folder file, or the folder is ~/.bantam itself
-    environ = {}
-    for key in DEFAULTS:
-        for name in (env_name(key), "OPENAI_API_KEY") if key == "api_key" else (env_name(key),):
-            if env.get(name):
-                environ[key] = (env[name], name)
-                break
-    layers = [("flag", {key: (value, "flag") for key, value in overrides.items()}),
-              ("folder", read_key_values(folder_path) if folder_path else {}),
-              ("own", read_key_values(own_file) if os.path.isfile(own_file) else {}),
-              ("own", environ)]
-    trusted = trust if trust is not None else bool(folder_path) and (
-        env.get("BANTAM_TRUST") == "1" or folder_trusted() is True)
-    cfg, sources, untrusted = {}, {}, {}
-    for key in DEFAULTS:
-        found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
-                 for kind, layer in layers for raw, where in [layer.get(key, ("", ""))]
-                 if raw not in ("", "-")]   # blank or '-' defers to the next layer
-        own = [f for f in found if f[0] != "folder"]
-        if found and found[0][0] == "folder" and key in NEEDS_TRUST and not trusted:
-            if found[0][1] != (own[0][1] if own else DEFAULTS[key]):
-                untrusted[key] = found[0][1:]
-            found = own
-        elif trust is False and key not in STRICTER and key != "deny":
-            found = own   # the user said no: only what tightens the leash is taken from the folder
-        if key == "deny" and found:
-            cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
-        elif found:
-            if key in STRICTER and found[0][0] != "flag":   # a flag is the user's explicit choice
-                found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
-            cfg[key], sources[key] = found[0][1:]
-        else:
-            cfg[key], sources[key] = DEFAULTS[key], "default"
-    headers = env.get("BANTAM_HEADERS")   # secrets in the environment that are not used:
-    held = [env.get("BANTAM_API_KEY"), env.get("OPENAI_API_KEY")] + list(   # still never shown
-        parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
-    unused = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
-    sources.update(config_file=own_file, folder_config=folder_path, untrusted=untrusted,
-                   withheld=unused)
-    sources["base_system_prompt"], sources["system_prompt"] = load_system_prompt()
-    cfg["sources"] = sources
-    add_prompt_extras(cfg)
-    return cfg
+        raise ConfigError("%s: %s: expected one of %s, got %r" % (
+            where, key, ", ".join(CHOICES[key]), raw))
+    if key == "endpoint" and not re.match(r"https?://[^/]", raw):
+        raise ConfigError("%s: endpoint: expected an http:// or https:// URL, got %r"
+                          % (where, raw))
+    value = raw.lower() if key in CHOICES else raw.rstrip("/") if key == "endpoint" else raw
+    return PARSERS[key](value, where) if key in PARSERS else value
 
 
 def env_name(key):
-    """The variable of a key: BANTAM_<KEY>, or the key itself for one that starts with bantam_
-    (BANTAM_TOOLS_DIR, the name the tools folder's scripts are given)."""
+    """The variable of a key: BANTAM_<KEY> (BANTAM_TOOLS_DIR for bantam_tools_dir)."""
     return key.upper() if key.startswith("bantam_") else "BANTAM_" + key.upper()
 
 
-def load_system_prompt():
-    """(text, where): system.txt of the current directory or ~/.bantam, else the built-in
-    prompt (the text of this repository's system.txt)."""
-    for path in (os.path.join(os.getcwd(), "system.txt"), bantam_home("system.txt")):
+def load_config(overrides=None, config_file=None, env=None):
+    """The configuration, a plain dict: each key of DEFAULTS from the first layer that sets
+    it, parsed by type. cfg["sources"] names where each came from ("flag", "path:line", a
+    variable, "default"), and under "layers" the layers: [(name, {key: (raw, where)})];
+    cfg["system_prompt"]: system.txt here or in ~/.bantam, else the built-in prompt."""
+    env = os.environ if env is None else env
+    unknown = [k for k in overrides or () if k not in DEFAULTS]
+    if unknown:
+        raise ConfigError("unknown config key %r (the keys: %s)"
+                          % (unknown[0], ", ".join(DEFAULTS)))
+    if config_file and not os.path.isfile(config_file):
+        raise ConfigError("%s: no such config file" % config_file)
+    files = [("own", config_file)] if config_file else [("folder", os.path.abspath("model.cfg")),
+                                                        ("own", bantam_home("model.cfg"))]
+    if not config_file and os.path.isfile(files[1][1]) and os.path.isfile(files[0][1]) and \
+            os.path.samefile(files[0][1], files[1][1]):
+        del files[0]   # the folder is ~/.bantam itself
+    environ = {key: (env[name], name) for key in DEFAULTS for name in reversed(
+        (env_name(key), "OPENAI_API_KEY")[:2 if key == "api_key" else 1]) if env.get(name)}
+    layers = [("flag", {k: (v, "flag") for k, v in (overrides or {}).items()})] + [
+        (name, read_key_values(path)) for name, path in files if os.path.isfile(path)] + [
+        ("env", environ)]
+    cfg = {"sources": {"layers": layers}}
+    for key in DEFAULTS:
+        raw, where = next(((raw, where) for _, layer in layers for raw, where in
+                           [layer.get(key, ("", ""))] if raw not in ("", "-")), (None, "default"))
+        cfg[key] = DEFAULTS[key] if raw is None else parse_value(key, raw, where) if isinstance(
+            raw, str) else raw
+        cfg["sources"][key] = where
+    cfg["system_prompt"], cfg["sources"]["system_prompt"] = DEFAULT_SYSTEM, "built-in"
+    for path in (os.path.abspath("system.txt"), bantam_home("system.txt")):
         if os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8-sig") as f:
-                    return f.read(), path
+                    cfg["system_prompt"], cfg["sources"]["system_prompt"] = f.read(), path
+                break
             except (OSError, UnicodeDecodeError) as e:
                 raise ConfigError("%s: cannot read system prompt: %s" % (path, e))
-    return DEFAULT_SYSTEM, "built-in"
-
-
-def add_prompt_extras(cfg):
-    """Set cfg["system_prompt"]: the base prompt, what this session changes in it (the tools),
-    the tools and skills folders, and AGENTS.md (a project's instructions for coding agents)."""
-    extras = []
-    enabled = cfg["tools"].split(",")
-    more = [name for name in ("read", "write") if name in enabled]
-    if more:
-        extras.append("You also have %s." % " and ".join(FILE_TOOL_LINES[name] for name in more))
-    missing = [name for name in ("shell_exec", "run_subagent") if name not in enabled]
-    if missing:   # the prompt names both: say which one this session leaves out
-        extras.append("In this session %s %s not available."
-                      % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
-    if cfg["bantam_tools_dir"]:
-        extras.append("Extra shell tools can be found at %s" % cfg["bantam_tools_dir"])
-    if cfg["bantam_skills_dir"]:
-        extras.append("Skills may be discovered and invoked from %s" % cfg["bantam_skills_dir"])
-    path = os.path.join(os.getcwd(), "AGENTS.md")
-    cfg["sources"]["project_instructions_file"] = None
-    if cfg["project_instructions"] and os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8-sig", errors="replace") as f:
-                extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
-                              % (os.getcwd(), f.read().strip()))
-            cfg["sources"]["project_instructions_file"] = path
-        except OSError as e:
-            note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
-    base = cfg["sources"]["base_system_prompt"]
-    cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
-        if extras else base
-
-
-FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
-                   "write": "write (a whole file, or a splice at a line or byte offset)"}
-
-
-def folders_file():
-    """~/.bantam/folders.json: what the user said about folders (trusted or not)."""
-    return bantam_home("folders.json")
-
-
-def folder_memory():
-    """{folder: {"trusted": bool, "sandbox": mode}} as remembered ({} if none)."""
-    try:
-        with open(folders_file(), encoding="utf-8") as f:
-            memory = json.load(f)
-        return memory if isinstance(memory, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def folder_trusted():
-    """True or False as the user said for this folder (--trust, the REPL), else None."""
-    return folder_memory().get(os.getcwd(), {}).get("trusted")
-
-
-def remember_folder(**facts):
-    """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600)."""
-    memory = folder_memory()
-    memory.setdefault(os.getcwd(), {}).update(facts)
-    try:
-        write_private_file(folders_file(), json.dumps(memory, indent=1))
-    except OSError as e:
-        note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
-
-
-def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it: --trust trusts it, the REPL asks once (both remembered;
-    no: reload(False), the user's own settings); without a terminal it stops (exit 2)."""
-    changes = cfg["sources"]["untrusted"]
-    if not changes:
-        return cfg
-    said = folder_trusted()
-    shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
-    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST[key]) for key in shown)
-    if args.trust:
-        remember_folder(trusted=True)
-        return reload(True)
-    if not interactive:
-        own = " (your own server, even on this machine? bantam -e %s)" % shown["endpoint"] \
-            if "endpoint" in shown else ""
-        raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
-                          "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
-                          "runners), or answer once in the REPL%s" % (what, own))
-    boxed = folder_memory().get(os.getcwd(), {}).get("sandbox")
-    if said is None:   # y: trust it; s: not trusted, and its commands in the sandbox
-        answer = read_answer("This folder's model.cfg would change %s. Trust this folder? "
-                             "[y/N/s] (s: no, and its commands in --sandbox workspace) " % what)
-        answer = answer.strip().lower()
-        said, boxed = answer in ("y", "yes"), "workspace" if answer in ("s", "sandbox") else None
-        remember_folder(trusted=said, **({"sandbox": boxed} if boxed else {}))
-        if said:
-            return reload(True)
-    note(cfg, "[this folder is not trusted: your own settings only%s (bantam --trust to trust it)]"
-         % (", commands in sandbox=workspace" if boxed else ""), "info")
-    cfg = reload(False)
-    if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
-        cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
     return cfg
 
 
-def shown_untrusted(key, value):
-    """A value an untrusted folder sets, as shown: its key as ***, an endpoint's credentials too."""
-    return "***" if key in SECRET_KEYS else redact_all({"endpoint": str(value)}, str(value))
+# ----------------------------------------------------------------------------------------
+# The HTTP client: one keep-alive connection per endpoint and thread, Fibonacci retries,
+# the reply read as it streams (SSE) and assembled into the message the API expects back
+# ----------------------------------------------------------------------------------------
+
+LOCAL = []   # [a thread-local store]: each thread's connections, {endpoint: {"conn", ...}}
 
 
-def hide_secrets(cfg):
-    """Keep bantam's secrets from the commands it runs as the same user (Linux only): every
-    secret in the block the kernel shows as /proc/<pid>/environ and cmdline (os.environ is a
-    copy) overwritten with '*', and the process made non-dumpable, which closes /proc/<pid>/mem
-    and environ to the user's other processes (not to root: see the README)."""
-    secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
-    if not secrets or not sys.platform.startswith("linux"):
-        return
+def connections():
+    """This thread's connections by endpoint (two threads never share one)."""
+    import _thread
+    LOCAL[:] = LOCAL or [_thread._local()]   # gone with its thread
+    return LOCAL[0].__dict__.setdefault("pool", {})
+
+
+def drop_connection(cfg):
+    """Close the endpoint's connection (after an error or an abandoned reply)."""
+    entry = connections().pop(cfg["endpoint"], None)
+    if entry:
+        entry["conn"].close()
+
+
+def open_connection(cfg):
+    """A new http.client connection to the endpoint's host: the connect hook's, or direct."""
+    import http.client
+    from urllib.parse import urlsplit
+    conn = first("connect", cfg)
+    if conn is None:
+        url = urlsplit(cfg["endpoint"])
+        plain = url.scheme == "http"
+        conn = (http.client.HTTPConnection if plain else http.client.HTTPSConnection)(
+            url.hostname, url.port or (80 if plain else 443), timeout=cfg["timeout"])
+    return conn
+
+
+def http_request(cfg, method, path, body=None, wait=None, root=False):
+    """Send one request on the endpoint's kept-alive connection; the response. A connection
+    the server closed while idle is reopened once; one whose last reply was not read to its
+    end is replaced (http.client would refuse to read the next answer). path: under the
+    endpoint (its ?query kept), or the server's root; wait: seconds for the first byte."""
+    import http.client
+    from urllib.parse import urlsplit
+    extra = cfg.get("headers") or {}   # (Part II's key: an Azure api-key, a gateway's)
+    headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+    if cfg["api_key"]:
+        headers["Authorization"] = "Bearer " + cfg["api_key"]
+    names = {k.lower() for k in extra} | ({"authorization"} if "api-key" in {
+        k.lower() for k in extra} else set())
+    headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
+    url = urlsplit(cfg["endpoint"])
+    target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
+    pool = connections()
+    for attempt in (1, 2):
+        entry = pool.get(cfg["endpoint"])
+        if entry and entry["response"] and not entry["response"].isclosed():
+            drop_connection(cfg)
+            entry = None
+        if entry is None:
+            entry = pool[cfg["endpoint"]] = {"conn": open_connection(cfg), "response": None,
+                                             "fresh": True}
+        entry["cfg"] = cfg   # whose request it is (what a connect hook's responses read)
+        try:
+            entry["conn"].request(method, target, body, headers)
+            entry["sock"] = entry["conn"].sock   # (None after a close-delimited reply)
+            entry["sock"].settimeout(wait or cfg["timeout"])
+            entry["response"] = entry["conn"].getresponse()
+            entry["fresh"] = False
+            return entry["response"]
+        except (ConnectionError, http.client.BadStatusLine):
+            drop_connection(cfg)
+            if entry["fresh"] or attempt == 2:
+                raise
+        except BaseException:
+            drop_connection(cfg)
+            raise
+
+
+def release(cfg, response):
+    """Finish with a reply so its connection can carry the next request: read what is left
+    of its body for at most 2 s, else close the connection."""
+    if response.will_close:   # close-delimited or `Connection: close`: nothing to reuse
+        return drop_connection(cfg)
+    sock = connections()[cfg["endpoint"]]["sock"]
     try:
-        import ctypes
-        with open("/proc/self/stat", "rb") as f:   # fields 48 to 51: arg_start ... env_end
-            fields = f.read().rpartition(b")")[2].split()
-        start, end = int(fields[45]), int(fields[48])
-        block = ctypes.string_at(start, end - start)
-        for secret in secrets:
-            at = block.find(secret)
-            while at >= 0:
-                ctypes.memset(start + at, ord("*"), len(secret))
-                at = block.find(secret, at + len(secret))
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
-    except (OSError, ValueError, IndexError, AttributeError):
+        sock.settimeout(2.0)
+        deadline = time.monotonic() + 2.0
+        while not response.isclosed() and time.monotonic() < deadline:
+            if not response.read(65536):   # read(), unlike read1(), marks the end on 3.8-3.12
+                break
+        sock.settimeout(cfg["timeout"])
+    except Exception:
         pass
+    if not response.isclosed():
+        drop_connection(cfg)
+
+
+def request_body(cfg, messages, tools=True, stream=True):
+    """The JSON body of a chat completion request."""
+    body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
+            "stream": stream}
+    if tools:
+        body["tools"] = tool_definitions(cfg)
+    return body
+
+
+def chat(cfg, messages, tools=True, quiet=False):
+    """The model's reply to messages, an assistant message, shown as it arrives unless
+    quiet. A failure goes to the request hook, then is retried by the backoff ladder when
+    waiting may help (kind retry); an ApiError when no reply can be had."""
+    retries, delays = 0, cfg["backoff"]
+    while True:
+        body = request_body(cfg, messages, tools, cfg["stream"] and not quiet)
+        body = hooked("request", body, cfg, messages)
+        try:
+            message, reply = exchange(cfg, body, quiet)
+            emit(cfg, "reply", message=message, quiet=quiet)
+            prompt, cached, completion, estimated = reply["tokens"]
+            emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
+                 completion_tokens=completion, estimated=estimated, quiet=quiet,
+                 cost=reply.get("cost"), seconds=round(time.monotonic() - reply["asked"], 3),
+                 first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
+            if quiet or message["content"] or message.get("tool_calls") or not first(
+                    "request", cfg, messages, body, ApiError("an empty reply", "empty")):
+                return message   # (an empty one: Part II may ask again)
+        except ApiError as e:
+            if first("request", cfg, messages, body, e):   # dealt with: ask again now
+                continue
+            if e.kind != "retry" or not delays:   # final, or no retries wanted
+                raise e
+            if retries == len(delays):
+                raise ApiError("%s (gave up after %d %s)" % (
+                    e, retries, "retry" if retries == 1 else "retries"), "retry", e.status)
+            wait = max(delays[retries], getattr(e, "wait", None) or 0)   # (Part II: Retry-After)
+            if wait > MAX_SERVER_WAIT:
+                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again "
+                               "later)" % (e, wait), "retry", e.status)
+            retries += 1
+            emit(cfg, "retry", error=redact(cfg, str(e)), attempt=retries, of=len(delays),
+                 wait=wait)
+            time.sleep(wait)
+
+
+def exchange(cfg, body, quiet):
+    """One request and its reply: (the assistant message, the reply it was made from). A
+    network fault is a retryable ApiError (its cause the OSError); the reply in progress is
+    the run's "reply" (what was shown of it, when a Ctrl+C comes)."""
+    import http.client
+    reply, response = new_reply(quiet), None
+    if cfg.get("run") is not None:
+        cfg["run"]["reply"] = reply
+    try:
+        if not quiet:
+            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
+                 stream=body["stream"])
+        payload = encode_body(cfg, body).encode()
+        reply["sent"] = len(payload)
+        response = http_request(cfg, "POST", "/chat/completions", payload,
+                                cfg["first_byte_timeout"])
+        if response.status != 200:
+            raise error_from_response(cfg, response)
+        kind = response.getheader("Content-Type") or ""
+        if "event-stream" in kind or (body["stream"] and "json" not in kind):
+            read_stream(cfg, response, reply)
+        else:   # not streamed, or a server that ignores stream=true
+            data = response.read()
+            try:
+                chunk = json.JSONDecoder().raw_decode(data.decode("utf-8", "replace").strip())[0]
+            except ValueError:
+                raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry",
+                               body=data[:4000].decode("utf-8", "replace"))
+            merge_chunk(cfg, reply, chunk, whole=True)
+        release(cfg, response)
+        pass_on(cfg, reply)
+        reply["tokens"] = tokens(reply)
+        hooked("delta", None, cfg, reply)
+        message = finish_reply(reply)
+        end_reply(cfg, reply)
+        return message, reply
+    except (OSError, http.client.HTTPException) as e:
+        drop_connection(cfg)
+        raise ApiError("network error: " + (("no answer for %g s" % cfg[
+            "timeout" if reply["first"] else "first_byte_timeout"]) if "timed out" in str(e)
+            else str(e) or type(e).__name__), "retry") from e
+    except BaseException:   # an ApiError, Ctrl+C, SIGTERM: the rest of the reply goes unread
+        if response is None or not response.isclosed():
+            drop_connection(cfg)
+        raise
+    finally:
+        end_reply(cfg, reply)
+
+
+def tokens(reply):
+    """(prompt, cached or None, completion, estimated) tokens of a reply: the server's usage
+    (in any provider's names), else estimated from the bytes sent and the characters of the
+    answer and its calls (about four a token)."""
+    usage = reply["usage"]
+    if not isinstance(usage, dict):
+        calls = [c for c in reply["calls"].values() if c["function"]["name"]]
+        size = 16 + sum(map(len, reply["content"])) + sum(
+            32 + sum(map(len, reply["pieces"][id(c)])) for c in calls)
+        return (reply["sent"] + 3) // 4, None, (size + 3) // 4, True
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    for key in ("prompt_cache_hit_tokens", "cached_tokens", "cache_read_input_tokens"):
+        cached = usage[key] if cached is None and isinstance(usage.get(key), int) else cached
+    return (usage.get("prompt_tokens") or usage.get("input_tokens") or 0, cached,
+            usage.get("completion_tokens") or usage.get("output_tokens") or 0, False)
+
+
+def encode_body(cfg, body):
+    """The request's JSON text, each message encoded once per run: a long turn resends the
+    whole conversation at every step, and encoding it all again made that quadratic."""
+    texts = message_texts((cfg.get("run") or {}).get("wire", {}), body["messages"], True)
+    head = json.dumps(dict(body, messages=0))   # keys in their order
+    return head.replace('"messages": 0', '"messages": [%s]' % ", ".join(texts), 1)
+
+
+def message_texts(cache, messages, ascii=False):
+    """The JSON texts of messages, each made once while the message lives (it is never
+    changed in place): cache, id -> (message, text), keeps these messages only (ASCII for the
+    wire, as json.dumps writes it)."""
+    known = {id(m): cache[id(m)] if id(m) in cache and cache[id(m)][0] is m else (
+        m, json.dumps(m, ensure_ascii=ascii)) for m in messages}
+    cache.clear()
+    cache.update(known)
+    return [known[id(m)][1] for m in messages]
+
+
+def error_from_response(cfg, response):
+    """The ApiError for a non-200 response: retried for 408, 409, 429 and 5xx, else final."""
+    text = response.read(1 << 20).decode("utf-8", "replace")
+    if not response.isclosed():
+        drop_connection(cfg)
+    message = text.strip()[:300] or response.reason
+    try:
+        error = json.loads(text)
+        error = error.get("error", error) if isinstance(error, dict) else error
+        message = str(error.get("message") or message) if isinstance(error, dict) else \
+            error if isinstance(error, str) else message
+    except ValueError:
+        pass
+    status = response.status
+    return ApiError("HTTP %d: %s%s" % (status, " ".join(message.split()), " (check api_key in "
+                    "model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)" * (status == 401)),
+                    "retry" if status in RETRY_STATUSES or status >= 500 else "fatal", status,
+                    text[:4000], {k.lower(): v for k, v in response.getheaders()})
+
+
+def sse_events(read):
+    """Yield, after each network read, the list of events it completed (each event's data,
+    bytes). Lines look like  data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
+    or ": keep-alive" (a comment), "event: name"; a blank line ends an event. A line that
+    is not SSE, `error: {...}` (older llama.cpp) or bare JSON (a proxy's error), is one."""
+    partial, data, ended = b"", [], False
+    while not ended:
+        block = read(65536)
+        ended = not block   # the end also ends a last line and event that lacked theirs
+        lines = (partial + (block or b"\n\n")).split(b"\n")
+        partial, events = lines.pop(), []
+        for line in lines:
+            line = line[:-1] if line[-1:] == b"\r" else line
+            if not line and data:
+                events.append(b"\n".join(data))
+                data = []
+            elif line[:5] == b"data:":
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line[:1] == b"{" or line[:6] == b"error:":
+                events.append(b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line)
+        yield events
+
+
+def read_stream(cfg, response, reply):
+    """Merge a streamed reply into reply until [DONE] or the end, passing the text on once
+    per network read. Comments, blank lines and empty deltas are no progress: a reply with
+    none for timeout seconds (first_byte_timeout before its first output) has stalled."""
+    for events in sse_events(response.read1):
+        moved = False
+        for data in events:
+            if data[:6] == b"[DONE]":
+                return
+            for chunk in json_values(cfg, data):
+                if chunk.get("error"):   # OpenRouter sends it next to choices
+                    raise stream_error(chunk["error"])
+                moved = merge_chunk(cfg, reply, chunk) or moved
+        pass_on(cfg, reply)
+        now = time.monotonic()
+        if moved and not reply["first"]:   # the output has begun: a gap of timeout is a stall
+            sock = (connections().get(cfg["endpoint"]) or {}).get("sock")
+            if sock:
+                sock.settimeout(cfg["timeout"])
+        if moved:
+            reply["progress"], reply["first"] = now, reply["first"] or now
+        elif now - reply["progress"] > cfg["timeout" if reply["first"] else "first_byte_timeout"]:
+            key = "timeout" if reply["first"] else "first_byte_timeout"
+            raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (
+                cfg[key], key), "retry")
+        hooked("delta", {}, cfg, reply)
+    if response.length:   # read1() returns b"" on a short Content-Length body, without an error
+        raise ApiError("the connection closed in the middle of the reply", "retry")
+    if not (reply["finish"] or reply["size"]):
+        raise ApiError("the server ended the reply without sending anything", "retry",
+                       body="empty stream")
+    if not reply["finish"] and not response.chunked and response.length is None:
+        # closed before [DONE] or a finish_reason: dropped (a chunked reply cut short raises
+        # IncompleteRead instead)
+        raise ApiError("the connection closed in the middle of the reply", "retry")
+
+
+def json_values(cfg, data):
+    """The JSON objects in one event's data (some servers omit the blank line between
+    events); what is not JSON is skipped, and said."""
+    try:
+        return [json.loads(data)]
+    except ValueError:
+        values = []
+        for line in data.split(b"\n"):
+            try:
+                values.append(json.loads(line))
+            except ValueError:
+                note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
+                          % line[:80])
+        return [v for v in values if isinstance(v, dict)]
+
+
+def stream_error(error):
+    """The ApiError for an error object sent inside a stream (retried: it may be a slip)."""
+    message = error.get("message") if isinstance(error, dict) else str(error)
+    return ApiError("error in stream: %s" % " ".join(str(message).split()), "retry",
+                    body=json.dumps(error)[:4000])
+
+
+def new_reply(quiet):
+    """A reply under construction: text and reasoning pieces, tool calls (and the pieces of
+    their arguments) by index, what is still to pass on as events (pending: [(kind,
+    [pieces])]), fields to send back on the message (extra; Part II's), its times and size."""
+    now = time.monotonic()
+    return {"content": [], "reasoning": [], "calls": {}, "pieces": {}, "quiet": quiet,
+            "finish": None, "usage": None, "extra": {}, "first": None, "pending": [],
+            "ended": False, "echo_reasoning": False, "asked": now, "progress": now, "size": 0}
+
+
+def merge_chunk(cfg, reply, chunk, whole=False):
+    """Merge one streamed chunk (or a whole non-streamed response) into reply; True when it
+    brought output: text, reasoning, a tool call's name or arguments.
+    {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[{"index":0,"id":"call_1",
+     "function":{"name":"shell_exec","arguments":"{\\"comm"}}]}}],"usage":{...}}"""
+    reply["usage"], size = chunk.get("usage") or reply["usage"], reply["size"]
+    if whole and not chunk.get("choices"):
+        raise stream_error(chunk["error"]) if chunk.get("error") else ApiError(
+            "the server sent a reply with no choices", "retry")
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            continue
+        delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
+        reply["finish"] = choice.get("finish_reason") or reply["finish"]
+        delta = hooked("delta", delta, cfg, reply) if HOOKS["delta"] else delta
+        thought = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(thought, str) and thought:
+            reply["echo_reasoning"] |= "reasoning_content" in delta
+            add_piece(reply, "reasoning", thought)
+        if isinstance(delta.get("content"), str) and delta["content"]:
+            add_piece(reply, "text", delta["content"])
+        for position, fragment in enumerate(delta.get("tool_calls") or ()):
+            merge_tool_call(reply, fragment, position)
+    return reply["size"] != size
+
+
+def add_piece(reply, kind, text):
+    """Record a piece of the answer (kind text) or of reasoning; it is passed on as an event
+    after this network read."""
+    reply["content" if kind == "text" else "reasoning"].append(text)
+    reply["size"] += len(text)
+    queue(reply, kind, text)
+
+
+def queue(reply, kind, text):
+    """Queue a piece to pass on, joined to the run of its kind before it."""
+    pending = reply["pending"]
+    if reply["quiet"]:
+        return
+    if pending and pending[-1][0] == kind:
+        pending[-1][1].append(text)
+    else:
+        pending.append((kind, [text]))
+
+
+def pass_on(cfg, reply, final=False):
+    """Emit what is queued, one event per run of text or reasoning, in the order it came.
+    Unless final, the end of the last run stays queued while it may begin a secret (a model
+    that read the key must not print it, even split across chunks) or is half a character."""
+    pending, reply["pending"] = reply["pending"], []
+    for n, (kind, pieces) in enumerate(pending):
+        text = "".join(pieces)
+        if final or n < len(pending) - 1:   # its run has ended: nothing of it is held back
+            text = join_surrogates(redact(cfg, text))
+        else:
+            text, held = stream_piece(cfg, "", text)
+            if held:
+                reply["pending"].append((kind, [held]))
+        if text:
+            emit(cfg, kind, text=text)
+
+
+def end_reply(cfg, reply):
+    """The reply is over (whole, failed or abandoned): pass on what is left, once."""
+    if not reply["quiet"] and not reply["ended"]:
+        reply["ended"] = True
+        pass_on(cfg, reply, final=True)
+        emit(cfg, "reply_end", finish=reply["finish"])
+
+
+def join_surrogates(text):
+    """Text with UTF-16 halves joined into the characters they encode (JSON's "\\ud83d\\ude00",
+    split across two chunks, is one emoji); a lone half becomes U+FFFD, which UTF-8 can store."""
+    if not re.search("[\ud800-\udfff]", text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def merge_tool_call(reply, fragment, position):
+    """Merge one tool-call fragment by its index, as servers send them: id and name in the
+    first fragment or repeated in each, arguments split anywhere (kept as pieces, joined
+    once). A new id with a name at an index another call holds starts a call of its own
+    (Ollama sends each call whole at index 0). Other fields of a call are kept, to be sent
+    back: Gemini signs calls ({"extra_content": {"google": {"thought_signature": ...}}})."""
+    calls = reply["calls"]
+    if not isinstance(fragment, dict):
+        return
+    index, function = fragment.get("index"), fragment.get("function") or {}
+    index = index if isinstance(index, int) else position
+    call, new_id = calls.get(index), str(fragment.get("id") or "")
+    if call and call["id"] and new_id and new_id != call["id"] and (
+            function.get("name") or not isinstance(fragment.get("index"), int)):
+        calls[-1 - len(calls)] = calls.pop(index)   # the one before keeps its place in order
+        call = None
+    if call is None:
+        call = calls[index] = {"id": "", "type": "function",
+                               "function": {"name": "", "arguments": ""}}
+        reply["pieces"][id(call)] = []
+    call["id"] = call["id"] or new_id
+    if function.get("name") and not call["function"]["name"]:
+        call["function"]["name"] = str(function["name"])
+        reply["size"] += 1
+    arguments = function.get("arguments")
+    arguments = json.dumps(arguments) if isinstance(arguments, dict) else arguments
+    if isinstance(arguments, str) and arguments:
+        reply["pieces"][id(call)].append(arguments)
+        reply["size"] += len(arguments)
+    call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
+
+
+def finish_reply(reply):
+    """The assistant message to store, exactly as the API expects it back."""
+    text = join_surrogates("".join(reply["content"]))
+    message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
+    calls = [c for c in reply["calls"].values() if c["function"]["name"]]   # in the order begun
+    for call in calls:
+        call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if none was given
+        call["function"]["arguments"] = join_surrogates("".join(reply["pieces"][id(call)])) or "{}"
+    if calls:
+        message["tool_calls"] = calls
+        if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
+            message["reasoning_content"] = join_surrogates("".join(reply["reasoning"]))
+    message.update(reply["extra"])
+    return message
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions: one file per conversation, ~/.bantam/sessions/<id>.json, written after the
-# prompt, after every model reply and tool result, and when a turn ends. Its first line
-# holds everything but the messages, so /list and /continue read only that:
-#   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me/project",
-#    "created_at": "...", "saved_at": "...", "summary": "...", "messages": [
+# The tools: each takes cfg and a dict of arguments and returns a string (TOOLS)
+# ----------------------------------------------------------------------------------------
+
+SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's own
+
+
+def shell_exec(cfg, args):
+    """Run args["command"] with bash (else sh): its output, "\\n\\nexit: " and its code. Its
+    own process group, stdin /dev/null, no pager, none of bantam's secrets; the group is
+    killed at shell_timeout (or the run's deadline) or a Ctrl+C, keeping what it printed;
+    the output is bounded (head and tail) and passed on live as tool_output events."""
+    import subprocess
+    command = args.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return "error: shell_exec needs a non-empty 'command' string"
+    secrets = secrets_of(cfg)
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES and v not in secrets}
+    env.update(PAGER="cat", GIT_PAGER="cat", MANPAGER="cat", SYSTEMD_PAGER="",
+               GIT_TERMINAL_PROMPT="0", DEBIAN_FRONTEND="noninteractive")
+    try:   # (a spawn hook refuses with a BantamError: a sandbox that cannot be had)
+        options = hooked("spawn", dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
+                                       stderr=subprocess.STDOUT, start_new_session=True), cfg)
+        proc = subprocess.Popen([shell_path(), "-c", command], **options)
+    except (OSError, ValueError, BantamError) as e:
+        return "error: cannot start the shell: %s" % e
+    limit, why = cfg["shell_timeout"], "timed out after %g s" % cfg["shell_timeout"]
+    deadline = (cfg.get("run") or {}).get("deadline")   # (when, why): the turn's, if sooner
+    if deadline and deadline[0] - time.monotonic() < limit:
+        limit, why = max(0.0, deadline[0] - time.monotonic()), deadline[1]
+    output, started = BoundedOutput(cfg), time.monotonic()
+    try:
+        code, remark = pump_output(cfg, proc, output, limit, why)
+    except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
+        kill_group(proc)
+        pump_output(cfg, proc, output, DRAIN_SECONDS, None)   # what it printed just before
+        cfg["run"]["partial"] = "%s\n[%s after %.1f s: the command's process group was " \
+            "killed]\n\nexit: %s" % (output.text(), "interrupted by the user" if isinstance(
+                stop, KeyboardInterrupt) else "bantam was stopped", time.monotonic() - started,
+                proc.poll())
+        raise
+    finally:
+        proc.stdout.close()
+        output.close()
+    return output.text() + remark + "\n\nexit: " + str(code)
+
+
+def shell_path():
+    """bash if installed, else /bin/sh."""
+    return next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")
+                 if os.access(p, os.X_OK)), "/bin/sh")
+
+
+def pump_output(cfg, proc, output, limit, why):
+    """Read the command's output until it exits, then DRAIN_SECONDS more (a background child
+    may hold the pipe open for ever), or until limit seconds (why says so: the group is
+    killed; why None: just read); (exit code, remark)."""
+    import select
+    fd, started = proc.stdout.fileno(), time.monotonic()
+    deadline, ticked, exited = started + limit, started, None
+    while why is None or time.monotonic() < deadline:
+        now = time.monotonic()
+        if now - ticked >= 1:
+            ticked = now
+            emit(cfg, "tool_progress", seconds=round(now - started, 1))
+        exited = exited or (proc.poll() is not None and now)
+        if (exited and now - exited >= DRAIN_SECONDS) or (why is None and now >= deadline):
+            return proc.wait(), ""
+        if select.select([fd], [], [], max(0, min(0.1, deadline - now)))[0]:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                break
+            output.add(data)
+            emit(cfg, "tool_output", text=redact(cfg, data.decode("utf-8", "replace")))
+    else:
+        kill_group(proc)
+        return proc.wait(), "\n[%s: the command's process group was killed]" % why
+    try:
+        return proc.wait(max(0.01, deadline - time.monotonic())), ""
+    except Exception:   # it closed its output but runs on: as at its limit
+        kill_group(proc)
+        return proc.wait(), "\n[%s: the command's process group was killed]" % why
+
+
+def kill_group(proc):
+    """Stop the command's process group: TERM, then KILL if it lingers."""
+    import signal
+    for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass
+        end = time.monotonic() + grace
+        while proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.01)
+        if proc.poll() is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)   # what is left in the group
+            except OSError:
+                pass
+            return
+
+
+class BoundedOutput:
+    """A command's output in bounded memory: whole when it fits in max_tool_res bytes, else
+    its head and tail, all of it kept in a file under $TMPDIR/bantam/ until the turn ends."""
+
+    def __init__(self, cfg):
+        self.limit = cfg["max_tool_res"]
+        self.keep, self.head, self.tail = max(1, self.limit * 2 // 5), bytearray(), b""
+        self.size = self.newlines = 0
+        self.file = self.path = None
+        self.spill = (cfg.get("run") or {}).get("spill", [])
+
+    def add(self, data):
+        """Take one piece of output."""
+        self.size += len(data)
+        self.newlines += data.count(b"\n")
+        self.tail = (self.tail + data)[-self.keep:]
+        if self.file is None and self.size <= self.limit:
+            self.head += data
+            return
+        if self.file is None:   # the spill file starts with all that came before
+            import tempfile
+            folder = os.path.join(tempfile.gettempdir(), "bantam")
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            fd, self.path = tempfile.mkstemp(prefix="toolres-", suffix=".txt", dir=folder)
+            self.spill.append(self.path)
+            self.file = os.fdopen(fd, "wb")
+            self.file.write(self.head)
+            self.head = (self.head + data[:self.keep])[:self.keep]
+        room = SPILL_LIMIT - (self.size - len(data))
+        if room > 0:   # an endless `yes` must not fill the disk
+            self.file.write(data[:room])
+
+    def close(self):
+        """Close the spill file, if any."""
+        if self.file:
+            self.file.close()
+
+    def text(self):
+        """What the model gets: the output, or its head and tail and where the rest is."""
+        if self.file is None:
+            return self.head.decode("utf-8", "replace")
+        lines = self.newlines + (not self.tail.endswith(b"\n"))
+        whole = "The whole output" if self.size <= SPILL_LIMIT else \
+            "Its first %d bytes are" % SPILL_LIMIT
+        return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
+               "bytes. %s in %s: read it in parts with shell_exec, e.g. sed -n '1,200p' %s " \
+               "...]\n\n%s" % (self.head.decode("utf-8", "replace"), self.size, lines, self.keep,
+                               whole, self.path, self.path, self.tail.decode("utf-8", "replace"))
+
+
+def run_subagent(cfg, args):
+    """Run AL on a fresh conversation, [system + CHILD_NOTE, prompt]: the child's last answer."""
+    prompt = args.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        return "error: run_subagent needs a non-empty 'prompt' string"
+    if (cfg.get("run") or {}).get("depth", 0) >= MAX_SUBAGENT_DEPTH:   # no endless recursion
+        return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
+    child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
+             {"role": "user", "content": prompt}]
+    try:
+        AL(cfg, child)
+    except ApiError as e:
+        return "error: the subagent failed: %s" % e
+    answers = [m["content"] for m in child if m["role"] == "assistant" and m.get("content")]
+    return answers[-1] if answers else "(the subagent gave no answer)"
+
+
+# The tool table, name -> (schema, function): the one source of both dispatch and the schema
+# sent to the model (Part II adds its tools; a schema None is another name of a tool).
+TOOLS = {
+    "shell_exec": ({
+        "description": "Run a shell command (bash -c) on the user's machine and return its "
+                       "combined stdout and stderr followed by the exit code. Non-interactive: "
+                       "stdin is empty and pagers are off. Long output is cut and saved to a file "
+                       "you can read in parts.",
+        "parameters": {"type": "object", "properties": {"command": {
+            "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
+            "required": ["command"]}}, shell_exec),
+    "run_subagent": ({
+        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which "
+                       "has the same tools but none of this conversation. Returns its final "
+                       "answer. Put every detail it needs into the prompt.",
+        "parameters": {"type": "object", "properties": {"prompt": {
+            "type": "string", "description": "The complete task for the subagent."}},
+            "required": ["prompt"]}}, run_subagent),
+}
+
+
+def enabled_tools(cfg):
+    """The tools offered to the model: those the tools key names (Part II's; all without it)."""
+    wanted = (cfg.get("tools") or DEFAULTS.get("tools") or ",".join(TOOLS)).split(",")
+    return [name for name, (schema, _) in TOOLS.items() if schema and name in wanted]
+
+
+def tool_definitions(cfg):
+    """The tools part of a request."""
+    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)}
+            for name in enabled_tools(cfg)]
+
+
+def tool_function(cfg, name):
+    """The function of an enabled tool called name (or by another name of it), else None."""
+    function = TOOLS.get(name, (None, None))[1]
+    return function if any(TOOLS[n][1] is function for n in enabled_tools(cfg)) else None
+
+
+INVISIBLE = re.compile(   # what can hide instructions from a reader: tag characters, bidi
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")   # overrides, zero-width characters...
+
+
+def clean_for_model(text):
+    """Text without invisible or format characters (a prompt-injection filter), odd spaces
+    made plain ones."""
+    return re.sub("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]", " ",
+                  INVISIBLE.sub("", text))
+
+
+def check_calls(reply):
+    """Make the reply's tool calls fit to store and run: their arguments cleaned (also of
+    characters written as JSON escapes) and parsed. For each call its arguments, a dict, or
+    the error text for the model; invalid JSON is stored as "{}" (strict servers refuse it)."""
+    parsed = []
+    for call in reply.get("tool_calls") or ():
+        function = call["function"]
+        function["arguments"] = clean_for_model(function["arguments"])
+        try:
+            args = json.loads(function["arguments"], strict=False)   # a raw newline is fine
+            if not isinstance(args, dict):
+                raise ValueError("expected a JSON object")
+            clean = json.loads(clean_for_model(json.dumps(args, ensure_ascii=False)))
+            if clean != args:
+                function["arguments"] = json.dumps(clean, ensure_ascii=False)
+            parsed.append(clean)
+        except ValueError as e:
+            parsed.append("error: the arguments of %s are not a valid JSON object (%s): %s" % (
+                function["name"], e, function["arguments"][:500]))
+            function["arguments"] = "{}"
+    return parsed
+
+
+def run_tool_call(cfg, call, args):
+    """Trace and run one tool call (args: a dict, or check_calls' error text); its tool
+    message. Failures are text for the model, never a crash."""
+    name = call["function"]["name"]
+    emit(cfg, "tool_call", id=call["id"], name=name,
+         arguments=redact(cfg, call["function"]["arguments"]))
+    function, ok = tool_function(cfg, name), False
+    if function is None and not isinstance(args, str):
+        args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
+    for hook in HOOKS["tool"]:   # before: the first refusal (a text) is the result
+        args = args if isinstance(args, str) else hook(cfg, call, args)
+    if isinstance(args, str):
+        result = args
+    else:
+        try:
+            result, ok = hooked("tool", function(cfg, args), cfg, call, args), True
+        except (OSError, ValueError, TypeError) as e:
+            result = "error: %s failed: %s" % (name, e)
+    result = clean_for_model(result)
+    emit(cfg, "tool_result", id=call["id"], name=name, content=redact(cfg, result), ok=ok)
+    return {"role": "tool", "tool_call_id": call["id"], "content": result}
+
+
+# ----------------------------------------------------------------------------------------
+# The agentic loop
+# ----------------------------------------------------------------------------------------
+
+def AL(cfg, messages, on_event=None):
+    """The Bantam agentic loop: ask the model; run the tool calls it makes, appending their
+    results; again, until it makes none (or max_al_iterations, or a step hook stops it).
+    Returns messages. The run's events go to on_event (else its parent run's sink, else the
+    plain view); cfg is not changed."""
+    cfg = enter_run(cfg, on_event)
+    emit(cfg, "turn_start", messages=len(messages))
+    try:
+        for _ in range(cfg["max_al_iterations"]):
+            try:
+                reply = ask(cfg, messages)
+            except ApiError as e:   # (Part II may end the turn another way: its budgets)
+                if first("step", cfg, messages, e):
+                    return messages
+                raise
+            if not reply["content"] and not reply.get("tool_calls"):
+                note(cfg, "[the model sent an empty reply]")
+                return messages                         # never store an empty assistant message
+            args = check_calls(reply)
+            add_message(cfg, messages, reply)
+            calls = reply.get("tool_calls")
+            if not calls:
+                return messages
+            try:
+                for call, arg in zip(calls, args):
+                    add_message(cfg, messages, run_tool_call(cfg, call, arg))
+            finally:                                    # one tool message per call id, always
+                answer_unanswered(cfg, messages, calls)
+            if first("step", cfg, messages, calls):
+                return messages
+        first("step", cfg, messages, None)
+        return messages
+    finally:
+        leave_run(cfg, sys.exc_info()[1])
+
+
+def ask(cfg, messages):
+    """The model's reply; after a Ctrl+C mid-reply, the text already shown is kept
+    (marked as interrupted) and the tool calls go."""
+    try:
+        return chat(cfg, messages)
+    except KeyboardInterrupt:
+        text = "".join(cfg["run"].get("reply", {}).get("content", ()))
+        if text.strip():
+            add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + INTERRUPTED})
+        raise
+
+
+def enter_run(cfg, on_event=None):
+    """cfg for one AL run (a copy), its "run" holding where the events go, the subagent
+    depth, the turn's tool-output files and what else the run needs: a subagent's run is
+    its parent's, one level deeper, but for its own ("own")."""
+    parent = cfg.get("run") or {}
+    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True,
+               partial=None, own={})   # own: this run's alone (Part II's fields)
+    if not parent.get("loop"):
+        run["said"] = set()   # the notes said once a turn (its subagents' runs share it)
+    if not parent or on_event:
+        run.update(emit=on_event or parent.get("emit") or plain_view(cfg), spill=[], json={},
+                   wire={})
+    return dict(cfg, run=run)
+
+
+def remove_spill_files(paths):
+    """Delete the tool-output files of a turn that ended (the list is emptied)."""
+    while paths:
+        try:
+            os.unlink(paths.pop())
+        except OSError:
+            pass
+
+
+def leave_run(cfg, stop):
+    """The run is over: say how it ended; the top run removes its tool-output files."""
+    if not cfg["run"]["depth"]:
+        remove_spill_files(cfg["run"]["spill"])
+    status = (cfg["run"]["own"].get("status", "done") if stop is None else "interrupted" if
+              isinstance(stop, KeyboardInterrupt) else "failed" if isinstance(stop, BantamError)
+              else "stopped")
+    emit(cfg, "turn_end", status=status,
+         error=redact(cfg, str(stop)) if isinstance(stop, BantamError) else None)
+
+
+def add_message(cfg, messages, message):
+    """Append a message to the conversation, and say so (the session is saved on it)."""
+    messages.append(message)
+    emit(cfg, "message", message=message)
+
+
+def answer_unanswered(cfg, messages, calls):
+    """Append a tool message for each call in calls that has none: one per call id, always.
+    A command stopped mid-way answers with what it had printed."""
+    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m["role"] == "tool"}
+    for call in calls:
+        if call["id"] not in answered:
+            text = cfg["run"].pop("partial", None) or INTERRUPTED + ": the tool did not finish"
+            add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
+                                        "content": clean_for_model(text)})
+
+
+# ----------------------------------------------------------------------------------------
+# Sessions: one file per conversation, ~/.bantam/sessions/<id>.json, written whole when a
+# turn ends; each message the loop adds is appended at once to its journal, <id>.steps, so
+# a kill loses at most the step in flight. The file's first line holds all but the messages:
+#   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me/project", "created_at": ...,
+#    "saved_at": "...", "summary": "...", "count": 3, "messages": [
 #   {"role": "system", "content": "..."},
 #   ...
 #   ]}
 # autosave.json is a link to the latest conversation's file: the spec's resume point.
 # ----------------------------------------------------------------------------------------
 
-SESSION_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$")   # ids and /save names
-TIME_ID = re.compile(r"\d{8}-\d{6}(?:-\d+)?$")                  # ids bantam makes up
-
-
 def session_path(sid, ext=".json"):
-    """The file of session sid (ext ".steps": its journal)."""
+    """The file (or, with ext=".steps", the journal) of session sid."""
     return bantam_home("sessions", sid + ext)
 
 
 def new_session(sid=None):
-    """A conversation with no file yet (the first save gives it an id, unless given); uid
-    tells conversations apart when names are reused, written lists what its files hold."""
-    return {"id": sid, "uid": os.urandom(8).hex(), "created_at": now(), "summary": "",
-            "written": []}
+    """The record of a conversation not saved yet (its id comes with the first save, unless
+    given): uid tells conversations apart when names are reused; written: what its file
+    and journal hold."""
+    return {"id": sid, "uid": os.urandom(8).hex(), "created_at": time.strftime(
+        "%Y-%m-%dT%H:%M:%S%z"), "summary": "", "written": []}
 
 
-def now():
-    """The local time as saved in session files."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def session_text(cfg, session, messages):
-    """The text of a session file (secrets redacted): the header, then a message a line."""
-    lines = message_texts(session.setdefault("json", {}), messages)
-    session["written"] = list(messages)   # what the file holds
-    session["summary"] = session["summary"] or first_user_text(messages)   # kept through /compact
-    session["written_summary"] = session["summary"]
-    head = {"id": session["id"], "uid": session["uid"], "cwd": os.getcwd(),
-            "created_at": session["created_at"], "saved_at": now(),
-            "summary": session["summary"] or "(empty conversation)", "count": len(messages)}
-    if session.get("copy_of"):
-        head["copy_of"] = session["copy_of"]
-    head = json.dumps(head, ensure_ascii=False)[:-1]
-    return redact_all(cfg, head + ', "messages": [\n' + ",\n".join(lines) + "\n]}\n")
+def first_user_text(messages, width=60):
+    """The first prompt's first line, shortened: a conversation's title ("" when none)."""
+    for m in messages:
+        if m["role"] == "user" and isinstance(m.get("content"), str) and m["content"].strip():
+            text = " ".join(m["content"].strip().split("\n")[0].split())
+            return text if len(text) <= width else text[:width - 3] + "..."
+    return ""
 
 
 def save_session(cfg, session, messages, link=True):
-    """Write the conversation whole to its own file (the first save claims a time-based id),
-    then (with link) point autosave.json at it; a failure is a warning, never fatal."""
+    """Write the conversation's file whole (a first save takes a new time-based id, never
+    an existing one), fsynced; remove its journal; with link, point autosave.json at it. A
+    file that holds these messages already is left as it is. A failure is a warning, never
+    fatal."""
+    session["summary"] = session["summary"] or first_user_text(messages)   # kept by /compact
     try:
-        if not session["id"]:
-            session["id"] = claim_session_id(cfg, session, messages)
-        elif session.get("journal") or not saved_as_is(session, messages):
-            write_private_file(session_path(session["id"]), session_text(cfg, session, messages))
-        if session.get("journal"):
-            session["journal"] = False
-            if os.path.lexists(session_path(session["id"], ".steps")):
-                os.unlink(session_path(session["id"], ".steps"))
+        os.makedirs(bantam_home("sessions"), mode=0o700, exist_ok=True)
+        if not saved_as_is(session, messages):
+            write_session(cfg, session, messages)
         if link:
-            point_autosave(session["id"])
-    except OSError as e:
-        note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
-
-
-def save_step(cfg, session, messages):
-    """Save the messages added since the last save by appending them to the journal, <id>.steps,
-    a line each ({"n": position, "m": message}), which read_session applies and the next whole
-    save replaces; any other change is saved whole. A kill loses at most the step in flight."""
-    written = session["written"]
-    if not session["id"] or messages[:len(written)] != written or (   # (a C loop, identity first)
-            session.get("written_summary") != session["summary"]):
-        return save_session(cfg, session, messages, link=not session["id"])
-    try:
-        fd = os.open(session_path(session["id"], ".steps"),
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        new = message_texts(session.setdefault("json", {}), messages)[len(written):]
-        with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
-            for n, line in enumerate(new, len(written)):
-                f.write(redact_all(cfg, '{"n": %d, "m": %s}\n' % (n, line)))
-        session["written"], session["journal"] = written + messages[len(written):], True
+            tmp = session_path(".autosave.%d" % os.getpid(), ".tmp")
+            os.symlink(session["id"] + ".json", tmp)
+            os.replace(tmp, session_path("autosave"))
     except OSError as e:
         note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
 
 def saved_as_is(session, messages):
-    """True when the file and its journal hold exactly these messages and this summary."""
-    written = session["written"]
-    return (len(written) == len(messages) and session.get("written_summary") == session["summary"]
-            and all(w is m for w, m in zip(written, messages)))
+    """True when the session's file alone holds these messages under this summary."""
+    return bool(session["id"]) and session["written"] == messages and session.get(
+        "saved_summary") == session["summary"] and not os.path.exists(
+            session_path(session["id"], ".steps"))
 
 
-def claim_session_id(cfg, session, messages):
-    """Write the conversation under a new time-based id that no file has yet; the id."""
-    base = time.strftime("%Y%m%d-%H%M%S")
-    for n in range(1, 1000):
-        session["id"] = base if n == 1 else "%s-%d" % (base, n)
+def write_session(cfg, session, messages):
+    """Write the session's file (the first time under an id no file has yet), then remove
+    its journal."""
+    lines = message_texts((cfg.get("run") or {}).get("json", {}), messages)
+    for n in range(1, 1000 if not session["id"] else 2):
+        sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + ("-%d" % n if n > 1 else "")
+        head = {"id": sid, "uid": session["uid"], "cwd": os.getcwd(), "created_at":
+                session["created_at"], "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "summary": session["summary"] or "(empty conversation)", "count": len(lines)}
+        head.update(session.get("head", {}))   # (what Part II adds: copy_of)
+        text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + \
+            ",\n".join(lines) + "\n]}\n"
         try:
-            write_private_file(session_path(session["id"]), session_text(cfg, session, messages),
-                               exclusive=True)
-            prune_sessions(cfg)
-            return session["id"]
+            write_private_file(session_path(sid), redact(cfg, text), not session["id"])
+            break
         except FileExistsError:
             continue
-    raise OSError("no free session id for " + base)
+    session.update(id=sid, written=list(messages), saved_summary=session["summary"])
+    if os.path.exists(session_path(sid, ".steps")):
+        os.unlink(session_path(sid, ".steps"))
 
 
-def prune_sessions(cfg):
-    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions."""
-    made = [sid for sid in session_ids() if TIME_ID.match(sid)] if cfg.get("keep_sessions") else []
-    for sid in made[cfg.get("keep_sessions"):]:
-        if not session_head(sid).get("copy_of"):
-            remove_session(sid)
-
-
-def remove_session(sid):
-    """Delete session sid's file, journal and autosave link; the OSError that stopped it."""
-    link = session_path("autosave")
+def save_step(cfg, session, messages):
+    """Save the messages added since the last save, cheaply: appended to the journal, one
+    line each ({"n": position, "m": message}); any other change means a whole save."""
+    written = session["written"]
+    if not written or messages[:len(written)] != written:   # (identity first: cheap)
+        return save_session(cfg, session, messages, link=not session["id"])
     try:
-        if os.path.islink(link) and os.readlink(link) == sid + ".json":
-            os.unlink(link)
-        for path in (session_path(sid), session_path(sid, ".steps")):
-            if os.path.lexists(path):
-                os.unlink(path)
+        fd = os.open(session_path(session["id"], ".steps"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                     0o600)
+        with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
+            for n in range(len(written), len(messages)):
+                text = json.dumps(messages[n], ensure_ascii=False)
+                f.write(redact(cfg, '{"n": %d, "m": %s}\n' % (n, text)))
+        session["written"] = list(messages)
     except OSError as e:
-        return e
-
-
-def point_autosave(sid):
-    """Make autosave.json a link to session sid's file; bantam 1.0's file is kept under an id."""
-    link = session_path("autosave")
-    if os.path.isfile(link) and not os.path.islink(link):
-        made = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
-        os.replace(link, session_path("autosave-" + made))
-    tmp = "%s.%d.tmp" % (bantam_home("sessions", ".autosave"), os.getpid())
-    try:
-        os.symlink(sid + ".json", tmp)
-        os.replace(tmp, link)
-    except OSError:   # no symbolic links here: a copy
-        with open(session_path(sid), encoding="utf-8") as f:
-            write_private_file(link, f.read())
-    remove_stale_temp_files(bantam_home("sessions"))
-
-
-def step_saver(convo):
-    """A view that saves convo's conversation at every message, and keeps the turn's usage."""
-    def view(event):
-        if event["type"] == "usage":   # every call of the turn costs, subagents' too
-            convo["cost"] = convo.get("cost", 0.0) + (event["cost"] or 0.0)
-        if event["depth"]:
-            return
-        if event["type"] == "message":
-            save_step(convo["cfg"], convo["session"], convo["messages"])
-        elif event["type"] == "usage" and not event["quiet"]:
-            convo["usage"] = event
-        elif event["type"] == "turn_end":
-            convo["status"] = event["status"]
-    return view
+        note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
 
 def read_session(sid):
-    """The session dict stored under sid; BantamError if missing, not JSON, or the wrong shape."""
-    path = session_path(sid)
+    """The session dict stored under sid, its journal's steps appended; a BantamError when
+    it is missing, not JSON, or not a conversation (the file is left as it is)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(session_path(sid), encoding="utf-8") as f:
             session = json.load(f)
     except FileNotFoundError:
         raise BantamError("no session %r" % sid)
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, UnicodeDecodeError) as e:   # (before ValueError: it is one)
         raise BantamError("cannot read session %r: %s" % (sid, e))
     except ValueError as e:
         raise BantamError("session %r is not valid JSON (%s); the file is left as it is" % (sid, e))
     messages = session.get("messages") if isinstance(session, dict) else None
-    if not (isinstance(messages, list) and messages and all(
-            isinstance(m, dict) and m.get("role") in ("system", "user", "assistant", "tool")
-            for m in messages)):
+    if not (isinstance(messages, list) and messages and all(isinstance(m, dict) and m.get(
+            "role") in ("system", "user", "assistant", "tool") for m in messages)):
         raise BantamError("session %r is not a bantam session (expected an object with a "
                           "'messages' list of chat messages); the file is left as it is" % sid)
-    apply_steps(sid, messages)
+    try:
+        with open(session_path(sid, ".steps"), encoding="utf-8") as f:
+            for line in f:   # in order, while they continue the conversation (a torn end stops)
+                step = json.loads(line)
+                if step.get("n") == len(messages) and isinstance(step.get("m"), dict):
+                    messages.append(step["m"])
+    except (OSError, ValueError):
+        pass
     return session
 
 
-def apply_steps(sid, messages):
-    """Append the steps a killed run left in the journal to messages, while they continue it."""
-    try:
-        with open(session_path(sid, ".steps"), encoding="utf-8") as f:
-            for line in f:
-                try:
-                    step = json.loads(line)
-                except ValueError:
-                    break
-                if step.get("n") == len(messages) and isinstance(step.get("m"), dict):
-                    messages.append(step["m"])
-    except (OSError, UnicodeDecodeError):
-        pass
-
-
 def session_head(sid):
-    """What the first line of session sid says ({} when unreadable; bantam 1.0's: read whole)."""
+    """What the first line of session sid says (no messages), or {} when unreadable."""
     try:
         with open(session_path(sid), encoding="utf-8") as f:
             line = f.readline()
             at = line.rfind(', "messages": [')
             if at > 0 and line.endswith("[\n"):
                 return json.loads(line[:at] + "}")
-            f.seek(0)
+            f.seek(0)   # a file of bantam 1.0: no such line
             session = json.load(f)
             return dict(session, messages=None, count=len(session.get("messages") or ()))
-    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+    except (OSError, ValueError, AttributeError):
         return {}
 
 
 def session_ids():
-    """The ids of all saved sessions, newest file first (autosave not among them)."""
+    """The ids of the saved sessions, newest first (autosave not among them)."""
     try:
-        names = [n for n in os.listdir(bantam_home("sessions"))
-                 if n.endswith(".json") and not n.startswith(".") and n != "autosave.json"]
+        names = [n[:-5] for n in os.listdir(bantam_home("sessions")) if n.endswith(".json")
+                 and not n.startswith(".") and n != "autosave.json"]
     except OSError:
         return []
-    names.sort(key=lambda n: modified(bantam_home("sessions", n)), reverse=True)
-    return [n[:-5] for n in names]
+    return sorted(names, key=lambda sid: modified(session_path(sid)), reverse=True)
 
 
 def modified(path):
-    """When the file at path last changed (seconds since the epoch; 0 when unreadable)."""
+    """When the file at path last changed (0 when it cannot be read)."""
     try:
         return os.stat(path).st_mtime
     except OSError:
         return 0
 
 
-def ago(when):
-    """How long ago a time (seconds since the epoch) was, said briefly: '3 h ago'."""
-    seconds = time.time() - when
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return "%d %s ago" % (seconds // size, unit)
-    return "just now"
-
-
 def resolve_session(prefix):
-    """The session id that is prefix, or the only one starting with it (autosave: its link's)."""
-    if prefix == "autosave":
-        link = session_path("autosave")
-        if os.path.islink(link):
-            return os.path.basename(os.readlink(link))[:-5]
-        if os.path.isfile(link):
-            return "autosave"
-    ids = session_ids()
-    if prefix in ids:
-        return prefix
-    matches = [i for i in ids if i.startswith(prefix)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise ConfigError("no session matches %r (see /list)" % prefix)
-    raise ConfigError("%r matches %d sessions: %s" % (prefix, len(matches),
-                                                      ", ".join(sorted(matches)[:5])))
-
-
-def latest_in_folder():
-    """The id of the newest conversation that ran in the current folder, or None."""
-    here = os.getcwd()
-    return next((sid for sid in session_ids() if session_head(sid).get("cwd") == here), None)
+    """The id that is prefix, or the only one starting with it; autosave: the one it links to."""
+    link = session_path("autosave")
+    if prefix == "autosave" and os.path.islink(link):
+        return os.path.basename(os.readlink(link))[:-5]
+    ids = session_ids() + (["autosave"] if prefix == "autosave" and os.path.isfile(link) else [])
+    matches = [i for i in ids if i == prefix] or [i for i in ids if i.startswith(prefix)]
+    if len(matches) != 1:
+        raise ConfigError("no session matches %r (see /list)" % prefix if not matches else
+                          "%r matches %d sessions: %s" % (prefix, len(matches),
+                                                          ", ".join(sorted(matches)[:5])))
+    return matches[0]
 
 
 def load_session(sid):
-    """(session record, repaired messages) to continue conversation sid in its own file."""
+    """(session record, messages) to go on with conversation sid in its own file: its
+    messages repaired (empty assistant messages dropped, calls answered, user messages that
+    follow each other joined)."""
     sid = resolve_session(sid)
     stored = read_session(sid)
-    session = new_session(None if sid == "autosave" else sid)   # a 1.0 autosave: continued anew
-    created = stored.get("created_at") or stored.get("saved_at") or session["created_at"]
+    session = new_session(None if sid == "autosave" else sid)   # bantam 1.0's: saved anew
     session.update(uid=stored.get("uid") or session["uid"], summary=stored.get("summary") or "",
-                   changed=modified(session_path(sid)),   # before it is saved again: how old it is
-                   created_at=created)
-    if session["id"]:   # what its files hold already (a repaired message is saved anew)
-        session.update(written=list(stored["messages"]), written_summary=session["summary"],
-                       journal=os.path.exists(session_path(session["id"], ".steps")))
-    return session, repair_conversation(stored["messages"])
-
-
-def first_user_text(messages, width=60):
-    """The first user prompt's first line, shortened: a conversation's title ("" when none)."""
-    for m in messages:
-        if m.get("role") == "user" and isinstance(m.get("content"), str):
-            lines = [line for line in m["content"].splitlines() if line.strip()]
-            text = " ".join(lines[0].split()) if lines else ""
-            return text if len(text) <= width else text[:width - 3] + "..."
-    return ""
-
-
-def repair_conversation(messages):
-    """A loaded conversation made valid: no empty assistant message, every call answered,
-    no two user messages in a row."""
+                   changed=modified(session_path(sid)), created_at=stored.get(
+                       "created_at") or stored.get("saved_at") or session["created_at"])
     fixed = []
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role == "assistant" and not str(m.get("content") or "").strip() \
-                and not m.get("tool_calls"):
+    for i, m in enumerate(stored["messages"]):
+        if m["role"] == "assistant" and not str(m.get("content") or "").strip() and not m.get(
+                "tool_calls"):
             continue
-        if role == "user" and fixed and fixed[-1].get("role") == "user":
+        if m["role"] == "user" and fixed and fixed[-1]["role"] == "user":
             append_user(fixed, m.get("content"))
             continue
         fixed.append(m)
-        if role == "assistant" and m.get("tool_calls"):
-            answered = {x.get("tool_call_id") for x in messages[i + 1:] if x.get("role") == "tool"}
-            for call in m["tool_calls"]:
-                if call.get("id") not in answered:
-                    fixed.append(tool_message(call.get("id"),
-                                              INTERRUPTED + " (no result was recorded)"))
-    messages[:] = fixed
-    return messages
+        answered = {x.get("tool_call_id") for x in stored["messages"][i + 1:]
+                    if x["role"] == "tool"}
+        fixed += [{"role": "tool", "tool_call_id": c.get("id"), "content": INTERRUPTED +
+                   " (no result was recorded)"} for c in m.get("tool_calls") or ()
+                  if c.get("id") not in answered]
+    if session["id"] and len(fixed) == len(stored["messages"]):
+        session.update(written=fixed, saved_summary=session["summary"])   # as its file holds
+    return session, fixed
 
 
 def append_user(messages, content):
-    """Append a user message; after a user message (a compaction summary, an unanswered
-    prompt) the content joins it instead, as servers with strict role order require."""
+    """Append a user message; after a user message (a summary, a prompt that got no answer)
+    the content joins it instead: servers with a strict order of roles require it."""
     last = messages[-1] if messages else {}
     if last.get("role") != "user":
         messages.append({"role": "user", "content": content})
@@ -1307,8 +1593,950 @@ def append_user(messages, content):
     return messages
 
 
+def step_saver(convo):
+    """A view saving convo's conversation whenever the loop adds a message to it."""
+    def view(event):
+        if event["type"] == "message" and not event["depth"]:
+            save_step(convo["cfg"], convo["session"], convo["messages"])
+    return view
+
+
 # ----------------------------------------------------------------------------------------
-# The HTTP client: one keep-alive connection per endpoint, retries, SSE
+# Commands: name -> (handler, help). A handler takes (convo, argument): convo is the REPL's
+# conversation, {"cfg", "messages", "session"}; it changes it in place and returns QUIT to
+# end the REPL, or a prompt (a str) to send as the next turn.
+# ----------------------------------------------------------------------------------------
+
+COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
+                  "the user's goals and requests, decisions made, facts learned, files and "
+                  "commands involved, the current state of the work and the next steps. Be "
+                  "complete but concise.")
+SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
+                  "Reply with the title only.")
+QUIT = object()
+
+
+def cmd_save(convo, arg):
+    """/save [name]: a copy of the conversation, with a title written by the model, under
+    name or a new time-based id (never another conversation's); the conversation goes on."""
+    cfg, session = convo["cfg"], convo["session"]
+    if arg and (not re.match(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$", arg) or arg == "autosave"):
+        raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), "
+                          "got %r" % arg)
+    if arg and arg != session["id"] and os.path.exists(session_path(arg)) and \
+            session_head(arg).get("copy_of") != session["uid"]:   # only this one's copy
+        free = next(n for n in ("%s-%d" % (arg, i) for i in range(2, 1000))
+                    if not os.path.exists(session_path(n)))
+        raise BantamError("%r holds a different conversation; choose another name, e.g. /save %s"
+                          % (arg, free))
+    try:
+        title = " ".join(chat(cfg, append_user([dict(m) for m in convo["messages"]],
+                                               SUMMARY_PROMPT), False, True)["content"].split())
+    except ApiError as e:
+        title = ""
+        note(cfg, "[summary: %s; using the first prompt]" % e, "info")
+    session["summary"] = title[:120] or first_user_text(convo["messages"])
+    copy = dict(new_session(arg or None), summary=session["summary"], head={
+        "copy_of": session["uid"]}, created_at=session["created_at"])
+    save_session(cfg, copy, convo["messages"], link=False)
+    if session["id"]:
+        save_session(cfg, session, convo["messages"])   # the title goes on it too
+    show(cfg, "[saved session %s]\n" % copy["id"])
+
+
+def ago(when):
+    """How long ago a time (seconds since the epoch) was, briefly: "3 h ago"."""
+    seconds = time.time() - when
+    return next(("%d %s ago" % (seconds // size, unit) for unit, size in (
+        ("d", 86400), ("h", 3600), ("min", 60)) if seconds >= size), "just now")
+
+
+def cmd_list(convo, arg):
+    """/list [all]: the 20 newest saved sessions (all), one line each cut to the terminal's
+    width; * marks this folder's."""
+    ids = session_ids()
+    width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
+    for sid in ids if arg == "all" else ids[:20]:
+        head = session_head(sid)
+        line = terminal_safe("%s %-15s %10s%s  %s" % (
+            "*" if head.get("cwd") == os.getcwd() else " ", sid, ago(modified(session_path(sid))),
+            "  %4s msgs" % head.get("count", "?") if not width or width >= 60 else "",
+            head.get("summary", "(unreadable)")))
+        if width and len(line) > width:   # cut at a word: the terminal would wrap it
+            cut = line.rfind(" ", 0, width - 1) if " " in line[:width - 1] else width - 1
+            line = line[:cut] + "\u2026"
+        show(convo["cfg"], line + "\n")
+    if arg != "all" and len(ids) > 20:
+        show(convo["cfg"], "(%d older: /list all shows every one)\n" % (len(ids) - 20))
+    if not ids:
+        show(convo["cfg"], "(no saved sessions)\n")
+
+
+def cmd_load(convo, arg):
+    """/load <id>: go on with a saved session (its id or a unique prefix) in its own file."""
+    if not arg:
+        raise BantamError("usage: /load <id or unique prefix> (see /list)")
+    switch_to(convo, *load_session(arg))
+    resumed(convo)
+
+
+def resumed(convo):
+    """Say which conversation goes on (and show its last exchange), or that a named one is new."""
+    session, messages = convo["session"], convo["messages"]
+    if len(messages) > 1:
+        at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
+        emit(convo["cfg"], "resumed", session=session["id"] or "autosave", messages=len(messages),
+             ago=ago(session.get("changed") or time.time()), prompt=redact(convo["cfg"], str(
+                 messages[at].get("content") or "")) if at else None, answer=redact(
+                 convo["cfg"], last_answer(messages[at:])))
+    elif session["id"]:
+        show(convo["cfg"], "[new conversation %s: no saved session has that id]\n" % session["id"])
+
+
+def last_answer(messages):
+    """The content of the last assistant message (the turn's final answer), or ""."""
+    return next((m["content"] for m in reversed(messages) if m["role"] == "assistant"
+                 and isinstance(m.get("content"), str)), "")
+
+
+def switch_to(convo, session, messages):
+    """Make session (with messages) the REPL's conversation; the one left stays in its file."""
+    if len(convo["messages"]) > 1:
+        save_session(convo["cfg"], convo["session"], convo["messages"])
+    convo["session"], convo["messages"][:] = session, messages
+    if session["id"]:
+        save_session(convo["cfg"], session, convo["messages"])
+
+
+def compact(cfg, messages, keep=None):
+    """Replace messages, in place, by [system, user: a summary of the conversation], and
+    keep (the request in progress, left out of the summary) after it, word for word."""
+    request = [dict(m) for m in messages]
+    if keep and request[-1]["role"] == "user" and request[-1]["content"] == keep:
+        request.pop()
+    try:
+        summary = chat(cfg, append_user(request, COMPACT_PROMPT), False, True)["content"].strip()
+    except ApiError as e:
+        raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
+    if not summary:
+        raise ApiError("compaction failed: the model returned an empty summary")
+    text = "Summary of our conversation so far:\n\n" + summary + (
+        "\n\nThe request I am working on now, as I wrote it:\n\n" + keep if keep else "")
+    before = len(messages)
+    messages[:] = [messages[0], {"role": "user", "content": text}]
+    emit(cfg, "compaction", before=before, after=len(messages), kept_prompt=bool(keep))
+
+
+def cmd_compact(convo, arg):
+    """/compact: replace the conversation by a summary of it."""
+    if len(convo["messages"]) < 3:
+        raise BantamError("nothing to compact yet")
+    show(convo["cfg"], "[compacting...]\n")
+    before = len(convo["messages"])
+    compact(convo["cfg"], convo["messages"])
+    save_session(convo["cfg"], convo["session"], convo["messages"])
+    show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
+
+
+def cmd_clear(convo, arg):
+    """/clear: start a new conversation with just the system prompt (the old one is kept)."""
+    switch_to(convo, new_session(), [{"role": "system", "content": convo["cfg"]["system_prompt"]}])
+    show(convo["cfg"], "[conversation cleared]\n")
+
+
+def cmd_help(convo, arg):
+    """/help: the commands."""
+    show(convo["cfg"], "".join("%-14s %s\n" % (name + "cmd" * (len(name) == 1), text)
+                               for name, (_, text) in COMMANDS.items() if text)
+         + "%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
+
+
+COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed)
+    "/save": (cmd_save, "/save [name]: save the conversation with a summary (under name)"),
+    "/list": (cmd_list, "/list [all]: the newest 20 saved sessions (* marks this folder's)"),
+    "/load": (cmd_load, "/load <id>: continue a saved session (id or unique prefix)"),
+    "/compact": (cmd_compact, "replace the conversation by a summary of it"),
+    "/clear": (cmd_clear, "start a new conversation (the old one stays saved)"),
+    "/help": (cmd_help, "show this help"),
+    "/quit": (lambda convo, arg: QUIT, "exit (also /exit, or Ctrl+D on an empty line)"),
+    "/exit": (lambda convo, arg: QUIT, None),
+}
+
+
+# ----------------------------------------------------------------------------------------
+# The REPL and main
+# ----------------------------------------------------------------------------------------
+
+def run_turn(convo, prompt):
+    """One user turn: append the prompt, save it, run AL (saving at every step), save whole.
+    In the REPL (convo["take_back"]) a turn that got no reply at all (a Ctrl+C before the
+    first byte, a request that failed for good) takes its prompt back out, for the input
+    line (convo["unsent"]); a new conversation then leaves no file, and autosave.json links
+    to a conversation only once a turn of it ended."""
+    cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
+    before, given, taken = messages[:], session["id"], False
+    first = convo.get("take_back") and not session["written"]
+    append_user(messages, prompt)
+    asked = messages[-1]
+    if first:   # the prompt survives a kill
+        save_session(cfg, session, messages, link=False)
+    else:
+        save_step(cfg, session, messages)
+    emit(cfg, "prompt", text=redact(cfg, prompt) if isinstance(prompt, str) else prompt,
+         session=session["id"])
+    try:
+        AL(cfg, messages)
+    except BaseException:
+        if convo.get("take_back") and messages[-1] is asked:   # as if it was never sent
+            messages[:], convo["unsent"], taken = before, prompt, True
+        raise
+    finally:
+        if taken and first:
+            for ext in (".json", ".steps"):
+                if os.path.exists(session_path(session["id"], ext)):
+                    os.unlink(session_path(session["id"], ext))
+            convo["session"] = new_session(given)
+        else:
+            save_session(cfg, session, messages, link=not taken)
+
+
+def history_path():
+    """The readline history file."""
+    return os.path.join(os.path.expanduser("~"), ".bantam_history")
+
+
+HISTORY_MARK = "#bantam history 2: one entry a line, \\n is a line break, \\\\ a backslash\n"
+
+
+def setup_readline():
+    """Line editing and history: Ctrl+J inserts a line break, Enter sends; None without readline."""
+    try:
+        import readline
+    except ImportError:
+        return None
+    readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
+    readline.set_history_length(1000)
+    try:
+        with open(history_path(), encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")[:-1]
+    except OSError:
+        lines = []
+    unescape = {"\\n": "\n", "\\\\": "\\"}   # (bantam 1.0's file: one entry a line, no mark)
+    for line in lines[1:] if lines[:1] == [HISTORY_MARK[:-1]] else lines:
+        readline.add_history(re.sub(r"\\[n\\]", lambda m: unescape[m.group()], line))
+    return readline
+
+
+def save_history(cfg, readline):
+    """Write the history file atomically, mode 0600, a multi-line entry on one line."""
+    if readline:
+        entries = [readline.get_history_item(i) or ""
+                   for i in range(1, readline.get_current_history_length() + 1)]
+        try:
+            write_private_file(history_path(), HISTORY_MARK + "".join(
+                e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+        except OSError as e:
+            note(cfg, "warning: cannot save history: %s" % e, "warning")
+
+
+def repl(convo):
+    """Read prompts and commands until /quit, end of input or Ctrl+C twice at an empty line."""
+    cfg = convo["cfg"]
+    readline = convo.get("readline") or (setup_readline() if sys.stdin.isatty() else None)
+    convo["take_back"], last_interrupt = True, 0.0
+    try:
+        while True:
+            again = convo.pop("unsent", "")   # a prompt that got no reply comes back to edit
+            if again and readline:
+                readline.set_pre_input_hook(lambda: (readline.insert_text(again),
+                                                     readline.redisplay()))
+            try:
+                line = input("> ")
+            except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
+                show(cfg, "\n")
+                empty = not (readline and readline.get_line_buffer())
+                if empty and time.monotonic() - last_interrupt < 2:
+                    break
+                last_interrupt = time.monotonic() if empty else 0.0
+                if empty:
+                    note(cfg, "[Ctrl+C again within 2 s quits]", "info")
+                continue
+            except EOFError:
+                show(cfg, "\n")
+                break
+            finally:
+                if readline:
+                    readline.set_pre_input_hook(None)
+            if line.strip() and do_line(convo, line) is QUIT:
+                break
+    finally:
+        save_history(cfg, readline)
+
+
+def do_line(convo, line):
+    """Do one line typed at the REPL: a /command, or a prompt for a turn; QUIT to end."""
+    cfg = convo["cfg"]
+    try:
+        name, _, arg = line.strip().partition(" ")
+        if name in COMMANDS or name[:1] in COMMANDS:   # ("!" and the like: Part II's)
+            handler = COMMANDS.get(name) or COMMANDS[name[:1]]
+            line = handler[0](convo, arg.strip() if name in COMMANDS else line.strip()[1:])
+            if not isinstance(line, str):   # (a str: a prompt to send, e.g. a skill's)
+                return line
+        elif re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
+            import difflib
+            close = difflib.get_close_matches(name, COMMANDS, n=1, cutoff=0.6)
+            return note(cfg, "unknown command %s%s (see /help)" % (
+                name, "; did you mean %s?" % close[0] if close else ""))
+        turn(convo, line)
+    except KeyboardInterrupt:
+        note(cfg, "[interrupted]")
+    except OutputClosed:
+        raise
+    except BantamError as e:
+        emit(cfg, "error", message=redact(cfg, str(e)))
+    if convo.get("unsent"):
+        note(cfg, "[no reply: your prompt is back on the input line, to edit or send again]",
+             "info")
+
+
+def turn(convo, prompt):
+    """One user turn, with what Part II's turn hooks put around it."""
+    go = lambda text: run_turn(convo, text)
+    for wrap in HOOKS["turn"]:
+        go = (lambda wrap, inner: lambda text: wrap(convo, text, inner))(wrap, go)
+    return go(prompt)
+
+
+FLAGS = [   # the command line: (names, argparse options), or a function adding to the parser
+    (("prompt_file",), dict(nargs="?", metavar="PROMPT_FILE",   # (Part II adds its own)
+                            help="run one turn with the prompt in this file ('-': stdin)")),
+    (("--version",), dict(action="version", version="bantam " + VERSION))]
+HELP = []   # the paragraphs under --help's options (Part II's)
+
+
+def parse_args(argv):
+    """The command line as an argparse namespace; a bad option is a ConfigError (exit 2)."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):   # one line naming the option, not the whole usage text
+            raise ConfigError("%s (see bantam --help)" % message)
+    parser = Parser(prog="bantam", formatter_class=argparse.RawDescriptionHelpFormatter,
+                    description="A tiny command-line AI agent for any OpenAI-compatible API.\n"
+                                "Without a prompt: an interactive session (type /help there).",
+                    epilog="\n\n".join(HELP))
+    for row in FLAGS:
+        row(parser) if callable(row) else parser.add_argument(*row[0], **row[1])
+    return parser.parse_args(argv)
+
+
+def read_prompt(path):
+    """The batch prompt: the file's text, or stdin's for '-'."""
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("cannot read prompt file %s: %s" % (path, getattr(e, "strerror", 0) or e))
+
+
+def main(argv=None):
+    """The command line: the REPL without a prompt, batch mode with one; the exit status:
+    0 done, 1 failed after retries, 2 a usage, config or request error, 130 interrupted."""
+    if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
+        sys.stdout.reconfigure(errors="replace")
+    convo = None
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        import signal   # (after --version, which needs nothing more)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved, like a Ctrl+C
+        cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
+        convo = {"cfg": cfg, "session": new_session(), "messages": [
+            {"role": "system", "content": cfg["system_prompt"]}]}
+        cfg["run"] = {"emit": None, "depth": 0, "secrets": [], "spill": [], "json": {}, "wire": {}}
+        cfg["run"]["emit"] = lambda event: [view(event) for view in convo["views"]]
+        convo["views"] = [VIEWS["plain"](cfg), step_saver(convo)]
+        status = first("start", convo, args)   # Part II: the trust rule, its flags, its views
+        if status is not None:
+            return status
+        if args.prompt_file is None and convo.get("prompt") is None:
+            repl(convo)
+            return 0
+        turn(convo, convo["prompt"] if convo.get("prompt") is not None else read_prompt(
+            args.prompt_file))
+        return convo.get("status", 0)
+    except KeyboardInterrupt:
+        if convo:
+            note(convo["cfg"], "[interrupted]")
+        return 130
+    except BantamError as e:
+        if str(e):
+            emit(convo["cfg"] if convo else {}, "error", message=redact(
+                convo["cfg"] if convo else {}, str(e)))
+        return e.exit_code
+    finally:
+        if convo and len(convo["messages"]) > 1:
+            save_session(convo["cfg"], convo["session"], convo["messages"])
+        try:
+            sys.stdout.flush()
+        except (BrokenPipeError, OutputClosed):
+            pass
+
+
+# Here ends Part I: all of Bantam. A reader may stop here. Part II joins it through the tables
+# it extends (DEFAULTS, CHOICES, POSITIVE, TOOLS, COMMANDS, EVENTS, PLAIN, VIEWS, FLAGS) and
+# the eight hooks of HOOKS (start, turn, connect, request, delta, tool, spawn, step), whose
+# contracts are at HOOKS; it never replaces a function of Part I.
+# ==== Part II: what makes Bantam a daily tool ============================================
+
+import stat          # (Part II's own modules)
+import unicodedata
+
+# Part II adds to Part I's tables: the keys below (and their checks), more events, views,
+# tools, commands and flags; and it fills the hooks. Its sections follow in reading order.
+
+DEFAULTS.update({
+    "headers": {},                 # extra request headers, JSON: {"api-key": "..."} (secret)
+    "context_window": 262144,      # tokens, when the server does not say
+    "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
+    "max_reasoning": 262144,       # characters of a reply's reasoning shown, kept and sent back
+    "max_calls_per_reply": 64,     # tool calls of a reply that run; the rest are answered "not run"
+    "text_tool_calls": False,      # run a reply that is only a tool call written as text
+    "trace_file": "",              # append every event as a JSON line to this file
+    "render": "auto",              # Markdown, live tool output: auto (a terminal) | always | never
+    "tool_lines": 10,              # lines of a command's output shown on screen (0: a screenful)
+    "tools": "shell_exec,run_subagent",  # the tools offered to the model (also: read, write)
+    "bantam_tools_dir": "",        # a folder of helper scripts, named in the system prompt
+    "bantam_skills_dir": "",       # a folder of skills (<name>/SKILL.md), named to the model
+    "shell_env_exclude": "*KEY*,*SECRET*,*TOKEN*,*PASSWORD*",  # variables kept from commands
+                                   # (none: all pass but bantam's own secrets)
+    "shell_env_keep": "",          # variables passed to commands all the same: GITHUB_TOKEN,...
+    "project_instructions": True,  # add this folder's AGENTS.md to the system prompt
+    "usage": True,                 # the token line on stderr after each turn
+    # the leash (see "Approvals and budgets"): what may run, and what a turn may spend
+    "approve": "auto",             # commands, writes: auto (run them) | ask (REPL asks) | deny
+    "allow": "",                   # comma-separated patterns that run unasked: commands, write:PATH
+    "deny": "",                    # ... that never run (deny wins over allow, allow over approve)
+    "sandbox": "off",              # off | workspace (commands write here and in temp) | read-only
+    "sandbox_network": True,       # false: commands get no sockets (Landlock ABI 4+)
+    "max_turn_tokens": 0,          # prompt + completion tokens a turn, subagents too (0: no limit)
+    "max_turn_seconds": 0.0,       # wall-clock seconds per turn (0: no limit)
+    "max_cost": 0.0,               # dollars per turn, from the prices below (0: no limit)
+    "price_in": 0.0,               # dollars per million prompt tokens
+    "price_out": 0.0,              # dollars per million completion tokens
+    "price_cached": 0.0,           # dollars per million cached prompt tokens (0: price_in)
+    "max_identical_calls": 3,      # same call and result this many times in a row: stop (0: off)
+    "max_repair_calls": 3,         # a turn's nudges after an empty reply and final-answer calls
+    "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
+    "keep_sessions": 1000,         # conversations with ids bantam made up kept; older go (0: all)
+})
+CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
+               sandbox=("off", "workspace", "read-only"))
+POSITIVE |= {"context_window", "max_calls_per_reply"}
+EVENTS.update({
+    "waiting": "seconds", "usage": "model prompt_tokens cached_tokens completion_tokens "
+    "estimated quiet seconds first_output cost", "discarded": "error", "context": "model "
+    "prompt_tokens cached_tokens completion_tokens estimated window share cost session_cost",
+    "approval": "id tool command path decision rule reason edited",
+    "budget_stop": "reason limit used"})
+MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (then: cut)
+COMPACT_AT = 0.60         # offer /compact at this share of the context window
+BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
+# What this process has learned about the servers it talks to, shared on purpose by every run
+# (they are facts about the servers): context windows by (endpoint, model), and the fixes
+# their errors taught, (endpoint, model, fix) (see FIXES).
+LEARNED = {"windows": {}, "fixes": set()}
+
+
+def own(cfg):
+    """The fields of Part II that belong to this AL run alone ({} outside one)."""
+    return (cfg.get("run") or {}).get("own", {})
+
+
+def turn_tally(cfg):
+    """What the turn has spent so far, shared by its subagents: {started, tokens, cost,
+    repairs}; made when a turn's first run asks for it (None outside a turn)."""
+    run = cfg.get("run")
+    if not run or not run.get("loop"):
+        return None
+    if "tally" not in run or not run["depth"] and run["tally"].get("run") is not run["own"]:
+        run["tally"] = {"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0,
+                        "run": run["own"]}
+    return run["tally"]
+
+
+# ----------------------------------------------------------------------------------------
+# Providers' quirks: what a server's errors mean, what it sends beyond text, reasoning and
+# tool calls, and the fixes its refusals teach (the request and delta hooks)
+# ----------------------------------------------------------------------------------------
+
+# What servers say when the prompt does not fit the model's context window.
+OVERFLOW_PATTERNS = re.compile(
+    r"context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
+    r"|exceeds the available context|greater than the context length|prompt is too long"
+    r"|input token count.*exceeds|exceeds the maximum number of tokens|reduce the length of the"
+    r"|longer than the maximum model length|context length is only|maximum prompt length"
+    r"|too large for model with|input is too long|token limit exceeded|too many tokens", re.I)
+
+# What servers say when the money, not the rate, has run out: retrying cannot help.
+QUOTA_PATTERNS = re.compile(
+    r"insufficient_quota|exceeded your current quota|check your plan and billing"
+    r"|credit balance is too low|insufficient (?:credits|balance)", re.I)
+
+# What strict servers say about an assistant message with neither content nor tool calls.
+EMPTY_ASSISTANT_PATTERNS = re.compile(
+    r"content or tool_calls must be set|either content or tool_calls|must have non-empty content"
+    r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
+
+# Fixes a server's error teaches, kept for that endpoint and model: the error, and the line
+# that says so (none: nothing the user sees changes). Requests change in request_body.
+FIXES = {
+    # DashScope's Qwen3 thinking models answer only streamed requests (a summary's too)
+    "stream": (r"must be set to false for non-streaming", None),
+    # Kimi K2.5+ with thinking on, DeepSeek V4: the field on every assistant message with
+    # tool calls, even one where the model wrote no reasoning; Groq and Cerebras reject it
+    "reasoning_content": (
+        r"reasoning_content is missing|reasoning_content`? in the thinking mode",
+        "the server wants reasoning_content on tool call messages: sending it"),
+    # Claude behind OpenAI-compatible gateways (Databricks, Requesty, one-api): content ""
+    # beside tool calls becomes an empty text block, which it rejects; null is no block
+    "null_content": (
+        r"text content blocks must (?:be non-empty|contain non-whitespace)",
+        "the server rejects empty text beside tool calls: sending content null there")}
+
+OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
+
+MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
+
+# How servers refuse a field: OpenAI {"param": "temperature", "code": "unsupported_value"},
+# "Unsupported parameter: 'reasoning_effort' is not supported with this model."; Mistral
+# {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"]}]}};
+# Anthropic "`temperature` is deprecated for this model"; Groq "property 'x' is unsupported".
+REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated"
+                           r"|extra_forbidden|not permitted|unrecognized"
+                           r"|unknown (?:field|parameter|name)|not allowed", re.I)
+
+CUT_REPLY = {   # finish reasons that mean the reply is not whole
+    "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
+    "content_filter": "[the reply was cut by the provider's content filter "
+                      "(finish_reason: content_filter)]"}
+
+CUTS = {"reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
+        "details": "[the reasoning_details passed %(max_reasoning)d characters: none is kept]",
+        "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
+
+THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills, Amazon Nova
+
+
+def shape_request(cfg, messages, body, error=None):
+    """The request hook of providers' quirks. Before sending: reasoning_effort, usage asked
+    for in a stream, the fixes this server's errors taught (see FIXES). After a failure: the
+    error's kind from what the server said, the fix it teaches (ask again at once, and from
+    now on), a strict server's empty message taken out, a discarded reply marked."""
+    if error is not None:
+        return learn_from(cfg, messages, body, error)
+    fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
+    count, last = own(cfg).get("unstreamed", (0, None))
+    if count == len(messages) and last is messages[-1]:   # after an empty stream: this server
+        body["stream"] = False   # says what went wrong (an overflow) only in a reply not streamed
+    body["stream"] = body["stream"] or "stream" in fixes
+    if body["stream"]:
+        body["stream_options"] = {"include_usage": True}
+    if cfg["reasoning_effort"]:
+        body["reasoning_effort"] = cfg["reasoning_effort"]
+    for field in {"drop " + f for f in body} & fixes:
+        del body[field[5:]]
+    if fixes - {"stream"} - {"drop " + f for f in OPTIONAL_FIELDS}:   # fixes of the messages
+        body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
+    return body
+
+
+def learn_from(cfg, messages, body, error):
+    """After a failed request: True to ask again at once (a fix learned, an empty message
+    taken out); error's kind and message said better (the status, the body, the cause)."""
+    classify(cfg, error)
+    reply = (cfg.get("run") or {}).get("reply") or {}
+    if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
+        emit(cfg, "discarded", error=redact(cfg, str(error)))   # what was shown of it
+        reply["content"] = reply["reasoning"] = ()
+    if error.kind == "overflow":
+        learn_window(cfg, error.body or str(error))
+    count = len(messages)   # strict servers refuse an assistant message with nothing in it
+    if error.kind == "empty_assistant" and len(repair(messages)) < count:
+        return True
+    fix, say = learned_fix(error, body)
+    learned = (cfg["endpoint"], cfg["model"], fix)
+    if fix and learned not in LEARNED["fixes"]:
+        LEARNED["fixes"].add(learned)
+        if say:
+            note(cfg, "[%s from now on]" % say, "info")
+        return True
+    if error.body == "empty stream" and body["stream"]:   # for the rest of this call
+        own(cfg)["unstreamed"] = (len(messages), messages[-1])
+    return False
+
+
+def classify(cfg, error):
+    """Put an ApiError's kind and message right: what its status and body say (an overflow,
+    a quota, a refused field...), a network error's cause (a certificate, a host name, a
+    proxy), a page of HTML cut to its title."""
+    cause, text = error.__cause__, error.body or ""
+    if cause is not None:
+        better = network_error(cause, cfg, bool((cfg.get("run") or {}).get("reply", {}).get(
+            "first")))
+        error.args, error.kind = better.args, better.kind
+        return
+    if error.status is None:   # an error inside a stream, a reply that is not JSON
+        if OVERFLOW_PATTERNS.search(text):
+            error.kind = "overflow"
+        if "not JSON" in str(error):
+            error.args = ("the server sent a reply that is not JSON: %r" % page_text(text)[:200],)
+        return
+    status, headers, message = error.status, error.headers, str(error)
+    if "<" in message and re.match(r"HTTP \d+: \s*<", message):
+        message = "HTTP %d: %s" % (status, page_text(text)[:300])
+    kind, hint = ("retry" if status in RETRY_STATUSES or status >= 500 else "fatal"), ""
+    if status == 413 or (status in (400, 422, 500) and OVERFLOW_PATTERNS.search(text)):
+        kind = "overflow"
+    elif status == 400 and EMPTY_ASSISTANT_PATTERNS.search(text):
+        kind = "empty_assistant"
+    elif status == 402 or (status in (400, 403, 429) and QUOTA_PATTERNS.search(text)):
+        kind, hint = "fatal", " (quota, credits or billing exhausted: not retried)"
+    elif status in (400, 422):
+        kind = "bad_request"
+    elif status in (301, 302, 303, 307, 308):
+        target = headers.get("location") or "(no Location header)"
+        message = "HTTP %d: the endpoint moved to %s" % (status, target)
+        hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
+    elif status == 404:   # the URL posted to, and the setting that chose the endpoint
+        url = re.sub(r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1)
+        hint = " (POST %s: check endpoint, from %s, and model)" % (
+            url, cfg.get("sources", {}).get("endpoint"))
+    elif status == 403:
+        hint = " (check endpoint and model in model.cfg)"
+    should = (headers.get("x-should-retry") or "").strip().lower()
+    if should == "true" and kind in ("fatal", "bad_request") and "quota" not in hint:
+        kind = "retry"
+    elif should == "false" and kind == "retry":
+        kind = "fatal"
+    if kind == "bad_request" and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
+        kind, hint = "retry", hint + " (a malformed tool call from the model)"
+    error.args, error.kind, error.wait = (message + hint,), kind, server_wait(headers)
+
+
+def fixed_message(message, fixes):
+    """A message as this server takes it, the learned fixes applied (the same dict when none
+    changes it: the stored conversation stays as it was)."""
+    fixed = {k: v for k, v in message.items() if "drop " + k not in fixes}
+    if message.get("tool_calls") and message.get("role") == "assistant":
+        if "reasoning_content" in fixes:
+            fixed.setdefault("reasoning_content", "")
+        if "null_content" in fixes and not str(fixed.get("content") or "").strip():
+            fixed["content"] = None
+    return message if fixed == message else fixed
+
+def learned_fix(error, body):
+    """The fix a refused request's ApiError asks for (a refused field to leave out, or one
+    of FIXES) and the line saying so, or (None, None)."""
+    text = error.body or str(error)
+    if error.kind not in ("bad_request", "empty_assistant"):
+        return None, None
+    field = unsupported_field(text, body)
+    if field:
+        say = "the server does not support %r for this model: leaving it out" % field
+        return "drop " + field, say
+    return next(((fix, say) for fix, (pattern, say) in FIXES.items()
+                 if re.search(pattern, text, re.I)), (None, None))
+
+def unsupported_field(text, body):
+    """The optional field of body (or of its messages) that an error says the server does
+    not support, or None."""
+    sent = [f for f in OPTIONAL_FIELDS if f in body]
+    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
+    if not sent or not REFUSED_FIELD.search(text):
+        return None
+    try:
+        error = json.loads(text)
+        error = error.get("error", error) if isinstance(error, dict) else {}
+        param = str(error.get("param") or "").split(".")[-1].split("]")[-1]
+        message = error.get("message")
+        detail = message.get("detail") if isinstance(message, dict) else None
+        places = [str(d.get("loc", [""])[-1]) for d in detail or () if isinstance(d, dict)]
+    except (ValueError, AttributeError, IndexError, TypeError):
+        param, places = "", []
+    for field in sent:
+        if field == param or field in places:
+            return field
+    # in any case style: xAI's {"error": "Model grok-4 does not support parameter
+    # reasoningEffort."}
+    named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
+    return named[0] if named else None
+
+def page_text(text):
+    """An error body as one line can show it: an HTML page's title, else its text without
+    the tags (a proxy's or a web server's page, not an API's error); any other text as is."""
+    if not re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):
+        return text.strip()
+    import html
+    title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
+    words = title.group(1) if title else re.sub(r"(?s)<(script|style)\b.*?</\1>|<[^>]*>", " ", text)
+    return " ".join(html.unescape(words).split())
+
+
+def server_wait(headers):
+    """Seconds the server asks us to wait (retry-after-ms, Retry-After), or None."""
+    try:
+        if headers.get("retry-after-ms"):
+            return float(headers["retry-after-ms"]) / 1000
+    except ValueError:
+        pass
+    after = (headers.get("retry-after") or "").strip()
+    if not after:
+        return None
+    try:
+        return max(0.0, float(after))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+    try:
+        return max(0.0, parsedate_to_datetime(after).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def shape_delta(cfg, reply, delta):
+    """The delta hook of providers' quirks, before Part I merges a delta: refusals as the
+    answer, content parts (Mistral), a <think> block as reasoning, reasoning_details
+    (OpenRouter) and extra_content (Gemini) kept to send back, the bounds of what a reply
+    keeps. {} after a read without output: the seconds waited, the turn's time. None, the
+    reply ended: what was cut said, a tool call written as text, the call's cost."""
+    if "room" not in reply:   # what the reply may still keep (see room_for)
+        reply.update(room={"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
+                           "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]},
+                     cut=[], think="start", unsure="")
+    if delta is None:
+        return end_of_reply(cfg, reply)
+    if not delta:   # a network read without output
+        say_cuts(cfg, reply)
+        if time_up(cfg) and not reply["quiet"]:
+            raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
+        return delta
+    delta = dict(delta)
+    if isinstance(delta.get("refusal"), str) and delta["refusal"]:   # OpenAI's safety refusal
+        delta["content"] = delta.get("content") or delta["refusal"]
+    if isinstance(delta.get("content"), list):
+        merge_content_parts(cfg, reply, delta.pop("content"))
+    if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
+        merge_dict(reply["extra"].setdefault("extra_content", {}), delta["extra_content"])
+    merge_details(reply, delta.get("reasoning_details"))
+    for key in ("reasoning_content", "reasoning"):   # (merged here: before the content)
+        if isinstance(delta.get(key), str) and delta[key]:
+            reply["echo_reasoning"] |= key == "reasoning_content"
+            thought = delta.pop(key)
+            thought = thought[:room_for(reply, "reasoning", len(thought))]
+            if thought:
+                add_piece(reply, "reasoning", thought)
+    for fragment in delta.get("tool_calls") or ():
+        bound_call(reply, fragment)
+    if isinstance(delta.get("content"), str) and delta["content"] and reply["think"]:
+        reply["content"].append(delta["content"])   # stored as sent; shown: the reasoning
+        reply["size"] += len(delta["content"])       # of a <think> block as reasoning
+        shown = split_think(reply, delta.pop("content"))
+        if shown:
+            queue(reply, "text", shown)
+    return delta
+
+
+def end_of_reply(cfg, reply):
+    """The reply ended: a content that ended unsure of a <think> marker passed on; what was
+    cut said; a tool call written as text made a real one; OpenRouter's finish "error"
+    raised; a cut reply said; the call's cost and the turn's spending."""
+    if reply.get("unsure"):
+        queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
+    say_cuts(cfg, reply)
+    if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
+        raise stream_error("finish_reason: error")
+    if reply["finish"] in CUT_REPLY and not reply["quiet"]:
+        note(cfg, CUT_REPLY[reply["finish"]], "warning")
+    text_tool_call(cfg, reply)
+    own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
+    prompt, cached, completion, _ = reply["tokens"]
+    reply["cost"] = call_cost(cfg, prompt, cached, completion)
+    spend(cfg, prompt + completion, reply["cost"])
+    return None
+
+
+def merge_content_parts(cfg, reply, parts):
+    """Content sent as a list of parts, as Mistral's reasoning models do:
+    [{"type": "thinking", "thinking": [{"type": "text", "text": "..."}]},
+     {"type": "text", "text": "..."}]: thinking is reasoning, text is the answer."""
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "thinking":
+            thinking = part.get("thinking")
+            for piece in thinking if isinstance(thinking, list) else [{"text": thinking}]:
+                if isinstance(piece, dict) and isinstance(piece.get("text"), str) and piece["text"]:
+                    add_piece(reply, "reasoning", piece["text"])
+        elif part.get("type") == "text" and isinstance(part.get("text"), str) and part["text"]:
+            add_piece(reply, "text", part["text"])
+
+
+def merge_details(reply, details):
+    """Merge reasoning_details entries while they hold at most max_reasoning characters; past
+    that none is kept (a signed block cut short is worthless). OpenRouter streams one block as
+    fragments with the same type and index (text in pieces, the signature last); the provider
+    wants the whole block back, as its signature covers the whole text."""
+    kept = reply["extra"].setdefault("reasoning_details", [])
+    for d in details if isinstance(details, list) else ():
+        size = sum(len(v) for v in d.values() if isinstance(v, str)) if isinstance(d, dict) else 0
+        if room_for(reply, "details", size) < size:
+            del kept[:]
+        if reply["room"]["details"] < 0:
+            continue
+        reply["size"] += 1
+        block = None
+        if isinstance(d, dict) and isinstance(d.get("index"), int):
+            block = next((b for b in kept if isinstance(b, dict) and b.get("index") == d["index"]
+                          and b.get("type") == d.get("type")), None)
+        if block is None:
+            kept.append(dict(d) if isinstance(d, dict) else d)
+            continue
+        for key, value in d.items():
+            if key in ("text", "summary", "data") and isinstance(value, str) \
+                    and isinstance(block.get(key), str):
+                block[key] += value
+            elif value is not None:
+                block[key] = value
+    if not kept:
+        del reply["extra"]["reasoning_details"]
+
+
+def bound_call(reply, fragment):
+    """Keep a tool-call fragment within the reply's bounds: at most MAX_ARGUMENTS characters
+    of arguments, and none for a call beyond max_calls_per_reply (AL answers it: not run)."""
+    function = fragment.get("function") if isinstance(fragment, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
+        return
+    index = fragment.get("index") if isinstance(fragment.get("index"), int) else None
+    calls = reply.setdefault("bounded", [])
+    if index is not None and index not in calls and len(calls) < reply["room"]["calls"]:
+        calls.append(index)
+    if index is not None and index not in calls:
+        function["arguments"] = ""
+    else:
+        function["arguments"] = function["arguments"][:room_for(
+            reply, "arguments", len(function["arguments"]))]
+
+
+def room_for(reply, kind, size):
+    """How many of size new characters of kind the reply may keep: max_reasoning of reasoning
+    and of reasoning_details, MAX_ARGUMENTS of tool-call arguments. A cut is noted, once."""
+    room = reply["room"]
+    if size <= room[kind]:
+        room[kind] -= size
+        return size
+    if room[kind] >= 0:
+        reply["cut"].append(kind)
+    fit, room[kind] = max(0, room[kind]), -1
+    return fit
+
+def say_cuts(cfg, reply):
+    """Say once what was cut of the reply."""
+    for kind in () if reply["quiet"] else reply["cut"]:
+        note(cfg, CUTS[kind] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
+    del reply["cut"][:]
+
+
+def merge_dict(into, extra):
+    """Merge a provider's extra object into another, nested objects key by key."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge_dict(into[key], value)
+        elif value is not None:
+            into[key] = value
+
+
+def split_think(reply, text):
+    """The answer part of a piece of content that may begin, hold or end a <think> block at
+    the start of the content; reasoning inside it goes to pending. A piece that may be part
+    of a marker waits for the next one (reply["unsure"]): until the marker is whole, it is not
+    known whether it is answer or reasoning. reply["think"]: "start", the closing tag looked
+    for, "after" (blanks after it are not shown) or None."""
+    text, reply["unsure"] = reply["unsure"] + text, ""
+    if reply["think"] == "start":
+        head = text.lstrip()
+        tag = next((t for t in THINK_TAGS if head.startswith(t)), None)
+        if not tag:
+            if any(t.startswith(head) for t in THINK_TAGS):   # "", "<thi": not known yet
+                reply["unsure"] = text
+                return ""
+            reply["think"] = None
+            return text
+        reply["think"], text = "</" + tag[1:], head[len(tag):].lstrip()
+    if reply["think"] != "after":
+        close = reply["think"]
+        end = text.find(close)
+        keep = 0 if end >= 0 else next((n for n in range(len(close) - 1, 0, -1)
+                                        if text.endswith(close[:n])), 0)
+        thought = text[:end] if end >= 0 else text[:len(text) - keep]
+        if thought:
+            queue(reply, "reasoning", thought)
+        if end < 0:
+            reply["unsure"] = text[len(text) - keep:]
+            return ""
+        reply["think"], text = "after", text[end + len(close):]
+    text = text.lstrip()
+    reply["think"] = "after" if not text else None
+    return text
+
+TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
+                       r"|(\{.*\}))\s*$", re.S)
+
+
+def text_tool_call(cfg, reply):
+    """With text_tool_calls=true, make a reply that is only a tool call written as text
+    (<tool_call>{"name":..,"arguments":..}</tool_call> or bare JSON) a real one."""
+    content = "".join(reply["content"])
+    if any(c["function"]["name"] for c in reply["calls"].values()) or not content.strip():
+        return
+    match = TEXT_CALL.match(content)
+    try:
+        data = json.loads(next(g for g in match.groups() if g)) if match else None
+    except ValueError:
+        return
+    if not isinstance(data, dict):
+        return
+    data = data.get("function", data) if isinstance(data.get("function"), dict) else data
+    name, args = data.get("name"), data.get("arguments", data.get("parameters"))
+    if name not in TOOLS or not isinstance(args, (dict, str)):
+        return
+    if not cfg["text_tool_calls"]:
+        return note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written "
+                         "as text; set text_tool_calls=true in model.cfg to run such replies]",
+                         "info")
+    call = {"id": "call_" + os.urandom(12).hex(), "type": "function",
+            "function": {"name": name, "arguments": ""}}
+    reply["content"], reply["calls"] = [], {0: call}
+    reply["pieces"][id(call)] = [args if isinstance(args, str) else json.dumps(args)]
+
+
+def repair(messages):
+    """messages without assistant messages that hold nothing (strict servers refuse them)."""
+    messages[:] = [m for m in messages if not (m["role"] == "assistant" and not str(
+        m.get("content") or "").strip() and not m.get("tool_calls"))]
+    return messages
+
+
+HOOKS["request"].append(shape_request)
+HOOKS["delta"].append(shape_delta)
+
+
+# ----------------------------------------------------------------------------------------
+# The transport: HTTP(S)_PROXY (a CONNECT tunnel), SOCKS_PROXY (SOCKS5), and the wait for a
+# reply cut into seconds, each a "waiting" event (the connect hook)
 # ----------------------------------------------------------------------------------------
 
 def proxy_for(scheme, host):
@@ -1319,7 +2547,6 @@ def proxy_for(scheme, host):
         return None
     return proxy if "://" in proxy else "http://" + proxy
 
-
 def no_proxy(host):
     """True when NO_PROXY names host (or a domain above it, or is *)."""
     env = os.environ
@@ -1329,29 +2556,21 @@ def no_proxy(host):
             return True
     return False
 
-
 def socks_proxy_for(host):
     """The SOCKS_PROXY (else socks_proxy) URL for host, unless NO_PROXY matches it."""
     proxy = os.environ.get("SOCKS_PROXY", "").strip() or os.environ.get("socks_proxy", "").strip()
     return proxy if proxy and not no_proxy(host) else None
 
-
 def default_port(url):
     """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
     return url.port or (443 if url.scheme == "https" else 80)
-
-
-# SOCKS5 (RFC 1928, with RFC 1929 user/password): SOCKS_PROXY=socks5://[user:pass@]host:port
-# (socks5h:// too). Host names are always resolved by the proxy: it may reach names this
-# machine cannot resolve, and no lookup here tells the local network where we connect. It is
-# tried before HTTP(S)_PROXY, and NO_PROXY applies to it as to them.
 
 # RFC 1928 section 6: the REP field of a CONNECT reply
 SOCKS_REPLIES = {1: "general SOCKS server failure", 2: "connection not allowed by ruleset",
                  3: "network unreachable", 4: "host unreachable", 5: "connection refused",
                  6: "TTL expired", 7: "command not supported", 8: "address type not supported"}
-SOCKS_TRANSIENT = {1, 3, 4, 5, 6}   # the target or the route may come back; 2, 7, 8 will not
 
+SOCKS_TRANSIENT = {1, 3, 4, 5, 6}   # the target or the route may come back; 2, 7, 8 will not
 
 class SocksError(OSError):
     """A SOCKS5 failure, with a one-line message; .retry says whether waiting may help."""
@@ -1359,7 +2578,6 @@ class SocksError(OSError):
     def __init__(self, message, retry=False):
         OSError.__init__(self, message)
         self.retry = retry
-
 
 def parse_socks_url(url):
     """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare
@@ -1379,7 +2597,6 @@ def parse_socks_url(url):
     if not user and not password:
         return parts.hostname, port, None, None
     return parts.hostname, port, unquote(user or ""), unquote(password or "")
-
 
 def socks5_connect(proxy_url, host, port, timeout):
     """A socket connected to host:port through the SOCKS5 proxy at proxy_url; host names are
@@ -1441,7 +2658,6 @@ def socks5_connect(proxy_url, host, port, timeout):
             raise SocksError("%s failed during %s: %s" % (where, stage, e), retry=True) from e
         raise
 
-
 def socks_address(host):
     """ATYP + DST.ADDR for host: 01 + 4 bytes, 04 + 16 bytes, or 03 LEN name (not resolved)."""
     import ipaddress
@@ -1458,7 +2674,6 @@ def socks_address(host):
         return bytes([3, len(name)]) + name
     return bytes([1 if ip.version == 4 else 4]) + ip.packed
 
-
 def socks_recv(sock, size, where, stage):
     """Exactly size bytes from sock; SocksError when the proxy hangs up first."""
     data = b""
@@ -1470,20 +2685,21 @@ def socks_recv(sock, size, where, stage):
     return data
 
 
-def open_connection(endpoint, timeout):
-    """A new http.client connection to the endpoint's host, through a proxy if one is set."""
+def connect_endpoint(cfg):
+    """The connect hook: a connection to the endpoint's host, through a CONNECT proxy or a
+    SOCKS5 one if set; its responses wait for the model in seconds (see await_reply)."""
     import http.client
     from urllib.parse import urlsplit, unquote
-    url = urlsplit(endpoint)
+    url = urlsplit(cfg["endpoint"])
     socks = socks_proxy_for(url.hostname)
     proxy = None if socks else proxy_for(url.scheme, url.hostname)
-    via = urlsplit(proxy) if proxy else url   # where the socket goes
+    via = urlsplit(proxy) if proxy else url
     if url.scheme == "https":
         import ssl
-        conn = http.client.HTTPSConnection(via.hostname, default_port(via), timeout=timeout,
+        conn = http.client.HTTPSConnection(via.hostname, default_port(via), timeout=cfg["timeout"],
                                            context=ssl.create_default_context())
     else:
-        conn = http.client.HTTPConnection(via.hostname, default_port(via), timeout=timeout)
+        conn = http.client.HTTPConnection(via.hostname, default_port(via), timeout=cfg["timeout"])
     if proxy:
         headers = {}
         if via.username:
@@ -1494,355 +2710,64 @@ def open_connection(endpoint, timeout):
     if socks:   # every (re)connect goes through the proxy; http.client still does the TLS
         conn._create_connection = lambda address, timeout, source=None: socks5_connect(
             socks, address[0], address[1], timeout)
+    conn.response_class = waiting_response(cfg["endpoint"])
     return conn
 
 
-THREAD = _thread._local()   # what belongs to one thread, and goes away with it
-
-
-def connections():
-    """This thread's connections, by endpoint: {"conn", "response", "sock"} each (a thread
-    has its own: two threads never share one)."""
-    return THREAD.__dict__.setdefault("connections", {})
-
-
-def drop_connection(cfg):
-    """Close the endpoint's connection (after an error or an abandoned reply)."""
-    entry = connections().pop(cfg["endpoint"], None)
-    if entry:
-        entry["conn"].close()
-
-
-def http_request(cfg, method, path, body=None, wait=None, root=False, ready=None):
-    """Send one request on the endpoint's persistent connection and return the response,
-    allowing `wait` seconds (default: timeout) for its first byte. A connection the server
-    closed while idle is reopened once, without counting a retry. A connection whose last
-    reply was not read to its end is replaced, never reused: http.client would send the
-    request and then refuse to read the answer. The path is under the endpoint (with the
-    endpoint's query string, e.g. Azure's ?api-version=...), or under the server's root.
-    ready(sock), if given, is called once the request is sent, before the reply is read."""
+def waiting_response(endpoint):
+    """http.client's response class, waiting for the model's output in seconds (await_reply)
+    before its status line and each read, while the output has not begun. The cfg is the one
+    of the request in progress on the connection (its timeouts, its run's reply)."""
     import http.client
-    from urllib.parse import urlsplit
-    headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    extra = {k.lower() for k in cfg["headers"]}
-    if cfg["api_key"] and not extra & {"authorization", "api-key"}:   # (Azure's: api-key)
-        headers["Authorization"] = "Bearer " + cfg["api_key"]
-    headers = {k: v for k, v in headers.items() if k.lower() not in extra}
-    headers.update(cfg["headers"])
-    url = urlsplit(cfg["endpoint"])
-    query = "?" + url.query if url.query else ""
-    target = path if root else url.path.rstrip("/") + path + query
-    pool = connections()
-    for attempt in (1, 2):
-        entry = pool.get(cfg["endpoint"])
-        if entry and entry["response"] and not entry["response"].isclosed():
-            drop_connection(cfg)
-            entry = None
-        reused = entry is not None
-        if not reused:
-            conn = open_connection(cfg["endpoint"], cfg["timeout"])
-            entry = pool[cfg["endpoint"]] = {"conn": conn, "response": None, "sock": None}
-        conn = entry["conn"]
-        try:
-            conn.request(method, target, body, headers)
-            entry["sock"] = conn.sock   # kept: after a close-delimited reply conn.sock is None
-            conn.sock.settimeout(wait or cfg["timeout"])
-            if ready:
-                ready(conn.sock)
-            entry["response"] = conn.getresponse()
-            return entry["response"]
-        except (ConnectionError, http.client.BadStatusLine):
-            drop_connection(cfg)
-            if not reused or attempt == 2:
-                raise
-        except BaseException:
-            drop_connection(cfg)
-            raise
+
+    class Response(http.client.HTTPResponse):
+        def __init__(self, sock, *args, **kw):
+            http.client.HTTPResponse.__init__(self, sock, *args, **kw)
+            self.socket = sock
+
+        def begin(self):
+            await_reply(connections()[endpoint]["cfg"], self.socket, self.fp)
+            return http.client.HTTPResponse.begin(self)
+
+        def read1(self, n=-1):
+            if not self.isclosed() and self.length != 0:   # (0: its Content-Length is used up)
+                await_reply(connections()[endpoint]["cfg"], self.socket, self.fp)
+            return http.client.HTTPResponse.read1(self, n)
+    return Response
 
 
-def set_read_timeout(cfg, seconds):
-    """Allow `seconds` between reads of the reply in progress."""
-    entry = connections().get(cfg["endpoint"])
-    if entry and entry["sock"]:
-        entry["sock"].settimeout(seconds)
-
-
-def release(cfg, response):
-    """Finish with a reply so its connection can carry the next request: read what is left
-    of its body (bytes after [DONE], a body whose Content-Length is used up but not yet
-    marked read), for at most DRAIN_REPLY seconds; otherwise close the connection."""
-    if response.isclosed():
+def await_reply(cfg, sock, fp):
+    """Until the model's output begins: wait for the reply's next bytes with a "waiting" event
+    every second (bantam has one thread: the wait is cut into one-second selects), raising
+    socket.timeout at first_byte_timeout as the read would. Bytes already off the socket (in
+    fp's buffer, or decrypted by TLS) end the wait at once: select cannot see them."""
+    import select
+    import socket
+    reply = (cfg.get("run") or {}).get("reply")
+    if not reply or reply["quiet"] or reply["first"] or reply["ended"]:
         return
-    if response.will_close:   # close-delimited or `Connection: close`: nothing to reuse
-        drop_connection(cfg)
-        return
+    deadline = time.monotonic() + cfg["first_byte_timeout"]
+    while not read_ahead(sock, fp):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("timed out")
+        if select.select([sock], [], [], min(1.0, left))[0]:
+            return
+        emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
+
+
+def read_ahead(sock, fp):
+    """Are bytes of the reply already read from sock, into fp's buffer or the TLS layer?"""
+    if getattr(sock, "pending", None) and sock.pending():
+        return True
+    timeout = sock.gettimeout()
     try:
-        set_read_timeout(cfg, DRAIN_REPLY)
-        deadline = time.monotonic() + DRAIN_REPLY
-        while not response.isclosed() and time.monotonic() < deadline:
-            if not response.read(65536):   # read(), unlike read1(), marks the end on 3.8-3.12
-                break
-        set_read_timeout(cfg, cfg["timeout"])
-    except Exception:
-        pass
-    if not response.isclosed():
-        drop_connection(cfg)
-
-
-def request_body(cfg, messages, tools, stream):
-    """The JSON body of a chat completion request, with the fixes this server's errors taught
-    (see learned_fix): without the fields it does not support, streamed if it must be..."""
-    fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
-    stream = stream or "stream" in fixes
-    body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
-            "stream": stream}
-    if tools:
-        body["tools"] = tool_definitions(cfg)
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    if cfg["reasoning_effort"]:
-        body["reasoning_effort"] = cfg["reasoning_effort"]
-    for field in {"drop " + f for f in body} & fixes:
-        del body[field[5:]]
-    if fixes - {"stream"} - {"drop " + f for f in OPTIONAL_FIELDS}:   # fixes of the messages
-        body["messages"] = [fixed_message(m, fixes) for m in messages]
-    return body
-
-
-def fixed_message(message, fixes):
-    """A message as this server takes it, the learned fixes applied (the same dict when none
-    changes it: the stored conversation stays as it was)."""
-    fixed = {k: v for k, v in message.items() if "drop " + k not in fixes}
-    if message.get("tool_calls") and message.get("role") == "assistant":
-        if "reasoning_content" in fixes:
-            fixed.setdefault("reasoning_content", "")
-        if "null_content" in fixes and not str(fixed.get("content") or "").strip():
-            fixed["content"] = None
-    return message if fixed == message else fixed
-
-
-# Fixes a server's error teaches, kept for that endpoint and model: the error, and the line
-# that says so (none: nothing the user sees changes). Requests change in request_body.
-FIXES = {
-    # DashScope's Qwen3 thinking models answer only streamed requests (a summary's too)
-    "stream": (r"must be set to false for non-streaming", None),
-    # Kimi K2.5+ with thinking on, DeepSeek V4: the field on every assistant message with
-    # tool calls, even one where the model wrote no reasoning; Groq and Cerebras reject it
-    "reasoning_content": (
-        r"reasoning_content is missing|reasoning_content`? in the thinking mode",
-        "the server wants reasoning_content on tool call messages: sending it"),
-    # Claude behind OpenAI-compatible gateways (Databricks, Requesty, one-api): content ""
-    # beside tool calls becomes an empty text block, which it rejects; null is no block
-    "null_content": (
-        r"text content blocks must (?:be non-empty|contain non-whitespace)",
-        "the server rejects empty text beside tool calls: sending content null there")}
-
-
-def learned_fix(error, body):
-    """The fix a refused request's ApiError asks for (a refused field to leave out, or one
-    of FIXES) and the line saying so, or (None, None)."""
-    text = error.body or str(error)
-    if error.kind not in ("bad_request", "empty_assistant"):
-        return None, None
-    field = unsupported_field(text, body)
-    if field:
-        say = "the server does not support %r for this model: leaving it out" % field
-        return "drop " + field, say
-    return next(((fix, say) for fix, (pattern, say) in FIXES.items()
-                 if re.search(pattern, text, re.I)), (None, None))
-
-
-OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
-MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
-# How servers refuse a field: OpenAI {"param": "temperature", "code": "unsupported_value"},
-# "Unsupported parameter: 'reasoning_effort' is not supported with this model."; Mistral
-# {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"]}]}};
-# Anthropic "`temperature` is deprecated for this model"; Groq "property 'x' is unsupported".
-REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated"
-                           r"|extra_forbidden|not permitted|unrecognized"
-                           r"|unknown (?:field|parameter|name)|not allowed", re.I)
-
-
-def unsupported_field(text, body):
-    """The optional field of body (or of its messages) that an error says the server does
-    not support, or None."""
-    sent = [f for f in OPTIONAL_FIELDS if f in body]
-    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
-    if not sent or not REFUSED_FIELD.search(text):
-        return None
-    try:
-        error = json.loads(text)
-        error = error.get("error", error) if isinstance(error, dict) else {}
-        param = str(error.get("param") or "").split(".")[-1].split("]")[-1]
-        message = error.get("message")
-        detail = message.get("detail") if isinstance(message, dict) else None
-        places = [str(d.get("loc", [""])[-1]) for d in detail or () if isinstance(d, dict)]
-    except (ValueError, AttributeError, IndexError, TypeError):
-        param, places = "", []
-    for field in sent:
-        if field == param or field in places:
-            return field
-    # in any case style: xAI's {"error": "Model grok-4 does not support parameter
-    # reasoningEffort."}
-    named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
-    return named[0] if named else None
-
-
-def chat(cfg, messages, tools=True, quiet=False, nudge=None):
-    """The model's reply to messages as an assistant message dict, shown as it arrives
-    (as events) unless quiet. Retries per the backoff ladder; raises ApiError when it
-    cannot get one. Emits a "usage" event per reply (estimated when the server sent none).
-    nudge: a line of bantam's for the model, sent after the messages but not stored."""
-    if (cfg.get("run") or {}).get("replay"):   # --replay: the recorded reply, not the network
-        return replayed_reply(cfg, quiet)
-    stream = cfg["stream"] and not quiet
-    delays, retries = cfg["backoff"], 0
-    while True:
-        outgoing = append_user(messages[:], nudge) if nudge else messages   # (nudge: not stored)
-        body = request_body(cfg, outgoing, tools, stream)
-        try:
-            started = time.monotonic()
-            message, usage, first, sent = exchange(cfg, body, quiet)
-            emit(cfg, "reply", message=message, quiet=quiet)
-            report_call(cfg, sent, message, usage, started, first, quiet)
-            return message
-        except ApiError as e:
-            if e.kind == "overflow":
-                learn_window(cfg, e.body or str(e))
-            count = len(messages)   # strict servers refuse an assistant message with nothing in it
-            if e.kind == "empty_assistant" and len(repair_conversation(messages)) < count:
-                continue
-            fix, say = learned_fix(e, body)
-            learned = (cfg["endpoint"], cfg["model"], fix)
-            if fix and learned not in LEARNED["fixes"]:   # ask again, fixed (and from now on)
-                LEARNED["fixes"].add(learned)
-                if say:
-                    note(cfg, "[%s from now on]" % say, "info")
-                continue
-            if e.body == "empty stream":   # some servers only say what went wrong (an overflow...)
-                stream = False              # in a reply that is not streamed: ask that way
-            if e.kind != "retry" or retries >= len(delays):
-                if e.kind == "retry" and retries:
-                    raise ApiError("%s (gave up after %d %s)" % (
-                        e, retries, "retry" if retries == 1 else "retries"), "retry", e.status)
-                raise e
-            wait = max(delays[retries], e.wait or 0)
-            if wait > MAX_SERVER_WAIT:
-                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)"
-                               % (e, wait), "retry", e.status)
-            retries += 1
-            emit(cfg, "retry", error=redact_all(cfg, str(e)), attempt=retries, of=len(delays),
-                 wait=wait)
-            time.sleep(wait)
-
-
-def report_call(cfg, sent, message, usage, started, first, quiet):
-    """Emit the "usage" event of one model call: the server's figures (else estimated from
-    the sizes sent and received), with its timing (seconds in all, to the first output)."""
-    estimated = not isinstance(usage, dict)
-    if estimated:
-        usage = {"prompt_tokens": estimate_tokens(sent),
-                 "completion_tokens": estimate_tokens(text_size([message]))}
-    prompt, cached, completion = usage_numbers(usage)
-    cost = call_cost(cfg, prompt, cached, completion)
-    spend(cfg, prompt + completion, cost)
-    emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
-         completion_tokens=completion, estimated=estimated, quiet=quiet, cost=cost,
-         seconds=round(time.monotonic() - started, 3),
-         first_output=round(first - started, 3) if first else None)
-
-
-def exchange(cfg, body, quiet):
-    """One request and its reply: (message, usage or None, time of the first output or
-    None, bytes sent). Network faults become retryable ApiErrors."""
-    import http.client
-    reply, response = new_reply(cfg, quiet), None
-    try:
-        if not quiet:
-            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
-                 stream=body["stream"])
-        # (a summary's request is trimmed in place: never from the cache of encoded messages)
-        payload = (json.dumps(body) if quiet else encode_body(cfg, body)).encode()
-        reply["asked"] = time.monotonic()
-        response = http_request(cfg, "POST", "/chat/completions", payload,
-                                wait=cfg["first_byte_timeout"],
-                                ready=lambda sock: await_reply(cfg, reply, sock))
-        if response.status != 200:
-            raise error_from_response(cfg, response)
-        kind = response.getheader("Content-Type") or ""
-        if "event-stream" in kind or (body["stream"] and "json" not in kind):
-            read_stream(cfg, response, reply)
-        else:   # not streamed, or a server that ignores stream=true
-            data = response.read()
-            try:
-                whole = DECODE_JSON(data.decode("utf-8", "replace").strip())[0]
-                merge_chunk(reply, whole, whole=True)
-            except ValueError:
-                raise ApiError("the server sent a reply that is not JSON: %r"
-                               % page_text(data[:4000].decode("utf-8", "replace"))[:200], "retry")
-            reply["first"] = time.monotonic()
-        release(cfg, response)
-        message = finish_reply(reply)
-        end_reply(cfg, reply)
-        if reply["finish"] in CUT_REPLY and not quiet:
-            note(cfg, CUT_REPLY[reply["finish"]], "warning")
-        say_cuts(cfg, reply)
-        return message, reply["usage"], reply["first"], len(payload)
-    except (OSError, http.client.HTTPException) as e:
-        drop_connection(cfg)
-        output = bool(reply["content"] or reply["reasoning"] or reply["calls"])
-        raise discard(cfg, reply, network_error(e, cfg, got_output=output))
-    except ApiError as e:
-        if response is not None and not response.isclosed():
-            drop_connection(cfg)   # the rest of the reply is unread: the connection is unusable
-        raise discard(cfg, reply, e)
-    except BaseException:   # Ctrl+C, a closed stdout, SIGTERM: the reply is abandoned
-        drop_connection(cfg)
-        if "turn" in (cfg.get("run") or {}) and not quiet:   # shown of it: keep_interrupted_text
-            cfg["run"]["partial_reply"] = "".join(reply["content"])
-        raise
+        sock.settimeout(0)   # fp.peek reads the socket only when its buffer is empty: never block
+        return bool(fp and fp.peek(1).strip(b"\r\n"))   # (a chunk's closing CRLF is no reply yet)
+    except OSError:   # nothing there (TLS says so with SSLWantReadError)
+        return False
     finally:
-        end_reply(cfg, reply)
-
-
-def discard(cfg, reply, error):
-    """End a failed reply and return its error; what of it was shown is marked as not kept
-    (a "discarded" event), there where it was shown."""
-    shown = not reply["quiet"] and (reply["content"] or reply["reasoning"])
-    end_reply(cfg, reply)
-    if shown:
-        emit(cfg, "discarded", error=redact_all(cfg, str(error)))
-    return error
-
-
-def encode_body(cfg, body):
-    """json.dumps(body), byte for byte, with each message encoded once per run: a long turn
-    resends the whole conversation at every step, and re-encoding it all made that quadratic."""
-    parts = message_texts(cfg.get("run", {}).setdefault("wire", {}), body["messages"], True)
-    head = json.dumps(dict(body, messages=0))   # keys in order; no string holds '"messages": 0'
-    return head.replace('"messages": 0', '"messages": [%s]' % ", ".join(parts), 1)
-
-
-def message_texts(cache, messages, ascii=False):
-    """The JSON text of each message, made once while it stays in the list (a stored message
-    is never changed in place): ascii as json.dumps writes it (the wire), else with UTF-8 kept
-    (the session file). cache, {id: (message, text)}, is left holding these messages only."""
-    known = {}
-    for m in messages:
-        entry = cache.get(id(m))
-        known[id(m)] = entry if entry and entry[0] is m else (m, json.dumps(m, ensure_ascii=ascii))
-    cache.clear()
-    cache.update(known)
-    return [known[id(m)][1] for m in messages]
-
-
-CUT_REPLY = {   # finish reasons that mean the reply is not whole
-    "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
-    "content_filter": "[the reply was cut by the provider's content filter "
-                      "(finish_reason: content_filter)]"}
-
+        sock.settimeout(timeout)
 
 def network_error(e, cfg, got_output=False):
     """The ApiError for a failed connection or read: retried when waiting may help (refused
@@ -1883,612 +2808,232 @@ def network_error(e, cfg, got_output=False):
     return ApiError("network error: %s" % (str(e) or type(e).__name__), "retry")
 
 
-def error_from_response(cfg, response):
-    """The ApiError for a non-200 response: its kind says whether to retry, compact or stop."""
-    status = response.status
-    data = response.read(1 << 20)
-    if not response.isclosed():
-        drop_connection(cfg)
-    text = data.decode("utf-8", "replace")
-    message = page_text(text)[:300] or response.reason
-    try:
-        error = json.loads(text)
-        error = error.get("error", error) if isinstance(error, dict) else error
-        if isinstance(error, list) and error:   # some servers send [{"error": {...}}]
-            error = error[0].get("error", error[0]) if isinstance(error[0], dict) else error[0]
-        if isinstance(error, dict) and error.get("message"):
-            message = str(error["message"])
-        elif isinstance(error, str):
-            message = error
-    except (ValueError, AttributeError):
-        pass
-    message = " ".join(message.split())
-    headline = "HTTP %d: %s" % (status, message)
-    kind, hint = "fatal", ""
-    if status == 413 or (status in (400, 422, 500) and OVERFLOW_PATTERNS.search(text)):
-        kind = "overflow"
-    elif status == 400 and EMPTY_ASSISTANT_PATTERNS.search(text):
-        kind = "empty_assistant"
-    elif status == 402 or (status in (400, 403, 429) and QUOTA_PATTERNS.search(text)):
-        hint = " (quota, credits or billing exhausted: not retried)"
-    elif status in RETRY_STATUSES or status >= 500:
-        kind = "retry"
-    elif status in (400, 422):
-        kind = "bad_request"
-    elif status in (301, 302, 303, 307, 308):
-        target = response.getheader("Location") or "(no Location header)"
-        headline = "HTTP %d: the endpoint moved to %s" % (status, target)
-        hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
-    elif status == 401:
-        hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
-    elif status == 404:   # the URL posted to, and the setting that chose the endpoint
-        url = re.sub(r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1)
-        hint = " (POST %s: check endpoint, from %s, and model)" % (
-            url, cfg.get("sources", {}).get("endpoint"))
-    elif status == 403:
-        hint = " (check endpoint and model in model.cfg)"
-    should = (response.getheader("x-should-retry") or "").strip().lower()
-    if should == "true" and kind in ("fatal", "bad_request") and "quota" not in hint:
-        kind = "retry"
-    elif should == "false" and kind == "retry":
-        kind = "fatal"
-    if kind == "bad_request" and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
-        kind, hint = "retry", hint + " (a malformed tool call from the model)"
-    return ApiError(headline + hint, kind, status, server_wait(response), text[:4000])
+HOOKS["connect"].append(connect_endpoint)
 
 
-def page_text(text):
-    """An error body as one line can show it: an HTML page's title, else its text without
-    the tags (a proxy's or a web server's page, not an API's error); any other text as is."""
-    if not re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):
-        return text.strip()
-    import html
-    title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
-    words = title.group(1) if title else re.sub(r"(?s)<(script|style)\b.*?</\1>|<[^>]*>", " ", text)
-    return " ".join(html.unescape(words).split())
+# ----------------------------------------------------------------------------------------
+# Trust and secrets: what a folder may set before it is trusted, the leash that only
+# tightens across the layers of settings, and the secrets kept from the commands
+# ----------------------------------------------------------------------------------------
+
+# What a folder's own ./model.cfg may set: a cloned repository is not the user. The keys of
+# NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes): they come from the
+# user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>) or a folder the
+# user trusts. The leash only tightens across layers: deny is joined from every layer, and
+# the strictest value of STRICTER keys wins, unless a flag sets it. The rest is harmless.
+NEEDS_TRUST = {   # key: what it decides (the trust question says it)
+    "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
+    "headers": "sent to the model's server", "allow": "commands that run without asking",
+    "tools": "what the model may use", "bantam_tools_dir": "scripts offered to the model",
+    "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
+    "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
+
+LOOSEST_FIRST = {"approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only"),
+                 "sandbox_network": (True, False)}
+
+STRICTER = set(LOOSEST_FIRST) | {"max_al_iterations", "max_turn_tokens", "max_turn_seconds",
+                                 "max_cost", "max_identical_calls"}   # budgets: 0 is no limit
+
+SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
+
+def strictness(key, value):
+    """How strict a value of a STRICTER key is (higher is stricter)."""
+    if key in LOOSEST_FIRST:
+        return LOOSEST_FIRST[key].index(value) if value in LOOSEST_FIRST[key] else 0
+    return -value if value else float("-inf")
+
+def normal_endpoint(url, where):
+    """The endpoint without a trailing / or /chat/completions (bantam adds it: cut, saying so);
+    a ConfigError naming where when it is not an http(s) URL with a host and a numeric port."""
+    base = url.rstrip("/")
+    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", base, count=1)
+    if cut != base:
+        note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
+             "warning")
+    if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
+        raise ConfigError("%s: endpoint: expected an http:// or https:// URL with a host (and "
+                          "a port number after a ':'), got %r" % (where, url))
+    return cut
 
 
-def server_wait(response):
-    """Seconds the server asks us to wait (retry-after-ms, Retry-After), or None."""
-    ms = response.getheader("retry-after-ms")
-    try:
-        if ms:
-            return float(ms) / 1000
-    except ValueError:
-        pass
-    after = (response.getheader("retry-after") or "").strip()
-    if not after:
-        return None
-    try:
-        return max(0.0, float(after))
-    except ValueError:
-        pass
-    from email.utils import parsedate_to_datetime
-    try:
-        return max(0.0, parsedate_to_datetime(after).timestamp() - time.time())
-    except (TypeError, ValueError, IndexError):
-        return None
-
-
-def sse_events(read):
-    """Yield, after each read(65536), the list of events completed by it (each event's
-    data as bytes). Lines look like:
-        data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
-        : keep-alive comment          event: name          (blank line ends an event)
-    and, from servers that break the format, `error: {"message": ...}` (older llama.cpp) or a
-    bare JSON line (a proxy's error): each is taken as an event of its own."""
-    partial, data, ended = [], [], False
-    while not ended:
-        block = read(65536)
-        ended = not block
-        if ended:   # the end: it also ends a last line and a last event that lacked theirs
-            block = b"\n\n"
-        elif b"\n" not in block:   # a long line arriving in pieces
-            partial.append(block)
-            yield []   # (no event yet: the reader still checks its deadlines)
-            continue
-        if partial:
-            partial.append(block)
-            block, partial = b"".join(partial), []
-        lines = block.split(b"\n")
-        last = lines.pop()
-        if last:
-            partial.append(last)
-        events = []
-        for line in lines:
-            if line[-1:] == b"\r":
-                line = line[:-1]
-            if not line:
-                if data:
-                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
-                    data = []
-            elif line[:5] == b"data:":
-                data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line[:6] == b"error:":
-                events.append(b'{"error":' + line[6:].strip() + b"}")
-            elif line[:1] == b"{":
-                events.append(line)
-        if events or not ended:
-            yield events
-
-
-DECODE_JSON = json.JSONDecoder().raw_decode
-
-
-def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply until [DONE] or the end, passing on the text that
-    came (one text or reasoning event per burst of reads, not one per chunk: while more bytes
-    are already waiting on the socket, reading goes on first). Until the model's output
-    begins, reads may wait first_byte_timeout; then timeout."""
-    import select
-    sock = (connections().get(cfg["endpoint"]) or {}).get("sock")
-
-    def read(size):
-        """response.read1, after waiting (see await_reply) while the output has not begun."""
-        if not response.isclosed() and response.length != 0:   # (0: Content-Length used up)
-            await_reply(cfg, reply, sock, response.fp)
-        return response.read1(size)
-    for events in sse_events(read):
-        moved = False
-        for data in events:
-            if data[:6] == b"[DONE]":
-                return
-            try:   # the hot path: one JSON object per event
-                chunks = (DECODE_JSON(data.decode())[0],)
-            except ValueError:
-                chunks = parse_event(cfg, data)
-            for chunk in chunks:
-                if isinstance(chunk, dict):
-                    if chunk.get("error"):   # OpenRouter sends it next to choices
-                        raise stream_error(chunk["error"])
-                    merge_chunk(reply, chunk)
-                    moved = moved or carries_output(chunk)
-        if reply["pending"] and not (sock and select.select([sock], [], [], 0)[0]):
-            pass_on(cfg, reply)
-        if not reply["first"] and moved:
-            reply["first"] = time.monotonic()
-            set_read_timeout(cfg, cfg["timeout"])
-        check_progress(cfg, reply, moved)
-    if response.length:   # read1() returns b"" on a short Content-Length body, without an error
-        raise ApiError("the connection closed in the middle of the reply", "retry")
-    if not (reply["finish"] or reply["content"] or reply["reasoning"] or reply["calls"]):
-        raise ApiError("the server ended the reply without sending anything", "retry",
-                       body="empty stream")
-    if not reply["finish"] and not response.chunked and response.length is None:
-        # A reply delimited by closing the connection, closed before [DONE] or a finish_reason:
-        # dropped. (A chunked reply cut short raises IncompleteRead instead.)
-        raise ApiError("the connection closed in the middle of the reply", "retry")
-
-
-def await_reply(cfg, reply, sock, fp=None):
-    """Until the model's output begins: wait for the reply's next bytes with a "waiting" event
-    every second (bantam has one thread: the wait is cut into one-second selects), raising
-    socket.timeout at first_byte_timeout as the read would. Bytes already off the socket (in
-    fp's buffer, or decrypted by TLS) end the wait at once: select cannot see them."""
-    import select
-    import socket
-    if reply["quiet"] or reply["first"] or sock is None:
-        return
-    deadline = time.monotonic() + cfg["first_byte_timeout"]
-    while not read_ahead(sock, fp):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise socket.timeout("timed out")
-        if select.select([sock], [], [], min(1.0, left))[0]:
-            return
-        emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
-
-
-def read_ahead(sock, fp):
-    """Are bytes of the reply already read from sock, into fp's buffer or the TLS layer?"""
-    if getattr(sock, "pending", None) and sock.pending():
-        return True
-    timeout = sock.gettimeout()
-    try:
-        sock.settimeout(0)   # fp.peek reads the socket only when its buffer is empty: never block
-        return bool(fp and fp.peek(1).strip(b"\r\n"))   # (a chunk's closing CRLF is no reply yet)
-    except OSError:   # nothing there (TLS says so with SSLWantReadError)
-        return False
-    finally:
-        sock.settimeout(timeout)
-
-
-OUTPUT_KEYS = ("content", "reasoning_content", "reasoning", "refusal", "reasoning_details")
-
-
-def carries_output(chunk):
-    """Whether a chunk (merged already) brings output: text, reasoning or a tool call's name
-    or arguments, not only an empty delta, a role, usage or a finish reason."""
-    for choice in chunk.get("choices") or ():
-        delta = isinstance(choice, dict) and choice.get("delta") or {}
-        if any(map(delta.get, OUTPUT_KEYS)) or any(isinstance(f, dict) and any(
-                (f.get("function") or {}).values()) for f in delta.get("tool_calls") or ()):
-            return True
-    return False
-
-
-def check_progress(cfg, reply, moved):
-    """After each read of a stream: a retryable ApiError when no output came for
-    first_byte_timeout (before the first) or timeout: comments, blank lines and empty deltas
-    are no progress (the socket's timeout catches silence only). Says what was cut; an
-    ApiError of kind budget when the turn's max_turn_seconds have run out."""
-    now, key = time.monotonic(), "timeout" if reply["first"] else "first_byte_timeout"
-    if moved:
-        reply["progress"] = now
-    elif now - reply["progress"] > cfg[key]:
-        raise ApiError("network error: no output for %g s, only keep-alives (%s)"
-                       % (cfg[key], key), "retry")
-    say_cuts(cfg, reply)
-    if time_up(cfg):
-        raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
-
-
-def parse_event(cfg, data):
-    """The JSON values in one event's data (some servers omit the blank line between events)."""
-    values = []
-    for line in data.split(b"\n"):
-        try:
-            values.append(json.loads(line))
-        except ValueError:   # (said once a turn: a broken server must not flood the screen)
-            note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
-                      % line[:80], "warning")
-    return values
-
-
-def stream_error(error):
-    """The ApiError for an error object sent inside a stream."""
-    message = error.get("message") if isinstance(error, dict) else str(error)
-    text = json.dumps(error)
-    kind = "overflow" if OVERFLOW_PATTERNS.search(text) else "retry"
-    return ApiError("error in stream: %s" % " ".join(str(message).split()), kind, body=text[:4000])
-
-
-# A reply under construction: text pieces, reasoning pieces, tool calls by index, and what
-# is still to be passed on as events: pending, [(kind, [pieces])] (see pass_on).
-def new_reply(cfg, quiet):
-    """An empty reply accumulator."""
-    return {"content": [], "reasoning": [], "calls": {}, "details": [], "quiet": quiet,
-            "echo_reasoning": False, "finish": None, "usage": None, "extra": {},
-            "first": None, "pending": [], "ended": False, "think": "start", "unsure": "",
-            "progress": time.monotonic(), "parts": {}, "cut": [],   # see merge_tool_call
-            "room": {"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
-                     "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]}}
-
-
-def room_for(reply, kind, size):
-    """How many of size new characters of kind the reply may keep: max_reasoning of reasoning
-    and of reasoning_details, MAX_ARGUMENTS of tool-call arguments. A cut is noted, once."""
-    room = reply["room"]
-    if size <= room[kind]:
-        room[kind] -= size
-        return size
-    if room[kind] >= 0:
-        reply["cut"].append(kind)
-    fit, room[kind] = max(0, room[kind]), -1
-    return fit
-
-
-CUTS = {"reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
-        "details": "[the reasoning_details passed %(max_reasoning)d characters: none is kept]",
-        "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
-
-
-def say_cuts(cfg, reply):
-    """Say once what was cut of the reply."""
-    for kind in () if reply["quiet"] else reply["cut"]:
-        note(cfg, CUTS[kind] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-    del reply["cut"][:]
-
-
-def merge_chunk(reply, chunk, whole=False):
-    """Merge one streamed chunk (or a whole non-streamed response) into reply, printing it.
-    {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[{"index":0,"id":"call_1",
-     "function":{"name":"shell_exec","arguments":"{\\"comm"}}]}}],"usage":{...}}"""
-    if chunk.get("usage"):
-        reply["usage"] = chunk["usage"]
-    choices = chunk.get("choices")
-    if whole and not choices:
-        if chunk.get("error"):
-            raise stream_error(chunk["error"])
-        raise ApiError("the server sent a reply with no choices", "retry")
-    for choice in choices or ():
-        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            continue
-        delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
-        if len(delta) != 1 or "content" not in delta:   # more than plain text (the hot path)
-            merge_extras(reply, delta)
-        if choice.get("finish_reason"):
-            reply["finish"] = choice["finish_reason"]
-            if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
-                raise stream_error(choice.get("error") or chunk.get("error")
-                                   or "finish_reason: error")
-        text = delta.get("content")
-        if text and isinstance(text, str):
-            add_text(reply, text)
-        elif isinstance(text, list):
-            merge_content_parts(reply, text)
-
-
-def merge_content_parts(reply, parts):
-    """Merge content sent as a list of parts, as Mistral's reasoning models do:
-    [{"type": "thinking", "thinking": [{"type": "text", "text": "..."}]},
-     {"type": "text", "text": "..."}]: thinking is reasoning, text is the answer."""
-    for part in parts:
-        if not isinstance(part, dict):
-            continue
-        if part.get("type") == "thinking":
-            thinking = part.get("thinking")
-            for piece in thinking if isinstance(thinking, list) else [{"text": thinking}]:
-                if isinstance(piece, dict) and isinstance(piece.get("text"), str) and piece["text"]:
-                    add_reasoning(reply, piece["text"])
-        elif part.get("type") == "text" and isinstance(part.get("text"), str) and part["text"]:
-            add_text(reply, part["text"])
-
-
-def merge_extras(reply, delta):
-    """Merge the reasoning, reasoning details, refusal, provider extras and tool-call
-    fragments of one delta."""
-    refusal = delta.get("refusal")   # OpenAI's safety refusal: it is the answer
-    if refusal and isinstance(refusal, str):
-        add_text(reply, refusal)
-    if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
-        merge_dict(reply["extra"], delta["extra_content"])
-    thought = delta.get("reasoning_content")
-    reply["echo_reasoning"] = reply["echo_reasoning"] or bool(thought)
-    thought = thought or delta.get("reasoning")
-    if thought and isinstance(thought, str):
-        add_reasoning(reply, thought)
-    merge_details(reply, delta.get("reasoning_details"))
-    for position, fragment in enumerate(delta.get("tool_calls") or ()):
-        merge_tool_call(reply, fragment, position)
-
-
-def merge_details(reply, details):
-    """Merge reasoning_details entries while they hold at most max_reasoning characters; past
-    that none is kept (a signed block cut short is worthless). OpenRouter streams one block as
-    fragments with the same type and index (text in pieces, the signature last); the provider
-    wants the whole block back, as its signature covers the whole text."""
-    kept = reply["details"]
-    for d in details if isinstance(details, list) else ():
-        size = sum(len(v) for v in d.values() if isinstance(v, str)) if isinstance(d, dict) else 0
-        if room_for(reply, "details", size) < size:
-            del kept[:]
-        if reply["room"]["details"] < 0:
-            continue
-        block = None
-        if isinstance(d, dict) and isinstance(d.get("index"), int):
-            block = next((b for b in kept if isinstance(b, dict) and b.get("index") == d["index"]
-                          and b.get("type") == d.get("type")), None)
-        if block is None:
-            kept.append(dict(d) if isinstance(d, dict) else d)
-            continue
-        for key, value in d.items():
-            if key in ("text", "summary", "data") and isinstance(value, str) \
-                    and isinstance(block.get(key), str):
-                block[key] += value
-            elif value is not None:
-                block[key] = value
-
-
-def add_reasoning(reply, text):
-    """Record reasoning (to be passed on after this network read), max_reasoning at most."""
-    text = text[:room_for(reply, "reasoning", len(text))]
-    if not text:
-        return
-    reply["reasoning"].append(text)
-    if not reply["quiet"]:
-        add_pending(reply, "reasoning", text)
-
-
-def add_text(reply, text):
-    """Record answer text (to be passed on after this network read); a <think> block at the
-    start of the content is passed on as reasoning, and stored as sent."""
-    reply["content"].append(text)
-    if not reply["quiet"]:
-        text = split_think(reply, text) if reply["think"] else text
-        if text:
-            add_pending(reply, "text", text)
-
-
-THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills, Amazon Nova
-
-
-def split_think(reply, text):
-    """The answer part of a piece of content that may begin, hold or end a <think> block at
-    the start of the content; reasoning inside it goes to pending. A piece that may be part
-    of a marker waits for the next one (reply["unsure"]): until the marker is whole, it is not
-    known whether it is answer or reasoning. reply["think"]: "start", the closing tag looked
-    for, "after" (blanks after it are not shown) or None."""
-    text, reply["unsure"] = reply["unsure"] + text, ""
-    if reply["think"] == "start":
-        head = text.lstrip()
-        tag = next((t for t in THINK_TAGS if head.startswith(t)), None)
-        if not tag:
-            if any(t.startswith(head) for t in THINK_TAGS):   # "", "<thi": not known yet
-                reply["unsure"] = text
-                return ""
-            reply["think"] = None
-            return text
-        reply["think"], text = "</" + tag[1:], head[len(tag):].lstrip()
-    if reply["think"] != "after":
-        close = reply["think"]
-        end = text.find(close)
-        keep = 0 if end >= 0 else next((n for n in range(len(close) - 1, 0, -1)
-                                        if text.endswith(close[:n])), 0)
-        thought = text[:end] if end >= 0 else text[:len(text) - keep]
-        if thought:
-            add_pending(reply, "reasoning", thought)
-        if end < 0:
-            reply["unsure"] = text[len(text) - keep:]
-            return ""
-        reply["think"], text = "after", text[end + len(close):]
-    text = text.lstrip()
-    reply["think"] = "after" if not text else None
-    return text
-
-
-def add_pending(reply, kind, text):
-    """Queue a piece to pass on, joined to the last run when it is of the same kind."""
-    pending = reply["pending"]
-    if pending and pending[-1][0] == kind:
-        pending[-1][1].append(text)
-    else:
-        pending.append((kind, [text]))
-
-
-def pass_on(cfg, reply, final=False):
-    """Emit what is queued, one event per run of text or reasoning, in the order it came.
-    Unless final (the reply is over), the end of the last run stays queued while it may begin
-    a secret (a model that read the key must not print it, even split across chunks) or is
-    the first half of a character. Taken off the queue first: a Ctrl+C inside a view must
-    not have it passed on twice."""
-    pending = reply["pending"][:]
-    del reply["pending"][:]
-    for n, (kind, pieces) in enumerate(pending):
-        text = pieces[0] if len(pieces) == 1 else "".join(pieces)
-        if final or n < len(pending) - 1:   # its run has ended: nothing of it is held back
-            text = join_surrogates(redact_all(cfg, text))
+def settle(cfg, trust=None):
+    """cfg, its keys taken again from its layers by the rules of trust: what a folder may
+    set, at NEEDS_TRUST; deny joined from every layer; the strictest value of a STRICTER key,
+    unless a flag sets it. trust: None (as remembered, or BANTAM_TRUST=1), True, or False
+    (the user said no: the folder may only tighten). cfg["sources"] gets the config's other
+    facts: config_file, folder_config, untrusted ({key: (value, "path:line")} that need
+    trust), withheld (the environment's secrets not sent), base_system_prompt."""
+    layers, sources = cfg["sources"]["layers"], cfg["sources"]
+    folder = [path for path in (os.path.abspath("model.cfg"),)
+              if any(name == "folder" for name, _ in layers)]
+    trusted = trust if trust is not None else bool(folder) and (
+        os.environ.get("BANTAM_TRUST") == "1" or folder_trusted() is True)
+    untrusted = {}
+    for key in DEFAULTS:
+        found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
+                 for kind, layer in layers for raw, where in [layer.get(key, ("", ""))]
+                 if raw not in ("", "-")]   # blank or '-' defers to the next layer
+        own = [f for f in found if f[0] != "folder"]
+        if found and found[0][0] == "folder" and key in NEEDS_TRUST and not trusted:
+            if found[0][1] != (own[0][1] if own else DEFAULTS[key]):
+                untrusted[key] = found[0][1:]
+            found = own
+        elif trust is False and key not in STRICTER and key != "deny":
+            found = own   # the user said no: only what tightens the leash is taken from the folder
+        if key == "deny" and found:
+            cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
+        elif found:
+            if key in STRICTER and found[0][0] != "flag":   # a flag is the user's explicit choice
+                found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
+            cfg[key], sources[key] = found[0][1:]
         else:
-            text, held = stream_piece(cfg, "", text)
-            if held:
-                reply["pending"].append((kind, [held]))
-        if text:
-            emit(cfg, kind, text=text)
+            cfg[key], sources[key] = DEFAULTS[key], "default"
+    headers = os.environ.get("BANTAM_HEADERS")   # secrets in the environment not sent:
+    held = [os.environ.get("BANTAM_API_KEY"), os.environ.get("OPENAI_API_KEY")] + list(
+        parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
+    withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
+    config_file = next((where.rpartition(":")[0] for name, layer in layers if name == "own"
+                        for _, where in list(layer.values())[:1]), bantam_home("model.cfg"))
+    sources.update(config_file=config_file, folder_config=folder[0] if folder else None,
+                   untrusted=untrusted, withheld=withheld)
+    sources.setdefault("base_system_prompt", cfg["system_prompt"])
+    add_prompt_extras(cfg)
+    if cfg.get("run") is not None:   # never shown: the secrets Part I does not know of
+        cfg["run"]["secrets"] = withheld + url_secrets(cfg["endpoint"])
+    return cfg
 
 
-def end_reply(cfg, reply):
-    """The reply is over (whole, failed or abandoned): pass on what is left, once."""
-    if reply["quiet"] or reply["ended"]:
-        return
-    reply["ended"] = True
-    if reply["unsure"]:   # the content ended inside a <think> block, or before it was known
-        add_pending(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
-    pass_on(cfg, reply, final=True)
-    emit(cfg, "reply_end", finish=reply["finish"])
+def add_prompt_extras(cfg):
+    """Set cfg["system_prompt"]: the base prompt, what this session changes in it (the tools),
+    the tools and skills folders, and AGENTS.md (a project's instructions for coding agents)."""
+    extras = []
+    enabled = cfg["tools"].split(",")
+    more = [name for name in ("read", "write") if name in enabled]
+    if more:
+        extras.append("You also have %s." % " and ".join(FILE_TOOL_LINES[name] for name in more))
+    missing = [name for name in ("shell_exec", "run_subagent") if name not in enabled]
+    if missing:   # the prompt names both: say which one this session leaves out
+        extras.append("In this session %s %s not available."
+                      % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
+    if cfg["bantam_tools_dir"]:
+        extras.append("Extra shell tools can be found at %s" % cfg["bantam_tools_dir"])
+    if cfg["bantam_skills_dir"]:
+        extras.append("Skills may be discovered and invoked from %s" % cfg["bantam_skills_dir"])
+    path = os.path.join(os.getcwd(), "AGENTS.md")
+    cfg["sources"]["project_instructions_file"] = None
+    if cfg["project_instructions"] and os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8-sig", errors="replace") as f:
+                extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
+                              % (os.getcwd(), f.read().strip()))
+            cfg["sources"]["project_instructions_file"] = path
+        except OSError as e:
+            note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
+    base = cfg["sources"]["base_system_prompt"]
+    cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
+        if extras else base
 
+FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
+                   "write": "write (a whole file, or a splice at a line or byte offset)"}
 
-def merge_dict(into, extra):
-    """Merge a provider's extra object into another, nested objects key by key."""
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            merge_dict(into[key], value)
-        elif value is not None:
-            into[key] = value
+def folders_file():
+    """~/.bantam/folders.json: what the user said about folders (trusted or not)."""
+    return bantam_home("folders.json")
 
-
-def merge_tool_call(reply, fragment, position):
-    """Merge one tool-call fragment into reply["calls"] (by index) as servers send them: the
-    id and name only in the first fragment or repeated in each, arguments split anywhere.
-    The arguments are kept as pieces, joined once by finish_reply (adding each to one string
-    copied it every time: minutes for a few megabytes), at most MAX_ARGUMENTS; none for a
-    call beyond max_calls_per_reply (AL answers it: not run). Whatever else a provider puts
-    on the call is kept, to be sent back unchanged: Gemini 3 signs calls with {"extra_content":
-    {"google": {"thought_signature": "..."}}} and rejects the next request without it."""
-    calls = reply["calls"]
-    if not isinstance(fragment, dict):
-        return
-    index = fragment.get("index")
-    if not isinstance(index, int):   # no index: its position, unless it starts a new call
-        index = position
-        old = calls.get(index)
-        if old and fragment.get("id") and old["id"] and fragment["id"] != old["id"]:
-            index = max(calls) + 1
-    function = fragment.get("function") or {}
-    call = calls.get(index)
-    other = call and call["id"] and fragment.get("id") and str(fragment["id"]) != call["id"]
-    if other and function.get("name"):
-        # Ollama sends every call whole at index 0, each with its own id: this is a new
-        # one; the one before moves to a key of its own (calls keep the order they began in)
-        calls[-1 - len(calls)] = calls.pop(index)
-        call = None
-    if call is None:
-        call = calls[index] = {"id": "", "type": "function",
-                               "function": {"name": "", "arguments": ""}}
-    if fragment.get("id") and not call["id"]:
-        call["id"] = str(fragment["id"])
-    if function.get("name") and not call["function"]["name"]:
-        call["function"]["name"] = str(function["name"])
-    arguments = function.get("arguments")
-    if isinstance(arguments, dict):   # some servers send an object, not a JSON string
-        arguments = json.dumps(arguments)
-    room = len(reply["parts"]) < reply["room"]["calls"]
-    pieces = reply["parts"].setdefault(id(call), [] if room else None)
-    if arguments and isinstance(arguments, str) and pieces is not None:
-        pieces.append(arguments[:room_for(reply, "arguments", len(arguments))])
-    if len(fragment) > 4 or "index" not in fragment:   # more than index, id, type and function
-        merge_dict(call, {k: v for k, v in fragment.items()
-                          if k not in ("index", "id", "type", "function")})
-
-
-def finish_reply(reply):
-    """The assistant message to store, exactly as the API expects it back."""
-    text = join_surrogates("".join(reply["content"]))
-    message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
-    calls = [c for c in reply["calls"].values() if c["function"]["name"]]   # in the order begun
-    if calls:
-        for call in calls:
-            call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # if the server gave none
-            pieces = reply["parts"].get(id(call)) or ()   # (see merge_tool_call)
-            call["function"]["arguments"] = join_surrogates("".join(pieces)) or "{}"
-        message["tool_calls"] = calls
-        if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
-            message["reasoning_content"] = join_surrogates("".join(reply["reasoning"]))
-    if reply["details"]:
-        message["reasoning_details"] = reply["details"]
-    if reply["extra"]:
-        message["extra_content"] = reply["extra"]
-    return message
-
-
-# ----------------------------------------------------------------------------------------
-# The tools: shell_exec, run_subagent, read and write (each takes cfg and a dict, returns a string)
-# ----------------------------------------------------------------------------------------
-
-def shell_exec(cfg, args):
-    """Run args['command'] with bash (else sh): output + '\\n\\nexit: ' + code. Own process
-    group, stdin from /dev/null, no pagers; killed on timeout, Ctrl+C or a hang-up, keeping
-    what it printed; output bounded. What it prints is passed on live as tool_output events."""
-    command = args.get("command")
-    if not isinstance(command, str) or not command.strip():
-        return "error: shell_exec needs a non-empty 'command' string"
-    import subprocess
-    env = dict(command_env(cfg), PAGER="cat", GIT_PAGER="cat", MANPAGER="cat", SYSTEMD_PAGER="",
-               GIT_TERMINAL_PROMPT="0", DEBIAN_FRONTEND="noninteractive")
+def folder_memory():
+    """{folder: {"trusted": bool, "sandbox": mode}} as remembered ({} if none)."""
     try:
-        proc = sandboxed_popen(cfg, [shell_path(), "-c", command], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True, env=env)
-    except (OSError, ConfigError) as e:   # ConfigError: the sandbox asked for cannot be had
-        return "error: cannot start the shell: %s" % e
-    output, started = BoundedOutput(cfg), time.monotonic()
+        with open(folders_file(), encoding="utf-8") as f:
+            memory = json.load(f)
+        return memory if isinstance(memory, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+def folder_trusted():
+    """True or False as the user said for this folder (--trust, the REPL), else None."""
+    return folder_memory().get(os.getcwd(), {}).get("trusted")
+
+def remember_folder(**facts):
+    """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600)."""
+    memory = folder_memory()
+    memory.setdefault(os.getcwd(), {}).update(facts)
     try:
-        code, remark = pump_output(cfg, proc, output, *command_time(cfg))
-    except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
-        kill_group(proc)
-        drain(proc, output)   # what it printed just before is kept too
-        why = ("interrupted by the user" if isinstance(stop, KeyboardInterrupt)
-               else "bantam was stopped")
-        if cfg.get("run"):   # the call's result, for answer_unanswered
-            cfg["run"]["partial_output"] = "%s\n[%s after %.1f s: the command's process group " \
-                "was killed]\n\nexit: %s" % (output.text(), why, time.monotonic() - started,
-                                               proc.poll())
-        raise
-    finally:
-        proc.stdout.close()
-        output.close()
-    note = sandbox_words(cfg) if code else ""   # a refused write may be why it failed
-    return output.text() + remark + ("\n[%s]" % note if note else "") + "\n\nexit: " + str(code)
+        write_private_file(folders_file(), json.dumps(memory, indent=1))
+    except OSError as e:
+        note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
+def trust_folder(cfg, args, interactive, reload):
+    """cfg as this folder may steer it: --trust trusts it, the REPL asks once (both remembered;
+    no: reload(False), the user's own settings); without a terminal it stops (exit 2)."""
+    changes = cfg["sources"]["untrusted"]
+    if not changes:
+        return cfg
+    said = folder_trusted()
+    shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
+    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST[key]) for key in shown)
+    if args.trust:
+        remember_folder(trusted=True)
+        return reload(True)
+    if not interactive:
+        own = " (your own server, even on this machine? bantam -e %s)" % shown["endpoint"] \
+            if "endpoint" in shown else ""
+        raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
+                          "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
+                          "runners), or answer once in the REPL%s" % (what, own))
+    boxed = folder_memory().get(os.getcwd(), {}).get("sandbox")
+    if said is None:   # y: trust it; s: not trusted, and its commands in the sandbox
+        answer = read_answer("This folder's model.cfg would change %s. Trust this folder? "
+                             "[y/N/s] (s: no, and its commands in --sandbox workspace) " % what)
+        answer = answer.strip().lower()
+        said, boxed = answer in ("y", "yes"), "workspace" if answer in ("s", "sandbox") else None
+        remember_folder(trusted=said, **({"sandbox": boxed} if boxed else {}))
+        if said:
+            return reload(True)
+    note(cfg, "[this folder is not trusted: your own settings only%s (bantam --trust to trust it)]"
+         % (", commands in sandbox=workspace" if boxed else ""), "info")
+    cfg = reload(False)
+    if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
+        cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
+    return cfg
 
-SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's own secrets
+def shown_untrusted(key, value):
+    """A value an untrusted folder sets, as shown: its key as ***, an endpoint's credentials too."""
+    return "***" if key in SECRET_KEYS else redact({"endpoint": str(value)}, str(value))
 
+def hide_secrets(cfg):
+    """Keep bantam's secrets from the commands it runs as the same user (Linux only): every
+    secret in the block the kernel shows as /proc/<pid>/environ and cmdline (os.environ is a
+    copy) overwritten with '*', and the process made non-dumpable, which closes /proc/<pid>/mem
+    and environ to the user's other processes (not to root: see the README)."""
+    secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
+    if not secrets or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        with open("/proc/self/stat", "rb") as f:   # fields 48 to 51: arg_start ... env_end
+            fields = f.read().rpartition(b")")[2].split()
+        start, end = int(fields[45]), int(fields[48])
+        block = ctypes.string_at(start, end - start)
+        for secret in secrets:
+            at = block.find(secret)
+            while at >= 0:
+                ctypes.memset(start + at, ord("*"), len(secret))
+                at = block.find(secret, at + len(secret))
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
 
-def command_env(cfg):
-    """The environment of every command bantam runs (shell_exec, !command, and so the tools
-    folder's scripts): bantam's own, less the variables of withheld_variables."""
-    withheld = withheld_variables(cfg)
-    return {name: value for name, value in os.environ.items() if name not in withheld}
-
+def url_secrets(url):
+    """The credentials inside a URL: the password of user:password@, and the values of query
+    parameters named like key, token, secret, password, sig or auth (?key=...)."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+    except ValueError:   # "http://[::1": not a URL a request could go to
+        return []
+    named = [pair.partition("=") for pair in parts.query.split("&")]
+    return [parts.password or ""] + [value for name, _, value in named
+                                     if re.search("key|token|secret|pass|sig|auth", name, re.I)]
 
 def withheld_variables(cfg):
     """The variables kept from commands: those bantam reads secrets from, any holding a
@@ -2507,185 +3052,202 @@ def withheld_variables(cfg):
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets))
 
 
-def shell_path():
-    """bash if installed, else /bin/sh."""
-    for path in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"):
-        if os.access(path, os.X_OK):
-            return path
-    return "/bin/sh"
+def scrub_environment(cfg, options):
+    """The spawn hook of secrets: no variable of withheld_variables in a command's environment."""
+    for name in withheld_variables(cfg):
+        options["env"].pop(name, None)
+    return options
 
 
-def command_time(cfg):
-    """The seconds a command may run, shell_timeout or what the turn has left of its
-    max_turn_seconds if less, and what to say when it is killed then."""
-    turn, limit = (cfg.get("run") or {}).get("turn"), cfg.get("max_turn_seconds")
-    wait = cfg["shell_timeout"]
-    left = max(0.0, limit - time.monotonic() + turn["started"]) if turn and limit else wait
-    if left < wait:
-        return left, "stopped after %.1f s: the turn's time ran out (max_turn_seconds=%g)" % (
-            left, limit)
-    return wait, "timed out after %g s" % wait
+def command_env(cfg):
+    """The environment of the user's own !commands, scrubbed as the model's are."""
+    return scrub_environment(cfg, {"env": dict(os.environ)})["env"]
 
 
-def pump_output(cfg, proc, output, timeout, why):
-    """Read the command's output until it exits (then drain briefly: a background child may
-    hold the pipe open forever) or its timeout (why says it); returns (exit code, remark)."""
-    import select
-    fd, killed = proc.stdout.fileno(), "\n[%s: the command's process group was killed]" % why
-    started = time.monotonic()
-    deadline, exited_at, ticked = started + timeout, None, started
-    while True:
-        now = time.monotonic()
-        if now - ticked >= 1:   # still running: once a second, say so
-            ticked = now
-            emit(cfg, "tool_progress", seconds=round(now - started, 1))
-        if now >= deadline:
-            kill_group(proc)
-            return proc.wait(), killed
-        if exited_at is None and proc.poll() is not None:
-            exited_at = now
-        if exited_at is not None and now - exited_at >= DRAIN_SECONDS:
-            break
-        if select.select([fd], [], [], min(0.1, deadline - now))[0]:
-            data = os.read(fd, 1 << 16)
-            if not data:
-                break
-            output.add(data)
-            emit(cfg, "tool_output", text=redact_all(cfg, data.decode("utf-8", "replace")))
+HOOKS["spawn"].append(scrub_environment)
+
+
+# ----------------------------------------------------------------------------------------
+# The sandbox: commands write only in the working and temporary folders (sandbox=workspace)
+# or the temporary folder alone (read-only); sandbox_network=false leaves them no socket.
+# Linux's Landlock (and seccomp) enforce it in the command's process, between fork and exec
+# (the spawn hook)
+# ----------------------------------------------------------------------------------------
+
+# Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8,
+# REMOVE_* and MAKE_* to 1 << 12; then REFER (ABI 2), TRUNCATE (3), IOCTL_DEV (5), and TCP
+# (BIND 1, CONNECT 2: ABI 4). A ruleset denies what its ABI knows, unless a rule allows it.
+ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
+
+FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
+
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
+SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}   # audit arch, socket
+
+def sandbox_of(cfg):
+    """(mode, closed): 'workspace' or 'read-only' ('' when off), and whether sockets are closed."""
+    return cfg.get("sandbox", "off").replace("off", ""), not cfg.get("sandbox_network", True)
+
+def landlock(call, *args):
+    """Landlock call 444 + call (create_ruleset, add_rule, restrict_self; alpha aside); OSError."""
+    import ctypes
+    result = ctypes.CDLL(None, use_errno=True).syscall(
+        ctypes.c_long(444 + call), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    if result < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return result
+
+def sandbox_roots(cfg):
+    """(the folders commands may write in, the paths hidden from them: ~/.bantam, the history)."""
+    roots = [os.getcwd()] * (cfg["sandbox"] == "workspace") + [os.environ.get("TMPDIR") or "/tmp"]
+    real = lambda paths: [os.path.realpath(path) for path in paths]
+    hidden = real([bantam_home(), history_path()])
+    return [p for p in real(roots + ["/dev/shm"]) if os.path.isdir(p)], hidden
+
+def within(path, folders):
+    """Is path one of folders, or beneath one?"""
+    return any((path + "/").startswith(folder.rstrip("/") + "/") for folder in folders)
+
+def sandbox_ruleset(cfg):
+    """The Landlock ruleset fd (close-on-exec) of cfg's sandbox, None without one; ConfigError."""
+    mode, closed = sandbox_of(cfg)
+    if not mode and not closed:
+        return None
+    try:   # LANDLOCK_CREATE_RULESET_VERSION; ENOSYS: before Linux 5.13, EOPNOTSUPP: not in lsm=
+        abi, why = (landlock(0, None, 0, 1), "") if sys.platform == "linux" else (0, "not on Linux")
+    except OSError as e:
+        abi, why = 0, "this kernel has no Landlock (%s)" % e.strerror
+    if closed and abi and (abi < 4 or os.uname().machine not in SECCOMP_ARCH):
+        why = "it needs Landlock ABI 4 (Linux 6.7) on x86_64 or aarch64; this is ABI %d" % abi
+    if why:   # never a command run with less than was asked for
+        raise ConfigError("sandbox=%s%s: %s; sandbox=off runs without" % (
+            mode or "off", ", sandbox_network=false" * closed, why))
+    import struct
+    rights = ALL_RIGHTS[min(abi, 5)] - 1 if mode else 0
+    attr = struct.pack("QQQ", rights, 3 * closed, 0)   # fs, net, scoped: an older ABI's are 0
+    ruleset = landlock(0, attr, len(attr), 0)
+    add = lambda fd, allowed: landlock(1, ruleset, 1, struct.pack("=Qi", allowed, fd), 0)
+    try:   # LANDLOCK_RULE_PATH_BENEATH {allowed_access, parent_fd}
+        if mode:
+            roots, hidden = sandbox_roots(cfg)
+            allow(add, "/", 8, [])                  # READ_DIR: every folder can be listed,
+            allow(add, "/", 1 | 4, hidden)          # EXECUTE, READ_FILE: all but the hidden
+            for path in roots + list(DEVICES):
+                allow(add, path, rights, hidden)
+    except OSError as e:
+        os.close(ruleset)
+        raise ConfigError("sandbox=%s: cannot make its Landlock rules: %s" % (mode, e))
+    return ruleset
+
+def allow(add, path, rights, hidden):
+    """Give rights beneath path but not beneath the hidden paths, nor through a symlink."""
+    inside = [h for h in hidden if within(h, [path])]
+    if inside:   # a rule only adds rights: each entry of path gets its own instead
+        for name in [] if path in inside else os.listdir(path):
+            allow(add, os.path.join(path, name), rights, inside)
+        return
     try:
-        return proc.wait(max(0.01, deadline - time.monotonic())), ""
-    except Exception:   # closed its output but still running: treat as a timeout
-        kill_group(proc)
-        return proc.wait(), killed
-
-
-def drain(proc, output):
-    """Read what is left in a stopped command's pipe, for at most DRAIN_SECONDS."""
-    import select
-    end = time.monotonic() + DRAIN_SECONDS
-    fd = proc.stdout.fileno()
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:   # gone since it was listed, or not on this system
+        return
     try:
-        while time.monotonic() < end and select.select(
-                [fd], [], [], max(0, end - time.monotonic()))[0]:
-            data = os.read(fd, 1 << 16)
-            if not data:
-                break
-            output.add(data)
-    except OSError:
-        pass
+        mode = os.fstat(fd).st_mode   # a symlink's target is allowed where it lies, or not at all
+        if not stat.S_ISLNK(mode):
+            add(fd, rights if stat.S_ISDIR(mode) else rights & FILE_RIGHTS)
+    finally:
+        os.close(fd)
+
+def socket_filter():
+    """(a seccomp program under which socket(), io_uring_setup() fail; its sock_fprog)."""
+    import ctypes
+    import struct
+    arch, socket_call = SECCOMP_ARCH[os.uname().machine]
+    deny, allowed = 0x50000 | 13, 0x7FFF0000   # SECCOMP_RET_ERRNO | EACCES, SECCOMP_RET_ALLOW
+    steps = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (0x06, 0, 0, deny),   # another ABI's calls: no
+             (0x20, 0, 0, 0), (0x35, 3, 0, 0x40000000),                  # x32's calls: no
+             (0x15, 2, 0, socket_call), (0x15, 1, 0, 425),               # socket, io_uring_setup
+             (0x06, 0, 0, allowed), (0x06, 0, 0, deny)]
+    code = b"".join(struct.pack("HBBI", *step) for step in steps)   # struct sock_filter
+    program = (ctypes.c_char * len(code)).from_buffer_copy(code)
+    return program, struct.pack("HP", len(steps), ctypes.addressof(program))   # struct sock_fprog
+
+def check_sandbox(cfg):
+    """Stop (ConfigError: exit 2) before any request when cfg's sandbox cannot be had here."""
+    ruleset = sandbox_ruleset(cfg)
+    return ruleset is None or os.close(ruleset)
 
 
-def kill_group(proc):
-    """Stop the command's process group: TERM, then KILL if it lingers."""
-    import signal
-    for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+def sandboxed(cfg, options):
+    """The spawn hook of the sandbox: the command confined by cfg's sandbox, in its own
+    process after the fork (bantam runs no thread of its own then: nothing else is locked)."""
+    if not any(sandbox_of(cfg)):
+        return options
+    check_sandbox(cfg)   # a sandbox switched on mid-run that cannot be had: the command is refused
+
+    def confine():
+        import ctypes
         try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            pass
-        end = time.monotonic() + grace
-        while proc.poll() is None and time.monotonic() < end:
-            time.sleep(0.01)
-        if proc.poll() is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)   # children left behind in the group
-            except OSError:
-                pass
-            return
+            ruleset, libc = sandbox_ruleset(cfg), ctypes.CDLL(None, use_errno=True)
+            program, fprog = socket_filter() if sandbox_of(cfg)[1] else (None, None)
+            u = ctypes.c_ulong
+            failed = libc.prctl(38, u(1), u(0), u(0), u(0)) or libc.syscall(   # NO_NEW_PRIVS
+                ctypes.c_long(446), ctypes.c_long(ruleset), u(0)) or (   # restrict_self
+                program is not None and libc.prctl(22, u(2), fprog, u(0), u(0)))   # SECCOMP
+        except Exception:
+            failed = True
+        if failed:
+            os.write(2, b"bantam: the sandbox could not be enforced: the command did not run\n")
+            os._exit(126)
+    options["preexec_fn"] = confine
+    return options
 
 
-class BoundedOutput:
-    """A command's output in bounded memory: whole when it fits in max_tool_res bytes, else
-    the head and the tail, and all of it in a spill file under $TMPDIR/bantam/ (see leave_run)."""
-
-    def __init__(self, cfg):
-        self.limit = cfg["max_tool_res"]
-        self.keep = max(1, self.limit * 2 // 5)
-        self.head, self.tail = bytearray(), b""
-        self.size = self.newlines = 0
-        self.file = self.path = None
-        self.spill = (cfg.get("run") or {}).get("spill", [])
-
-    def add(self, data):
-        """Take one piece of output."""
-        self.size += len(data)
-        self.newlines += data.count(b"\n")
-        self.tail = (self.tail + data)[-self.keep:]
-        if self.file is None:
-            if self.size <= self.limit:
-                self.head += data
-                return
-            self.open_spill_file()   # with all that came before this piece
-            self.head = (self.head + data[:self.keep])[:self.keep]
-        room = SPILL_LIMIT - (self.size - len(data))
-        if room > 0:   # an endless `yes` must not fill the disk
-            self.file.write(data[:room])
-
-    def open_spill_file(self):
-        """Start the spill file with what was kept so far."""
-        import tempfile
-        folder = os.path.join(tempfile.gettempdir(), "bantam")
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        fd, self.path = tempfile.mkstemp(prefix="toolres-", suffix=".txt", dir=folder)
-        self.spill.append(self.path)
-        self.file = os.fdopen(fd, "wb")
-        self.file.write(self.head)
-
-    def close(self):
-        """Close the spill file, if any."""
-        if self.file:
-            self.file.close()
-
-    def text(self):
-        """What the model gets: the output, or its head and tail with a note on the rest."""
-        if self.file is None:
-            return self.head.decode("utf-8", "replace")
-        lines = self.newlines + (0 if self.tail.endswith(b"\n") else 1)
-        whole = ("The whole output" if self.size <= SPILL_LIMIT
-                 else "Its first %d bytes are" % SPILL_LIMIT)
-        return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
-               "bytes. %s in %s: read it in parts with shell_exec, e.g. " \
-               "sed -n '1,200p' %s ...]\n\n%s" % (
-                   self.head[:self.keep].decode("utf-8", "replace"), self.size, lines, self.keep,
-                   whole, self.path, self.path, self.tail.decode("utf-8", "replace"))
+def sandbox_note(cfg, call, args, result=None):
+    """The tool hook of the sandbox: a command that failed says, before its exit status,
+    what the sandbox refuses (a write it refused may be why)."""
+    if result is None:
+        return args
+    words = sandbox_words(cfg) if tool_function(cfg, call["function"]["name"]) is shell_exec \
+        and not result.endswith("\n\nexit: 0") else ""
+    head, exit, code = result.rpartition("\n\nexit: ")
+    return "%s\n[%s]%s%s" % (head, words, exit, code) if words and exit else result
 
 
-def remove_spill_files(paths):
-    """Delete the tool-output files of a turn that ended."""
-    while paths:
-        try:
-            os.unlink(paths.pop())
-        except OSError:
-            pass
+def sandbox_words(cfg):
+    """What cfg's sandbox refuses, in one line ('' without one)."""
+    mode, closed = sandbox_of(cfg)
+    where = "sandbox=%s: writes outside %s are refused" % (mode, ", ".join(sandbox_roots(cfg)[0]))
+    return "; ".join([where] * bool(mode) + ["sandbox_network=false: no sockets"] * closed)
 
-
-def run_subagent(cfg, args):
-    """Run AL on a fresh conversation for args['prompt']; return the child's last answer."""
-    prompt = args.get("prompt")
-    if not isinstance(prompt, str) or not prompt.strip():
-        return "error: run_subagent needs a non-empty 'prompt' string"
-    depth = (cfg.get("run") or {}).get("depth", 0)
-    if depth >= MAX_SUBAGENT_DEPTH:   # a model that delegates forever must not recurse forever
-        return "error: subagents may nest only %d deep; do this task yourself" % (
-            MAX_SUBAGENT_DEPTH)
-    child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
-             {"role": "user", "content": prompt}]
+def sandbox_refusal(cfg, args):
+    """Why the write tool may not write args' path (real) under the commands' rule, else ''."""
     try:
-        AL(cfg, child)
-    except ApiError as e:
-        return "error: the subagent failed: %s" % e
-    answers = [m["content"] for m in child if m.get("role") == "assistant" and m.get("content")]
-    return answers[-1] if answers else "(the subagent gave no answer)"
+        path = os.path.realpath(path_argument(args)) if sandbox_of(cfg)[0] else ""
+    except ValueError:
+        return ""   # the tool says what is wrong with its arguments
+    roots, hidden = sandbox_roots(cfg) if path else ([], [])
+    if path and (within(path, hidden) or not within(path, roots)):
+        return "error: %s: %s" % (sandbox_words(dict(cfg, sandbox_network=True)), path)
+    return ""
 
 
-# The read and write tools (offered when listed in the tools key): read shows a file's
-# numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a directory's
-# entries; write replaces a whole file or splices content in at a line or byte offset. A
-# model edits a big file by lines without echoing it through a shell command.
+HOOKS["spawn"].append(sandboxed)
+HOOKS["tool"].append(sandbox_note)
+
+
+# ----------------------------------------------------------------------------------------
+# The file tools, read and write (offered when the tools key names them): read shows a
+# file's numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a folder's
+# entries; write replaces a whole file or splices content in at a line or byte offset
+# ----------------------------------------------------------------------------------------
 
 READ_LIMIT = 2000       # lines shown when no limit is given
+
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
+
 BINARY_SNIFF = 8192     # a NUL byte in this many leading bytes marks a binary file
+
 HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" hint
 
 READ_SCHEMA = {
@@ -2721,7 +3283,6 @@ WRITE_SCHEMA = {
                      "first; used only without delLines."}},
         "required": ["filePath", "content"]}}
 
-
 def path_argument(args):
     """The filePath (or legacy path) argument with ~ expanded; ValueError when missing."""
     path = args.get("filePath")
@@ -2731,12 +3292,10 @@ def path_argument(args):
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
 
-
 def in_working_folder(path):
     """Is this absolute path the working folder or inside it?"""
     here = os.getcwd()
     return os.path.commonpath([path, here]) == here
-
 
 def int_argument(args, names, low):
     """The first of names present in args as an int >= low, else None; ValueError when bad."""
@@ -2753,12 +3312,10 @@ def int_argument(args, names, low):
         return value
     return None
 
-
 def count_lines(data):
     """Lines in text or bytes as read numbers them: a last line without a newline counts."""
     newline = "\n" if isinstance(data, str) else b"\n"
     return data.count(newline) + (1 if data and not data.endswith(newline) else 0)
-
 
 def read_tool(cfg, args):
     """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries,
@@ -2803,7 +3360,6 @@ def read_tool(cfg, args):
             total - following + 1, unit, following))
     return "\n".join(shown)
 
-
 def paginate(items, offset, limit, budget, text, rest):
     """(texts, total, first number not shown or None) of numbered items from offset on.
     items yields tuples whose [0] is the 1-indexed number; text(item) is its shown line;
@@ -2820,7 +3376,6 @@ def paginate(items, offset, limit, budget, text, rest):
         shown.append(line)
         used += cost
     return shown, number, None
-
 
 def file_lines(f):
     """(number, first LINE_BYTES+1 bytes, length without the newline) of each line of f.
@@ -2839,7 +3394,6 @@ def file_lines(f):
         number += 1
         yield number, head, length - (1 if piece.endswith(b"\n") else 0)
 
-
 def model_line(head, length):
     """One line for the model: without its newline (and a CRLF's CR), invalid UTF-8 as U+FFFD,
     cut at LINE_BYTES on a character boundary with a note of its full length."""
@@ -2851,14 +3405,12 @@ def model_line(head, length):
         cut -= 1
     return body[:cut].decode("utf-8", "replace") + " [... line cut: %d bytes in all]" % length
 
-
 def count_rest(f):
     """Lines from f's position (a line start) to its end."""
     count, last = 0, b"\n"
     for block in iter(lambda: f.read(1 << 20), b""):
         count, last = count + block.count(b"\n"), block[-1:]
     return count + (last != b"\n")
-
 
 def write_tool(cfg, args):
     """The write tool: replace a whole file, or splice content in at a line or byte offset."""
@@ -2901,7 +3453,6 @@ def write_tool(cfg, args):
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
-
 def splice(target, path, f, data, line, byte, del_lines, del_bytes):
     """Stream f (target, open) into target's replacement, data at a line or byte offset after
     deleting delLines lines or delBytes bytes there (from line 1 / byte 0); the confirmation."""
@@ -2929,7 +3480,6 @@ def splice(target, path, f, data, line, byte, del_lines, del_bytes):
     return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (
         where, deleted, count, unit, now, unit)
 
-
 def stream_part(f, out, lines, size):
     """Copy the next lines of f (lines None: size bytes) to out (None: skip them), in bounded
     pieces: (bytes, newlines, last byte) of what went by."""
@@ -2943,499 +3493,53 @@ def stream_part(f, out, lines, size):
         moved, newlines, last = moved + len(block), newlines + block.count(b"\n"), block[-1:]
     return moved, newlines, last
 
-
 def tally(*parts):
     """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines does."""
     size = sum(part[0] for part in parts)
     last = next((part[2] for part in reversed(parts) if part[0]), b"")
     return size, sum(part[1] for part in parts) + (1 if size and last != b"\n" else 0)
 
-
-# The tool table: the single source of truth for dispatch and for the schema sent to the model.
-TOOLS = {
-    "shell_exec": ({
-        "description": "Run a shell command (bash -c) on the user's machine and return its "
-                       "combined stdout and stderr followed by the exit code. Non-interactive: "
-                       "stdin is empty and pagers are off. Long output is cut and saved to a "
-                       "file you can read in parts.",
-        "parameters": {"type": "object", "properties": {"command": {
-            "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
-            "required": ["command"]}}, shell_exec),
-    "run_subagent": ({
-        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which "
-                       "has the same tools but none of this conversation. Returns its final "
-                       "answer. Put every detail it needs into the prompt.",
-        "parameters": {"type": "object", "properties": {"prompt": {
-            "type": "string", "description": "The complete task for the subagent."}},
-            "required": ["prompt"]}}, run_subagent),
-    "read": (READ_SCHEMA, read_tool),
-    "write": (WRITE_SCHEMA, write_tool),
-}
 # Names of other agents' tools that models trained on them still call: run as the tool they
 # mean, so such a call does its work instead of failing as an unknown tool.
 TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
 
-
 def check_tool_names(raw, where):
-    """The tools key: comma-separated names of TOOLS (or their aliases), normalized."""
+    """The tools key: comma-separated names of TOOLS (or their other names), normalized."""
+    offered = [name for name, (schema, _) in TOOLS.items() if schema]
     names = [TOOL_ALIASES.get(n.strip(), n.strip()) for n in raw.split(",") if n.strip()]
-    unknown = [n for n in names if n not in TOOLS]
+    unknown = [n for n in names if n not in offered]
     if unknown:
         raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (
-            where, unknown[0], ", ".join(TOOLS)))
+            where, unknown[0], ", ".join(offered)))
     return ",".join(dict.fromkeys(names))
 
 
-def enabled_tools(cfg):
-    """The names of the tools offered to the model (the tools key), in TOOLS order."""
-    wanted = cfg.get("tools", DEFAULTS["tools"]).split(",")
-    return [name for name in TOOLS if name in wanted]
-
-
-def tool_definitions(cfg):
-    """The tools part of a request: the schemas of the enabled tools."""
-    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)}
-            for name in enabled_tools(cfg)]
-
-
-def tool_named(cfg, name):
-    """The function of an enabled tool called name (or an alias of one), else None."""
-    name = TOOL_ALIASES.get(name, name)
-    return TOOLS[name][1] if name in enabled_tools(cfg) else None
-
-
-def tool_message(call_id, content):
-    """The message that answers one tool call."""
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
-
-
-def check_calls(reply):
-    """Make the reply's tool calls fit to store and run, before the reply is stored: clean
-    the arguments (invisible characters out, also those written as JSON escapes like
-    \\u200b) and parse them. Returns, for each call, the arguments dict or the error text
-    for the model; invalid JSON is stored as "{}" (strict servers reject it in the history)."""
-    parsed = []
-    for call in reply.get("tool_calls") or ():
-        function = call["function"]
-        function["arguments"] = clean_for_model(function["arguments"])
-        try:
-            args = json.loads(function["arguments"], strict=False)   # (a raw newline is fine)
-            if not isinstance(args, dict):
-                raise ValueError("expected a JSON object")
-        except ValueError as e:
-            parsed.append("error: the arguments of %s are not a valid JSON object (%s): %s" % (
-                function["name"], e, function["arguments"][:500]))
-            function["arguments"] = "{}"
-            continue
-        clean = clean_values(args)
-        if clean != args:
-            function["arguments"] = json.dumps(clean, ensure_ascii=False)
-        parsed.append(clean)
-    return parsed
-
-
-def run_tool_call(cfg, call, args):
-    """Trace and run one tool call whose arguments check_calls parsed (args: a dict, or the
-    error text); its tool message. Failures are text for the model, never a crash."""
-    name = call["function"]["name"]
-    emit(cfg, "tool_call", id=call["id"], name=name,
-         arguments=redact_all(cfg, call["function"]["arguments"]))
-    tool, failed = tool_named(cfg, name), True
-    if isinstance(args, str):
-        result = args
-    elif time_up(cfg):
-        result = "error: not run: the turn's time ran out (max_turn_seconds=%g)" % time_up(cfg)[1]
-    elif tool is None:
-        result = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
-    else:   # may it run? (told: the refusal, or what the model must read first)
-        args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
-        try:
-            result, failed = (told, True) if args is None else (told + tool(cfg, args), False)
-        except (OSError, ValueError, TypeError) as e:
-            result = "error: %s failed: %s" % (name, e)
-    result = clean_for_model(result)
-    if cfg["run"].get("replay"):
-        check_replayed_result(cfg, name, result)
-    emit(cfg, "tool_result", id=call["id"], name=name, content=redact_all(cfg, result),
-         ok=not failed)
-    return tool_message(call["id"], result)
-
-
-def clean_values(value):
-    """A JSON value with clean_for_model applied to every string in it."""
-    if isinstance(value, str):
-        return clean_for_model(value)
-    if isinstance(value, list):
-        return [clean_values(v) for v in value]
-    if isinstance(value, dict):
-        return {k: clean_values(v) for k, v in value.items()}
-    return value
-
-
-def answer_unanswered(cfg, messages, calls):
-    """Append a tool message for every call in calls that has none: one per call id, always.
-    A command stopped mid-way answers its call with what it had printed."""
-    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:]
-                if m.get("role") == "tool"}
-    for call in calls:
-        if call["id"] not in answered:   # the first is the call that was running
-            partial = cfg["run"].pop("partial_output", None)
-            add_message(cfg, messages, tool_message(call["id"], clean_for_model(partial)
-                        if partial else INTERRUPTED + ": the tool did not finish"))
+TOOLS.update(read=(READ_SCHEMA, read_tool), write=(WRITE_SCHEMA, write_tool))
+TOOLS.update({alias: (None, TOOLS[name][1]) for alias, name in TOOL_ALIASES.items()})
+PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
 
 # ----------------------------------------------------------------------------------------
-# The sandbox: commands write only in the working and temporary folders (sandbox=workspace)
-# or the temporary folder alone (read-only); sandbox_network=false leaves them no socket.
-# Linux's Landlock (and seccomp) enforce it in the command's process, between fork and exec.
+# Approvals and budgets: what may run, and what a turn may spend (the tool, step and
+# request hooks). approve=auto runs every command (the spec); ask asks the user (the run's
+# approver, set at a terminal); deny runs none; the allow and deny patterns decide first
+# (deny wins). Budgets are per turn and shared with the turn's subagents; a stop makes one
+# last call without tools for the best answer from what the model has. Nudges after an
+# empty reply and that final call come from a budget of their own (max_repair_calls), so a
+# model that keeps failing cannot make bantam ask for ever.
 # ----------------------------------------------------------------------------------------
-
-# Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8,
-# REMOVE_* and MAKE_* to 1 << 12; then REFER (ABI 2), TRUNCATE (3), IOCTL_DEV (5), and TCP
-# (BIND 1, CONNECT 2: ABI 4). A ruleset denies what its ABI knows, unless a rule allows it.
-ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
-FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
-DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}   # audit arch, socket
-
-
-def sandbox_of(cfg):
-    """(mode, closed): 'workspace' or 'read-only' ('' when off), and whether sockets are closed."""
-    return cfg.get("sandbox", "off").replace("off", ""), not cfg.get("sandbox_network", True)
-
-
-def landlock(call, *args):
-    """Landlock call 444 + call (create_ruleset, add_rule, restrict_self; alpha aside); OSError."""
-    import ctypes
-    result = ctypes.CDLL(None, use_errno=True).syscall(
-        ctypes.c_long(444 + call), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
-    if result < 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-    return result
-
-
-def sandbox_roots(cfg):
-    """(the folders commands may write in, the paths hidden from them: ~/.bantam, the history)."""
-    roots = [os.getcwd()] * (cfg["sandbox"] == "workspace") + [os.environ.get("TMPDIR") or "/tmp"]
-    real = lambda paths: [os.path.realpath(path) for path in paths]
-    hidden = real([bantam_home(), history_path()])
-    return [p for p in real(roots + ["/dev/shm"]) if os.path.isdir(p)], hidden
-
-
-def within(path, folders):
-    """Is path one of folders, or beneath one?"""
-    return any((path + "/").startswith(folder.rstrip("/") + "/") for folder in folders)
-
-
-def sandbox_ruleset(cfg):
-    """The Landlock ruleset fd (close-on-exec) of cfg's sandbox, None without one; ConfigError."""
-    mode, closed = sandbox_of(cfg)
-    if not mode and not closed:
-        return None
-    try:   # LANDLOCK_CREATE_RULESET_VERSION; ENOSYS: before Linux 5.13, EOPNOTSUPP: not in lsm=
-        abi, why = (landlock(0, None, 0, 1), "") if sys.platform == "linux" else (0, "not on Linux")
-    except OSError as e:
-        abi, why = 0, "this kernel has no Landlock (%s)" % e.strerror
-    if closed and abi and (abi < 4 or os.uname().machine not in SECCOMP_ARCH):
-        why = "it needs Landlock ABI 4 (Linux 6.7) on x86_64 or aarch64; this is ABI %d" % abi
-    if why:   # never a command run with less than was asked for
-        raise ConfigError("sandbox=%s%s: %s; sandbox=off runs without" % (
-            mode or "off", ", sandbox_network=false" * closed, why))
-    import struct
-    rights = ALL_RIGHTS[min(abi, 5)] - 1 if mode else 0
-    attr = struct.pack("QQQ", rights, 3 * closed, 0)   # fs, net, scoped: an older ABI's are 0
-    ruleset = landlock(0, attr, len(attr), 0)
-    add = lambda fd, allowed: landlock(1, ruleset, 1, struct.pack("=Qi", allowed, fd), 0)
-    try:   # LANDLOCK_RULE_PATH_BENEATH {allowed_access, parent_fd}
-        if mode:
-            roots, hidden = sandbox_roots(cfg)
-            allow(add, "/", 8, [])                  # READ_DIR: every folder can be listed,
-            allow(add, "/", 1 | 4, hidden)          # EXECUTE, READ_FILE: all but the hidden
-            for path in roots + list(DEVICES):
-                allow(add, path, rights, hidden)
-    except OSError as e:
-        os.close(ruleset)
-        raise ConfigError("sandbox=%s: cannot make its Landlock rules: %s" % (mode, e))
-    return ruleset
-
-
-def allow(add, path, rights, hidden):
-    """Give rights beneath path but not beneath the hidden paths, nor through a symlink."""
-    inside = [h for h in hidden if within(h, [path])]
-    if inside:   # a rule only adds rights: each entry of path gets its own instead
-        for name in [] if path in inside else os.listdir(path):
-            allow(add, os.path.join(path, name), rights, inside)
-        return
-    try:
-        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:   # gone since it was listed, or not on this system
-        return
-    try:
-        mode = os.fstat(fd).st_mode   # a symlink's target is allowed where it lies, or not at all
-        if not stat.S_ISLNK(mode):
-            add(fd, rights if stat.S_ISDIR(mode) else rights & FILE_RIGHTS)
-    finally:
-        os.close(fd)
-
-
-def socket_filter():
-    """(a seccomp program under which socket(), io_uring_setup() fail; its sock_fprog)."""
-    import ctypes
-    import struct
-    arch, socket_call = SECCOMP_ARCH[os.uname().machine]
-    deny, allowed = 0x50000 | 13, 0x7FFF0000   # SECCOMP_RET_ERRNO | EACCES, SECCOMP_RET_ALLOW
-    steps = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (0x06, 0, 0, deny),   # another ABI's calls: no
-             (0x20, 0, 0, 0), (0x35, 3, 0, 0x40000000),                  # x32's calls: no
-             (0x15, 2, 0, socket_call), (0x15, 1, 0, 425),               # socket, io_uring_setup
-             (0x06, 0, 0, allowed), (0x06, 0, 0, deny)]
-    code = b"".join(struct.pack("HBBI", *step) for step in steps)   # struct sock_filter
-    program = (ctypes.c_char * len(code)).from_buffer_copy(code)
-    return program, struct.pack("HP", len(steps), ctypes.addressof(program))   # struct sock_fprog
-
-
-def sandboxed_popen(cfg, argv, **options):
-    """subprocess.Popen(argv, **options), the command confined by cfg's sandbox; ConfigError."""
-    import ctypes
-    import subprocess
-    ruleset = sandbox_ruleset(cfg)
-    if ruleset is None:
-        return subprocess.Popen(argv, **options)
-    # The child only calls functions looked up here: a lock held at the fork cannot stop it.
-    libc, u = ctypes.CDLL(None, use_errno=True), ctypes.c_ulong
-    calls = [(libc.prctl, 38, u(1), u(0), u(0), u(0)),                         # PR_SET_NO_NEW_PRIVS
-             (libc.syscall, ctypes.c_long(446), ctypes.c_long(ruleset), u(0))]  # restrict_self
-    program, fprog = socket_filter() if sandbox_of(cfg)[1] else (None, None)   # alive till exec
-    if program:
-        calls.append((libc.prctl, 22, u(2), fprog, u(0), u(0)))   # PR_SET_SECCOMP, MODE_FILTER
-
-    def confine():
-        """Enforce the sandbox on this process: the command's, never bantam's."""
-        if any(call[0](*call[1:]) for call in calls):
-            os.write(2, b"bantam: the sandbox could not be enforced: the command did not run\n")
-            os._exit(126)
-    try:
-        return subprocess.Popen(argv, preexec_fn=confine, **options)
-    finally:
-        os.close(ruleset)
-
-
-def check_sandbox(cfg):
-    """Stop (ConfigError: exit 2) before any request when cfg's sandbox cannot be had here."""
-    ruleset = sandbox_ruleset(cfg)
-    return ruleset is None or os.close(ruleset)
-
-
-def sandbox_words(cfg):
-    """What cfg's sandbox refuses, in one line ('' without one)."""
-    mode, closed = sandbox_of(cfg)
-    where = "sandbox=%s: writes outside %s are refused" % (mode, ", ".join(sandbox_roots(cfg)[0]))
-    return "; ".join([where] * bool(mode) + ["sandbox_network=false: no sockets"] * closed)
-
-
-def sandbox_refusal(cfg, args):
-    """Why the write tool may not write args' path (real) under the commands' rule, else ''."""
-    try:
-        path = os.path.realpath(path_argument(args)) if sandbox_of(cfg)[0] else ""
-    except ValueError:
-        return ""   # the tool says what is wrong with its arguments
-    roots, hidden = sandbox_roots(cfg) if path else ([], [])
-    if path and (within(path, hidden) or not within(path, roots)):
-        return "error: %s: %s" % (sandbox_words(dict(cfg, sandbox_network=True)), path)
-    return ""
-
-
-# ----------------------------------------------------------------------------------------
-# The agentic loop
-# ----------------------------------------------------------------------------------------
-
-def AL(cfg, messages, on_event=None):
-    """The Bantam agentic loop: ask the model, run the tool calls it makes, append their
-    results, and repeat until it makes none (or a budget runs out: then one last call
-    asks for the best answer without tools). Returns messages. Every event of the run
-    goes to on_event (else cfg["run"]["emit"], else the plain view)."""
-    cfg = enter_run(cfg, on_event)
-    emit(cfg, "turn_start", messages=len(messages))
-    try:
-        for _ in range(cfg["max_al_iterations"]):
-            try:
-                reply = next_reply(cfg, messages)       # (an empty reply gets one nudge)
-            except ApiError as e:                       # max_turn_seconds ran out mid-reply
-                if e.kind != "budget":
-                    raise
-                return final_answer(cfg, messages, *time_up(cfg))
-            if not reply["content"] and not reply.get("tool_calls"):
-                note(cfg, "[the model sent an empty reply]")
-                return messages                         # never store an empty assistant message
-            args = check_calls(reply)
-            add_message(cfg, messages, reply)
-            calls = reply.get("tool_calls")
-            if not calls:
-                return messages
-            try:
-                for call, arg in zip(calls[:cfg["max_calls_per_reply"]], args):
-                    add_message(cfg, messages, run_tool_call(cfg, call, arg))
-                answer_extra_calls(cfg, messages, calls)
-            finally:                                    # one tool message per call id, always
-                answer_unanswered(cfg, messages, calls)
-            spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)   # or a cycle
-            if spent:
-                return final_answer(cfg, messages, *spent)
-        limit = cfg["max_al_iterations"]
-        return final_answer(cfg, messages, "max_al_iterations", limit, limit)
-    finally:
-        leave_run(cfg, sys.exc_info()[1])
-
-
-def answer_extra_calls(cfg, messages, calls):
-    """Answer the calls of a reply beyond max_calls_per_reply: not run, and why (said once)."""
-    limit = cfg["max_calls_per_reply"]
-    why = "not run: the reply made %d tool calls, over max_calls_per_reply=%d" % (len(calls), limit)
-    if calls[limit:]:
-        note(cfg, "[%d tool calls %s]" % (len(calls) - limit, why), "warning")
-    for call in calls[limit:]:
-        add_message(cfg, messages, tool_message(call["id"], "error: " + why))
-
-
-def enter_run(cfg, on_event=None):
-    """cfg for one AL run (a copy: the caller's cfg is not changed), holding where the events
-    go, the subagent depth and the turn's tool-output files. A subagent's run is its
-    parent's, one level deeper; a turn's starts from the process's (main's: cfg["run"])."""
-    parent = cfg.get("run") or {}
-    if "turn" in parent:
-        run = dict(parent, depth=parent["depth"] + 1, streak=(None, 0), budget=None)
-    else:   # turn: what the turn has spent (and said once), shared by its subagents
-        run = dict(parent, emit=on_event or parent.get("emit") or plain_view(cfg), depth=0,
-                   spill=[], streak=(None, 0), budget=None,
-                   turn={"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0,
-                         "noted": set()},
-                   approved=parent.get("approved", set()))
-    return dict(cfg, run=run)
-
-
-def leave_run(cfg, stop):
-    """The run is over: say how it ended; the top run removes the turn's tool-output files."""
-    if not cfg["run"]["depth"]:
-        remove_spill_files(cfg["run"]["spill"])
-    status = (("budget" if cfg["run"]["budget"] else "done") if stop is None
-              else "interrupted" if isinstance(stop, KeyboardInterrupt)
-              else "failed" if isinstance(stop, BantamError) else "stopped")
-    emit(cfg, "turn_end", status=status,
-         error=redact_all(cfg, str(stop)) if isinstance(stop, BantamError) else None)
-
-
-def add_message(cfg, messages, message):
-    """Append a message to the conversation, and say so (the session file is saved on it)."""
-    messages.append(message)
-    emit(cfg, "message", message=message)
-
-
-def next_reply(cfg, messages):
-    """The model's next reply, with the repairs a turn may need: ask once more after an empty
-    reply (see repair_call), read a tool call the model wrote as text, keep the text shown
-    before a Ctrl+C."""
-    try:
-        reply = text_tool_call(cfg, chat_compacting(cfg, messages))
-        if not reply["content"] and not reply.get("tool_calls") and repair_call(
-                cfg, "[the model sent an empty reply: asking it once more]"):
-            reply = text_tool_call(cfg, chat_compacting(cfg, messages, EMPTY_NUDGE))
-    except KeyboardInterrupt:
-        keep_interrupted_text(cfg, messages)   # text already shown stays, tool calls go
-        raise
-    return reply
-
-
-def chat_compacting(cfg, messages, nudge=None):
-    """chat() (a nudge of bantam's is sent but not stored), compacting the conversation once
-    when it overflows the context window."""
-    try:
-        return chat(cfg, messages, nudge=nudge)
-    except ApiError as e:
-        if e.kind != "overflow":
-            raise
-        note(cfg, "[%s: the context window is full; compacting and trying again]" % e, "warning")
-        compact(cfg, messages, current_prompt(messages))
-    try:
-        return chat(cfg, messages, nudge=nudge)
-    except ApiError as again:
-        if again.kind == "overflow":
-            raise ApiError("%s (even after compacting the conversation)" % again)
-        raise
-
-
-def current_prompt(messages):
-    """The text of the last user message (the request the loop is working on), or None."""
-    for m in reversed(messages):
-        if m.get("role") == "user":
-            return m["content"] if isinstance(m.get("content"), str) else None
-    return None
-
-
-def keep_interrupted_text(cfg, messages):
-    """After Ctrl+C mid-reply, store what the user saw, marked as interrupted."""
-    text = cfg["run"].pop("partial_reply", "")
-    if text:
-        add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + INTERRUPTED})
-
-
-TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
-                       r"|(\{.*\}))\s*$", re.S)
-
-
-def text_tool_call(cfg, reply):
-    """With text_tool_calls=true, turn a reply that is only a tool call written as text
-    (<tool_call>{"name":..,"arguments":..}</tool_call> or bare JSON) into a real one."""
-    match = not reply.get("tool_calls") and TEXT_CALL.match(reply["content"] or "")
-    try:
-        data = json.loads(next(g for g in match.groups() if g)) if match else None
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        return reply
-    data = data.get("function", data) if isinstance(data.get("function"), dict) else data
-    name, args = data.get("name"), data.get("arguments", data.get("parameters"))
-    if name not in TOOLS or not isinstance(args, (dict, str)):
-        return reply
-    if not cfg["text_tool_calls"]:
-        note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written as "
-                  "text; set text_tool_calls=true in model.cfg to run such replies]", "info")
-        return reply
-    arguments = args if isinstance(args, str) else json.dumps(args)
-    return {"role": "assistant", "content": "", "tool_calls": [{
-        "id": "call_" + os.urandom(12).hex(), "type": "function",
-        "function": {"name": name, "arguments": arguments}}]}
-
-
-# ----------------------------------------------------------------------------------------
-# Approvals and budgets: what may run, and what a turn may spend
-# ----------------------------------------------------------------------------------------
-# approve=auto runs every command (the spec); ask asks the user (cfg["run"]["approver"], at a
-# terminal); deny runs none. The allow and deny patterns decide first (deny wins), matched
-# against each simple command (shell_commands); what is beyond that analysis never runs
-# unasked while a deny pattern is in force. read and write are decided by path. Budgets are
-# per turn and shared with the turn's subagents; a stop makes one last call without tools
-# for the best answer from what the model has. Nudges after an empty reply and that final
-# call come from a budget of their own (max_repair_calls): a model that keeps answering
-# empty must not loop on nudges, and repairs must not eat the budgets they repair.
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
                "or call a tool if you need one.")
+
 FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any "
                 "more. From what you have found so far, give your best final answer to the "
                 "user's request, and say briefly what is left undone.")
+
 BUDGETS = {   # key: how its use is said
     "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
     "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
     "max_al_iterations": "%s model calls"}
-
-
-def note_once(cfg, key, text, level):
-    """A note said once a turn (each time outside a turn: a summary, a /command)."""
-    turn = (cfg.get("run") or {}).get("turn")   # (main's run, outside AL, has none)
-    noted = turn["noted"] if turn else set()
-    if key not in noted:
-        noted.add(key)
-        note(cfg, text, level)
-
 
 def call_cost(cfg, prompt, cached, completion):
     """Dollars for one model call at the configured prices; None when no price is set."""
@@ -3449,25 +3553,70 @@ def call_cost(cfg, prompt, cached, completion):
 
 def spend(cfg, tokens, cost):
     """Add one model call's tokens and cost to the turn's tally (calls outside AL: none)."""
-    run = cfg.get("run")
-    if run and "turn" in run:
-        run["turn"]["tokens"] += tokens
-        run["turn"]["cost"] += cost or 0.0
+    turn = turn_tally(cfg)
+    if turn:
+        turn["tokens"] += tokens
+        turn["cost"] += cost or 0.0
 
 
 def time_up(cfg):
     """(key, limit, used) when the turn has used up its max_turn_seconds, else None."""
-    turn, limit = (cfg.get("run") or {}).get("turn"), cfg.get("max_turn_seconds")
+    turn, limit = turn_tally(cfg), cfg.get("max_turn_seconds")
     used = turn and limit and time.monotonic() - turn["started"]
     return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
+
+
+def leash(cfg, call, args, result=None):
+    """The tool hook of the leash: a call beyond max_calls_per_reply, or once the turn's time
+    ran out, is not run; a command, a read or a write as approvals decide (an event each),
+    their words for the model (the user's edit, their reason) before its result; a command
+    may run only as long as the turn has left of its max_turn_seconds."""
+    if result is not None:
+        return cfg["run"].pop("told", "") + result
+    mine, limit = own(cfg), cfg["max_calls_per_reply"]
+    mine["ran"] = mine.get("ran", 0) + 1
+    if mine["ran"] > limit:
+        made = mine.get("calls", mine["ran"])
+        why = "not run: the reply made %d tool calls, over max_calls_per_reply=%d" % (made, limit)
+        if mine["ran"] == limit + 1:
+            note(cfg, "[%d tool calls %s]" % (made - limit, why), "warning")
+        return "error: " + why
+    if time_up(cfg):
+        return "error: not run: the turn's time ran out (max_turn_seconds=%g)" % time_up(cfg)[1]
+    turn, limit = turn_tally(cfg), cfg["max_turn_seconds"]
+    if turn and limit:
+        cfg["run"]["deadline"] = (turn["started"] + limit, "stopped after %.1f s: the turn's "
+                                  "time ran out (max_turn_seconds=%g)" % (
+                                      turn["started"] + limit - time.monotonic(), limit))
+    name = call["function"]["name"]
+    args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
+    if args is None:
+        return told
+    cfg["run"]["told"] = told
+    return args
+
+
+def budgets(cfg, messages, calls):
+    """The step hook of budgets: after a step, the first budget the turn used up (tokens,
+    seconds, cost, the same call and result again and again) stops the loop, with one last
+    call for a final answer; so does max_al_iterations (calls None), and the turn's time
+    running out mid-reply (calls: the ApiError of kind budget)."""
+    if isinstance(calls, ApiError):
+        return calls.kind == "budget" and final_answer(cfg, messages, *time_up(cfg))
+    if calls is None:
+        limit = cfg["max_al_iterations"]
+        return final_answer(cfg, messages, "max_al_iterations", limit, limit)
+    own(cfg)["ran"] = 0
+    spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)
+    return bool(spent) and final_answer(cfg, messages, *spent)
 
 
 def over_budget(cfg, calls, messages):
     """After a step's tool calls: (key, limit, used) of the first budget the turn has used
     up, else None. Counts the same call with the same arguments and the same result made
     again and again (a model polling a log sees new output each time: not a cycle)."""
-    run, turn = cfg["run"], cfg["run"]["turn"]
-    last, count = run["streak"]
+    turn, mine = turn_tally(cfg), own(cfg)
+    last, count = mine.get("streak", (None, 0))
     results = {}
     for m in reversed(messages):   # the tool messages of this step
         if m.get("role") != "tool":
@@ -3476,7 +3625,7 @@ def over_budget(cfg, calls, messages):
     for call in calls:
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
-    run["streak"] = (last, count)
+    mine["streak"] = (last, count)
     used = {"max_turn_tokens": turn["tokens"],
             "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
             "max_cost": round(turn["cost"], 6), "max_identical_calls": count}
@@ -3488,8 +3637,8 @@ def over_budget(cfg, calls, messages):
 
 def final_answer(cfg, messages, key, limit, used):
     """A budget stopped the loop while the model still wanted tools: say so, then ask once,
-    without tools and with a short timeout, for the best answer from what it has."""
-    cfg["run"]["budget"] = key
+    without tools and with a short timeout, for the best answer from what it has. True."""
+    own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
     asking, words = repair_call(cfg, None), BUDGETS[key] % used
     if used == 1:   # "1 model call"
@@ -3497,30 +3646,48 @@ def final_answer(cfg, messages, key, limit, used):
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
         words, key, limit, "; asking for a final answer" if asking else ""), "warning")
     if not asking:
-        return messages
+        return True
     wait = cfg["final_answer_timeout"]
     quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
                  timeout=min(cfg["timeout"], wait), max_turn_seconds=0)
+    own(cfg)["nudge"] = (FINAL_PROMPT % words, len(messages))
     try:
-        reply = chat(quick, messages, tools=False, nudge=FINAL_PROMPT % words)
+        reply = chat(quick, messages, tools=False)
     except ApiError as e:
         note(cfg, "[no final answer: %s]" % e)
-        return messages
+        return True
+    finally:
+        own(cfg).pop("nudge", None)
     reply.pop("tool_calls", None)   # nothing runs any more
     if reply["content"]:
         add_message(cfg, messages, reply)
-    return messages
+    return True
 
 
 def repair_call(cfg, say_why):
     """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
-    turn = cfg["run"]["turn"]
+    turn = turn_tally(cfg) or {"repairs": 0}
     turn["repairs"] += 1
     if turn["repairs"] > cfg["max_repair_calls"]:
         return False
     if say_why:
         note(cfg, say_why, "warning")
     return True
+
+
+def nudged(cfg, messages, body, error=None):
+    """The request hook of repairs: after an empty reply, ask once more with a line of
+    bantam's for the model (sent, never stored); before a request, that line is added."""
+    text, count = own(cfg).get("nudge") or (None, None)
+    if error is not None:   # (asked once: a nudged request that is empty again is the end)
+        if error.kind != "empty" or count == len(messages) or not repair_call(
+                cfg, "[the model sent an empty reply: asking it once more]"):
+            return False
+        own(cfg)["nudge"] = (EMPTY_NUDGE, len(messages))
+        return True
+    if text and count == len(messages):   # (a reply since: the nudge is over)
+        body["messages"] = append_user(list(body["messages"]), text)
+    return body
 
 
 def approval(cfg, call_id, name, args):
@@ -3544,17 +3711,16 @@ def approval(cfg, call_id, name, args):
                                                  path and name.title() + "? [y/N/a] ")
         rule = "asked"
     emit(cfg, "approval", id=call_id, tool=name,
-         command=None if path else redact_all(cfg, command), path=path, decision=decision,
-         rule=rule, reason=reason, edited=redact_all(cfg, edited) if edited else None)
+         command=None if path else redact(cfg, command), path=path, decision=decision,
+         rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
     if decision == "always":
-        cfg["run"]["approved"].add(command if path is None else name + ":" + path)
+        cfg["run"].setdefault("approved", set()).add(command if path is None else name + ":" + path)
     if decision == "edit":
         told = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
         return dict(args, command=edited), told
     if decision == "refuse":
         return None, refusal(name, rule, reason)
     return args, ""
-
 
 def refusal(name, rule, reason):
     """The tool result of a refused call: who refused it and why, for the model to adjust."""
@@ -3572,7 +3738,6 @@ def refusal(name, rule, reason):
         "command" if what == "command" else "path", rule.partition(" ")[2])
     return "[not run: %s%s]" % (text, " (%s)" % reason if reason else "")
 
-
 def patterns(cfg, key, tool=None):
     """The deny or allow patterns for shell commands (tool None), or those naming a file tool
     (write:PATH, read:PATH) with their paths made absolute."""
@@ -3581,7 +3746,6 @@ def patterns(cfg, key, tool=None):
         return [p for p in found if not p.startswith(("read:", "write:"))]
     return [(p, os.path.abspath(os.path.expanduser(p.partition(":")[2])))
             for p in found if p.startswith(tool + ":")]
-
 
 def decide(cfg, command):
     """(decision, rule, reason) for a command: deny patterns refuse it if any simple command
@@ -3596,7 +3760,7 @@ def decide(cfg, command):
     hits = [next((p for p in allow if pattern_hit(words, p)), None) for words in found]
     if found and all(hits) and not unknown:
         return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
-    if command in cfg["run"]["approved"]:
+    if command in cfg["run"].setdefault("approved", set()):
         return "run", "always", None
     if cfg["approve"] == "ask" and not cfg["run"].get("approver"):
         note_once(cfg, "no terminal", "[approve=ask, but there is no terminal to ask: commands "
@@ -3612,7 +3776,6 @@ def decide(cfg, command):
     decision = {"auto": "run", "ask": "ask", "deny": "refuse"}[cfg["approve"]]
     return decision, "approve=" + cfg["approve"], None if decision == "run" else why
 
-
 def pattern_hit(words, pattern):
     """Why a simple command matches a pattern (its text; "unlink deletes files, as rm does"),
     else None. `rm *` also matches a bare `rm`, as xargs runs it."""
@@ -3623,27 +3786,33 @@ def pattern_hit(words, pattern):
     return next((why for text, why in forms.items() if fnmatch.fnmatchcase(text, pattern)
                  or fnmatch.fnmatchcase(text + " ", pattern)), None)
 
-
 # The shell-command splitter: what the patterns are matched against. Not a shell: it finds the
 # programs a command line runs, and says when it cannot know (then the patterns cannot either).
 SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish"}
+
 INTERPRETER = re.compile(r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|tclsh|Rscript)[\d.]*$")
+
 KEYWORDS = set("if then else elif fi do done while until esac ! { }".split())
+
 DELETERS = {"unlink", "shred", "rmdir"}   # they delete files: a deny pattern for rm covers them
+
 WRAPPERS = {   # program: (its short options that take a value, words before the command it runs)
     "env": ("uCS", 0), "command": ("", 0), "builtin": ("", 0), "exec": ("a", 0), "nice": ("n", 0),
     "nohup": ("", 0), "timeout": ("sk", 1), "sudo": ("ugpCDrtUT", 0), "doas": ("uC", 0),
     "xargs": ("aEdILnPs", 0), "time": ("fo", 0), "stdbuf": ("ioe", 0), "setsid": ("", 0),
     "ionice": ("cnp", 0)}
+
 SHELL_TOKEN = re.compile(   # one token outside double quotes; "plain" ends at anything special
     r"(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)"
     r"|(?P<redir>\d*(?:&>>?|<<<|<<-|<<|<>|>>|>\||>&|<&|>|<))|(?P<op>&&|\|\||;;&?|;&|\|&|[;&|\n()])"
     r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)", re.S)
+
 QUOTED_TOKEN = re.compile(   # inside double quotes
     r"(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<plain>[^\"\\$`]+|.)", re.S)
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
-MAX_NESTING = 16
 
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
+
+MAX_NESTING = 16
 
 def shell_commands(text):
     """The simple commands a shell command line runs, as word lists (quotes and backslashes
@@ -3652,7 +3821,6 @@ def shell_commands(text):
     found, unknown = [], []
     shell_parse(text, 0, 0, found, unknown)
     return found, unknown
-
 
 def shell_parse(text, i, depth, found, unknown, closer=False):
     """Split text[i:] into simple commands (added to found; what bantam cannot know, to
@@ -3708,7 +3876,6 @@ def shell_parse(text, i, depth, found, unknown, closer=False):
         unknown.append("an unclosed quote" if dq else "an unclosed $(")
     return len(text)
 
-
 def substitution(text, start, opener, depth, found, unknown):
     """The $(...), <(...), >(...), `...` or $((...)) opening at start, its commands added to
     found: (its text, the index after it)."""
@@ -3725,7 +3892,6 @@ def substitution(text, start, opener, depth, found, unknown):
     else:
         end = shell_parse(text, start + 2, depth + 1, found, unknown, closer=True)
     return text[start:end], end
-
 
 def simple_command(words, redirs, depth, found, unknown):
     """Add a simple command to found, then what it runs when it is a wrapper, a shell given
@@ -3771,7 +3937,6 @@ def simple_command(words, redirs, depth, found, unknown):
         n += args[n:n + 1] == ["--"]
         simple_command(args[n + skip:], redirs, depth + 1, found, unknown)
 
-
 def shell_script(args):
     """The command string of `sh [options] -c STRING`, else None (a script file, or stdin)."""
     n = 0
@@ -3780,7 +3945,6 @@ def shell_script(args):
     with_c = any("c" in a for a in args[:n] if a[:1] in ("-", "+") and a[:2] != "--")
     n += args[n:n + 1] == ["--"]
     return args[n] if with_c and n < len(args) else None
-
 
 def user_decision(cfg, command, question=None):
     """Ask the user (cfg["run"]["approver"]) about a command, or a file tool's call (its question):
@@ -3800,7 +3964,6 @@ def user_decision(cfg, command, question=None):
     reason = rest.strip() if word in ("n", "no") else (answer or "").strip()
     return "refuse", reason or None, None
 
-
 def decide_file(cfg, tool, path):
     """(decision, rule, reason) for a read or write of an absolute path: its deny and allow
     patterns, then where it leads (.git/, outside the working folder) and approve."""
@@ -3810,7 +3973,7 @@ def decide_file(cfg, tool, path):
         for pattern, glob in patterns(cfg, key, tool):   # allow: only where the path leads
             if any(fnmatch.fnmatchcase(name, glob) for name in names):
                 return decision, "%s %s" % (key, pattern), None
-    if tool + ":" + path in cfg["run"]["approved"]:
+    if tool + ":" + path in cfg["run"].setdefault("approved", set()):
         return "run", "always", None
     # a symlink in the folder that leads out: write_tool refuses to follow it, and says so
     inside = in_working_folder(real) or tool == "write" and in_working_folder(path)
@@ -3823,7 +3986,6 @@ def decide_file(cfg, tool, path):
     if not cfg["run"].get("approver"):
         return "refuse", "no terminal", None if inside else "outside the working folder"
     return "ask", "approve=" + cfg["approve"], None if inside else "outside the working folder"
-
 
 def write_preview(path, args, reason):
     """What a write would do, for its question: the path (and why it is asked), a short diff."""
@@ -3841,17 +4003,16 @@ def write_preview(path, args, reason):
     return "\n".join(["write " + path + (" (%s)" % reason if reason else "")] + lines[:12] + more)
 
 
-# ----------------------------------------------------------------------------------------
-# Usage, the context window and compaction
-# ----------------------------------------------------------------------------------------
+HOOKS["tool"].append(leash)
+HOOKS["step"].append(budgets)
+HOOKS["request"].append(nudged)
 
-COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
-                  "the user's goals and requests, decisions made, facts learned, files and "
-                  "commands involved, the current state of the work and the next steps. Be "
-                  "complete but concise.")
-SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
-                  "Reply with the title only.")
 
+# ----------------------------------------------------------------------------------------
+# The context window and compaction: the window the server reports (or says in an
+# overflow), the token line after a turn, and a conversation that no longer fits compacted
+# (the request hook)
+# ----------------------------------------------------------------------------------------
 
 def context_window(cfg):
     """The model's context window in tokens: what the server reports, else the
@@ -3860,7 +4021,6 @@ def context_window(cfg):
     if key not in LEARNED["windows"]:
         LEARNED["windows"][key] = discover_window(cfg) or cfg["context_window"]
     return LEARNED["windows"][key]
-
 
 def discover_window(cfg):
     """The window the server reports for the model, or None: a field of its GET /models
@@ -3916,18 +4076,15 @@ def discover_window(cfg):
         return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
     return None
 
-
 def entries(answer, key, value, *fields):
     """The objects listed under key in a JSON answer whose field (one of fields) is value."""
     listed = answer.get(key) or () if isinstance(answer, dict) else ()
     return [e for e in listed if isinstance(e, dict) and value in map(e.get, fields)]
 
-
 def first_count(*values):
     """The first value that is a positive whole number, or None."""
     return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0),
                 None)
-
 
 def private_host(host):
     """True for a host on this machine or a private network (where local servers run)."""
@@ -3938,7 +4095,6 @@ def private_host(host):
     except ValueError:
         return "." not in host or host.endswith(
             (".localhost", ".local", ".lan", ".internal", ".home.arpa"))
-
 
 # What overflow errors say about the window: "maximum context length is 2048 tokens" (OpenAI,
 # vLLM, DeepSeek, llama-cpp-python), "maximum prompt length is 2048" (xAI), "exceed context
@@ -3951,7 +4107,6 @@ WINDOW_IN_ERROR = re.compile(
     r"|available context size \(|maximum number of tokens allowed \(|tokens? > |model token limit:"
     r"|\bn_ctx\"?:)\s*(\d+)|(\d+) maximum context length", re.I)
 
-
 def learn_window(cfg, text):
     """Remember the window an overflow error names, for the rest of the process (only ever
     smaller: an error never makes the window grow)."""
@@ -3960,7 +4115,6 @@ def learn_window(cfg, text):
         key = (cfg["endpoint"], cfg["model"])
         window = int(match.group(1) or match.group(2))
         LEARNED["windows"][key] = min(window, LEARNED["windows"].get(key) or window)
-
 
 def get_json(cfg, method, path, body=None, root=False, what=None):
     """The JSON answer to a small request to the server; None when it fails (with a note
@@ -3981,25 +4135,11 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
                 what, "" if root else cfg["endpoint"], path, e))
         return None
 
-
 def list_models(cfg, quiet=False):
     """The entries of GET {endpoint}/models ([] and a note on failure, unless quiet)."""
     models = get_json(cfg, "GET", "/models", what=None if quiet else "list models")
     models = models.get("data", models.get("models")) if isinstance(models, dict) else models
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
-
-
-def usage_numbers(usage):
-    """(prompt, cached or None, completion) tokens from a usage report of any provider."""
-    prompt = usage.get("prompt_tokens") or usage.get("input_tokens") or 0
-    completion = usage.get("completion_tokens") or usage.get("output_tokens") or 0
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    for key in ("prompt_cache_hit_tokens", "cached_tokens", "cache_read_input_tokens"):
-        if cached is None and isinstance(usage.get(key), int):
-            cached = usage[key]
-    return prompt, cached, completion
-
 
 def report_context(cfg, usage, cost=None, session_cost=None):
     """Emit the "context" event (the token line) for the usage event of a turn's last model
@@ -4014,11 +4154,9 @@ def report_context(cfg, usage, cost=None, session_cost=None):
          session_cost=None if usage["cost"] is None else round(session_cost, 6))
     return share
 
-
 def estimate_tokens(chars):
     """Tokens in a text of this many characters, roughly (about four characters a token)."""
     return (chars + 3) // 4
-
 
 def text_size(messages):
     """The characters of text in messages (contents and tool-call arguments), plus a few for
@@ -4032,46 +4170,37 @@ def text_size(messages):
     return size
 
 
-def compact(cfg, messages, prompt=None):
-    """Replace messages, in place, by [system, user: summary of the conversation], followed
-    in the same message by prompt (the request in progress) word for word when it fits in
-    half the window. The summary request is trimmed (oldest tool results first) until it
-    fits; no endless loop."""
-    keep = prompt if prompt and estimate_tokens(len(prompt)) <= context_window(cfg) // 2 else None
-    request = [dict(m) for m in messages]
-    if keep and request[-1].get("role") == "user" and request[-1].get("content") == keep:
-        request.pop()   # the prompt follows the summary word for word: no need to summarize it
-    append_user(request, COMPACT_PROMPT)
-    for _ in range(6):
-        try:
-            summary = chat(cfg, request, tools=False, quiet=True)["content"].strip()
-            break
-        except ApiError as e:
-            if e.kind != "overflow" or not trim_for_summary(request, context_window(cfg) * 2):
-                raise ApiError("compaction failed: %s" % e,
-                               "retry" if e.kind == "retry" else "fatal")
-    else:
-        raise ApiError("compaction failed: the conversation does not fit even when trimmed")
-    if not summary:
-        raise ApiError("compaction failed: the model returned an empty summary")
-    text = "Summary of our conversation so far:\n\n" + summary
-    if keep:
-        text += "\n\nThe request I am working on now, as I wrote it:\n\n" + keep
-    before = len(messages)
-    messages[:] = [messages[0], {"role": "user", "content": text}]
-    emit(cfg, "compaction", before=before, after=len(messages), kept_prompt=bool(keep))
-    return messages
+def overflowed(cfg, messages, body, error=None):
+    """The request hook of compaction: a request that overflows the context window. A
+    summary's request is trimmed (oldest tool results first) and sent again; a turn's
+    conversation is compacted once, the request in progress kept word for word when it fits
+    in half the window, and sent again; overflowing still, it fails."""
+    if error is None or error.kind != "overflow":
+        return body if error is None else False
+    if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
+        return trim_for_summary(messages, context_window(cfg) * 2)
+    if own(cfg).get("compacted"):
+        error.args = ("%s (even after compacting the conversation)" % error,)
+        return False
+    note(cfg, "[%s: the context window is full; compacting and trying again]" % error, "warning")
+    own(cfg)["compacted"] = True
+    prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), None)
+    keep = prompt if isinstance(prompt, str) and estimate_tokens(len(prompt)) <= \
+        context_window(cfg) // 2 else None
+    compact(cfg, messages, keep)
+    return True
 
 
 def trim_for_summary(request, room):
     """Make a summary request smaller: blank the older half of the tool results, then drop
     the older half of the conversation, then cut the longest message (its head and tail
     stay) so the text fits in `room` characters (half the window), or to half its length.
-    False when there is nothing left to trim."""
-    results = [m for m in request if m.get("role") == "tool" and m["content"] != "[omitted]"]
+    Messages are replaced, never changed in place. False when there is nothing left to trim."""
+    results = [i for i, m in enumerate(request) if m.get("role") == "tool" and
+               m["content"] != "[omitted]"]
     if results:
-        for m in results[:max(1, len(results) // 2)]:
-            m["content"] = "[omitted]"
+        for i in results[:max(1, len(results) // 2)]:
+            request[i] = dict(request[i], content="[omitted]")
         return True
     body = request[1:-1]
     users = [i for i, m in enumerate(body) if m.get("role") == "user" and i > 0]
@@ -4079,25 +4208,161 @@ def trim_for_summary(request, room):
         cut = users[len(users) // 2] if len(users) > 1 else users[0]
         request[1:-1] = body[cut:]
         return True
-    texts = [m for m in request if isinstance(m.get("content"), str)]
-    longest = max(texts, key=lambda m: len(m["content"]), default=None)
-    if not longest or len(longest["content"]) < 200:
+    texts = [i for i, m in enumerate(request) if isinstance(m.get("content"), str)]
+    longest = max(texts, key=lambda i: len(request[i]["content"]), default=None)
+    if longest is None or len(request[longest]["content"]) < 200:
         return False
-    text, total = longest["content"], sum(len(m["content"]) for m in texts)
+    text, total = request[longest]["content"], sum(len(request[i]["content"]) for i in texts)
     ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question stays whole
     text = text[:len(text) - len(ask)]
     keep = max(100, min(len(text) // 4, (len(text) - (total - room)) // 2))
     if len(text) <= 2 * keep + 100:
         return False
-    longest["content"] = "%s\n[... %d characters left out ...]\n%s%s" % (
-        text[:keep], len(text) - 2 * keep, text[-keep:], ask)
+    request[longest] = dict(request[longest], content="%s\n[... %d characters left out ...]\n%s%s"
+                            % (text[:keep], len(text) - 2 * keep, text[-keep:], ask))
     return True
 
 
+def token_line(convo, prompt, go):
+    """The turn hook of the token line: after a turn, the "context" event (the token line,
+    shown unless usage=false) for its last model call, and in the REPL, at COMPACT_AT of the
+    window, the offer to compact."""
+    convo["usage"], before = None, convo.get("cost", 0.0)
+    go(prompt)
+    if convo.get("usage"):
+        cost = convo.get("cost", 0.0)
+        share = report_context(convo["cfg"], convo["usage"], cost - before, cost)
+        if share >= COMPACT_AT and convo.get("take_back") and sys.stdin.isatty() and confirm(
+                "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
+            cmd_compact(convo, "")
+
+
+def usage_meter(convo):
+    """A view keeping what the token line needs: the last usage of the turn's main loop and
+    the cost of every call (subagents' too)."""
+    def view(event):
+        if event["type"] == "usage":
+            convo["cost"] = convo.get("cost", 0.0) + (event["cost"] or 0.0)
+            if not event["depth"] and not event["quiet"]:
+                convo["usage"] = event
+        elif event["type"] == "turn_end" and not event["depth"]:
+            convo["ended"] = event["status"]
+    return view
+
+
+HOOKS["request"].append(overflowed)
+HOOKS["turn"].append(token_line)
+
+
 # ----------------------------------------------------------------------------------------
-# Settings changed live (/cfg): the value on the last line of its key (the line that
-# read_key_values keeps) rewritten, else a key=value line appended; every other line kept
+# Sessions kept tidy: -c and --session, /continue, /delete, the oldest made-up ones pruned
 # ----------------------------------------------------------------------------------------
+
+SESSION_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$")   # ids and /save names
+
+TIME_ID = re.compile(r"\d{8}-\d{6}(?:-\d+)?$")                  # ids bantam makes up
+
+def prune_sessions(cfg):
+    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions."""
+    made = [sid for sid in session_ids() if TIME_ID.match(sid)] if cfg.get("keep_sessions") else []
+    for sid in made[cfg.get("keep_sessions"):]:
+        if not session_head(sid).get("copy_of"):
+            remove_session(sid)
+
+def remove_session(sid):
+    """Delete session sid's file, journal and autosave link; the OSError that stopped it."""
+    link = session_path("autosave")
+    try:
+        if os.path.islink(link) and os.readlink(link) == sid + ".json":
+            os.unlink(link)
+        for path in (session_path(sid), session_path(sid, ".steps")):
+            if os.path.lexists(path):
+                os.unlink(path)
+    except OSError as e:
+        return e
+
+def latest_in_folder():
+    """The id of the newest conversation that ran in the current folder, or None."""
+    here = os.getcwd()
+    return next((sid for sid in session_ids() if session_head(sid).get("cwd") == here), None)
+
+def cmd_delete(convo, arg):
+    """/delete <id> (--delete: convo None): delete a saved conversation (id or unique prefix)."""
+    if not arg:
+        raise BantamError("usage: /delete <id or unique prefix> (see /list)")
+    sid = resolve_session(arg)
+    if convo and sid == convo["session"]["id"]:
+        raise BantamError("%s is the conversation you are in: /clear (or /load another) first"
+                          % sid)
+    error = remove_session(sid)
+    if error:
+        raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
+    show({}, "[deleted session %s]\n" % sid)
+
+def cmd_continue(convo, arg):
+    """/continue: resume the newest conversation of this folder."""
+    sid = latest_in_folder()
+    if not sid:
+        raise BantamError("no conversation of this folder to continue (see /list)")
+    cmd_load(convo, sid)
+
+
+def remove_stale_temp_files(folder, age=60):
+    """Delete temp files of writes killed mid-way (SIGKILL leaves them behind)."""
+    now = time.time()
+    for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        if name.startswith(".") and name.endswith(".tmp"):
+            try:
+                if now - os.stat(os.path.join(folder, name)).st_mtime > age:
+                    os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
+def tidy_sessions(convo, prompt, go):
+    """The turn hook of tidy sessions: a conversation given a made-up id by its first save
+    prunes the oldest beyond keep_sessions; bantam 1.0's regular autosave.json is kept under
+    an id of its own before a link replaces it; temp files of killed writes go."""
+    link, new = session_path("autosave"), not convo["session"]["id"]
+    if os.path.isfile(link) and not os.path.islink(link):
+        when = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
+        os.replace(link, session_path("autosave-" + when))
+    try:
+        go(prompt)
+    finally:
+        if new and convo["session"]["id"]:
+            prune_sessions(convo["cfg"])
+        remove_stale_temp_files(bantam_home("sessions"))
+
+
+def start_conversation(cfg, args):
+    """The conversation to work on: this folder's latest (-c), a given one (--session), or
+    new: (session, messages)."""
+    system = [{"role": "system", "content": cfg["system_prompt"]}]
+    if args.cont:
+        sid = latest_in_folder()
+        if not sid:
+            raise ConfigError("no conversation of this folder to continue")
+        return load_session(sid)
+    if args.session:
+        if not SESSION_NAME.match(args.session) or args.session == "autosave":
+            raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r"
+                              % args.session)
+        if os.path.exists(session_path(args.session)):
+            return load_session(args.session)
+        return new_session(args.session), system
+    return new_session(), system
+
+
+HOOKS["turn"].append(tidy_sessions)
+
+
+# ----------------------------------------------------------------------------------------
+# Settings and more commands: /cfg sets a key live and writes it to its config file, /model,
+# /models, /endpoint, /skill (the COMMANDS table)
+# ----------------------------------------------------------------------------------------
+
+INLINE_COMMENT = re.compile(r"\s+#.*$")   # "key=value  # note"
 
 def set_config_line(text, key, value):
     """text with key set to value: on the last line of key, its spacing, inline comment and
@@ -4129,7 +4394,6 @@ def set_config_line(text, key, value):
         lines[-1] += newline   # the old last line must stay a line of its own
     return bom + "".join(lines) + key + "=" + value + newline
 
-
 def shown_value(cfg, key):
     """A setting as /cfg and --show-config print it: secrets as ***."""
     value = cfg[key]
@@ -4138,8 +4402,7 @@ def shown_value(cfg, key):
     elif key == "headers":
         value = {k: "***" for k in value}
     text = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
-    return redact_all(cfg, text)   # the credentials in an endpoint URL too
-
+    return redact(cfg, text)   # the credentials in an endpoint URL too
 
 def setting_file(cfg, key):
     """The config file /cfg writes key to: the one it came from (this folder's model.cfg,
@@ -4150,7 +4413,6 @@ def setting_file(cfg, key):
             return path
     return sources["config_file"]
 
-
 def in_git_work_tree(path):
     """True when a .git lies in path's folder or above it: a file there may be committed."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -4159,7 +4421,6 @@ def in_git_work_tree(path):
             return False
         folder = os.path.dirname(folder)
     return True
-
 
 def save_setting(path, key, raw):
     """Write key=raw into the config file at path (through a symlink), with mode 0600: it may
@@ -4186,6 +4447,8 @@ def apply_setting(convo, key, value, where):
     if key == "endpoint":
         drop_connection(cfg)
     cfg[key], cfg["sources"][key] = value, where
+    if key in SECRET_KEYS or key == "endpoint":   # never shown: the secrets of now
+        settle_secrets(cfg)
     if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
         add_prompt_extras(cfg)   # the system prompt names them
         first = convo["messages"][0] if convo["messages"] else {}
@@ -4193,161 +4456,10 @@ def apply_setting(convo, key, value, where):
             first["content"] = cfg["system_prompt"]
 
 
-# ----------------------------------------------------------------------------------------
-# Commands: name -> (handler, help). A handler takes (convo, argument): convo is the
-# conversation of the REPL, {"cfg", "messages", "session"}; it changes it in place and
-# returns QUIT to end the REPL, or text to send as the next prompt (/skill).
-# ----------------------------------------------------------------------------------------
-
-def summarize(cfg, messages):
-    """A short summary for a saved session: asked of the model, else the first prompt."""
-    try:
-        request = append_user([dict(m) for m in messages], SUMMARY_PROMPT)
-        text = " ".join(chat(cfg, request, tools=False, quiet=True)["content"].split())
-        if text:
-            return text[:120]
-    except ApiError as e:
-        note(cfg, "[summary: %s; using the first prompt]" % e, "info")
-    return first_user_text(messages)
-
-
-def cmd_save(convo, arg):
-    """/save [name]: keep a copy of the conversation, with a summary written by the model;
-    the conversation goes on in its own file. A name holding another conversation is refused."""
-    cfg, session = convo["cfg"], convo["session"]
-    if arg and (not SESSION_NAME.match(arg) or arg == "autosave"):
-        raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), "
-                          "got %r" % arg)
-    if arg and arg != session["id"] and os.path.exists(session_path(arg)) \
-            and session_head(arg).get("copy_of") != session["uid"]:   # this conversation's copy
-        free = next(n for n in ("%s-%d" % (arg, i) for i in range(2, 1000))
-                    if not os.path.exists(session_path(n)))
-        raise BantamError("%r holds a different conversation; choose another name, e.g. /save %s"
-                          % (arg, free))
-    session["summary"] = summarize(cfg, convo["messages"])
-    copy = dict(new_session(arg or None), summary=session["summary"], copy_of=session["uid"],
-                created_at=session["created_at"])
-    save_session(cfg, copy, convo["messages"], link=False)
-    if session["id"]:
-        save_session(cfg, session, convo["messages"])   # the summary goes on the conversation too
-    show(cfg, "[saved session %s]\n" % copy["id"])
-
-
-LIST_SHOWN = 20   # sessions /list shows (/list all: every one)
-
-
-def cmd_list(convo, arg):
-    """/list [all]: the newest saved sessions, one line each cut to the terminal's width
-    (narrow: without the message count); * marks this folder's."""
-    here, ids = os.getcwd(), session_ids()
-    width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
-    for sid in ids if arg == "all" else ids[:LIST_SHOWN]:
-        head = session_head(sid)
-        count = "  %4s msgs" % head.get("count", "?") if not width or width >= 60 else ""
-        line = terminal_safe("%s %-15s %10s%s  %s" % (
-            "*" if head.get("cwd") == here else " ", sid, ago(modified(session_path(sid))), count,
-            head.get("summary", "(unreadable)")))
-        if width and display_width(line) > width:   # cut at a word: the terminal would wrap it
-            line = wrap_words(line, width - 1)[0] + "\u2026"
-        show(convo["cfg"], line + "\n")
-    if arg != "all" and len(ids) > LIST_SHOWN:
-        show(convo["cfg"], "(%d older: /list all shows every one)\n" % (len(ids) - LIST_SHOWN))
-    if not ids:
-        show(convo["cfg"], "(no saved sessions)\n")
-
-
-def cmd_load(convo, arg):
-    """/load <id>: continue a saved session (exact id or unique prefix) in its own file."""
-    if not arg:
-        raise BantamError("usage: /load <id or unique prefix> (see /list)")
-    switch_to(convo, *load_session(arg))
-    show_resumed(convo)
-
-
-def show_resumed(convo):
-    """Say which conversation goes on, how long and how old it is, and show its last
-    exchange; a --session id with no file yet: that it starts a new conversation."""
-    session, messages = convo["session"], convo["messages"]
-    if len(messages) > 1:
-        show(convo["cfg"], "[continuing %s: %d messages, %s]\n" % (
-            session["id"] or "autosave", len(messages), ago(session.get("changed") or time.time())))
-        show_exchange(convo["cfg"], messages)
-    elif session["id"]:
-        show(convo["cfg"], "[new conversation %s: no saved session has that id]\n" % session["id"])
-
-
-def show_exchange(cfg, messages):
-    """The last prompt (three rows at most, dim, behind "you:", not the input line's "> ")
-    and the answer to it, rendered as the terminal view renders answers (else as it is):
-    its last rows when it is longer than a screenful."""
-    at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
-    prompt = messages[at].get("content") if at else None
-    if prompt is None:
-        return
-    if not isinstance(prompt, str):   # content parts: their text
-        prompt = " ".join(str(p.get("text") or "") for p in prompt if isinstance(p, dict))
-    (columns, rows), color = screen_size({"out": sys.stdout}), color_wanted(cfg, sys.stdout)
-    lines = terminal_safe(prompt).strip("\n").split("\n")
-    shown = [row for n, line in enumerate(lines)
-             for row in wrap_words(("you: " if n == 0 else "     ") + line, columns)]
-    shown = [COLORS["dim"] + row + RESET if color else row for row in shown[:3]]
-    answer = terminal_safe(last_answer(messages[at:])).strip("\n")
-    if answer and (cfg["render"] == "always" or cfg["render"] == "auto" and sys.stdout.isatty()):
-        md = md_start(columns, color)
-        answer = (md_feed(md, answer + "\n") + md_end(md)).rstrip("\n")
-    lines, room = answer.split("\n") if answer else [], max(rows - len(shown) - 4, 3)
-    if len(lines) > room:
-        lines = ["... %d earlier lines" % (len(lines) - room + 1)] + lines[1 - room:]
-    emit(cfg, "output", text="\n".join(shown + lines) + "\n")   # terminal-safe and styled
-
-
-def cmd_delete(convo, arg):
-    """/delete <id> (--delete: convo None): delete a saved conversation (id or unique prefix)."""
-    if not arg:
-        raise BantamError("usage: /delete <id or unique prefix> (see /list)")
-    sid = resolve_session(arg)
-    if convo and sid == convo["session"]["id"]:
-        raise BantamError("%s is the conversation you are in: /clear (or /load another) first"
-                          % sid)
-    error = remove_session(sid)
-    if error:
-        raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
-    show({}, "[deleted session %s]\n" % sid)
-
-
-def cmd_continue(convo, arg):
-    """/continue: resume the newest conversation of this folder."""
-    sid = latest_in_folder()
-    if not sid:
-        raise BantamError("no conversation of this folder to continue (see /list)")
-    cmd_load(convo, sid)
-
-
-def switch_to(convo, session, messages):
-    """Make session (with messages) the REPL's conversation; the one left stays in its file."""
-    if len(convo["messages"]) > 1:
-        save_session(convo["cfg"], convo["session"], convo["messages"])
-    convo["session"] = session
-    convo["messages"][:] = messages
-    if session["id"]:
-        save_session(convo["cfg"], session, convo["messages"])
-
-
-def cmd_compact(convo, arg):
-    """/compact: replace the conversation by a summary of it."""
-    before = len(convo["messages"])
-    if before < 3:
-        raise BantamError("nothing to compact yet")
-    show(convo["cfg"], "[compacting...]\n")
-    compact(convo["cfg"], convo["messages"])
-    save_session(convo["cfg"], convo["session"], convo["messages"])
-    show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
-
-
-def cmd_clear(convo, arg):
-    """/clear: start a new conversation with just the system prompt (the old one is kept)."""
-    switch_to(convo, new_session(), [{"role": "system", "content": convo["cfg"]["system_prompt"]}])
-    show(convo["cfg"], "[conversation cleared]\n")
+def settle_secrets(cfg):
+    """The run's secrets Part I does not know of: the environment's not sent, an endpoint's."""
+    if cfg.get("run") is not None:
+        cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
 
 
 def cmd_models(convo, arg):
@@ -4355,7 +4467,6 @@ def cmd_models(convo, arg):
     for entry in list_models(convo["cfg"]):
         mid = str(entry.get("id", "?"))
         show(convo["cfg"], "%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
-
 
 def cmd_cfg(convo, arg):
     """/cfg [key [value]]: every setting, one with where it comes from, or set one live and
@@ -4387,7 +4498,6 @@ def cmd_cfg(convo, arg):
         show(cfg, "[note: %s is inside a git work tree: a commit may take the key with it; add it "
              "to .gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
 
-
 def cmd_model(convo, arg):
     """/model [name]: switch the model (a name the server does not list: for this session
     only, not saved); without a name, the endpoint's models to choose from."""
@@ -4401,11 +4511,9 @@ def cmd_model(convo, arg):
     cmd_models(convo, "")
     show(convo["cfg"], "(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
 
-
 def cmd_endpoint(convo, arg):
     """/endpoint [url]: show or switch the API's base URL (the user's: the key goes there)."""
     return cmd_cfg(convo, "endpoint" + (" " + arg if arg else ""))
-
 
 def skills(cfg):
     """{name: folder} of the skills under bantam_skills_dir (folders holding a SKILL.md)."""
@@ -4417,13 +4525,11 @@ def skills(cfg):
     return {n: os.path.join(root, n) for n in names
             if os.path.isfile(os.path.join(root, n, "SKILL.md"))}
 
-
 def front_matter(text):
     """The key: value pairs of a Markdown file's leading --- block ({} when none)."""
     match = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|$)", text, re.S)
     pairs = (line.partition(":") for line in match.group(1).splitlines()) if match else ()
     return {k.strip().lower(): v.strip().strip("\"'") for k, sep, v in pairs if sep}
-
 
 def read_skill(path):
     """The text of a SKILL.md; a BantamError naming it when it cannot be read."""
@@ -4432,7 +4538,6 @@ def read_skill(path):
             return f.read()
     except OSError as e:
         raise BantamError("cannot read skill %s: %s" % (path, e.strerror))
-
 
 def cmd_skill(convo, arg):
     """/skill [name [prompt]]: list the skills, or send one's SKILL.md (and the prompt) as the
@@ -4462,38 +4567,17 @@ def cmd_skill(convo, arg):
     return text + ("\n\n" + prompt.strip() if prompt.strip() else "")
 
 
-def cmd_help(convo, arg):
-    """/help: the commands."""
-    for name, (_, text) in COMMANDS.items():
-        show(convo["cfg"], "%-14s %s\n" % (name, text))
-    show(convo["cfg"], "%-14s %s\n" % ("!cmd", "run cmd with bash here, outside the conversation"))
-    show(convo["cfg"], "%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
-
-
-def cmd_quit(convo, arg):
-    """/quit: leave (the conversation is saved)."""
-    return QUIT
-
-
-QUIT = object()   # what a command returns to end the REPL
-COMMANDS = {
-    "/save": (cmd_save, "/save [name]: save the conversation with a summary (under name)"),
-    "/list": (cmd_list, "/list [all]: the newest 20 saved sessions (* marks this folder's)"),
-    "/load": (cmd_load, "/load <id>: continue a saved session (id or unique prefix)"),
+COMMANDS.update({
     "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
+    "/cont": (cmd_continue, None),
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
-    "/compact": (cmd_compact, "replace the conversation by a summary of it"),
-    "/clear": (cmd_clear, "start a new conversation (the old one stays saved)"),
     "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/endpoint": (cmd_endpoint, "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its "
                       "file)"),
     "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
-    "/help": (cmd_help, "show this help"),
-    "/quit": (cmd_quit, "exit (also /exit, or Ctrl+D on an empty line)"),
-}
-ALIASES = {"/cont": "/continue", "/exit": "/quit"}
+})
 
 
 # ----------------------------------------------------------------------------------------
@@ -4505,32 +4589,47 @@ ALIASES = {"/cont": "/continue", "/exit": "/quit"}
 MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
              "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
+
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
+
 BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
+
 TASK_BOXES = {" ": "\u2610", "x": "\u2611", "X": "\u2611"}   # - [ ] ☐   - [x] ☑
 
 SGR = re.compile(r"\033\[[0-9;]*m")                        # \033[1;36m
+
 NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
 # A ZWJ with the character it joins, and skin-tone modifiers, draw as part of the glyph before.
 GLUED = re.compile("\u200d.?|[\U0001f3fb-\U0001f3ff]", re.S)
+
 PIECES = re.compile(r"( *)([^ ]+)")                        # "  word": the gap and the word
+
 # One style code, or one character with the marks drawn on it (a hard break never splits them):
 # joined by ZWJ, combining accents, variation selectors, skin tones.
 CHARS = re.compile("\033\\[[0-9;]*m"
                    "|.(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*", re.S)
 
 FENCE = re.compile(r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$")    # ```python
+
 FENCE_END = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*$")                 # ```
+
 HEADING = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")   # ## Title
+
 RULE = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")            # ---  ***  _ _ _
+
 QUOTE = re.compile(r" {0,3}((?:>[ \t]?)+)(.*)")                       # > > quoted text
+
 # "- item", "  * item", "12. item", "3) item", "- [x] done" (indent, marker, task, text)
 ITEM = re.compile(r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)")
+
 DELIMITER = re.compile(r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$")    # | :--- | :-: | --: |
+
 # A table row splits at "|", except inside `code spans` and in "\|".
 CELL_BREAK = re.compile(r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|")
 
 MARKUP = re.compile(r"[`\\\[<*_~]")
+
 # Inline spans. Every alternative starts with a literal character, which lets re skip ahead
 # fast; a lookbehind right after it checks the character before: `(?<!``)` = "not after `".
 # Spans are at most 500 characters, so a line full of unmatched markers stays linear.
@@ -4543,13 +4642,11 @@ INLINE = re.compile(
     r"|_(?<![\w\\]_)(?P<lows>_{0,2})(?![\s_])(?P<low>.{1,500}?)(?<![\s_\\])_(?P=lows)(?!\w)"
     r"|~~(?![\s~])(?P<strike>.{1,500}?)(?<![\s~\\])~~")                     # ~~strike~~
 
-
 def md_start(width, color=True):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
             "part": [], "fence": None, "held": None, "table": None, "lists": [],
             "blank": True}
-
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
@@ -4560,7 +4657,6 @@ def md_feed(state, text):
     lines[0] = "".join(state["part"]) + lines[0]
     state["part"] = [lines.pop()]
     return "".join([md_line(state, line) for line in lines])
-
 
 def md_end(state):
     """Terminal text for whatever is left: the last line, a table, an open code block."""
@@ -4573,7 +4669,6 @@ def md_end(state):
     if state["fence"] is not None:             # closed as its own closing fence would
         out += md_code(state, state["fence"][0] * state["fence"][1])
     return out
-
 
 def md_line(state, line):
     """One complete source line rendered (a possible table header is held for one line)."""
@@ -4597,7 +4692,6 @@ def md_line(state, line):
             return ""
         out = md_block(state, head, hold=False)
     return out + md_block(state, line)
-
 
 def md_block(state, line, hold=True):
     """One source line outside code blocks and tables as terminal lines."""
@@ -4635,11 +4729,9 @@ def md_block(state, line, hold=True):
     pad = " " * list_column(lists, indent)  # a paragraph, or an item's continuation
     return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
 
-
 def hang(lines, first, rest):
     """Lines as output text, the first behind first, the others behind rest."""
     return first + ("\n" + rest).join(lines) + "\n"
-
 
 def list_column(lists, indent):
     """Text column of the deepest open list item that a line continues (none: lists end)."""
@@ -4648,7 +4740,6 @@ def list_column(lists, indent):
             return column
     del lists[:]
     return 0
-
 
 def md_item(state, indent, m):
     """A list item: bullet by depth or the item's own number, text with a hanging indent."""
@@ -4672,7 +4763,6 @@ def md_item(state, indent, m):
     lines = wrap_words(text, state["width"] - column)
     return hang(lines, " " * start + marker + " ", " " * column)
 
-
 def md_heading(state, level, text):
     """A heading without its #s, bold; levels 1 and 2 underlined with a line of ═ or ─."""
     st = state["styles"]
@@ -4683,7 +4773,6 @@ def md_heading(state, level, text):
     if level < 3 and wide:
         out += styled(("\u2550" if level == 1 else "\u2500") * wide, st["dim"]) + "\n"
     return out
-
 
 def md_quote(state, depth, text):
     """A block quote behind one bar per level (never a leading >, which is the prompt)."""
@@ -4703,14 +4792,12 @@ def md_quote(state, depth, text):
         text = md_inline(text.strip(), st)
     return hang(wrap_words(text, width), lead, lead)
 
-
 def md_fence(state, m, indent):
     """The header of a fenced code block (─── python), indented like the list it is in."""
     pad = " " * list_column(state["lists"], indent)
     state["fence"] = (m.group(2)[0], len(m.group(2)), indent, pad)   # ``` or ~~~, length
     label = "\u2500" * 3 + (" " + m.group(3) if m.group(3) else "")
     return pad + styled(label, state["styles"]["dim"]) + "\n"
-
 
 def md_code(state, line):
     """A line inside a fenced code block: verbatim and unwrapped, or the closing fence."""
@@ -4721,7 +4808,6 @@ def md_code(state, line):
         return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
     body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # drop the fence's indent
     return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
-
 
 def split_row(line):
     """The cells of a table row: "| a | `b|c` | d \\| e |" -> ["a", "`b|c`", "d | e"]."""
@@ -4738,13 +4824,11 @@ def split_row(line):
     cells.append(text[start:])
     return [cell.strip().replace("\\|", "|") for cell in cells]
 
-
 def alignment(cell):
     """A delimiter cell's alignment: ":--" left, ":-:" center, "--:" right."""
     if cell.endswith(":"):
         return "center" if cell.startswith(":") else "right"
     return "left"
-
 
 def align(text, width, how):
     """Text padded to width columns, left, centered or right."""
@@ -4754,7 +4838,6 @@ def align(text, width, how):
     if how == "center":
         return " " * (gap // 2) + text + " " * (gap - gap // 2)
     return text + " " * gap
-
 
 def fit_columns(widths, room):
     """Column widths with the widest capped so that all of them fill room at most."""
@@ -4772,7 +4855,6 @@ def fit_columns(widths, room):
         if spare and w > cap:
             fitted[i], spare = cap + 1, spare - 1
     return fitted
-
 
 def md_table(state):
     """The buffered table drawn once in a box, header bold, cells wrapped to fit the width."""
@@ -4804,7 +4886,6 @@ def md_table(state):
     out.append(rule("\u2514", "\u2534", "\u2518"))
     return "\n".join(out) + "\n"
 
-
 def md_inline(text, st, base="", depth=0):
     """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
     if depth > 8 or not MARKUP.search(text):   # spans in spans: 8 deep is plenty
@@ -4834,11 +4915,9 @@ def md_inline(text, st, base="", depth=0):
         return styled(md_inline(inner, st, base + style, depth + 1), style, base)
     return INLINE.sub(span, text)
 
-
 def styled(text, style, base=""):
     """Text in a style, then the enclosing base style again (nothing when color is off)."""
     return style + text + RESET + base if style and text else text
-
 
 def wrap_words(text, width):
     """Text broken at spaces into lines of at most width columns; a style open at a break
@@ -4872,7 +4951,6 @@ def wrap_words(text, width):
             active = active_styles(active, word)
     return lines + [line]
 
-
 def hard_split(word, room, width):
     """A too-long word cut into (piece, columns): room columns first, then width each."""
     pieces, piece, used = [], "", 0
@@ -4884,13 +4962,11 @@ def hard_split(word, room, width):
         piece, used = piece + ch, used + w
     return pieces + [(piece, used)]
 
-
 def active_styles(active, text):
     """The SGR codes still open after text, given those open before it."""
     for code in SGR.findall(text):
         active = "" if code in (RESET, "\033[m") else active + code
     return active
-
 
 def display_width(text):
     """Terminal columns of text: CJK and emoji 2, combining marks and SGR codes 0."""
@@ -4902,7 +4978,6 @@ def display_width(text):
     wide = NON_ASCII.findall(text)        # only the non-ASCII characters need a look-up
     return len(text) - len(wide) + sum(map(char_width, wide))
 
-
 def char_width(ch):
     """Columns of one character: 0 for combining and format marks, 2 for wide ones, else 1."""
     if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
@@ -4911,16 +4986,86 @@ def char_width(ch):
 
 
 # ----------------------------------------------------------------------------------------
-# The terminal view: the answer rendered as Markdown, tool calls shown as what they do,
-# a command's output live (cut to a screenful). Only for a terminal (render=auto) or on
-# request (render=always); pipes and files get the plain view, the spec's traces.
+# The other views: the token line and the decisions in the plain view, -q's, the JSONL view
+# (for programs and traces), and the terminal view: the answer rendered as Markdown, tool
+# calls shown as what they do, a command's output live (cut to its first and last lines).
+# The terminal view is for a terminal (render=auto) or on request (render=always).
 # ----------------------------------------------------------------------------------------
+
+def show_context(state, event):
+    """The token line: [model: prompt (cached) + completion | context: used/window (share)]"""
+    if not state["cfg"].get("usage", True):
+        return
+    about = "~" if event["estimated"] else ""
+    cached, prompt = event["cached_tokens"], event["prompt_tokens"]
+    split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
+    cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
+        about, event["cost"], about, event["session_cost"])
+    show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]" % (
+        event["model"], about, prompt, split, about, event["completion_tokens"], about, prompt,
+        event["window"], event["share"] * 100, cost), "dim")
+
+def show_approval(state, event):
+    """[command refused (deny rm *)]: a decision about a call, unless approve=auto made it."""
+    if event["rule"] in ("approve=auto", "working folder"):
+        return
+    what = "command" if event["tool"] == "shell_exec" else event["tool"]
+    done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
+            "refuse": "refused"}[event["decision"]]
+    who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
+    why = ": " + event["reason"] if event["reason"] else ""
+    show_on_stderr(state, "[%s %s %s%s]" % (what, done, who, why), "dim")
+
+def show_problem(state, event):
+    """A note unless it is information only: -q shows only the problems."""
+    if event["level"] != "info":
+        show_line(state, event)
+
+def show_discarded(state, event):
+    """[discarded: ...], dim, below the output of a reply that failed."""
+    end_line(state, event["depth"])
+    write(state, "[discarded: the reply above failed and is not kept]\n", "dim", event["depth"])
+    flush_out(state, now=True)
+
+
+def show_line(state, event):
+    """A note, a retry or an error: one line on stderr, as the plain view shows them."""
+    PLAIN[event["type"]](state, event)
+
+
+PLAIN.update(waiting=show_status, context=show_context, approval=show_approval,
+             discarded=show_discarded)
+QUIET = {"error": show_line, "retry": show_line, "note": show_problem, "output": show_output}
+
+
+def jsonl_view(stream, cfg):
+    """A view writing each event as one JSON line, flushed at once, secrets replaced (those
+    of now: /cfg may set a new key)."""
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+
+    def view(event):
+        line = redact(cfg, encode(event))
+        try:
+            stream.write(line + "\n")
+            stream.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise OutputClosed("")
+    return view
+
+def both(*views):
+    """A view passing each event to every view given (None ones left out)."""
+    views = [v for v in views if v]
+
+    def view(event):
+        for each in views:
+            each(event)
+    return view
 
 def terminal_view(cfg):
     """A view for a person at a terminal: the plain view's layout and colors, plus rendered
     Markdown, readable tool calls and live tool output."""
-    return plain_view(cfg, TERMINAL)
-
+    return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0)
 
 def screen_size(state):
     """(columns, rows) of the terminal (COLUMNS/LINES when it is not one)."""
@@ -4930,9 +5075,7 @@ def screen_size(state):
     except (OSError, ValueError, AttributeError):
         return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
 
-
 PREVIEW_ROWS = 3   # rows of the line in progress shown (it has not been rendered yet)
-
 
 def term_text(state, event):
     """A piece of the answer, rendered line by line; the line in progress is previewed."""
@@ -4947,7 +5090,6 @@ def term_text(state, event):
     preview(state, "".join(state["md"]["part"]), depth)
     flush_out(state)
 
-
 def preview(state, text, depth):
     """Show the line in progress, dim and wrapped as it will be rendered, on its last
     PREVIEW_ROWS rows (erased when its newline arrives and the rendered line replaces it)."""
@@ -4961,7 +5103,6 @@ def preview(state, text, depth):
     state["out"].write("\r\033[K" + erase + pad + text)
     state["status"] = len(rows)   # one write: a terminal's stream flushes at every \r
 
-
 def term_reply_end(state, event):
     """The reply is over: render what is left of it."""
     if state["md"] is not None:
@@ -4972,7 +5113,6 @@ def term_reply_end(state, event):
         if rest:
             write(state, rest, depth=event["depth"], raw=True)
     show_reply_end(state, event)
-
 
 def term_tool_call(state, event):
     """A tool call as what it does ("$ command", "» read notes.txt"), or as the plain trace."""
@@ -4990,7 +5130,6 @@ def term_tool_call(state, event):
     state["tool"] = {"lines": 0, "partial": "", "limit": limit, "started": time.monotonic(),
                      "tail": collections.deque(maxlen=limit - limit // 2), "status_at": 0.0}
     flush_out(state, now=True)
-
 
 def call_in_words(name, args):
     """A tool call in words ("$ ls -la", "» subagent: prompt", "» read notes.txt lines 10-29",
@@ -5022,14 +5161,12 @@ def call_in_words(name, args):
         return "\u00bb write %s: %s (whole file)" % (path, size)
     return "\u00bb write %s: %s %s%s" % (path, size, at or "at the start", cut)
 
-
 def term_approval(state, event):
     """A decision about a command: the clock starts now; the user's own answer is not repeated."""
     if state["tool"]:
         state["tool"]["started"] = time.monotonic()
     if event["rule"] != "asked":
         show_approval(state, event)
-
 
 def term_tool_output(state, event):
     """A command's output as it comes, dim: the first half-screenful of lines, then only the
@@ -5056,7 +5193,6 @@ def term_tool_output(state, event):
     else:
         flush_out(state)
 
-
 def screen_line(state, line, depth):
     """A line of a command's output cut to one row (the model gets it whole): a third of the
     row from its start, the rest from its end, which usually names the thing (the file in
@@ -5070,7 +5206,6 @@ def screen_line(state, line, depth):
     while display_width(head + tail) > room - 1:
         tail = tail[1:]
     return head + "\u2026" + tail
-
 
 def tool_status(state, event):
     """The live status of a running command (and the tool_progress handler): seconds so far,
@@ -5088,7 +5223,6 @@ def tool_status(state, event):
         state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
         state["status"] = True
     flush_out(state)
-
 
 def term_tool_result(state, event):
     """The end of a tool: a command's last lines and how it ended; a subagent's end (its
@@ -5117,7 +5251,6 @@ def term_tool_result(state, event):
         write(state, text, "body" if event["ok"] else "error", depth)
     flush_out(state, now=True)
 
-
 def end_tool_output(state, event, tool):
     """The output lines kept back: "... N more lines", then the last ones."""
     if tool["partial"]:   # the last line had no newline
@@ -5135,122 +5268,85 @@ def end_tool_output(state, event, tool):
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
 
 
+def term_resumed(state, event):
+    """The conversation that goes on: its id, size and age, its last prompt (three rows at
+    most, dim, behind "you:", not the input line's "> ") and the answer to it, rendered, its
+    last rows when it is longer than a screenful."""
+    write(state, "[continuing %s: %d messages, %s]\n" % (event["session"], event["messages"],
+                                                        event["ago"]))
+    if event["prompt"] is None:
+        return flush_out(state, now=True)
+    columns, rows = screen_size(state)
+    lines = terminal_safe(event["prompt"]).strip("\n").split("\n")
+    shown = [row for n, line in enumerate(lines)
+             for row in wrap_words(("you: " if n == 0 else "     ") + line, columns)][:3]
+    md = md_start(columns, state["color"])
+    answer = terminal_safe(event["answer"]).strip("\n")
+    answer = (md_feed(md, answer + "\n") + md_end(md)).rstrip("\n") if answer else ""
+    lines, room = answer.split("\n") if answer else [], max(rows - len(shown) - 4, 3)
+    if len(lines) > room:
+        lines = ["... %d earlier lines" % (len(lines) - room + 1)] + lines[1 - room:]
+    for row in shown:
+        write(state, row + "\n", "dim")
+    write(state, "".join(line + "\n" for line in lines), raw=True)
+    flush_out(state, now=True)
+
+
 TERMINAL = dict(PLAIN, text=term_text, reply_end=term_reply_end, tool_call=term_tool_call,
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status, approval=term_approval)
+                tool_progress=tool_status, approval=term_approval, resumed=term_resumed)
+VIEWS.update(terminal=terminal_view)
 
 
 # ----------------------------------------------------------------------------------------
-# The REPL, batch mode and the command line
+# The REPL at a terminal: a long paste as one placeholder, Tab completion, the keys typed
+# while a turn runs kept for the next prompt, questions asked mid-turn, !commands, the
+# first line (the turn hook, and the command line's start)
 # ----------------------------------------------------------------------------------------
-
-def run_turn(convo, prompt, take_back=False):
-    """One user turn, saved before, during and after AL; the share of the context window in
-    use. With take_back (the REPL), a turn that got no reply at all (Ctrl+C before the first
-    byte, a request that failed for good) takes its prompt back out of the conversation, into
-    convo["taken_back"] for the input line; a new conversation then leaves no file."""
-    cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
-    before, first, taken = messages[:], take_back and not session["written"], False
-    given = session["id"]   # a --session id, or None
-    append_user(messages, prompt)
-    asked = messages[-1]
-    if first:   # the prompt survives a kill; autosave.json moves once the turn got a reply
-        save_session(cfg, session, messages, link=False)
-    else:       # the prompt survives a kill
-        save_step(cfg, session, messages)
-    emit(cfg, "prompt", text=redact_all(cfg, prompt) if isinstance(prompt, str) else prompt,
-         session=convo["session"]["id"])
-    convo["usage"], spent_before = None, convo.get("cost", 0.0)   # (set by step_saver)
-    try:
-        AL(cfg, messages)
-    except BaseException:
-        if take_back and messages[-1] is asked:   # nothing came back: as if it was never sent
-            messages[:] = before
-            convo["taken_back"], taken = prompt, True
-        raise
-    finally:
-        if taken and first:
-            remove_session(session["id"])
-            convo["session"] = new_session(given)
-        else:
-            save_session(cfg, session, messages, link=not taken)
-    if not convo.get("usage"):
-        return 0.0
-    spent = convo.get("cost", 0.0)
-    return report_context(cfg, convo["usage"], spent - spent_before, spent)
-
-
-def last_answer(messages):
-    """The last assistant message's content, without a <think> block at its start, or ""."""
-    answer = next((m["content"] for m in reversed(messages) if m.get("role") == "assistant"
-                   and isinstance(m.get("content"), str)), "")
-    return re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", answer, count=1, flags=re.S)
-
-
-def history_path():
-    """The readline history file."""
-    return os.path.join(os.path.expanduser("~"), ".bantam_history")
-
-
-HISTORY_MARK = "#bantam history 2: one entry a line, \\n is a line break, \\\\ a backslash\n"
-
-
-def setup_readline(cfg=None):
-    """Line editing and history (Ctrl+J a newline, a paste one prompt, Tab completion); the
-    readline module, or None without it."""
-    try:
-        import readline
-    except ImportError:
-        return None
-    readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
-    readline.parse_and_bind("set enable-bracketed-paste on")
-    readline.parse_and_bind("tab: complete")
-    readline.set_completer_delims(" \t\n")
-    readline.set_completer(lambda text, state: complete(text, state, cfg))
-    readline.set_history_length(1000)
-    catch_big_pastes(readline)
-    for entry in read_history():
-        readline.add_history(collapse_pastes(entry))
-    return readline
-
 
 PASTE_LINES, PASTE_CHARS = 5, 1000   # a paste longer than this shows as a placeholder
-PASTES = {"hook": None, "texts": {}}  # the REPL's: the readline hook (kept alive while readline
-                                      # may call it) and each placeholder's text
+PASTES = {"hook": None, "texts": {}}  # the REPL's: the readline hooks (kept alive while readline
+                                      # may call them) and each placeholder's text
 
 
 def catch_big_pastes(readline):
     """Make a long bracketed paste one placeholder, "[pasted 300 lines, 12 KB]", on the input
-    line, which readline garbles when taller than the screen. GNU readline only, through ctypes
-    (the module cannot bind a key to a function); elsewhere pastes stay whole."""
+    line, which readline garbles when taller than the screen; a long entry brought back from
+    the history (Up, Down) too. GNU readline only, through ctypes (the module cannot bind a
+    key to a function); elsewhere pastes stay whole."""
     import ctypes
     try:
         lib = ctypes.CDLL(readline.__file__)   # the module's symbols and its libreadline's
         begin, insert, delete = lib.rl_bracketed_paste_begin, lib.rl_insert_text, lib.rl_delete_text
         point, mark = ctypes.c_int.in_dll(lib, "rl_point"), ctypes.c_int.in_dll(lib, "rl_mark")
         line = ctypes.c_char_p.in_dll(lib, "rl_line_buffer")
+        older, newer = lib.rl_get_previous_history, lib.rl_get_next_history
     except (OSError, AttributeError, ValueError):
         return
 
-    def paste(count, key):
-        done = begin(count, key)   # readline inserts the paste from rl_mark to rl_point
-        try:
-            text = line.value[mark.value:point.value].decode("utf-8", "replace")
-            if long_input(text):
-                delete(mark.value, point.value)
-                point.value = mark.value
-                insert(paste_placeholder(text).encode("utf-8"))
-        except Exception:   # the paste stays as readline inserted it
+    def collapsed(done, start, shorter):
+        try:   # what readline put on the line, from start to the point, made shorter
+            text = line.value[start:point.value].decode("utf-8", "replace")
+            short = shorter(text)
+            if short != text:
+                delete(start, point.value)
+                point.value = start
+                insert(short.encode("utf-8"))
+        except Exception:   # the text stays as readline put it
             pass
         return done
-    PASTES["hook"] = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)(paste)
-    lib.rl_bind_keyseq(b"\033[200~", PASTES["hook"])   # how the terminal starts a paste
+    paste = lambda text: paste_placeholder(text) if long_input(text) else text
+    kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)
+    PASTES["hook"] = [kind(lambda count, key: collapsed(begin(count, key), mark.value, paste)),
+                      kind(lambda count, key: collapsed(older(count, key), 0, collapse_pastes)),
+                      kind(lambda count, key: collapsed(newer(count, key), 0, collapse_pastes))]
+    for keys, hook in zip((b"\033[200~", b"\033[A", b"\033[B"), PASTES["hook"]):
+        lib.rl_bind_keyseq(keys, hook)   # how a terminal starts a paste; Up; Down
 
 
 def long_input(text):
     """Is text too long for the input line (more than PASTE_LINES lines or PASTE_CHARS)?"""
     return text.rstrip("\n").count("\n") >= PASTE_LINES or len(text) > PASTE_CHARS
-
 
 def paste_placeholder(text):
     """The placeholder standing for text on the input line (the same for the same text)."""
@@ -5263,13 +5359,11 @@ def paste_placeholder(text):
     PASTES["texts"][key] = text
     return key
 
-
 def expand_pastes(line):
     """The line typed, each paste placeholder replaced by its text, without a final line break."""
     for key, text in PASTES["texts"].items():
         line = line.replace(key, text)
     return line.rstrip("\n")
-
 
 def collapse_pastes(text):
     """Text for the input line: each paste in it as its placeholder, a long one as a new one."""
@@ -5280,30 +5374,39 @@ def collapse_pastes(text):
     return paste_placeholder(text) if long_input(text) else text
 
 
-def read_history():
-    """The history entries: a multi-line prompt is one entry (bantam 1.0's file: one a line)."""
+def pasted(convo, prompt, go):
+    """The turn hook of pastes: the prompt sent whole (each placeholder its text, no final line
+    break), and so kept in the history; the keys held while the turn runs (see keyboard_mode)."""
+    readline = convo.get("readline")
+    text = expand_pastes(prompt)
+    if readline and readline.get_current_history_length() and text != prompt:
+        readline.replace_history_item(readline.get_current_history_length() - 1, text)
+    held = keyboard_mode(sys.stdin.fileno(), held=True) if readline else None
     try:
-        with open(history_path(), encoding="utf-8", errors="replace") as f:
-            lines = f.read().split("\n")[:-1]
-    except OSError:
-        return []
-    if lines[:1] != [HISTORY_MARK.rstrip("\n")]:
-        return lines
-    unescape = {"\\n": "\n", "\\\\": "\\"}
-    return [re.sub(r"\\[n\\]", lambda m: unescape[m.group()], line) for line in lines[1:]]
+        go(text)
+    finally:
+        keyboard_back(sys.stdin.fileno(), held)
+        if convo.get("unsent"):   # the prompt back on the line, its pastes as placeholders
+            convo["unsent"] = collapse_pastes(convo["unsent"])
+        typed = convo.pop("typed", "")   # keys typed while a question was asked
+        if typed:
+            convo["unsent"] = (convo.get("unsent", "") + " " + typed).strip()
+        elif convo.get("unsent") and readline and keys_waiting(sys.stdin.fileno()):
+            convo["unsent"] += " "   # keys typed meanwhile follow it, not glued to it
 
 
-def save_history(readline):
-    """Write the history file atomically, mode 0600, a multi-line entry on one line."""
-    if not readline:
-        return
-    entries = [expand_pastes(readline.get_history_item(i) or "")
-               for i in range(1, readline.get_current_history_length() + 1)]
-    text = "".join(e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e)
-    try:
-        write_private_file(history_path(), HISTORY_MARK + text)
-    except OSError as e:
-        note({}, "warning: cannot save history: %s" % e, "warning")
+def setup_terminal(convo):
+    """The REPL at a terminal: readline with completion and pastes, the questions of approve=ask
+    asked there, the first line (model, endpoint host, sandbox, /help)."""
+    cfg = convo["cfg"]
+    readline = convo["readline"] = setup_readline()
+    if readline:
+        readline.parse_and_bind("set enable-bracketed-paste on")
+        readline.parse_and_bind("tab: complete")
+        readline.set_completer_delims(" \t\n")
+        readline.set_completer(lambda text, state: complete(text, state, cfg))
+        catch_big_pastes(readline)
+    note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
 
 
 def complete(text, state, cfg=None):
@@ -5317,11 +5420,10 @@ def complete(text, state, cfg=None):
     elif line.startswith("/skill ") and line.count(" ") == 1 and cfg:
         options = [name for name in skills(cfg) if name.startswith(text)]
     elif " " not in line:
-        options = [name for name in list(COMMANDS) + list(ALIASES) if name.startswith(text)]
+        options = [name for name in list(COMMANDS) if name.startswith(text)]
     else:
         options = []
     return options[state] + " " if state < len(options) else None
-
 
 def keyboard_mode(fd, held):
     """held (while a turn runs): keys typed wait unseen for the next prompt, an Enter stays an
@@ -5343,7 +5445,6 @@ def keyboard_mode(fd, held):
     termios.tcsetattr(fd, termios.TCSANOW, mode)   # TCSANOW: keys already typed are kept
     return before
 
-
 def keyboard_back(fd, before):
     """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
     if before is not None:
@@ -5353,7 +5454,6 @@ def keyboard_back(fd, before):
         except (termios.error, OSError):   # the terminal is gone (a hang-up)
             pass
 
-
 def terminal_approver(convo):
     """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt,
     never taken as the answer."""
@@ -5361,7 +5461,6 @@ def terminal_approver(convo):
         convo["typed"] = convo.get("typed", "") + keys_typed_ahead(sys.stdin.fileno())
         return read_answer(question, text)
     return approver
-
 
 def keys_typed_ahead(fd):
     """The printable text of the keys waiting unread on the terminal (Enter becomes a space)."""
@@ -5379,22 +5478,13 @@ def keys_typed_ahead(fd):
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
 
 
-def forget_trailing_newline(readline, line):
-    """The line without a paste's last line break: not sent, nor kept in the history."""
-    if line.endswith("\n"):
-        line = line.rstrip("\n")
-        last = readline.get_current_history_length() if readline else 0
-        if last and line.strip():
-            readline.replace_history_item(last - 1, line)
-    return line
-
-
-def did_you_mean(name, names=None):
-    """ "; did you mean /list?" for a name close to one of names (the commands), else ""."""
-    import difflib
-    names = list(COMMANDS) + list(ALIASES) if names is None else list(names)
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    return "; did you mean %s?" % close[0] if close else ""
+def keys_waiting(fd):
+    """Whether keys typed ahead wait unread on the terminal."""
+    import select
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def startup_line(cfg, columns=80):
@@ -5405,12 +5495,12 @@ def startup_line(cfg, columns=80):
         parts.append("context %d" % cfg["context_window"])
     mode, closed = sandbox_of(cfg)
     parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed
-    for line in (" \u00b7 ".join(parts) + " \u00b7 /help for commands",   # shorter when narrow
-                 " \u00b7 ".join(parts) + " \u00b7 /help", " \u00b7 ".join(parts[1:]) + " \u00b7 /help"):
+    dot = " \u00b7 "
+    for line in (dot.join(parts) + dot + "/help for commands",   # shorter when narrow
+                 dot.join(parts) + dot + "/help", dot.join(parts[1:]) + dot + "/help"):
         if len(line) <= columns:
             break
     return line
-
 
 def confirm(question):
     """A yes/no question at the terminal, Enter for yes; the answer stays out of the history."""
@@ -5419,7 +5509,6 @@ def confirm(question):
     except KeyboardInterrupt:
         show({}, "\n")
         return False
-
 
 def read_answer(question, text=""):
     """The line typed in answer to question ("" at end of input), text ready to edit, shown
@@ -5437,7 +5526,6 @@ def read_answer(question, text=""):
         if readline and readline.get_current_history_length() > before:
             readline.remove_history_item(before)
 
-
 def edit_line(prompt, text=""):
     """input(prompt), with text already on the line to edit (when readline is loaded)."""
     readline = sys.modules.get("readline")
@@ -5448,100 +5536,6 @@ def edit_line(prompt, text=""):
     finally:
         if text and readline:
             readline.set_pre_input_hook(None)
-
-
-def keys_waiting(fd):
-    """Whether keys typed ahead wait unread on the terminal."""
-    import select
-    try:
-        return bool(select.select([fd], [], [], 0)[0])
-    except (OSError, ValueError):
-        return False
-
-
-def next_line(convo, readline, ready):
-    """The next prompt: -i's first (shown as if typed, kept in the history), then the lines
-    typed at "> ", ready (a prompt given back, keys typed ahead) already on the line."""
-    first = convo.pop("first", None)
-    if not first:
-        return edit_line("> ", collapse_pastes(ready) if readline else "")
-    show({}, "> %s\n" % first)   # where the prompt is (stderr with --jsonl), not the view
-    if readline:
-        readline.add_history(first)
-    return first
-
-
-def repl(convo):
-    """Read prompts and commands until /quit, EOF or Ctrl+C twice on an empty line."""
-    cfg = convo["cfg"]
-    terminal = sys.stdin.isatty()
-    readline = setup_readline(cfg) if terminal else None
-    if terminal:
-        note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
-    show_resumed(convo)
-    last_interrupt, again = 0.0, ""
-    try:
-        while True:
-            try:   # a prompt that got no reply, or keys typed ahead, come back on the line
-                line = next_line(convo, readline, again or convo.pop("typed", ""))
-            except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
-                show({}, "\n")   # ends the prompt's line, where the prompt is
-                again, empty = "", not (readline and readline.get_line_buffer())
-                if empty and time.monotonic() - last_interrupt < 2:
-                    break
-                last_interrupt = time.monotonic() if empty else 0.0
-                if empty:
-                    note(cfg, "[Ctrl+C again within 2 s quits]", "info")
-                continue
-            except EOFError:
-                show({}, "\n")   # ends the prompt's line, where the prompt is
-                break
-            again, line = "", expand_pastes(forget_trailing_newline(readline, line))
-            if not line.strip():
-                continue
-            held = None
-            try:
-                if line.startswith("!"):   # the user's own command, outside the conversation
-                    run_direct(cfg, line[1:], own_stdin=terminal)
-                    continue
-                name, _, arg = line.strip().partition(" ")
-                name = ALIASES.get(name, name)
-                if name in COMMANDS:
-                    result = COMMANDS[name][0](convo, arg.strip())
-                    if result is QUIT:
-                        break
-                    if result is None:
-                        continue
-                    name, line = "", result   # /skill: the skill is the next prompt
-                if re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
-                    note(cfg, "unknown command %s%s (see /help)" % (name, did_you_mean(name)))
-                    continue
-                held = keyboard_mode(sys.stdin.fileno(), held=True) if terminal else None
-                share = run_turn(convo, line, take_back=True)
-                keyboard_back(sys.stdin.fileno(), held)
-                held = None
-                if share >= COMPACT_AT and sys.stdin.isatty() and confirm(
-                        "Context usage is at %.1f%%. Compact conversation? [Y/n]: "
-                        % (share * 100)):
-                    cmd_compact(convo, "")
-            except KeyboardInterrupt:   # keys typed ahead stay queued for the next prompt
-                last_interrupt = 0.0
-                note(cfg, "[interrupted]")
-            except OutputClosed:
-                raise
-            except BantamError as e:
-                emit(cfg, "error", message=redact_all(cfg, str(e)))
-            finally:
-                keyboard_back(sys.stdin.fileno(), held)
-            again = convo.pop("taken_back", "")
-            if again and terminal and keys_waiting(sys.stdin.fileno()):
-                again += " "   # keys typed meanwhile follow it on the line, not glued to it
-            if again:
-                note(cfg, "[no reply: your prompt is back on the input line, to edit or send "
-                     "again]", "info")
-    finally:
-        save_history(readline)
-
 
 def run_direct(cfg, command, own_stdin=True):
     """`!command`: run it with bash on the user's terminal, outside the conversation; its exit
@@ -5568,78 +5562,52 @@ def run_direct(cfg, command, own_stdin=True):
     return code
 
 
-def read_prompt(args):
-    """The batch prompt: -p TEXT (with piped stdin added as context), a file, or stdin for '-'.
-    A prompt that starts with ! is a shell command (see run_direct): stdin is left to it."""
-    prompt_argument(args)
-    if args.prompt is not None:
-        if args.prompt.startswith("!"):
-            return args.prompt
-        if args.prompt_file:
-            raise ConfigError("give a prompt file or -p, not both")
-        piped = "" if sys.stdin is None or sys.stdin.isatty() else read_stdin()
-        if piped.strip():
-            return args.prompt + "\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")
-        return args.prompt
-    path = args.prompt_file
-    try:
-        if path == "-":
-            return read_stdin()
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("cannot read prompt file %s: %s" % (path, getattr(e, "strerror", 0) or e))
+COMMANDS["!"] = (lambda convo, command: run_direct(convo["cfg"], command, sys.stdin.isatty()),
+                 "run cmd with bash here, outside the conversation")
+HOOKS["turn"].append(pasted)
 
 
-def prompt_argument(args):
-    """`bantam "what is in this folder"`: an argument that names no file and does not look
-    like a path (it has a space, or no '/' and no extension) is the prompt, as with -p."""
-    text = args.prompt_file
-    if text and text != "-" and args.prompt is None and not os.path.exists(text) and (
-            len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
-        args.prompt, args.prompt_file = text, None
+# ----------------------------------------------------------------------------------------
+# The command line: its flags (the FLAGS table), and what they do before the first prompt
+# (the start hook) and after a batch turn (the turn hook)
+# ----------------------------------------------------------------------------------------
 
-
-def read_stdin():
-    """All of stdin. When nothing has come after a second, say so once: a pipe that never
-    closes (a parent that hands its own stdin on) would otherwise hang in silence."""
-    import select
-    try:
-        waiting = not select.select([sys.stdin], [], [], 1.0)[0]
-    except (OSError, ValueError):   # not a file select can watch: just read it
-        waiting = False
-    if waiting:
-        note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: </dev/null)]",
-             "info")
-    return sys.stdin.read()
-
-
-FLAG_KEYS = {"model": "--model", "endpoint": "--endpoint", "trace_file": "--trace",
-             "approve": "--ask/--yolo", "sandbox": "--sandbox"}   # the keys flags of their own set
-
-
-def parse_args(argv):
-    """The command line as an argparse namespace; a bad option is a ConfigError (exit 2)."""
+def setting_flag(key, value=None):
+    """An argparse action setting config key key to the flag's value (or value), parsed as
+    the files' values are (an error names the flag); --set KEY=VALUE is key None."""
     import argparse
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):   # one line naming the option, not the whole usage text
-            raise ConfigError("%s (see bantam --help)" % message)
+    class SetKey(argparse.Action):
+        def __call__(self, parser, args, raw, option=None):
+            name, text = (key, raw if value is None else value) if key else set_pair(raw)
+            where = self.option_strings[-1] if key else "--set"
+            args.__dict__.setdefault("overrides", {})[name] = parse_value(name, text, where)
+            if not key and name in SECRET_KEYS and text:
+                note({}, "warning: --set %s puts a secret in your shell's history and, while "
+                     "bantam starts, in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg "
+                     "keep it out" % name, "warning")
+    return SetKey
 
-    parser = Parser(prog="bantam", formatter_class=argparse.RawDescriptionHelpFormatter,
-                    description="A tiny command-line AI agent for any OpenAI-compatible API.\n"
-                                "Without a prompt: an interactive session (type /help there).",
-                    epilog=HELP_EPILOG)
-    add = parser.add_argument
-    add("prompt_file", nargs="?", metavar="PROMPT_FILE",
-        help="run one turn with the prompt in this file ('-': stdin)")
+
+def set_pair(item):
+    """(key, value) of --set KEY=VALUE; a ConfigError naming --set when it is not one."""
+    key, sep, value = item.partition("=")
+    if not sep or key.strip().lower() not in DEFAULTS:
+        raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)"
+                          % (item, ", ".join(DEFAULTS)))
+    return key.strip().lower(), value.strip()
+
+
+def more_flags(parser):
+    """Part II's flags (made when the command line is read: argparse loads only then)."""
+    add, setting = parser.add_argument, setting_flag
     add("-p", "--prompt", metavar="TEXT",
         help="run one turn with this prompt; piped stdin is added as context")
     add("-i", "--interactive", metavar="PROMPT", help="start the REPL with this first prompt")
-    add("-m", "--model", help="the model (config key model)")
-    add("-e", "--endpoint", metavar="URL", help="the API's base URL (config key endpoint)")
-    add("--set", action="append", default=[], metavar="KEY=VALUE",
-        help="set any config key (repeatable)")
+    add("-m", "--model", action=setting("model"), help="the model (config key model)")
+    add("-e", "--endpoint", metavar="URL", action=setting("endpoint"),
+        help="the API's base URL (config key endpoint)")
+    add("--set", metavar="KEY=VALUE", action=setting(None), help="set any config key (repeatable)")
     add("--config", metavar="FILE", help="read this config file instead of looking for model.cfg")
     add("-c", "--continue", dest="cont", action="store_true",
         help="continue this folder's latest conversation")
@@ -5649,29 +5617,26 @@ def parse_args(argv):
     add("-o", "--output", metavar="FILE", help="also write the final answer to FILE")
     add("--jsonl", action="store_true",
         help="print the events as JSON lines instead of the human output")
-    add("--trace", metavar="FILE", dest="trace_file",
+    add("--trace", metavar="FILE", action=setting("trace_file"),
         help="append the events as JSON lines to FILE (config key trace_file)")
     add("--replay", metavar="TRACE",
         help="run a recorded trace again: its model replies, real tools")
     leash = parser.add_mutually_exclusive_group()
-    leash.add_argument("--ask", dest="approve", action="store_const", const="ask",
+    leash.add_argument("--ask", nargs=0, action=setting("approve", "ask"),
                        help="ask before each shell command (approve=ask); without a terminal: "
                             "refuse them")
-    leash.add_argument("--yolo", dest="approve", action="store_const", const="auto",
+    leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"),
                        help="run shell commands without asking (approve=auto); deny patterns "
                             "still apply")
-    add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"],
+    add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"], action=setting("sandbox"),
         help="off, workspace or read-only: where commands may write (config key sandbox)")
     add("--trust", action="store_true", help="trust this folder (remembered): its model.cfg may "
                                              "set endpoint, api_key, tools, trace_file... (README)")
     add("--show-config", action="store_true",
         help="print every setting and where it comes from, then exit")
-    add("--version", action="version", version="bantam " + VERSION)
-    args = parser.parse_args(argv)
-    if args.interactive is not None and {args.prompt, args.prompt_file, args.replay} != {None}:
-        parser.error("-i/--interactive starts the REPL: not with a prompt or --replay")
-    return args
 
+
+FLAGS.insert(1, more_flags)
 
 HELP_EPILOG = """\
 config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg merged over it (what
@@ -5687,23 +5652,45 @@ is the model's best from what it had), 130 interrupted, 129 hang-up, 143 termina
 141 stdout closed."""
 
 
-def overrides_of(args):
-    """The config values the flags set, parsed: {key: value} (--set over the other flags)."""
-    pairs = [(key, getattr(args, key), flag) for key, flag in FLAG_KEYS.items()]
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or key.strip().lower() not in DEFAULTS:
-            raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)"
-                              % (item, ", ".join(DEFAULTS)))
-        pairs.append((key.strip().lower(), value.strip(), "--set"))
-    values = {key: parse_value(key, value, flag) for key, value, flag in pairs if value is not None}
-    for key, value, flag in pairs:
-        if flag == "--set" and key in SECRET_KEYS and value:
-            note({}, "warning: --set %s puts a secret in your shell's history and, while bantam "
-                 "starts, in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg keep it "
-                 "out" % key, "warning")
-    return values
+HELP.append(HELP_EPILOG)
 
+
+def batch_prompt(args):
+    """The batch prompt: -p TEXT (with piped stdin added as context), a file (an argument that
+    names none and looks like no path is the prompt itself), or stdin for '-'. A prompt that
+    starts with ! is a shell command (see run_direct): stdin is left to it."""
+    prompt_argument(args)
+    if args.prompt is not None:
+        if args.prompt.startswith("!"):
+            return args.prompt
+        if args.prompt_file:
+            raise ConfigError("give a prompt file or -p, not both")
+        piped = "" if sys.stdin is None or sys.stdin.isatty() else read_stdin()
+        if piped.strip():
+            return args.prompt + "\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")
+        return args.prompt
+    return read_stdin() if args.prompt_file == "-" else read_prompt(args.prompt_file)
+
+def prompt_argument(args):
+    """`bantam "what is in this folder"`: an argument that names no file and does not look
+    like a path (it has a space, or no '/' and no extension) is the prompt, as with -p."""
+    text = args.prompt_file
+    if text and text != "-" and args.prompt is None and not os.path.exists(text) and (
+            len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
+        args.prompt, args.prompt_file = text, None
+
+def read_stdin():
+    """All of stdin. When nothing has come after a second, say so once: a pipe that never
+    closes (a parent that hands its own stdin on) would otherwise hang in silence."""
+    import select
+    try:
+        waiting = not select.select([sys.stdin], [], [], 1.0)[0]
+    except (OSError, ValueError):   # not a file select can watch: just read it
+        waiting = False
+    if waiting:
+        note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: </dev/null)]",
+             "info")
+    return sys.stdin.read()
 
 def show_config(cfg):
     """--show-config: every setting, its value (secrets as ***) and where it came from."""
@@ -5720,7 +5707,6 @@ def show_config(cfg):
     for row in rows:
         show(cfg, "%-20s %-40s %s\n" % row)
 
-
 def check_first_run(cfg, batch):
     """No key, no model.cfg and the default endpoint: nothing is set up yet, and a request
     would only come back 401. Say what to do: batch mode stops (exit 2), the REPL starts."""
@@ -5736,7 +5722,6 @@ def check_first_run(cfg, batch):
     note(cfg, "[nothing is set up yet: no API key and no model.cfg. One of these:\n  %s\n  %s"
          "\n  bantam %s]" % fixes, "info")   # a person reads it: one fix a line
 
-
 def check_prompt_size(cfg, prompt):
     """A batch prompt (a file, or piped input) larger than the model's context window is
     refused before any request: the server would refuse it after the upload, or cut it."""
@@ -5745,7 +5730,6 @@ def check_prompt_size(cfg, prompt):
     if tokens > window:
         raise ConfigError("the prompt is about %d tokens (%d characters), more than the model's "
                           "context window of %d tokens" % (tokens, len(prompt), window))
-
 
 def note_folder_texts(cfg):
     """Say in one line that this folder's system.txt and AGENTS.md are in the system prompt:
@@ -5757,50 +5741,6 @@ def note_folder_texts(cfg):
     if said:
         note(cfg, "[%s]" % "; ".join(said), "info")
 
-
-def start_conversation(cfg, args):
-    """The conversation to work on: this folder's latest (-c), a given one (--session), or new."""
-    system = [{"role": "system", "content": cfg["system_prompt"]}]
-    if args.cont:
-        sid = latest_in_folder()
-        if not sid:
-            raise ConfigError("no conversation of this folder to continue")
-        return load_session(sid)
-    if args.session:
-        if not SESSION_NAME.match(args.session) or args.session == "autosave":
-            raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r"
-                              % args.session)
-        if os.path.exists(session_path(args.session)):
-            return load_session(args.session)
-        return new_session(args.session), system
-    return new_session(), system
-
-
-def make_sink(cfg, args, convo, batch):
-    """Where the events go: a view (plain, quiet or JSONL), the trace file, the step saver."""
-    if args.jsonl:
-        stream = sys.stdout
-        if not batch:   # the REPL's prompt and commands' output go to stderr: stdout is JSON only
-            sys.stdout.flush()
-            stream = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", errors="replace")
-            os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-        view = jsonl_view(stream, cfg)
-    elif args.quiet and batch:
-        view = plain_view(cfg, QUIET)
-    elif cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty()):
-        view = terminal_view(cfg)
-    else:
-        view = plain_view(cfg)
-    trace = None
-    if cfg["trace_file"]:
-        path = os.path.expanduser(cfg["trace_file"])
-        try:
-            trace = jsonl_view(open(path, "a", encoding="utf-8", errors="replace"), cfg)
-        except OSError as e:
-            raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
-    return both(view, trace, step_saver(convo))
-
-
 def hung_up(*_):
     """SIGHUP: the terminal is gone; stop like SIGTERM (saving), with output to /dev/null."""
     null = os.open(os.devnull, os.O_WRONLY)
@@ -5809,87 +5749,119 @@ def hung_up(*_):
     sys.exit(129)
 
 
-def main(argv=None):
-    """The command line: REPL without a prompt, batch mode with one. Returns the exit status."""
-    if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji, no crash
-        sys.stdout.reconfigure(errors="replace")
-    convo = None
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
-        if args.delete:
-            cmd_delete(None, args.delete)
-            return 0
-        import signal
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved and stopped like Ctrl+C
-        signal.signal(signal.SIGHUP, hung_up)                     # a closed terminal, a dropped SSH
-        overrides = overrides_of(args)
-        cfg = load_config(overrides, args.config)
-        hide_secrets(cfg)
-        if args.show_config:
-            show_config(cfg)
-            return 0
-        batch = args.prompt is not None or args.prompt_file is not None or args.replay is not None
-        prompt = read_prompt(args) if batch and not args.replay else None
-        if prompt is not None and prompt.startswith("!"):   # the user's command: its exit status
-            return run_direct(cfg, prompt[1:])
-        cfg = trust_folder(cfg, args, not batch and sys.stdin.isatty(),
-                           lambda trust: load_config(overrides, args.config, trust=trust))
-        hide_secrets(cfg)
-        check_first_run(cfg, batch)
-        check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
-        if args.output:   # before the model is paid: a file that cannot be written fails now
-            try:
-                open(args.output, "a").close()
-            except OSError as e:
-                raise ConfigError("-o/--output: cannot write %s: %s" % (args.output, e.strerror))
-        if prompt is not None and not prompt.strip():
-            raise ConfigError("the prompt is empty")
-        check_prompt_size(cfg, prompt)
-        session, messages = start_conversation(cfg, args)
-        convo = {"cfg": cfg, "messages": messages, "session": session}
-        # the process's run: where events go, the commands the user said "always" to, and
-        # who answers approve=ask (without a terminal: nobody, so what needs asking is refused)
-        cfg["run"] = {"emit": make_sink(cfg, args, convo, batch), "approved": set(),
-                      "approver": None}
-        if sys.stdin.isatty() and sys.stdout.isatty() and not args.replay:
-            cfg["run"]["approver"] = terminal_approver(convo)
-        emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
-             session=session["id"], time=now())
-        note_folder_texts(cfg)
-        if args.replay:
-            return replay(convo, args.replay)
-        if not batch:
-            convo["first"] = args.interactive
-            repl(convo)
-            return 0
-        run_turn(convo, prompt)
-        answer = last_answer(convo["messages"])
-        answer += "\n" if answer and not answer.endswith("\n") else ""
-        if args.quiet:
-            show(cfg, answer)
-        if args.output:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(answer)
-        return BUDGET_EXIT if convo.get("status") == "budget" else 0
-    except KeyboardInterrupt:
-        if convo:
-            note(convo["cfg"], "[interrupted]")
-        return 130
-    except BantamError as e:
-        if str(e):
-            if convo:
-                emit(convo["cfg"], "error", message=redact_all(convo["cfg"], str(e)))
-            else:
-                note({}, "error: %s" % e)
-        return e.exit_code
-    finally:
-        if convo and len(convo["messages"]) > 1:
-            save_session(convo["cfg"], convo["session"], convo["messages"])
+def start(convo, args):
+    """The start hook of the command line, in order: --delete; the settings settled (trust,
+    the leash, --show-config); a batch prompt read (-p, an argument, stdin), a "!" one run;
+    the checks before any request (the first run, the sandbox, -o, the prompt's size); the
+    conversation (-c, --session); the views (--jsonl, -q, the terminal, trace_file); then
+    --replay, or the REPL at a terminal (-i's first prompt). An exit status ends it there."""
+    import signal
+    cfg = convo["cfg"]
+    if args.delete:
+        return cmd_delete(None, args.delete) or 0
+    signal.signal(signal.SIGHUP, hung_up)   # a closed terminal, a dropped SSH: saved, stopped
+    settle(cfg)
+    hide_secrets(cfg)
+    if args.show_config:
+        return show_config(cfg) or 0
+    batch = args.prompt is not None or args.prompt_file is not None or args.replay is not None
+    if args.interactive is not None and batch:
+        raise ConfigError("-i/--interactive starts the REPL: not with a prompt or --replay "
+                          "(see bantam --help)")
+    prompt = batch_prompt(args) if batch and not args.replay else None
+    if prompt is not None and prompt.startswith("!"):   # the user's own command: its status
+        return run_direct(cfg, prompt[1:])
+    trust_folder(cfg, args, not batch and sys.stdin.isatty(), lambda trust: settle(cfg, trust))
+    hide_secrets(cfg)
+    check_first_run(cfg, batch)
+    check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
+    if args.output:   # before the model is paid: a file that cannot be written fails now
         try:
-            sys.stdout.flush()
-        except (BrokenPipeError, OutputClosed):
-            pass
+            open(args.output, "a").close()
+        except OSError as e:
+            raise ConfigError("-o/--output: cannot write %s: %s" % (args.output, e.strerror))
+    if prompt is not None and not prompt.strip():
+        raise ConfigError("the prompt is empty")
+    check_prompt_size(cfg, prompt)
+    convo["session"], convo["messages"][:] = start_conversation(cfg, args)
+    convo["views"][0] = chosen_view(cfg, args, batch)
+    convo["views"] += [usage_meter(convo)] + ([trace_view(cfg)] if cfg["trace_file"] else [])
+    emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
+         session=convo["session"]["id"], time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    note_folder_texts(cfg)
+    convo.update(prompt=prompt, args=args, batch=batch)
+    if args.replay:
+        return replay(convo, args.replay)
+    # the commands the user said "always" to, and who answers approve=ask (without a
+    # terminal: nobody, so what needs asking is refused), for the whole process
+    cfg["run"].update(approved=set(), approver=terminal_approver(convo) if sys.stdin.isatty()
+                      and sys.stdout.isatty() else None)
+    if not batch and sys.stdin.isatty():
+        setup_terminal(convo)
+    if not batch:
+        resumed(convo)
+    if args.interactive:   # shown as if typed, kept in the history, sent
+        show({}, "> %s\n" % args.interactive)
+        if convo.get("readline"):
+            convo["readline"].add_history(args.interactive)
+        convo["take_back"] = True
+        do_line(convo, args.interactive)
+    return None
 
+
+def chosen_view(cfg, args, batch):
+    """The view of the run: --jsonl (in the REPL its prompt and commands on stderr: stdout is
+    JSON only), -q in batch mode, the terminal view (render), else the plain one."""
+    if args.jsonl:
+        stream = sys.stdout
+        if not batch:
+            sys.stdout.flush()
+            stream = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", errors="replace")
+            os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+        return jsonl_view(stream, cfg)
+    if args.quiet and batch:
+        return plain_view(cfg, QUIET)
+    if cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty()):
+        return VIEWS["terminal"](cfg)
+    return VIEWS["plain"](cfg)
+
+
+def trace_view(cfg):
+    """The trace_file's view: the events as JSON lines, appended."""
+    path = os.path.expanduser(cfg["trace_file"])
+    try:
+        return jsonl_view(open(path, "a", encoding="utf-8", errors="replace"), cfg)
+    except OSError as e:
+        raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
+
+
+def batch_answer(convo, prompt, go):
+    """The turn hook of batch mode: -q prints the final answer, -o writes it (each with a
+    line break at its end); a turn stopped by a budget exits BUDGET_EXIT."""
+    go(prompt)
+    args = convo.get("args")
+    if not convo.get("batch") or args is None:
+        return
+    answer = re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", last_answer(convo["messages"]),
+                    count=1, flags=re.S)   # (its reasoning, written into the content)
+    answer += "\n" if answer and not answer.endswith("\n") else ""
+    if args.quiet:
+        show(convo["cfg"], answer)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(answer)
+    convo["status"] = BUDGET_EXIT if convo.get("ended") == "budget" else 0
+
+
+HOOKS["start"].append(start)
+ALIASES = {name: name for name, (_, text) in COMMANDS.items() if text is None}   # (README tests)
+HOOKS["turn"].append(batch_answer)
+
+
+# ----------------------------------------------------------------------------------------
+# Replay: --replay TRACE runs the last run of a trace file again, its recorded model replies
+# instead of the network (a connect hook answering from the recording), the tools for real
+# ----------------------------------------------------------------------------------------
 
 def read_trace(path):
     """The runs recorded in a trace file (JSON lines), each a list of events."""
@@ -5912,9 +5884,8 @@ def read_trace(path):
 
 
 def replay(convo, path):
-    """--replay: run the last run of a trace file again, its recorded model replies instead of
-    the network, the tools for real; exit status 1 when a tool result differs (the first is
-    reported), else 0."""
+    """--replay: run the last run of a trace file again; exit status 1 when a tool result
+    differs from the recording (the first one is reported), else 0."""
     runs = read_trace(path)
     events = runs[-1] if runs else []
     prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
@@ -5925,6 +5896,7 @@ def replay(convo, path):
         "replies": [e["message"] for e in events if e["type"] == "reply"],
         "results": [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"],
         "replied": 0, "checked": 0, "diverged": None}
+    convo["views"].append(replay_checker(state))
     for prompt in prompts:
         run_turn(convo, prompt)
     if state["diverged"]:
@@ -5934,36 +5906,65 @@ def replay(convo, path):
     return 0
 
 
-def replayed_reply(cfg, quiet):
-    """The next recorded model reply (--replay), passed on as if it had streamed."""
-    state = cfg["run"]["replay"]
-    if state["replied"] >= len(state["replies"]):
-        raise ApiError("replay: the recording has no more model replies", "fatal")
-    message = json.loads(json.dumps(state["replies"][state["replied"]]))   # a copy
-    state["replied"] += 1
-    if not quiet:
-        emit(cfg, "request", model=cfg["model"], messages=None, stream=False)
-        if message.get("reasoning_content"):
-            emit(cfg, "reasoning", text=message["reasoning_content"])
-        if message.get("content"):
-            emit(cfg, "text", text=message["content"])
-        emit(cfg, "reply_end", finish=None)
-    emit(cfg, "reply", message=message, quiet=quiet)
-    return message
+def replayed_connection(cfg):
+    """The connect hook of --replay: a connection whose server is a thread answering each
+    chat request with the next recorded reply (other requests: 404)."""
+    state = (cfg.get("run") or {}).get("replay")
+    if state is None:
+        return None
+    import http.client
+    import socket
+    import threading
+    conn = http.client.HTTPConnection("replay", 80, timeout=cfg["timeout"])
+
+    def serve(sock):
+        with sock, sock.makefile("rb") as requests:
+            for line in iter(requests.readline, b""):
+                head = [h.lower() for h in iter(requests.readline, b"\r\n") if h]
+                size = next((int(h.split(b":")[1]) for h in head
+                             if h.startswith(b"content-length")), 0)
+                requests.read(size)
+                body, status = b'{"error": {"message": "not recorded"}}', b"404 Not Found"
+                if b"/chat/completions" in line and state["replied"] < len(state["replies"]):
+                    message = state["replies"][state["replied"]]
+                    state["replied"] += 1
+                    body = json.dumps({"choices": [{"index": 0, "message": message,
+                                                    "finish_reason": None}]}).encode()
+                    status = b"200 OK"
+                elif b"/chat/completions" in line:
+                    body = b'{"error": {"message": "replay: the recording has no more model ' \
+                        b'replies"}}'
+                sock.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d"
+                             b"\r\n\r\n%s" % (status, len(body), body))
+
+    def connect(address, timeout, source=None):
+        with socket.socket() as listener:   # (on this machine only; http.client wants TCP)
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            mine = socket.create_connection(listener.getsockname(), timeout)
+            threading.Thread(target=serve, args=(listener.accept()[0],), daemon=True).start()
+        return mine
+    conn._create_connection = connect
+    return conn
 
 
-def check_replayed_result(cfg, name, result):
-    """--replay: compare a tool result with the recorded one; remember the first difference."""
-    state = cfg["run"]["replay"]
-    index = state["checked"]
-    state["checked"] += 1
-    recorded = state["results"][index] if index < len(state["results"]) else (None, None)
-    if recorded != (name, redact_all(cfg, result)) and not state["diverged"]:
-        import difflib
-        diff = difflib.unified_diff(str(recorded[1]).splitlines(True), result.splitlines(True),
-                                    "recorded", "now", n=1)
-        state["diverged"] = (index + 1, "%s differs from the recording:\n%s"
-                             % (name, "".join(list(diff)[:12])))
+def replay_checker(state):
+    """A view comparing each tool result with the recorded one; the first difference is kept."""
+    def view(event):
+        if event["type"] != "tool_result":
+            return
+        index, state["checked"] = state["checked"], state["checked"] + 1
+        recorded = state["results"][index] if index < len(state["results"]) else (None, None)
+        if recorded != (event["name"], event["content"]) and not state["diverged"]:
+            import difflib
+            diff = difflib.unified_diff(str(recorded[1]).splitlines(True),
+                                        event["content"].splitlines(True), "recorded", "now", n=1)
+            state["diverged"] = (index + 1, "%s differs from the recording:\n%s"
+                                 % (event["name"], "".join(list(diff)[:12])))
+    return view
+
+
+HOOKS["connect"].insert(0, replayed_connection)   # before the transport's: no network
 
 
 if __name__ == "__main__":

@@ -594,6 +594,22 @@ class ReadmeTests(unittest.TestCase):
         types = re.findall(r"^\| `(\w+)` \|", table, re.M)
         self.assertEqual(sorted(types), sorted(bantam.EVENTS))
 
+    def test_readme_lists_every_hook_of_part_one(self):
+        """The hook table of "The algorithm" has one row for each hook of bantam.HOOKS, with
+        the arguments its contract (the comment at HOOKS) names, and no other row."""
+        text = self.readme().split("\n## The algorithm", 1)[1]
+        table = text.split("\n| hook | called |", 1)[1].split("\n\n", 1)[0]
+        self.assertEqual(re.findall(r"^\| `(\w+)` \|", table, re.M), list(bantam.HOOKS))
+        with open(bantam.__file__, encoding="utf-8") as f:
+            source = f.read()
+        for name in bantam.HOOKS:
+            with self.subTest(hook=name):
+                contract = re.search(r'"%s": \[\],\s*# %s\((.*?)\)' % (name, name), source)
+                self.assertTrue(contract, "HOOKS has no contract comment for %s" % name)
+                row = self.row_of(table, name)
+                self.assertIn("`(%s)`" % ", ".join(a.split("=")[0] for a in contract.group(1).split(", ")
+                                                   if not a.endswith("=None")), row)
+
     def test_readme_shows_the_exact_tool_definitions(self):
         """The JSON after "`TOOLS` is exactly:" is what bantam sends as tools."""
         text = self.readme()
