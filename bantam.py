@@ -1212,7 +1212,7 @@ def tool_function(cfg, name):
     return function if any(TOOLS[n][1] is function for n in enabled_tools(cfg)) else None
 
 
-INVISIBLE = re.compile(   # what can hide instructions from a reader: tag characters, bidi
+INVISIBLE = (   # what can hide instructions from a reader: tag characters, bidi
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
     "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
     "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")   # overrides, zero-width characters...
@@ -1222,7 +1222,7 @@ def clean_for_model(text):
     """Text without invisible or format characters (a prompt-injection filter), odd spaces
     made plain ones."""
     return re.sub("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]", " ",
-                  INVISIBLE.sub("", text))
+                  re.sub(INVISIBLE, "", text))   # (compiled at first use: re caches it)
 
 
 def check_calls(reply):
