@@ -2539,14 +2539,6 @@ HOOKS["delta"].append(shape_delta)
 # reply cut into seconds, each a "waiting" event (the connect hook)
 # ----------------------------------------------------------------------------------------
 
-def proxy_for(scheme, host):
-    """The proxy URL for host from HTTPS_PROXY / HTTP_PROXY, unless NO_PROXY matches."""
-    env = os.environ
-    proxy = env.get(scheme + "_proxy") or env.get(scheme.upper() + "_PROXY")
-    if not proxy or no_proxy(host):
-        return None
-    return proxy if "://" in proxy else "http://" + proxy
-
 def no_proxy(host):
     """True when NO_PROXY names host (or a domain above it, or is *)."""
     env = os.environ
@@ -2561,6 +2553,19 @@ def socks_proxy_for(host):
     proxy = os.environ.get("SOCKS_PROXY", "").strip() or os.environ.get("socks_proxy", "").strip()
     return proxy if proxy and not no_proxy(host) else None
 
+def route(cfg):
+    """(the endpoint's urlsplit, its SOCKS5 proxy, else its HTTP(S)_PROXY, the urlsplit
+    connected to): SOCKS is tried first, and NO_PROXY naming the host means neither."""
+    from urllib.parse import urlsplit
+    url = urlsplit(cfg["endpoint"])
+    socks = socks_proxy_for(url.hostname)
+    env = os.environ
+    proxy = None if socks or no_proxy(url.hostname) else (
+        env.get(url.scheme + "_proxy") or env.get(url.scheme.upper() + "_PROXY"))
+    if proxy and "://" not in proxy:
+        proxy = "http://" + proxy
+    return url, socks, proxy, urlsplit(proxy) if proxy else url
+
 def default_port(url):
     """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
     return url.port or (443 if url.scheme == "https" else 80)
@@ -2570,8 +2575,6 @@ SOCKS_REPLIES = {1: "general SOCKS server failure", 2: "connection not allowed b
                  3: "network unreachable", 4: "host unreachable", 5: "connection refused",
                  6: "TTL expired", 7: "command not supported", 8: "address type not supported"}
 
-SOCKS_TRANSIENT = {1, 3, 4, 5, 6}   # the target or the route may come back; 2, 7, 8 will not
-
 class SocksError(OSError):
     """A SOCKS5 failure, with a one-line message; .retry says whether waiting may help."""
 
@@ -2580,8 +2583,7 @@ class SocksError(OSError):
         self.retry = retry
 
 def parse_socks_url(url):
-    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare
-    host:port; user and password percent-decoded, None without credentials; port 1080."""
+    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or host:port."""
     from urllib.parse import unquote, urlsplit
     parts = urlsplit(url if "://" in url else "socks5://" + url)
     if parts.scheme.lower() not in ("socks5", "socks5h"):
@@ -2599,15 +2601,13 @@ def parse_socks_url(url):
     return parts.hostname, port, unquote(user or ""), unquote(password or "")
 
 def socks5_connect(proxy_url, host, port, timeout):
-    """A socket connected to host:port through the SOCKS5 proxy at proxy_url; host names are
-    resolved by the proxy (socks5:// behaves as socks5h://). Failures raise SocksError."""
+    """A socket connected to host:port through the SOCKS5 proxy at proxy_url, which resolves
+    host names (socks5:// behaves as socks5h://). Failures raise SocksError."""
     import socket
     import struct
     proxy_host, proxy_port, user, password = parse_socks_url(proxy_url)
     where = "SOCKS5 proxy %s:%d" % (
         "[%s]" % proxy_host if ":" in proxy_host else proxy_host, proxy_port)
-    if not 0 < port < 65536:
-        raise SocksError("bad port %r for %s" % (port, host))
     try:   # timeout may be socket._GLOBAL_DEFAULT_TIMEOUT, as http.client passes it
         sock = socket.create_connection((proxy_host, proxy_port), timeout)
     except OSError as e:
@@ -2619,13 +2619,10 @@ def socks5_connect(proxy_url, host, port, timeout):
         version, method = socks_recv(sock, 2, where, stage)   # VER=05 METHOD (FF: none)
         if version != 5:
             raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
-        if method == 0xFF:
+        if method != offer:
             raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
                 where, "username/password" if offer else "no authentication; it may need "
                        "user:password@ in the proxy address"))
-        if method != offer:
-            raise SocksError("%s chose authentication method %d, which we did not offer"
-                             % (where, method))
         if method == 2:   # RFC 1929: VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
             stage = "authentication"
             name, secret = user.encode("utf-8"), password.encode("utf-8")
@@ -2637,20 +2634,16 @@ def socks5_connect(proxy_url, host, port, timeout):
                                  % where)
         stage = "CONNECT"   # VER=05 CMD=01 RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
         sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
-        version, rep, _, atyp = socks_recv(sock, 4, where, stage)   # VER REP RSV ATYP
-        if version != 5:
-            raise SocksError("%s answered CONNECT with version %d" % (where, version))
-        if rep != 0:
-            why = SOCKS_REPLIES.get(rep, "unknown error")
+        _, rep, _, atyp = socks_recv(sock, 4, where, stage)   # VER REP RSV ATYP
+        if rep != 0:   # 2, 7 and 8 will not change; the target or the route may come back
             raise SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
-                where, host, port, why, rep), retry=rep in SOCKS_TRANSIENT)
-        if atyp == 3:   # 03 LEN NAME
-            size = socks_recv(sock, 1, where, stage)[0]
-        elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
-            size = 4 if atyp == 1 else 16
-        else:
+                where, host, port, SOCKS_REPLIES.get(rep, "unknown error"), rep),
+                retry=rep in (1, 3, 4, 5, 6))
+        if atyp not in (1, 3, 4):
             raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
-        socks_recv(sock, size + 2, where, stage)   # BND.ADDR BND.PORT: unused, but not HTTP
+        # BND.ADDR (01: 4-byte IPv4, 04: 16-byte IPv6, 03: LEN NAME) BND.PORT: unused, not HTTP
+        size = {1: 4, 4: 16}.get(atyp) or socks_recv(sock, 1, where, stage)[0]
+        socks_recv(sock, size + 2, where, stage)
         return sock
     except BaseException as e:
         sock.close()
@@ -2666,11 +2659,11 @@ def socks_address(host):
         ip = ipaddress.ip_address(host)
     except ValueError:
         try:   # a name in another script goes in its IDNA form (xn--...)
-            name = host.encode("ascii" if host.isascii() else "idna")
+            name = host.encode("idna")
         except UnicodeError:
             raise SocksError("bad host name %r" % host) from None
-        if not 0 < len(name) < 256:
-            raise SocksError("host name must be 1 to 255 bytes for SOCKS5: %r" % host)
+        if len(name) > 255:
+            raise SocksError("host name must be at most 255 bytes for SOCKS5: %r" % host)
         return bytes([3, len(name)]) + name
     return bytes([1 if ip.version == 4 else 4]) + ip.packed
 
@@ -2689,17 +2682,10 @@ def connect_endpoint(cfg):
     """The connect hook: a connection to the endpoint's host, through a CONNECT proxy or a
     SOCKS5 one if set; its responses wait for the model in seconds (see await_reply)."""
     import http.client
-    from urllib.parse import urlsplit, unquote
-    url = urlsplit(cfg["endpoint"])
-    socks = socks_proxy_for(url.hostname)
-    proxy = None if socks else proxy_for(url.scheme, url.hostname)
-    via = urlsplit(proxy) if proxy else url
-    if url.scheme == "https":
-        import ssl
-        conn = http.client.HTTPSConnection(via.hostname, default_port(via), timeout=cfg["timeout"],
-                                           context=ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(via.hostname, default_port(via), timeout=cfg["timeout"])
+    from urllib.parse import unquote
+    url, socks, proxy, via = route(cfg)
+    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    conn = kind(via.hostname, default_port(via), timeout=cfg["timeout"])
     if proxy:
         headers = {}
         if via.username:
@@ -2715,9 +2701,8 @@ def connect_endpoint(cfg):
 
 
 def waiting_response(endpoint):
-    """http.client's response class, waiting for the model's output in seconds (await_reply)
-    before its status line and each read, while the output has not begun. The cfg is the one
-    of the request in progress on the connection (its timeouts, its run's reply)."""
+    """http.client's response class, waiting for the model's output (await_reply) before its
+    status line and each read, with the cfg of the request in progress on the connection."""
     import http.client
 
     class Response(http.client.HTTPResponse):
@@ -2737,21 +2722,19 @@ def waiting_response(endpoint):
 
 
 def await_reply(cfg, sock, fp):
-    """Until the model's output begins: wait for the reply's next bytes with a "waiting" event
-    every second (bantam has one thread: the wait is cut into one-second selects), raising
-    socket.timeout at first_byte_timeout as the read would. Bytes already off the socket (in
-    fp's buffer, or decrypted by TLS) end the wait at once: select cannot see them."""
+    """Until the model's output begins: a "waiting" event each second of waiting for the
+    reply's next bytes, and socket.timeout at first_byte_timeout, as the read would raise."""
     import select
     import socket
     reply = (cfg.get("run") or {}).get("reply")
     if not reply or reply["quiet"] or reply["first"] or reply["ended"]:
         return
     deadline = time.monotonic() + cfg["first_byte_timeout"]
-    while not read_ahead(sock, fp):
+    while not read_ahead(sock, fp):   # (bytes in fp's buffer or TLS's: select cannot see them)
         left = deadline - time.monotonic()
         if left <= 0:
             raise socket.timeout("timed out")
-        if select.select([sock], [], [], min(1.0, left))[0]:
+        if select.select([sock], [], [], min(1.0, left))[0]:   # bantam has one thread
             return
         emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
 
@@ -2771,13 +2754,10 @@ def read_ahead(sock, fp):
 
 def network_error(e, cfg, got_output=False):
     """The ApiError for a failed connection or read: retried when waiting may help (refused
-    while a local server starts, resets, timeouts), fatal when it cannot (a certificate that
-    is not trusted, a host name that does not exist, a proxy that says no)."""
+    while a local server starts, resets, timeouts), fatal when it cannot (an untrusted
+    certificate, a host name that does not exist, a proxy that says no)."""
     import socket
-    from urllib.parse import urlsplit
-    url = urlsplit(cfg["endpoint"])
-    proxy = proxy_for(url.scheme, url.hostname)
-    via = urlsplit(proxy) if proxy else url
+    url, _, proxy, via = route(cfg)
     host = via.hostname   # (a proxy's URL may hold a password: never print it)
     if isinstance(e, SocksError):   # its message names the proxy, never its password
         return ApiError("network error: %s (SOCKS_PROXY)" % e, "retry" if e.retry else "fatal")
