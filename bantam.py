@@ -2808,26 +2808,25 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
     "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
 
-LOOSEST_FIRST = {"approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only"),
-                 "sandbox_network": (True, False)}
-
-STRICTER = set(LOOSEST_FIRST) | {"max_al_iterations", "max_turn_tokens", "max_turn_seconds",
-                                 "max_cost", "max_identical_calls"}   # budgets: 0 is no limit
+STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
+            "max_turn_seconds", "max_cost", "max_identical_calls"}
 
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
 def strictness(key, value):
-    """How strict a value of a STRICTER key is (higher is stricter)."""
-    if key in LOOSEST_FIRST:
-        return LOOSEST_FIRST[key].index(value) if value in LOOSEST_FIRST[key] else 0
+    """How strict a value of a STRICTER key is (higher is stricter): later in its CHOICES
+    (loosest first), sandbox_network false, a lower budget (0 is no limit)."""
+    if key in CHOICES:
+        return CHOICES[key].index(value)
+    if isinstance(value, bool):
+        return not value
     return -value if value else float("-inf")
 
 def normal_endpoint(url, where):
     """The endpoint without a trailing / or /chat/completions (bantam adds it: cut, saying so);
     a ConfigError naming where when it is not an http(s) URL with a host and a numeric port."""
-    base = url.rstrip("/")
-    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", base, count=1)
-    if cut != base:
+    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)   # (parse_value cut the /)
+    if cut != url:
         note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
              "warning")
     if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
@@ -2837,17 +2836,14 @@ def normal_endpoint(url, where):
 
 
 def settle(cfg, trust=None):
-    """cfg, its keys taken again from its layers by the rules of trust: what a folder may
-    set, at NEEDS_TRUST; deny joined from every layer; the strictest value of a STRICTER key,
-    unless a flag sets it. trust: None (as remembered, or BANTAM_TRUST=1), True, or False
-    (the user said no: the folder may only tighten). cfg["sources"] gets the config's other
-    facts: config_file, folder_config, untrusted ({key: (value, "path:line")} that need
-    trust), withheld (the environment's secrets not sent), base_system_prompt."""
+    """cfg, its keys taken again from its layers by the rules of trust (above). trust: None
+    (as remembered, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
+    tighten). cfg["sources"] gets config_file, folder_config, untrusted ({key: (value,
+    "path:line")} that need trust), withheld (the environment's secrets not sent)."""
     layers, sources = cfg["sources"]["layers"], cfg["sources"]
-    folder = [path for path in (os.path.abspath("model.cfg"),)
-              if any(name == "folder" for name, _ in layers)]
+    folder = os.path.abspath("model.cfg") if any(name == "folder" for name, _ in layers) else None
     trusted = trust if trust is not None else bool(folder) and (
-        os.environ.get("BANTAM_TRUST") == "1" or folder_trusted() is True)
+        os.environ.get("BANTAM_TRUST") == "1" or folder_facts().get("trusted") is True)
     untrusted = {}
     for key in DEFAULTS:
         found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
@@ -2874,7 +2870,7 @@ def settle(cfg, trust=None):
     withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
     config_file = next((where.rpartition(":")[0] for name, layer in layers if name == "own"
                         for _, where in list(layer.values())[:1]), bantam_home("model.cfg"))
-    sources.update(config_file=config_file, folder_config=folder[0] if folder else None,
+    sources.update(config_file=config_file, folder_config=folder,
                    untrusted=untrusted, withheld=withheld)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
@@ -2929,9 +2925,9 @@ def folder_memory():
     except (OSError, ValueError):
         return {}
 
-def folder_trusted():
-    """True or False as the user said for this folder (--trust, the REPL), else None."""
-    return folder_memory().get(os.getcwd(), {}).get("trusted")
+def folder_facts():
+    """What the user said about this folder (--trust, the REPL): {"trusted", "sandbox"}."""
+    return folder_memory().get(os.getcwd(), {})
 
 def remember_folder(**facts):
     """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600)."""
@@ -2948,7 +2944,8 @@ def trust_folder(cfg, args, interactive, reload):
     changes = cfg["sources"]["untrusted"]
     if not changes:
         return cfg
-    said = folder_trusted()
+    facts = folder_facts()
+    said, boxed = facts.get("trusted"), facts.get("sandbox")
     shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
     what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST[key]) for key in shown)
     if args.trust:
@@ -2960,7 +2957,6 @@ def trust_folder(cfg, args, interactive, reload):
         raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
                           "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
                           "runners), or answer once in the REPL%s" % (what, own))
-    boxed = folder_memory().get(os.getcwd(), {}).get("sandbox")
     if said is None:   # y: trust it; s: not trusted, and its commands in the sandbox
         answer = read_answer("This folder's model.cfg would change %s. Trust this folder? "
                              "[y/N/s] (s: no, and its commands in --sandbox workspace) " % what)
@@ -2981,10 +2977,9 @@ def shown_untrusted(key, value):
     return "***" if key in SECRET_KEYS else redact({"endpoint": str(value)}, str(value))
 
 def hide_secrets(cfg):
-    """Keep bantam's secrets from the commands it runs as the same user (Linux only): every
-    secret in the block the kernel shows as /proc/<pid>/environ and cmdline (os.environ is a
-    copy) overwritten with '*', and the process made non-dumpable, which closes /proc/<pid>/mem
-    and environ to the user's other processes (not to root: see the README)."""
+    """Keep bantam's secrets from the user's other processes (Linux; not from root): each
+    one overwritten with '*' where /proc/<pid>/environ and cmdline show it, and the process
+    made non-dumpable, which closes /proc/<pid>/mem and environ to them."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
     if not secrets or not sys.platform.startswith("linux"):
         return
