@@ -3044,9 +3044,8 @@ HOOKS["spawn"].append(scrub_environment)
 
 # ----------------------------------------------------------------------------------------
 # The sandbox: commands write only in the working and temporary folders (sandbox=workspace)
-# or the temporary folder alone (read-only); sandbox_network=false leaves them no socket.
-# Linux's Landlock (and seccomp) enforce it in the command's process, between fork and exec
-# (the spawn hook)
+# or the temporary one (read-only), with no socket if sandbox_network=false, as Landlock (and
+# seccomp) enforce in the command's process between fork and exec (the spawn hook)
 # ----------------------------------------------------------------------------------------
 
 # Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8,
@@ -3179,8 +3178,7 @@ def sandboxed(cfg, options):
 
 
 def sandbox_note(cfg, call, args, result=None):
-    """The tool hook of the sandbox: a command that failed says, before its exit status,
-    what the sandbox refuses (a write it refused may be why)."""
+    """The tool hook of the sandbox: a failed command's result says what the sandbox refuses."""
     if result is None:
         return args
     words = sandbox_words(cfg) if tool_function(cfg, call["function"]["name"]) is shell_exec \
