@@ -2753,9 +2753,8 @@ def read_ahead(sock, fp):
         sock.settimeout(timeout)
 
 def network_error(e, cfg, got_output=False):
-    """The ApiError for a failed connection or read: retried when waiting may help (refused
-    while a local server starts, resets, timeouts), fatal when it cannot (an untrusted
-    certificate, a host name that does not exist, a proxy that says no)."""
+    """The ApiError for a failed connection or read: fatal when waiting cannot help (an
+    untrusted certificate, a host name that does not exist, a proxy that says no)."""
     import socket
     url, _, proxy, via = route(cfg)
     host = via.hostname   # (a proxy's URL may hold a password: never print it)
@@ -2874,8 +2873,7 @@ def settle(cfg, trust=None):
                    untrusted=untrusted, withheld=withheld)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
-    if cfg.get("run") is not None:   # never shown: the secrets Part I does not know of
-        cfg["run"]["secrets"] = withheld + url_secrets(cfg["endpoint"])
+    settle_secrets(cfg)
     return cfg
 
 
@@ -2999,8 +2997,7 @@ def hide_secrets(cfg):
         pass
 
 def url_secrets(url):
-    """The credentials inside a URL: the password of user:password@, and the values of query
-    parameters named like key, token, secret, password, sig or auth (?key=...)."""
+    """The credentials in a URL: its password, and the query's values named like key or token."""
     from urllib.parse import urlsplit
     try:
         parts = urlsplit(url)
@@ -3011,9 +3008,8 @@ def url_secrets(url):
                                      if re.search("key|token|secret|pass|sig|auth", name, re.I)]
 
 def withheld_variables(cfg):
-    """The variables kept from commands: those bantam reads secrets from, any holding a
-    secret of cfg (a short one, like "none", only as the whole value), and those matching
-    shell_env_exclude (unless named in shell_env_keep)."""
+    """The variables kept from commands: bantam's own, any holding a secret of cfg (a short
+    one only as the whole value), those matching shell_env_exclude but not shell_env_keep."""
     import fnmatch
     secrets = secrets_of(cfg)
     exclude = cfg.get("shell_env_exclude", "")
