@@ -2706,26 +2706,23 @@ def waiting_response(endpoint):
     import http.client
 
     class Response(http.client.HTTPResponse):
-        def __init__(self, sock, *args, **kw):
-            http.client.HTTPResponse.__init__(self, sock, *args, **kw)
-            self.socket = sock
-
         def begin(self):
-            await_reply(connections()[endpoint]["cfg"], self.socket, self.fp)
+            await_reply(connections()[endpoint], self.fp)
             return http.client.HTTPResponse.begin(self)
 
         def read1(self, n=-1):
             if not self.isclosed() and self.length != 0:   # (0: its Content-Length is used up)
-                await_reply(connections()[endpoint]["cfg"], self.socket, self.fp)
+                await_reply(connections()[endpoint], self.fp)
             return http.client.HTTPResponse.read1(self, n)
     return Response
 
 
-def await_reply(cfg, sock, fp):
+def await_reply(connection, fp):
     """Until the model's output begins: a "waiting" event each second of waiting for the
     reply's next bytes, and socket.timeout at first_byte_timeout, as the read would raise."""
     import select
     import socket
+    cfg, sock = connection["cfg"], connection["sock"]   # (http_request's entry)
     reply = (cfg.get("run") or {}).get("reply")
     if not reply or reply["quiet"] or reply["first"] or reply["ended"]:
         return
