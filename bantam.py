@@ -2539,14 +2539,6 @@ HOOKS["delta"].append(shape_delta)
 # reply cut into seconds, each a "waiting" event (the connect hook)
 # ----------------------------------------------------------------------------------------
 
-def proxy_for(scheme, host):
-    """The proxy URL for host from HTTPS_PROXY / HTTP_PROXY, unless NO_PROXY matches."""
-    env = os.environ
-    proxy = env.get(scheme + "_proxy") or env.get(scheme.upper() + "_PROXY")
-    if not proxy or no_proxy(host):
-        return None
-    return proxy if "://" in proxy else "http://" + proxy
-
 def no_proxy(host):
     """True when NO_PROXY names host (or a domain above it, or is *)."""
     env = os.environ
@@ -2561,6 +2553,19 @@ def socks_proxy_for(host):
     proxy = os.environ.get("SOCKS_PROXY", "").strip() or os.environ.get("socks_proxy", "").strip()
     return proxy if proxy and not no_proxy(host) else None
 
+def route(cfg):
+    """(the endpoint's urlsplit, its SOCKS5 proxy, else its HTTP(S)_PROXY, the urlsplit
+    connected to): SOCKS is tried first, and NO_PROXY naming the host means neither."""
+    from urllib.parse import urlsplit
+    url = urlsplit(cfg["endpoint"])
+    socks = socks_proxy_for(url.hostname)
+    env = os.environ
+    proxy = None if socks or no_proxy(url.hostname) else (
+        env.get(url.scheme + "_proxy") or env.get(url.scheme.upper() + "_PROXY"))
+    if proxy and "://" not in proxy:
+        proxy = "http://" + proxy
+    return url, socks, proxy, urlsplit(proxy) if proxy else url
+
 def default_port(url):
     """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
     return url.port or (443 if url.scheme == "https" else 80)
@@ -2570,8 +2575,6 @@ SOCKS_REPLIES = {1: "general SOCKS server failure", 2: "connection not allowed b
                  3: "network unreachable", 4: "host unreachable", 5: "connection refused",
                  6: "TTL expired", 7: "command not supported", 8: "address type not supported"}
 
-SOCKS_TRANSIENT = {1, 3, 4, 5, 6}   # the target or the route may come back; 2, 7, 8 will not
-
 class SocksError(OSError):
     """A SOCKS5 failure, with a one-line message; .retry says whether waiting may help."""
 
@@ -2580,8 +2583,7 @@ class SocksError(OSError):
         self.retry = retry
 
 def parse_socks_url(url):
-    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or a bare
-    host:port; user and password percent-decoded, None without credentials; port 1080."""
+    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or host:port."""
     from urllib.parse import unquote, urlsplit
     parts = urlsplit(url if "://" in url else "socks5://" + url)
     if parts.scheme.lower() not in ("socks5", "socks5h"):
@@ -2599,15 +2601,13 @@ def parse_socks_url(url):
     return parts.hostname, port, unquote(user or ""), unquote(password or "")
 
 def socks5_connect(proxy_url, host, port, timeout):
-    """A socket connected to host:port through the SOCKS5 proxy at proxy_url; host names are
-    resolved by the proxy (socks5:// behaves as socks5h://). Failures raise SocksError."""
+    """A socket connected to host:port through the SOCKS5 proxy at proxy_url, which resolves
+    host names (socks5:// behaves as socks5h://). Failures raise SocksError."""
     import socket
     import struct
     proxy_host, proxy_port, user, password = parse_socks_url(proxy_url)
     where = "SOCKS5 proxy %s:%d" % (
         "[%s]" % proxy_host if ":" in proxy_host else proxy_host, proxy_port)
-    if not 0 < port < 65536:
-        raise SocksError("bad port %r for %s" % (port, host))
     try:   # timeout may be socket._GLOBAL_DEFAULT_TIMEOUT, as http.client passes it
         sock = socket.create_connection((proxy_host, proxy_port), timeout)
     except OSError as e:
@@ -2619,13 +2619,10 @@ def socks5_connect(proxy_url, host, port, timeout):
         version, method = socks_recv(sock, 2, where, stage)   # VER=05 METHOD (FF: none)
         if version != 5:
             raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
-        if method == 0xFF:
+        if method != offer:
             raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
                 where, "username/password" if offer else "no authentication; it may need "
                        "user:password@ in the proxy address"))
-        if method != offer:
-            raise SocksError("%s chose authentication method %d, which we did not offer"
-                             % (where, method))
         if method == 2:   # RFC 1929: VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
             stage = "authentication"
             name, secret = user.encode("utf-8"), password.encode("utf-8")
@@ -2637,20 +2634,16 @@ def socks5_connect(proxy_url, host, port, timeout):
                                  % where)
         stage = "CONNECT"   # VER=05 CMD=01 RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
         sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
-        version, rep, _, atyp = socks_recv(sock, 4, where, stage)   # VER REP RSV ATYP
-        if version != 5:
-            raise SocksError("%s answered CONNECT with version %d" % (where, version))
-        if rep != 0:
-            why = SOCKS_REPLIES.get(rep, "unknown error")
+        _, rep, _, atyp = socks_recv(sock, 4, where, stage)   # VER REP RSV ATYP
+        if rep != 0:   # 2, 7 and 8 will not change; the target or the route may come back
             raise SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
-                where, host, port, why, rep), retry=rep in SOCKS_TRANSIENT)
-        if atyp == 3:   # 03 LEN NAME
-            size = socks_recv(sock, 1, where, stage)[0]
-        elif atyp in (1, 4):   # 01: 4-byte IPv4, 04: 16-byte IPv6
-            size = 4 if atyp == 1 else 16
-        else:
+                where, host, port, SOCKS_REPLIES.get(rep, "unknown error"), rep),
+                retry=rep in (1, 3, 4, 5, 6))
+        if atyp not in (1, 3, 4):
             raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
-        socks_recv(sock, size + 2, where, stage)   # BND.ADDR BND.PORT: unused, but not HTTP
+        # BND.ADDR (01: 4-byte IPv4, 04: 16-byte IPv6, 03: LEN NAME) BND.PORT: unused, not HTTP
+        size = {1: 4, 4: 16}.get(atyp) or socks_recv(sock, 1, where, stage)[0]
+        socks_recv(sock, size + 2, where, stage)
         return sock
     except BaseException as e:
         sock.close()
@@ -2666,11 +2659,11 @@ def socks_address(host):
         ip = ipaddress.ip_address(host)
     except ValueError:
         try:   # a name in another script goes in its IDNA form (xn--...)
-            name = host.encode("ascii" if host.isascii() else "idna")
+            name = host.encode("idna")
         except UnicodeError:
             raise SocksError("bad host name %r" % host) from None
-        if not 0 < len(name) < 256:
-            raise SocksError("host name must be 1 to 255 bytes for SOCKS5: %r" % host)
+        if len(name) > 255:
+            raise SocksError("host name must be at most 255 bytes for SOCKS5: %r" % host)
         return bytes([3, len(name)]) + name
     return bytes([1 if ip.version == 4 else 4]) + ip.packed
 
@@ -2689,17 +2682,10 @@ def connect_endpoint(cfg):
     """The connect hook: a connection to the endpoint's host, through a CONNECT proxy or a
     SOCKS5 one if set; its responses wait for the model in seconds (see await_reply)."""
     import http.client
-    from urllib.parse import urlsplit, unquote
-    url = urlsplit(cfg["endpoint"])
-    socks = socks_proxy_for(url.hostname)
-    proxy = None if socks else proxy_for(url.scheme, url.hostname)
-    via = urlsplit(proxy) if proxy else url
-    if url.scheme == "https":
-        import ssl
-        conn = http.client.HTTPSConnection(via.hostname, default_port(via), timeout=cfg["timeout"],
-                                           context=ssl.create_default_context())
-    else:
-        conn = http.client.HTTPConnection(via.hostname, default_port(via), timeout=cfg["timeout"])
+    from urllib.parse import unquote
+    url, socks, proxy, via = route(cfg)
+    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    conn = kind(via.hostname, default_port(via), timeout=cfg["timeout"])
     if proxy:
         headers = {}
         if via.username:
@@ -2715,43 +2701,37 @@ def connect_endpoint(cfg):
 
 
 def waiting_response(endpoint):
-    """http.client's response class, waiting for the model's output in seconds (await_reply)
-    before its status line and each read, while the output has not begun. The cfg is the one
-    of the request in progress on the connection (its timeouts, its run's reply)."""
+    """http.client's response class, waiting for the model's output (await_reply) before its
+    status line and each read, with the cfg of the request in progress on the connection."""
     import http.client
 
     class Response(http.client.HTTPResponse):
-        def __init__(self, sock, *args, **kw):
-            http.client.HTTPResponse.__init__(self, sock, *args, **kw)
-            self.socket = sock
-
         def begin(self):
-            await_reply(connections()[endpoint]["cfg"], self.socket, self.fp)
+            await_reply(connections()[endpoint], self.fp)
             return http.client.HTTPResponse.begin(self)
 
         def read1(self, n=-1):
             if not self.isclosed() and self.length != 0:   # (0: its Content-Length is used up)
-                await_reply(connections()[endpoint]["cfg"], self.socket, self.fp)
+                await_reply(connections()[endpoint], self.fp)
             return http.client.HTTPResponse.read1(self, n)
     return Response
 
 
-def await_reply(cfg, sock, fp):
-    """Until the model's output begins: wait for the reply's next bytes with a "waiting" event
-    every second (bantam has one thread: the wait is cut into one-second selects), raising
-    socket.timeout at first_byte_timeout as the read would. Bytes already off the socket (in
-    fp's buffer, or decrypted by TLS) end the wait at once: select cannot see them."""
+def await_reply(connection, fp):
+    """Until the model's output begins: a "waiting" event each second of waiting for the
+    reply's next bytes, and socket.timeout at first_byte_timeout, as the read would raise."""
     import select
     import socket
+    cfg, sock = connection["cfg"], connection["sock"]   # (http_request's entry)
     reply = (cfg.get("run") or {}).get("reply")
     if not reply or reply["quiet"] or reply["first"] or reply["ended"]:
         return
     deadline = time.monotonic() + cfg["first_byte_timeout"]
-    while not read_ahead(sock, fp):
+    while not read_ahead(sock, fp):   # (bytes in fp's buffer or TLS's: select cannot see them)
         left = deadline - time.monotonic()
         if left <= 0:
             raise socket.timeout("timed out")
-        if select.select([sock], [], [], min(1.0, left))[0]:
+        if select.select([sock], [], [], min(1.0, left))[0]:   # bantam has one thread
             return
         emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
 
@@ -2770,14 +2750,10 @@ def read_ahead(sock, fp):
         sock.settimeout(timeout)
 
 def network_error(e, cfg, got_output=False):
-    """The ApiError for a failed connection or read: retried when waiting may help (refused
-    while a local server starts, resets, timeouts), fatal when it cannot (a certificate that
-    is not trusted, a host name that does not exist, a proxy that says no)."""
+    """The ApiError for a failed connection or read: fatal when waiting cannot help (an
+    untrusted certificate, a host name that does not exist, a proxy that says no)."""
     import socket
-    from urllib.parse import urlsplit
-    url = urlsplit(cfg["endpoint"])
-    proxy = proxy_for(url.scheme, url.hostname)
-    via = urlsplit(proxy) if proxy else url
+    url, _, proxy, via = route(cfg)
     host = via.hostname   # (a proxy's URL may hold a password: never print it)
     if isinstance(e, SocksError):   # its message names the proxy, never its password
         return ApiError("network error: %s (SOCKS_PROXY)" % e, "retry" if e.retry else "fatal")
@@ -2828,26 +2804,25 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
     "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
 
-LOOSEST_FIRST = {"approve": ("auto", "ask", "deny"), "sandbox": ("off", "workspace", "read-only"),
-                 "sandbox_network": (True, False)}
-
-STRICTER = set(LOOSEST_FIRST) | {"max_al_iterations", "max_turn_tokens", "max_turn_seconds",
-                                 "max_cost", "max_identical_calls"}   # budgets: 0 is no limit
+STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
+            "max_turn_seconds", "max_cost", "max_identical_calls"}
 
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
 def strictness(key, value):
-    """How strict a value of a STRICTER key is (higher is stricter)."""
-    if key in LOOSEST_FIRST:
-        return LOOSEST_FIRST[key].index(value) if value in LOOSEST_FIRST[key] else 0
+    """How strict a value of a STRICTER key is (higher is stricter): later in its CHOICES
+    (loosest first), sandbox_network false, a lower budget (0 is no limit)."""
+    if key in CHOICES:
+        return CHOICES[key].index(value)
+    if isinstance(value, bool):
+        return not value
     return -value if value else float("-inf")
 
 def normal_endpoint(url, where):
     """The endpoint without a trailing / or /chat/completions (bantam adds it: cut, saying so);
     a ConfigError naming where when it is not an http(s) URL with a host and a numeric port."""
-    base = url.rstrip("/")
-    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", base, count=1)
-    if cut != base:
+    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)   # (parse_value cut the /)
+    if cut != url:
         note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
              "warning")
     if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
@@ -2857,17 +2832,14 @@ def normal_endpoint(url, where):
 
 
 def settle(cfg, trust=None):
-    """cfg, its keys taken again from its layers by the rules of trust: what a folder may
-    set, at NEEDS_TRUST; deny joined from every layer; the strictest value of a STRICTER key,
-    unless a flag sets it. trust: None (as remembered, or BANTAM_TRUST=1), True, or False
-    (the user said no: the folder may only tighten). cfg["sources"] gets the config's other
-    facts: config_file, folder_config, untrusted ({key: (value, "path:line")} that need
-    trust), withheld (the environment's secrets not sent), base_system_prompt."""
+    """cfg, its keys taken again from its layers by the rules of trust (above). trust: None
+    (as remembered, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
+    tighten). cfg["sources"] gets config_file, folder_config, untrusted ({key: (value,
+    "path:line")} that need trust), withheld (the environment's secrets not sent)."""
     layers, sources = cfg["sources"]["layers"], cfg["sources"]
-    folder = [path for path in (os.path.abspath("model.cfg"),)
-              if any(name == "folder" for name, _ in layers)]
+    folder = os.path.abspath("model.cfg") if any(name == "folder" for name, _ in layers) else None
     trusted = trust if trust is not None else bool(folder) and (
-        os.environ.get("BANTAM_TRUST") == "1" or folder_trusted() is True)
+        os.environ.get("BANTAM_TRUST") == "1" or folder_facts().get("trusted") is True)
     untrusted = {}
     for key in DEFAULTS:
         found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
@@ -2894,12 +2866,11 @@ def settle(cfg, trust=None):
     withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
     config_file = next((where.rpartition(":")[0] for name, layer in layers if name == "own"
                         for _, where in list(layer.values())[:1]), bantam_home("model.cfg"))
-    sources.update(config_file=config_file, folder_config=folder[0] if folder else None,
+    sources.update(config_file=config_file, folder_config=folder,
                    untrusted=untrusted, withheld=withheld)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
-    if cfg.get("run") is not None:   # never shown: the secrets Part I does not know of
-        cfg["run"]["secrets"] = withheld + url_secrets(cfg["endpoint"])
+    settle_secrets(cfg)
     return cfg
 
 
@@ -2949,9 +2920,9 @@ def folder_memory():
     except (OSError, ValueError):
         return {}
 
-def folder_trusted():
-    """True or False as the user said for this folder (--trust, the REPL), else None."""
-    return folder_memory().get(os.getcwd(), {}).get("trusted")
+def folder_facts():
+    """What the user said about this folder (--trust, the REPL): {"trusted", "sandbox"}."""
+    return folder_memory().get(os.getcwd(), {})
 
 def remember_folder(**facts):
     """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600)."""
@@ -2968,7 +2939,8 @@ def trust_folder(cfg, args, interactive, reload):
     changes = cfg["sources"]["untrusted"]
     if not changes:
         return cfg
-    said = folder_trusted()
+    facts = folder_facts()
+    said, boxed = facts.get("trusted"), facts.get("sandbox")
     shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
     what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST[key]) for key in shown)
     if args.trust:
@@ -2980,7 +2952,6 @@ def trust_folder(cfg, args, interactive, reload):
         raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
                           "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
                           "runners), or answer once in the REPL%s" % (what, own))
-    boxed = folder_memory().get(os.getcwd(), {}).get("sandbox")
     if said is None:   # y: trust it; s: not trusted, and its commands in the sandbox
         answer = read_answer("This folder's model.cfg would change %s. Trust this folder? "
                              "[y/N/s] (s: no, and its commands in --sandbox workspace) " % what)
@@ -3001,10 +2972,9 @@ def shown_untrusted(key, value):
     return "***" if key in SECRET_KEYS else redact({"endpoint": str(value)}, str(value))
 
 def hide_secrets(cfg):
-    """Keep bantam's secrets from the commands it runs as the same user (Linux only): every
-    secret in the block the kernel shows as /proc/<pid>/environ and cmdline (os.environ is a
-    copy) overwritten with '*', and the process made non-dumpable, which closes /proc/<pid>/mem
-    and environ to the user's other processes (not to root: see the README)."""
+    """Keep bantam's secrets from the user's other processes (Linux; not from root): each
+    one overwritten with '*' where /proc/<pid>/environ and cmdline show it, and the process
+    made non-dumpable, which closes /proc/<pid>/mem and environ to them."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
     if not secrets or not sys.platform.startswith("linux"):
         return
@@ -3024,8 +2994,7 @@ def hide_secrets(cfg):
         pass
 
 def url_secrets(url):
-    """The credentials inside a URL: the password of user:password@, and the values of query
-    parameters named like key, token, secret, password, sig or auth (?key=...)."""
+    """The credentials in a URL: its password, and the query's values named like key or token."""
     from urllib.parse import urlsplit
     try:
         parts = urlsplit(url)
@@ -3036,9 +3005,8 @@ def url_secrets(url):
                                      if re.search("key|token|secret|pass|sig|auth", name, re.I)]
 
 def withheld_variables(cfg):
-    """The variables kept from commands: those bantam reads secrets from, any holding a
-    secret of cfg (a short one, like "none", only as the whole value), and those matching
-    shell_env_exclude (unless named in shell_env_keep)."""
+    """The variables kept from commands: bantam's own, any holding a secret of cfg (a short
+    one only as the whole value), those matching shell_env_exclude but not shell_env_keep."""
     import fnmatch
     secrets = secrets_of(cfg)
     exclude = cfg.get("shell_env_exclude", "")
@@ -3069,9 +3037,8 @@ HOOKS["spawn"].append(scrub_environment)
 
 # ----------------------------------------------------------------------------------------
 # The sandbox: commands write only in the working and temporary folders (sandbox=workspace)
-# or the temporary folder alone (read-only); sandbox_network=false leaves them no socket.
-# Linux's Landlock (and seccomp) enforce it in the command's process, between fork and exec
-# (the spawn hook)
+# or the temporary one (read-only), with no socket if sandbox_network=false, as Landlock (and
+# seccomp) enforce in the command's process between fork and exec (the spawn hook)
 # ----------------------------------------------------------------------------------------
 
 # Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8,
@@ -3204,8 +3171,7 @@ def sandboxed(cfg, options):
 
 
 def sandbox_note(cfg, call, args, result=None):
-    """The tool hook of the sandbox: a command that failed says, before its exit status,
-    what the sandbox refuses (a write it refused may be why)."""
+    """The tool hook of the sandbox: a failed command's result says what the sandbox refuses."""
     if result is None:
         return args
     words = sandbox_words(cfg) if tool_function(cfg, call["function"]["name"]) is shell_exec \
