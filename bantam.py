@@ -497,7 +497,8 @@ def env_name(key):
 def load_config(overrides=None, config_file=None, env=None):
     """The configuration, a plain dict: each key of DEFAULTS from the first layer that sets
     it, parsed by type. cfg["sources"] names where each came from ("flag", "path:line", a
-    variable, "default"), and under "layers" the layers: [(name, {key: (raw, where)})];
+    variable, "default"), under "layers" the layers, [(name, {key: (raw, where)})], and
+    under "config_file" the user's own file (--config, else ~/.bantam/model.cfg);
     cfg["system_prompt"]: system.txt here or in ~/.bantam, else the built-in prompt."""
     env = os.environ if env is None else env
     unknown = [k for k in overrides or () if k not in DEFAULTS]
@@ -516,7 +517,7 @@ def load_config(overrides=None, config_file=None, env=None):
     layers = [("flag", {k: (v, "flag") for k, v in (overrides or {}).items()})] + [
         (name, read_key_values(path)) for name, path in files if os.path.isfile(path)] + [
         ("env", environ)]
-    cfg = {"sources": {"layers": layers}}
+    cfg = {"sources": {"layers": layers, "config_file": config_file or files[-1][1]}}
     for key in DEFAULTS:
         raw, where = next(((raw, where) for _, layer in layers for raw, where in
                            [layer.get(key, ("", ""))] if raw not in ("", "-")), (None, "default"))
@@ -2834,7 +2835,7 @@ def normal_endpoint(url, where):
 def settle(cfg, trust=None):
     """cfg, its keys taken again from its layers by the rules of trust (above). trust: None
     (as remembered, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
-    tighten). cfg["sources"] gets config_file, folder_config, untrusted ({key: (value,
+    tighten). cfg["sources"] gets folder_config, untrusted ({key: (value,
     "path:line")} that need trust), withheld (the environment's secrets not sent)."""
     layers, sources = cfg["sources"]["layers"], cfg["sources"]
     folder = os.path.abspath("model.cfg") if any(name == "folder" for name, _ in layers) else None
@@ -2864,10 +2865,7 @@ def settle(cfg, trust=None):
     held = [os.environ.get("BANTAM_API_KEY"), os.environ.get("OPENAI_API_KEY")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
     withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
-    config_file = next((where.rpartition(":")[0] for name, layer in layers if name == "own"
-                        for _, where in list(layer.values())[:1]), bantam_home("model.cfg"))
-    sources.update(config_file=config_file, folder_config=folder,
-                   untrusted=untrusted, withheld=withheld)
+    sources.update(folder_config=folder, untrusted=untrusted, withheld=withheld)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)

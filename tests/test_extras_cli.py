@@ -133,6 +133,21 @@ class CfgTests(ExtrasCase):
         self.assertEqual((body["temperature"], body["model"]), (0.2, "other-model"))
         self.quit(term)
 
+    def test_cfg_writes_to_the_config_file_named_even_when_it_sets_nothing(self):
+        """--config FILE holding only comments: /cfg writes to FILE, not ~/.bantam/model.cfg
+        (the file was once guessed from the first key read, and one with no keys lost)."""
+        mine = self.ws.path("tmp", "mine.cfg")
+        with open(mine, "w", encoding="utf-8") as f:
+            f.write("# my settings\n")
+        home_cfg = os.path.join(self.ws.home, ".bantam", "model.cfg")
+        before = read_text(home_cfg) if os.path.exists(home_cfg) else None
+        term = self.start("--config", mine, BANTAM_ENDPOINT=self.server.url, BANTAM_COLOR="never")
+        out = self.say(term, "/cfg temperature 0.2", "saved in")
+        self.assertIn("saved in %s:2]" % mine, out)
+        self.quit(term)
+        self.assertEqual(read_text(mine), "# my settings\ntemperature=0.2\n")
+        self.assertEqual(read_text(home_cfg) if os.path.exists(home_cfg) else None, before)
+
     def test_cfg_rejects_bad_values_and_keys_and_changes_nothing(self):
         path = self.write_commented_config()
         term = self.start()
