@@ -3243,11 +3243,8 @@ HOOKS["tool"].append(sandbox_note)
 # ----------------------------------------------------------------------------------------
 
 READ_LIMIT = 2000       # lines shown when no limit is given
-
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
-
 BINARY_SNIFF = 8192     # a NUL byte in this many leading bytes marks a binary file
-
 HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" hint
 
 READ_SCHEMA = {
@@ -3345,7 +3342,7 @@ def read_tool(cfg, args):
                 f.seek(0)
                 unit, empty = "lines", "(%s is empty: 0 lines)" % path
                 page = paginate(file_lines(f), offset, limit, budget, lambda item: "%d: %s" % (
-                    item[0], model_line(item[1], item[2])), lambda number: count_rest(f))
+                    item[0], model_line(item[1], item[2])), lambda _: tally(stream_part(f))[1])
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
@@ -3380,19 +3377,9 @@ def paginate(items, offset, limit, budget, text, rest):
 def file_lines(f):
     """(number, first LINE_BYTES+1 bytes, length without the newline) of each line of f.
     Lines end at \\n; the rest of a long line is skipped in pieces, never held whole."""
-    number = 0
-    while True:
-        head = piece = f.readline(LINE_BYTES + 1)
-        if not head:
-            return
-        length = len(head)
-        while not piece.endswith(b"\n"):
-            piece = f.readline(1 << 16)
-            if not piece:
-                break
-            length += len(piece)
-        number += 1
-        yield number, head, length - (1 if piece.endswith(b"\n") else 0)
+    for number, head in enumerate(iter(lambda: f.readline(LINE_BYTES + 1), b""), 1):
+        moved, _, last = (0, 0, b"\n") if head.endswith(b"\n") else stream_part(f, None, 1)
+        yield number, head, len(head) + moved - (last == b"\n")
 
 def model_line(head, length):
     """One line for the model: without its newline (and a CRLF's CR), invalid UTF-8 as U+FFFD,
@@ -3404,13 +3391,6 @@ def model_line(head, length):
     while cut > 0 and (body[cut] & 0xC0) == 0x80:   # 10xxxxxx: inside a UTF-8 character
         cut -= 1
     return body[:cut].decode("utf-8", "replace") + " [... line cut: %d bytes in all]" % length
-
-def count_rest(f):
-    """Lines from f's position (a line start) to its end."""
-    count, last = 0, b"\n"
-    for block in iter(lambda: f.read(1 << 20), b""):
-        count, last = count + block.count(b"\n"), block[-1:]
-    return count + (last != b"\n")
 
 def write_tool(cfg, args):
     """The write tool: replace a whole file, or splice content in at a line or byte offset."""
@@ -3467,7 +3447,7 @@ def splice(target, path, f, data, line, byte, del_lines, del_bytes):
         # keep lines whole: "X" inserted before "b\n" must not become "Xb"
         text = data + (b"\n" if by_line and data[-1:] not in (b"", b"\n") and f.peek(1) else b"")
         out.write(lead + text)
-        return past, head, removed, lead + text, text, stream_part(f, out, None, float("inf"))
+        return past, head, removed, lead + text, text, stream_part(f, out)
     past, head, removed, new, text, rest = write_private_file(target, fill, keep_mode=True)
     (old_size, old_lines), (new_size, new_lines) = tally(head, removed, rest), tally(
         head, (len(new), new.count(b"\n"), new[-1:]), rest)
@@ -3480,9 +3460,9 @@ def splice(target, path, f, data, line, byte, del_lines, del_bytes):
     return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (
         where, deleted, count, unit, now, unit)
 
-def stream_part(f, out, lines, size):
-    """Copy the next lines of f (lines None: size bytes) to out (None: skip them), in bounded
-    pieces: (bytes, newlines, last byte) of what went by."""
+def stream_part(f, out=None, lines=None, size=float("inf")):
+    """Copy the next lines of f (lines None: size bytes, by default all) to out (None: skip
+    them), in bounded pieces: (bytes, newlines, last byte) of what went by."""
     moved, newlines, last = 0, 0, b""
     while newlines < lines if lines is not None else moved < size:
         block = f.read(min(1 << 20, size - moved)) if lines is None else f.readline(1 << 16)
@@ -3640,7 +3620,7 @@ def final_answer(cfg, messages, key, limit, used):
     without tools and with a short timeout, for the best answer from what it has. True."""
     own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking, words = repair_call(cfg, None), BUDGETS[key] % used
+    asking, words = repair_call(cfg), BUDGETS[key] % used
     if used == 1:   # "1 model call"
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
@@ -3664,15 +3644,11 @@ def final_answer(cfg, messages, key, limit, used):
     return True
 
 
-def repair_call(cfg, say_why):
+def repair_call(cfg):
     """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
     turn = turn_tally(cfg) or {"repairs": 0}
     turn["repairs"] += 1
-    if turn["repairs"] > cfg["max_repair_calls"]:
-        return False
-    if say_why:
-        note(cfg, say_why, "warning")
-    return True
+    return turn["repairs"] <= cfg["max_repair_calls"]
 
 
 def nudged(cfg, messages, body, error=None):
@@ -3680,9 +3656,9 @@ def nudged(cfg, messages, body, error=None):
     bantam's for the model (sent, never stored); before a request, that line is added."""
     text, count = own(cfg).get("nudge") or (None, None)
     if error is not None:   # (asked once: a nudged request that is empty again is the end)
-        if error.kind != "empty" or count == len(messages) or not repair_call(
-                cfg, "[the model sent an empty reply: asking it once more]"):
+        if error.kind != "empty" or count == len(messages) or not repair_call(cfg):
             return False
+        note(cfg, "[the model sent an empty reply: asking it once more]", "warning")
         own(cfg)["nudge"] = (EMPTY_NUDGE, len(messages))
         return True
     if text and count == len(messages):   # (a reply since: the nudge is over)
@@ -3788,9 +3764,10 @@ def pattern_hit(words, pattern):
 
 # The shell-command splitter: what the patterns are matched against. Not a shell: it finds the
 # programs a command line runs, and says when it cannot know (then the patterns cannot either).
+# Its patterns are compiled when first used (re caches them), not at every start.
 SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish"}
 
-INTERPRETER = re.compile(r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|tclsh|Rscript)[\d.]*$")
+INTERPRETER = r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|tclsh|Rscript)[\d.]*$"
 
 KEYWORDS = set("if then else elif fi do done while until esac ! { }".split())
 
@@ -3802,15 +3779,15 @@ WRAPPERS = {   # program: (its short options that take a value, words before the
     "xargs": ("aEdILnPs", 0), "time": ("fo", 0), "stdbuf": ("ioe", 0), "setsid": ("", 0),
     "ionice": ("cnp", 0)}
 
-SHELL_TOKEN = re.compile(   # one token outside double quotes; "plain" ends at anything special
-    r"(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)"
+SHELL_TOKEN = (   # one token outside double quotes; "plain" ends at anything special
+    r"(?s)(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)"
     r"|(?P<redir>\d*(?:&>>?|<<<|<<-|<<|<>|>>|>\||>&|<&|>|<))|(?P<op>&&|\|\||;;&?|;&|\|&|[;&|\n()])"
-    r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)", re.S)
+    r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)")
 
-QUOTED_TOKEN = re.compile(   # inside double quotes
-    r"(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<plain>[^\"\\$`]+|.)", re.S)
+QUOTED_TOKEN = (   # inside double quotes
+    r"(?s)(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<plain>[^\"\\$`]+|.)")
 
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
+ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?="
 
 MAX_NESTING = 16
 
@@ -3830,7 +3807,7 @@ def shell_parse(text, i, depth, found, unknown, closer=False):
         return len(text)
     words, redirs, heredocs, parens, word, redir, quoted, dq = [], [], [], 0, None, None, 0, 0
     while i <= len(text):   # the end of the text acts as one last operator
-        m = (QUOTED_TOKEN if dq else SHELL_TOKEN).match(text, i) if i < len(text) else None
+        m = re.compile(QUOTED_TOKEN if dq else SHELL_TOKEN).match(text, i)   # None at the end
         kind, token, start = m.lastgroup if m else "op", m.group() if m else "", i
         i = m.end() if m else i + 1
         if kind == "plain" and token[0] == "#" and word is None and not dq:   # a comment
@@ -3896,7 +3873,7 @@ def substitution(text, start, opener, depth, found, unknown):
 def simple_command(words, redirs, depth, found, unknown):
     """Add a simple command to found, then what it runs when it is a wrapper, a shell given
     -c or find -exec; say in unknown what it runs beyond analysis."""
-    while words and (words[0] in KEYWORDS or ASSIGNMENT.match(words[0])):
+    while words and (words[0] in KEYWORDS or re.match(ASSIGNMENT, words[0])):
         words = words[1:]
     if not words or words[0] in ("for", "select", "case", "function"):
         return   # a loop's or a case's head: its substitutions are already found
@@ -3913,7 +3890,7 @@ def simple_command(words, redirs, depth, found, unknown):
         shell_parse(shell_script(args), 0, depth + 1, found, unknown)
     elif program in SHELLS:
         unknown.append("%s runs a script or what it reads" % program)
-    elif INTERPRETER.match(program):
+    elif re.match(INTERPRETER, program):
         code = [a for a in args[:operand] if re.match(r"-[^-]*[ceEpr]|--eval|--print", a)]
         if code or operand == len(args) or any(r.lstrip("0")[:1] == "<" for r in redirs):
             unknown.append("%s %s runs code given inline" % (program, code[0]) if code else
