@@ -3548,9 +3548,8 @@ def time_up(cfg):
 
 def leash(cfg, call, args, result=None):
     """The tool hook of the leash: a call beyond max_calls_per_reply, or once the turn's time
-    ran out, is not run; a command, a read or a write as approvals decide (an event each),
-    their words for the model (the user's edit, their reason) before its result; a command
-    may run only as long as the turn has left of its max_turn_seconds."""
+    ran out, is not run; else approval decides, and a command may run only as long as the
+    turn has left. After the call, the user's edit of it comes before its result."""
     if result is not None:
         return cfg["run"].pop("told", "") + result
     mine, limit = own(cfg), cfg["max_calls_per_reply"]
@@ -3561,19 +3560,16 @@ def leash(cfg, call, args, result=None):
         if mine["ran"] == limit + 1:
             note(cfg, "[%d tool calls %s]" % (made - limit, why), "warning")
         return "error: " + why
-    if time_up(cfg):
-        return "error: not run: the turn's time ran out (max_turn_seconds=%g)" % time_up(cfg)[1]
-    turn, limit = turn_tally(cfg), cfg["max_turn_seconds"]
-    if turn and limit:
-        cfg["run"]["deadline"] = (turn["started"] + limit, "stopped after %.1f s: the turn's "
-                                  "time ran out (max_turn_seconds=%g)" % (
-                                      turn["started"] + limit - time.monotonic(), limit))
+    turn, seconds = turn_tally(cfg), cfg["max_turn_seconds"]
+    if turn and seconds:
+        end = turn["started"] + seconds
+        why = "the turn's time ran out (max_turn_seconds=%g)" % seconds
+        if time.monotonic() >= end:
+            return "error: not run: " + why
+        cfg["run"]["deadline"] = (end, "stopped after %.1f s: %s" % (end - time.monotonic(), why))
     name = call["function"]["name"]
-    args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
-    if args is None:
-        return told
-    cfg["run"]["told"] = told
-    return args
+    cfg["run"]["told"] = ""
+    return approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
 
 
 def budgets(cfg, messages, calls):
@@ -3667,15 +3663,15 @@ def nudged(cfg, messages, body, error=None):
 
 
 def approval(cfg, call_id, name, args):
-    """May this tool call run? (args to run it with, or None; text for the model to read
-    first, or the refusal). Shell commands, reads and writes are decided; each is an event."""
+    """May this tool call run? The args to run it with (an edit of the user's is told, for
+    the result), or the refusal. Shell commands, reads and writes are decided; an event each."""
     command = args.get("command") if name == "shell_exec" else None
     try:
         path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
     except ValueError:
-        return args, ""   # the tool says what is wrong
+        return args   # the tool says what is wrong
     if not isinstance(command, str) and path is None:
-        return args, ""
+        return args
     decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
     edited = None
     if decision == "ask":
@@ -3692,11 +3688,9 @@ def approval(cfg, call_id, name, args):
     if decision == "always":
         cfg["run"].setdefault("approved", set()).add(command if path is None else name + ":" + path)
     if decision == "edit":
-        told = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
-        return dict(args, command=edited), told
-    if decision == "refuse":
-        return None, refusal(name, rule, reason)
-    return args, ""
+        cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+        return dict(args, command=edited)
+    return refusal(name, rule, reason) if decision == "refuse" else args
 
 def refusal(name, rule, reason):
     """The tool result of a refused call: who refused it and why, for the model to adjust."""
