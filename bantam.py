@@ -3573,10 +3573,9 @@ def leash(cfg, call, args, result=None):
 
 
 def budgets(cfg, messages, calls):
-    """The step hook of budgets: after a step, the first budget the turn used up (tokens,
-    seconds, cost, the same call and result again and again) stops the loop, with one last
-    call for a final answer; so does max_al_iterations (calls None), and the turn's time
-    running out mid-reply (calls: the ApiError of kind budget)."""
+    """The step hook of budgets: a budget the turn used up stops the loop, with one last call
+    for a final answer; so do max_al_iterations (calls None) and the turn's time running out
+    mid-reply (calls: the ApiError of kind budget)."""
     if isinstance(calls, ApiError):
         return calls.kind == "budget" and final_answer(cfg, messages, *time_up(cfg))
     if calls is None:
@@ -3605,10 +3604,8 @@ def over_budget(cfg, calls, messages):
     used = {"max_turn_tokens": turn["tokens"],
             "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
             "max_cost": round(turn["cost"], 6), "max_identical_calls": count}
-    for key, value in used.items():
-        if cfg[key] and value >= cfg[key]:
-            return key, cfg[key], value
-    return None
+    return next(((key, cfg[key], value) for key, value in used.items()
+                 if cfg[key] and value >= cfg[key]), None)
 
 
 def final_answer(cfg, messages, key, limit, used):
@@ -3685,8 +3682,8 @@ def approval(cfg, call_id, name, args):
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
-    if decision == "always":
-        cfg["run"].setdefault("approved", set()).add(command if path is None else name + ":" + path)
+    if decision == "always":   # as decide() looks it up: stripped
+        cfg["run"].setdefault("approved", set()).add(name + ":" + path if path else command.strip())
     if decision == "edit":
         cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
         return dict(args, command=edited)
@@ -3760,11 +3757,8 @@ def pattern_hit(words, pattern):
 # programs a command line runs, and says when it cannot know (then the patterns cannot either).
 # Its patterns are compiled when first used (re caches them), not at every start.
 SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish"}
-
 INTERPRETER = r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|tclsh|Rscript)[\d.]*$"
-
 KEYWORDS = set("if then else elif fi do done while until esac ! { }".split())
-
 DELETERS = {"unlink", "shred", "rmdir"}   # they delete files: a deny pattern for rm covers them
 
 WRAPPERS = {   # program: (its short options that take a value, words before the command it runs)
@@ -3782,8 +3776,7 @@ QUOTED_TOKEN = (   # inside double quotes
     r"(?s)(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<plain>[^\"\\$`]+|.)")
 
 ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?="
-
-MAX_NESTING = 16
+MAX_NESTING = 16   # shells in shells, substitutions in substitutions: deeper is beyond analysis
 
 def shell_commands(text):
     """The simple commands a shell command line runs, as word lists (quotes and backslashes
