@@ -3330,7 +3330,7 @@ def read_tool(cfg, args):
             with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
                 names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
             unit, empty = "entries", "(%s is an empty directory)" % path
-            page = paginate(enumerate(names, 1), offset, limit, budget, lambda item: item[1],
+            page = paginate(names, offset, limit, budget, lambda number, name: name,
                             lambda number: len(names) - number)
         elif not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
             return "error: %s is not a regular file or a directory" % path
@@ -3341,8 +3341,8 @@ def read_tool(cfg, args):
                            "e.g. xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
                 f.seek(0)
                 unit, empty = "lines", "(%s is empty: 0 lines)" % path
-                page = paginate(file_lines(f), offset, limit, budget, lambda item: "%d: %s" % (
-                    item[0], model_line(item[1], item[2])), lambda _: tally(stream_part(f))[1])
+                page = paginate(file_lines(f), offset, limit, budget, lambda number, line: "%d: %s"
+                                % (number, model_line(*line)), lambda _: tally(stream_part(f))[1])
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
@@ -3358,15 +3358,14 @@ def read_tool(cfg, args):
     return "\n".join(shown)
 
 def paginate(items, offset, limit, budget, text, rest):
-    """(texts, total, first number not shown or None) of numbered items from offset on.
-    items yields tuples whose [0] is the 1-indexed number; text(item) is its shown line;
-    rest(number) counts the items after that one, so stopping early still knows the total."""
+    """(texts, total, first number not shown or None) of items from offset on, numbered from 1.
+    text(number, item) is an item's shown line; rest(number) counts the items after that one,
+    so stopping early still knows the total."""
     shown, used, number = [], 0, 0
-    for item in items:
-        number = item[0]
+    for number, item in enumerate(items, 1):
         if number < offset:
             continue
-        line = text(item)
+        line = text(number, item)
         cost = len(line.encode("utf-8", "replace")) + 1
         if len(shown) == limit or (shown and used + cost > budget):
             return shown, number + rest(number), number
@@ -3375,11 +3374,11 @@ def paginate(items, offset, limit, budget, text, rest):
     return shown, number, None
 
 def file_lines(f):
-    """(number, first LINE_BYTES+1 bytes, length without the newline) of each line of f.
-    Lines end at \\n; the rest of a long line is skipped in pieces, never held whole."""
-    for number, head in enumerate(iter(lambda: f.readline(LINE_BYTES + 1), b""), 1):
+    """(first LINE_BYTES+1 bytes, length without the newline) of each line of f. Lines end
+    at \\n; the rest of a long line is skipped in pieces, never held whole."""
+    for head in iter(lambda: f.readline(LINE_BYTES + 1), b""):
         moved, _, last = (0, 0, b"\n") if head.endswith(b"\n") else stream_part(f, None, 1)
-        yield number, head, len(head) + moved - (last == b"\n")
+        yield head, len(head) + moved - (last == b"\n")
 
 def model_line(head, length):
     """One line for the model: without its newline (and a CRLF's CR), invalid UTF-8 as U+FFFD,
