@@ -3282,9 +3282,7 @@ WRITE_SCHEMA = {
 
 def path_argument(args):
     """The filePath (or legacy path) argument with ~ expanded; ValueError when missing."""
-    path = args.get("filePath")
-    if path is None:
-        path = args.get("path")
+    path = args.get("path") if args.get("filePath") is None else args["filePath"]
     if not isinstance(path, str) or not path.strip():
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
