@@ -3657,8 +3657,8 @@ def nudged(cfg, messages, body, error=None):
 
 
 def approval(cfg, call_id, name, args):
-    """May this tool call run? The args to run it with (an edit of the user's is told, for
-    the result), or the refusal. Shell commands, reads and writes are decided; an event each."""
+    """May this tool call run? The args to run it with, or the refusal (the model reads of
+    the user's edit with the result). Commands, reads and writes are decided; an event each."""
     command = args.get("command") if name == "shell_exec" else None
     try:
         path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
