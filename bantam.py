@@ -3207,11 +3207,8 @@ HOOKS["tool"].append(sandbox_note)
 # ----------------------------------------------------------------------------------------
 
 READ_LIMIT = 2000       # lines shown when no limit is given
-
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
-
 BINARY_SNIFF = 8192     # a NUL byte in this many leading bytes marks a binary file
-
 HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" hint
 
 READ_SCHEMA = {
@@ -3249,9 +3246,7 @@ WRITE_SCHEMA = {
 
 def path_argument(args):
     """The filePath (or legacy path) argument with ~ expanded; ValueError when missing."""
-    path = args.get("filePath")
-    if path is None:
-        path = args.get("path")
+    path = args.get("path") if args.get("filePath") is None else args["filePath"]
     if not isinstance(path, str) or not path.strip():
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
@@ -3297,7 +3292,7 @@ def read_tool(cfg, args):
             with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
                 names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
             unit, empty = "entries", "(%s is an empty directory)" % path
-            page = paginate(enumerate(names, 1), offset, limit, budget, lambda item: item[1],
+            page = paginate(names, offset, limit, budget, lambda number, name: name,
                             lambda number: len(names) - number)
         elif not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
             return "error: %s is not a regular file or a directory" % path
@@ -3308,8 +3303,8 @@ def read_tool(cfg, args):
                            "e.g. xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
                 f.seek(0)
                 unit, empty = "lines", "(%s is empty: 0 lines)" % path
-                page = paginate(file_lines(f), offset, limit, budget, lambda item: "%d: %s" % (
-                    item[0], model_line(item[1], item[2])), lambda number: count_rest(f))
+                page = paginate(file_lines(f), offset, limit, budget, lambda number, line: "%d: %s"
+                                % (number, model_line(*line)), lambda _: tally(stream_part(f))[1])
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
@@ -3325,15 +3320,14 @@ def read_tool(cfg, args):
     return "\n".join(shown)
 
 def paginate(items, offset, limit, budget, text, rest):
-    """(texts, total, first number not shown or None) of numbered items from offset on.
-    items yields tuples whose [0] is the 1-indexed number; text(item) is its shown line;
-    rest(number) counts the items after that one, so stopping early still knows the total."""
+    """(texts, total, first number not shown or None) of items from offset on, numbered from 1.
+    text(number, item) is an item's shown line; rest(number) counts the items after that one,
+    so stopping early still knows the total."""
     shown, used, number = [], 0, 0
-    for item in items:
-        number = item[0]
+    for number, item in enumerate(items, 1):
         if number < offset:
             continue
-        line = text(item)
+        line = text(number, item)
         cost = len(line.encode("utf-8", "replace")) + 1
         if len(shown) == limit or (shown and used + cost > budget):
             return shown, number + rest(number), number
@@ -3342,21 +3336,11 @@ def paginate(items, offset, limit, budget, text, rest):
     return shown, number, None
 
 def file_lines(f):
-    """(number, first LINE_BYTES+1 bytes, length without the newline) of each line of f.
-    Lines end at \\n; the rest of a long line is skipped in pieces, never held whole."""
-    number = 0
-    while True:
-        head = piece = f.readline(LINE_BYTES + 1)
-        if not head:
-            return
-        length = len(head)
-        while not piece.endswith(b"\n"):
-            piece = f.readline(1 << 16)
-            if not piece:
-                break
-            length += len(piece)
-        number += 1
-        yield number, head, length - (1 if piece.endswith(b"\n") else 0)
+    """(first LINE_BYTES+1 bytes, length without the newline) of each line of f. Lines end
+    at \\n; the rest of a long line is skipped in pieces, never held whole."""
+    for head in iter(lambda: f.readline(LINE_BYTES + 1), b""):
+        moved, _, last = (0, 0, b"\n") if head.endswith(b"\n") else stream_part(f, None, 1)
+        yield head, len(head) + moved - (last == b"\n")
 
 def model_line(head, length):
     """One line for the model: without its newline (and a CRLF's CR), invalid UTF-8 as U+FFFD,
@@ -3368,13 +3352,6 @@ def model_line(head, length):
     while cut > 0 and (body[cut] & 0xC0) == 0x80:   # 10xxxxxx: inside a UTF-8 character
         cut -= 1
     return body[:cut].decode("utf-8", "replace") + " [... line cut: %d bytes in all]" % length
-
-def count_rest(f):
-    """Lines from f's position (a line start) to its end."""
-    count, last = 0, b"\n"
-    for block in iter(lambda: f.read(1 << 20), b""):
-        count, last = count + block.count(b"\n"), block[-1:]
-    return count + (last != b"\n")
 
 def write_tool(cfg, args):
     """The write tool: replace a whole file, or splice content in at a line or byte offset."""
@@ -3431,7 +3408,7 @@ def splice(target, path, f, data, line, byte, del_lines, del_bytes):
         # keep lines whole: "X" inserted before "b\n" must not become "Xb"
         text = data + (b"\n" if by_line and data[-1:] not in (b"", b"\n") and f.peek(1) else b"")
         out.write(lead + text)
-        return past, head, removed, lead + text, text, stream_part(f, out, None, float("inf"))
+        return past, head, removed, lead + text, text, stream_part(f, out)
     past, head, removed, new, text, rest = write_private_file(target, fill, keep_mode=True)
     (old_size, old_lines), (new_size, new_lines) = tally(head, removed, rest), tally(
         head, (len(new), new.count(b"\n"), new[-1:]), rest)
@@ -3444,9 +3421,9 @@ def splice(target, path, f, data, line, byte, del_lines, del_bytes):
     return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (
         where, deleted, count, unit, now, unit)
 
-def stream_part(f, out, lines, size):
-    """Copy the next lines of f (lines None: size bytes) to out (None: skip them), in bounded
-    pieces: (bytes, newlines, last byte) of what went by."""
+def stream_part(f, out=None, lines=None, size=float("inf")):
+    """Copy the next lines of f (lines None: size bytes, by default all) to out (None: skip
+    them), in bounded pieces: (bytes, newlines, last byte) of what went by."""
     moved, newlines, last = 0, 0, b""
     while newlines < lines if lines is not None else moved < size:
         block = f.read(min(1 << 20, size - moved)) if lines is None else f.readline(1 << 16)
@@ -3532,9 +3509,8 @@ def time_up(cfg):
 
 def leash(cfg, call, args, result=None):
     """The tool hook of the leash: a call beyond max_calls_per_reply, or once the turn's time
-    ran out, is not run; a command, a read or a write as approvals decide (an event each),
-    their words for the model (the user's edit, their reason) before its result; a command
-    may run only as long as the turn has left of its max_turn_seconds."""
+    ran out, is not run; else approval decides, and a command may run only as long as the
+    turn has left. After the call, the user's edit of it comes before its result."""
     if result is not None:
         return cfg["run"].pop("told", "") + result
     mine, limit = own(cfg), cfg["max_calls_per_reply"]
@@ -3545,26 +3521,22 @@ def leash(cfg, call, args, result=None):
         if mine["ran"] == limit + 1:
             note(cfg, "[%d tool calls %s]" % (made - limit, why), "warning")
         return "error: " + why
-    if time_up(cfg):
-        return "error: not run: the turn's time ran out (max_turn_seconds=%g)" % time_up(cfg)[1]
-    turn, limit = turn_tally(cfg), cfg["max_turn_seconds"]
-    if turn and limit:
-        cfg["run"]["deadline"] = (turn["started"] + limit, "stopped after %.1f s: the turn's "
-                                  "time ran out (max_turn_seconds=%g)" % (
-                                      turn["started"] + limit - time.monotonic(), limit))
+    turn, seconds = turn_tally(cfg), cfg["max_turn_seconds"]
+    if turn and seconds:
+        end = turn["started"] + seconds
+        why = "the turn's time ran out (max_turn_seconds=%g)" % seconds
+        if time.monotonic() >= end:
+            return "error: not run: " + why
+        cfg["run"]["deadline"] = (end, "stopped after %.1f s: %s" % (end - time.monotonic(), why))
     name = call["function"]["name"]
-    args, told = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
-    if args is None:
-        return told
-    cfg["run"]["told"] = told
-    return args
+    cfg["run"]["told"] = ""
+    return approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
 
 
 def budgets(cfg, messages, calls):
-    """The step hook of budgets: after a step, the first budget the turn used up (tokens,
-    seconds, cost, the same call and result again and again) stops the loop, with one last
-    call for a final answer; so does max_al_iterations (calls None), and the turn's time
-    running out mid-reply (calls: the ApiError of kind budget)."""
+    """The step hook of budgets: a budget the turn used up stops the loop, with one last call
+    for a final answer; so do max_al_iterations (calls None) and the turn's time running out
+    mid-reply (calls: the ApiError of kind budget)."""
     if isinstance(calls, ApiError):
         return calls.kind == "budget" and final_answer(cfg, messages, *time_up(cfg))
     if calls is None:
@@ -3593,10 +3565,8 @@ def over_budget(cfg, calls, messages):
     used = {"max_turn_tokens": turn["tokens"],
             "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
             "max_cost": round(turn["cost"], 6), "max_identical_calls": count}
-    for key, value in used.items():
-        if cfg[key] and value >= cfg[key]:
-            return key, cfg[key], value
-    return None
+    return next(((key, cfg[key], value) for key, value in used.items()
+                 if cfg[key] and value >= cfg[key]), None)
 
 
 def final_answer(cfg, messages, key, limit, used):
@@ -3604,7 +3574,7 @@ def final_answer(cfg, messages, key, limit, used):
     without tools and with a short timeout, for the best answer from what it has. True."""
     own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking, words = repair_call(cfg, None), BUDGETS[key] % used
+    asking, words = repair_call(cfg), BUDGETS[key] % used
     if used == 1:   # "1 model call"
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
@@ -3628,15 +3598,11 @@ def final_answer(cfg, messages, key, limit, used):
     return True
 
 
-def repair_call(cfg, say_why):
+def repair_call(cfg):
     """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
     turn = turn_tally(cfg) or {"repairs": 0}
     turn["repairs"] += 1
-    if turn["repairs"] > cfg["max_repair_calls"]:
-        return False
-    if say_why:
-        note(cfg, say_why, "warning")
-    return True
+    return turn["repairs"] <= cfg["max_repair_calls"]
 
 
 def nudged(cfg, messages, body, error=None):
@@ -3644,9 +3610,9 @@ def nudged(cfg, messages, body, error=None):
     bantam's for the model (sent, never stored); before a request, that line is added."""
     text, count = own(cfg).get("nudge") or (None, None)
     if error is not None:   # (asked once: a nudged request that is empty again is the end)
-        if error.kind != "empty" or count == len(messages) or not repair_call(
-                cfg, "[the model sent an empty reply: asking it once more]"):
+        if error.kind != "empty" or count == len(messages) or not repair_call(cfg):
             return False
+        note(cfg, "[the model sent an empty reply: asking it once more]", "warning")
         own(cfg)["nudge"] = (EMPTY_NUDGE, len(messages))
         return True
     if text and count == len(messages):   # (a reply since: the nudge is over)
@@ -3655,15 +3621,15 @@ def nudged(cfg, messages, body, error=None):
 
 
 def approval(cfg, call_id, name, args):
-    """May this tool call run? (args to run it with, or None; text for the model to read
-    first, or the refusal). Shell commands, reads and writes are decided; each is an event."""
+    """May this tool call run? The args to run it with, or the refusal (the model reads of
+    the user's edit with the result). Commands, reads and writes are decided; an event each."""
     command = args.get("command") if name == "shell_exec" else None
     try:
         path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
     except ValueError:
-        return args, ""   # the tool says what is wrong
+        return args   # the tool says what is wrong
     if not isinstance(command, str) and path is None:
-        return args, ""
+        return args
     decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
     edited = None
     if decision == "ask":
@@ -3677,14 +3643,12 @@ def approval(cfg, call_id, name, args):
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
-    if decision == "always":
-        cfg["run"].setdefault("approved", set()).add(command if path is None else name + ":" + path)
+    if decision == "always":   # as decide() looks it up: stripped
+        cfg["run"].setdefault("approved", set()).add(name + ":" + path if path else command.strip())
     if decision == "edit":
-        told = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
-        return dict(args, command=edited), told
-    if decision == "refuse":
-        return None, refusal(name, rule, reason)
-    return args, ""
+        cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+        return dict(args, command=edited)
+    return refusal(name, rule, reason) if decision == "refuse" else args
 
 def refusal(name, rule, reason):
     """The tool result of a refused call: who refused it and why, for the model to adjust."""
@@ -3752,12 +3716,10 @@ def pattern_hit(words, pattern):
 
 # The shell-command splitter: what the patterns are matched against. Not a shell: it finds the
 # programs a command line runs, and says when it cannot know (then the patterns cannot either).
+# Its patterns are compiled when first used (re caches them), not at every start.
 SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish"}
-
-INTERPRETER = re.compile(r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|tclsh|Rscript)[\d.]*$")
-
+INTERPRETER = r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|tclsh|Rscript)[\d.]*$"
 KEYWORDS = set("if then else elif fi do done while until esac ! { }".split())
-
 DELETERS = {"unlink", "shred", "rmdir"}   # they delete files: a deny pattern for rm covers them
 
 WRAPPERS = {   # program: (its short options that take a value, words before the command it runs)
@@ -3766,17 +3728,16 @@ WRAPPERS = {   # program: (its short options that take a value, words before the
     "xargs": ("aEdILnPs", 0), "time": ("fo", 0), "stdbuf": ("ioe", 0), "setsid": ("", 0),
     "ionice": ("cnp", 0)}
 
-SHELL_TOKEN = re.compile(   # one token outside double quotes; "plain" ends at anything special
-    r"(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)"
+SHELL_TOKEN = (   # one token outside double quotes; "plain" ends at anything special
+    r"(?s)(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)"
     r"|(?P<redir>\d*(?:&>>?|<<<|<<-|<<|<>|>>|>\||>&|<&|>|<))|(?P<op>&&|\|\||;;&?|;&|\|&|[;&|\n()])"
-    r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)", re.S)
+    r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)")
 
-QUOTED_TOKEN = re.compile(   # inside double quotes
-    r"(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<plain>[^\"\\$`]+|.)", re.S)
+QUOTED_TOKEN = (   # inside double quotes
+    r"(?s)(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<plain>[^\"\\$`]+|.)")
 
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
-
-MAX_NESTING = 16
+ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?="
+MAX_NESTING = 16   # shells in shells, substitutions in substitutions: deeper is beyond analysis
 
 def shell_commands(text):
     """The simple commands a shell command line runs, as word lists (quotes and backslashes
@@ -3794,7 +3755,7 @@ def shell_parse(text, i, depth, found, unknown, closer=False):
         return len(text)
     words, redirs, heredocs, parens, word, redir, quoted, dq = [], [], [], 0, None, None, 0, 0
     while i <= len(text):   # the end of the text acts as one last operator
-        m = (QUOTED_TOKEN if dq else SHELL_TOKEN).match(text, i) if i < len(text) else None
+        m = re.compile(QUOTED_TOKEN if dq else SHELL_TOKEN).match(text, i)   # None at the end
         kind, token, start = m.lastgroup if m else "op", m.group() if m else "", i
         i = m.end() if m else i + 1
         if kind == "plain" and token[0] == "#" and word is None and not dq:   # a comment
@@ -3860,7 +3821,7 @@ def substitution(text, start, opener, depth, found, unknown):
 def simple_command(words, redirs, depth, found, unknown):
     """Add a simple command to found, then what it runs when it is a wrapper, a shell given
     -c or find -exec; say in unknown what it runs beyond analysis."""
-    while words and (words[0] in KEYWORDS or ASSIGNMENT.match(words[0])):
+    while words and (words[0] in KEYWORDS or re.match(ASSIGNMENT, words[0])):
         words = words[1:]
     if not words or words[0] in ("for", "select", "case", "function"):
         return   # a loop's or a case's head: its substitutions are already found
@@ -3877,7 +3838,7 @@ def simple_command(words, redirs, depth, found, unknown):
         shell_parse(shell_script(args), 0, depth + 1, found, unknown)
     elif program in SHELLS:
         unknown.append("%s runs a script or what it reads" % program)
-    elif INTERPRETER.match(program):
+    elif re.match(INTERPRETER, program):
         code = [a for a in args[:operand] if re.match(r"-[^-]*[ceEpr]|--eval|--print", a)]
         if code or operand == len(args) or any(r.lstrip("0")[:1] == "<" for r in redirs):
             unknown.append("%s %s runs code given inline" % (program, code[0]) if code else

@@ -204,6 +204,24 @@ class AskTests(LeashCase):
             self.assertEqual(f.read(), "x\nx\n")
         self.assertFalse(self.exists("other.txt"))
 
+    def test_always_holds_for_a_command_with_a_trailing_newline(self):
+        """a: a command sent with a trailing newline (as models often do) is not asked about
+        again when it comes back the same."""
+        self.push(tool_call_stream([shell("c1", "echo x >> log.txt\n")]), text_stream("first"),
+                  tool_call_stream([shell("c2", "echo x >> log.txt\n")]), text_stream("second"))
+        term = self.start()
+        term.sendline("one")
+        self.answer(term, "a")
+        term.expect("first")
+        self.turn_end(term)
+        start = len(term.output)
+        term.sendline("two")
+        term.expect("second")
+        self.turn_end(term)
+        self.assertNotIn("Run?", term.output[start:])
+        with open(os.path.join(self.ws.work, "log.txt")) as f:
+            self.assertEqual(f.read(), "x\nx\n")
+
     def test_edit_changes_the_command_before_it_runs(self):
         """e: the command comes back for editing; the edited one runs and the model is told."""
         self.push(tool_call_stream([shell("c1", "touch wrong.txt")]), text_stream("noted"))
