@@ -4027,34 +4027,27 @@ def discover_window(cfg):
     entry, else LiteLLM's /model/info, else (for a server on this machine or network) the
     local servers' own APIs."""
     model = cfg["model"]
-    for entry in list_models(cfg, quiet=True):
-        if entry.get("id") == model:
-            top, meta = (entry.get(k) if isinstance(entry.get(k), dict) else {}
-                         for k in ("top_provider", "meta"))
-            window = first_count(entry.get("context_length"), entry.get("context_window"),
-                                 entry.get("max_model_len"), entry.get("max_context_length"),
-                                 entry.get("loaded_context_length"), top.get("context_length"),
-                                 meta.get("n_ctx"))   # llama-server's meta.n_ctx (not n_ctx_train)
-            if window:
-                return window
-    # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
-    # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
-    for entry in entries(get_json(cfg, "GET", "/model/info"), "data", model, "model_name"):
-        about = entry.get("model_info")
-        window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
+    for entry in entries(list_models(cfg, quiet=True), model, "id"):
+        window = first_count(*map(entry.get, ("context_length", "context_window", "max_model_len",
+                                               "max_context_length", "loaded_context_length")),
+                             dig(entry, "top_provider", "context_length"),
+                             dig(entry, "meta", "n_ctx"))   # llama-server's (not n_ctx_train)
         if window:
             return window
+    # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
+    # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
+    info = entries(dig(get_json(cfg, "GET", "/model/info"), "data"), model, "model_name")
+    window = first_count(*(dig(entry, "model_info", "max_input_tokens") for entry in info))
+    if window:
+        return window
     from urllib.parse import urlsplit
     if not private_host(urlsplit(cfg["endpoint"]).hostname or ""):
         return None   # a cloud API: its /models said nothing, the local APIs below do not exist
     # llama.cpp: GET /props {"default_generation_settings": {"n_ctx": 2048, ...}, ...}
     props = get_json(cfg, "GET", "/props", root=True)
-    if isinstance(props, dict):
-        settings = props.get("default_generation_settings")
-        window = first_count(props.get("n_ctx"),
-                             settings.get("n_ctx") if isinstance(settings, dict) else None)
-        if window:
-            return window
+    window = first_count(dig(props, "n_ctx"), dig(props, "default_generation_settings", "n_ctx"))
+    if window:
+        return window
     # Ollama: POST /api/show {"model": m} -> {"parameters": "num_ctx 8192\n...", "model_info":
     # {"llama.context_length": 131072, ...}}; num_ctx is the window it runs with, else the one
     # of the loaded model (GET /api/ps), else the model's own limit (the most it can run with).
@@ -4063,23 +4056,29 @@ def discover_window(cfg):
         match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(shown.get("parameters") or ""))
         if match:
             return int(match.group(1))
-        loaded = get_json(cfg, "GET", "/api/ps", root=True)
-        for entry in entries(loaded, "models", model, "name", "model"):
-            if first_count(entry.get("context_length")):
-                return entry["context_length"]
-        info = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
-        window = first_count(*[v for k, v in info.items() if k.endswith(".context_length")])
+        loaded = entries(dig(get_json(cfg, "GET", "/api/ps", root=True), "models"), model,
+                         "name", "model")
+        about = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
+        window = first_count(*[e.get("context_length") for e in loaded],
+                             *[v for k, v in about.items() if k.endswith(".context_length")])
         if window:
             return window
     # LM Studio: GET /api/v0/models {"data": [{"id": m, "loaded_context_length": 4096, ...}]}
-    for entry in entries(get_json(cfg, "GET", "/api/v0/models", root=True), "data", model, "id"):
+    studio = get_json(cfg, "GET", "/api/v0/models", root=True)
+    for entry in entries(dig(studio, "data"), model, "id"):
         return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
     return None
 
-def entries(answer, key, value, *fields):
-    """The objects listed under key in a JSON answer whose field (one of fields) is value."""
-    listed = answer.get(key) or () if isinstance(answer, dict) else ()
+def entries(listed, value, *fields):
+    """The objects in a JSON list whose field (one of fields) is value ([] for a non-list)."""
+    listed = listed if isinstance(listed, list) else ()
     return [e for e in listed if isinstance(e, dict) and value in map(e.get, fields)]
+
+def dig(value, *keys):
+    """value[key][key]...: None where a level is not a JSON object."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 def first_count(*values):
     """The first value that is a positive whole number, or None."""
@@ -4102,15 +4101,15 @@ def private_host(host):
 # "context length of only 2048", "n_ctx: 2048)" (LM Studio), "with 2048 maximum context
 # length" (Mistral), "maximum number of tokens allowed (2048)" (Gemini), "> 2048 maximum"
 # (Anthropic), "model token limit: 2048" (Moonshot).
-WINDOW_IN_ERROR = re.compile(
+WINDOW_IN_ERROR = (   # compiled when first used (re caches it), not at every start
     r"(?:maximum (?:context|prompt) length is|context window of|context length of(?: only)?"
     r"|available context size \(|maximum number of tokens allowed \(|tokens? > |model token limit:"
-    r"|\bn_ctx\"?:)\s*(\d+)|(\d+) maximum context length", re.I)
+    r"|\bn_ctx\"?:)\s*(\d+)|(\d+) maximum context length")
 
 def learn_window(cfg, text):
     """Remember the window an overflow error names, for the rest of the process (only ever
     smaller: an error never makes the window grow)."""
-    match = WINDOW_IN_ERROR.search(text)
+    match = re.search(WINDOW_IN_ERROR, text, re.I)
     if match:
         key = (cfg["endpoint"], cfg["model"])
         window = int(match.group(1) or match.group(2))
@@ -4141,33 +4140,9 @@ def list_models(cfg, quiet=False):
     models = models.get("data", models.get("models")) if isinstance(models, dict) else models
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
-def report_context(cfg, usage, cost=None, session_cost=None):
-    """Emit the "context" event (the token line) for the usage event of a turn's last model
-    call: its figures, the share of the context window its prompt fills, and (when prices
-    are set) what the turn and the session cost. Returns the share."""
-    window = context_window(cfg)
-    share = usage["prompt_tokens"] / window if window else 0.0
-    emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
-         cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
-         estimated=usage["estimated"], window=window, share=share,
-         cost=None if usage["cost"] is None else round(cost, 6),
-         session_cost=None if usage["cost"] is None else round(session_cost, 6))
-    return share
-
 def estimate_tokens(chars):
     """Tokens in a text of this many characters, roughly (about four characters a token)."""
     return (chars + 3) // 4
-
-def text_size(messages):
-    """The characters of text in messages (contents and tool-call arguments), plus a few for
-    each message's framing: what the model reads of them."""
-    size = 0
-    for m in messages:
-        content = m.get("content")
-        parts = content if isinstance(content, list) else [{"text": content or ""}]
-        size += 16 + sum(len(str(p.get("text") or "")) for p in parts if isinstance(p, dict))
-        size += sum(len(c["function"]["arguments"]) + 32 for c in m.get("tool_calls") or ())
-    return size
 
 
 def overflowed(cfg, messages, body, error=None):
@@ -4205,13 +4180,10 @@ def trim_for_summary(request, room):
     body = request[1:-1]
     users = [i for i, m in enumerate(body) if m.get("role") == "user" and i > 0]
     if users:
-        cut = users[len(users) // 2] if len(users) > 1 else users[0]
-        request[1:-1] = body[cut:]
+        request[1:-1] = body[users[len(users) // 2]:]
         return True
     texts = [i for i, m in enumerate(request) if isinstance(m.get("content"), str)]
-    longest = max(texts, key=lambda i: len(request[i]["content"]), default=None)
-    if longest is None or len(request[longest]["content"]) < 200:
-        return False
+    longest = max(texts, key=lambda i: len(request[i]["content"]))   # the last one is a text
     text, total = request[longest]["content"], sum(len(request[i]["content"]) for i in texts)
     ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question stays whole
     text = text[:len(text) - len(ask)]
@@ -4225,16 +4197,25 @@ def trim_for_summary(request, room):
 
 def token_line(convo, prompt, go):
     """The turn hook of the token line: after a turn, the "context" event (the token line,
-    shown unless usage=false) for its last model call, and in the REPL, at COMPACT_AT of the
-    window, the offer to compact."""
+    shown unless usage=false) for its last model call: its figures, the share of the window
+    its prompt fills, what the turn and the session cost (when prices are set); and in the
+    REPL, at COMPACT_AT of the window, the offer to compact."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
-    if convo.get("usage"):
-        cost = convo.get("cost", 0.0)
-        share = report_context(convo["cfg"], convo["usage"], cost - before, cost)
-        if share >= COMPACT_AT and convo.get("take_back") and sys.stdin.isatty() and confirm(
-                "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
-            cmd_compact(convo, "")
+    usage, cfg, cost = convo.get("usage"), convo["cfg"], convo.get("cost", 0.0)
+    if not usage:
+        return
+    window = context_window(cfg)
+    share = usage["prompt_tokens"] / window if window else 0.0
+    priced = usage["cost"] is not None
+    emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
+         cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
+         estimated=usage["estimated"], window=window, share=share,
+         cost=round(cost - before, 6) if priced else None,
+         session_cost=round(cost, 6) if priced else None)
+    if share >= COMPACT_AT and convo.get("take_back") and sys.stdin.isatty() and confirm(
+            "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
+        cmd_compact(convo, "")
 
 
 def usage_meter(convo):
