@@ -4239,14 +4239,11 @@ HOOKS["turn"].append(token_line)
 # Sessions kept tidy: -c and --session, /continue, /delete, the oldest made-up ones pruned
 # ----------------------------------------------------------------------------------------
 
-SESSION_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$")   # ids and /save names
-
-TIME_ID = re.compile(r"\d{8}-\d{6}(?:-\d+)?$")                  # ids bantam makes up
-
 def prune_sessions(cfg):
-    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions."""
-    made = [sid for sid in session_ids() if TIME_ID.match(sid)] if cfg.get("keep_sessions") else []
-    for sid in made[cfg.get("keep_sessions"):]:
+    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions;
+    /save's copies stay."""
+    made = [sid for sid in session_ids() if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)]
+    for sid in made[cfg["keep_sessions"]:]:
         if not session_head(sid).get("copy_of"):
             remove_session(sid)
 
@@ -4288,14 +4285,13 @@ def cmd_continue(convo, arg):
     cmd_load(convo, sid)
 
 
-def remove_stale_temp_files(folder, age=60):
-    """Delete temp files of writes killed mid-way (SIGKILL leaves them behind)."""
-    now = time.time()
+def remove_stale_temp_files(folder):
+    """Delete the temp files of writes killed mid-way (SIGKILL leaves them behind), a minute old."""
     for name in os.listdir(folder) if os.path.isdir(folder) else ():
-        if name.startswith(".") and name.endswith(".tmp"):
+        path = os.path.join(folder, name)
+        if name.startswith(".") and name.endswith(".tmp") and time.time() - modified(path) > 60:
             try:
-                if now - os.stat(os.path.join(folder, name)).st_mtime > age:
-                    os.unlink(os.path.join(folder, name))
+                os.unlink(path)
             except OSError:
                 pass
 
@@ -4311,7 +4307,7 @@ def tidy_sessions(convo, prompt, go):
     try:
         go(prompt)
     finally:
-        if new and convo["session"]["id"]:
+        if new and convo["session"]["id"] and convo["cfg"]["keep_sessions"]:   # 0: keep all
             prune_sessions(convo["cfg"])
         remove_stale_temp_files(bantam_home("sessions"))
 
@@ -4319,20 +4315,17 @@ def tidy_sessions(convo, prompt, go):
 def start_conversation(cfg, args):
     """The conversation to work on: this folder's latest (-c), a given one (--session), or
     new: (session, messages)."""
-    system = [{"role": "system", "content": cfg["system_prompt"]}]
     if args.cont:
         sid = latest_in_folder()
         if not sid:
             raise ConfigError("no conversation of this folder to continue")
         return load_session(sid)
-    if args.session:
-        if not SESSION_NAME.match(args.session) or args.session == "autosave":
-            raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r"
-                              % args.session)
-        if os.path.exists(session_path(args.session)):
-            return load_session(args.session)
-        return new_session(args.session), system
-    return new_session(), system
+    name = args.session   # the same names as /save's
+    if name and (not re.match(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$", name) or name == "autosave"):
+        raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
+    if name and os.path.exists(session_path(name)):
+        return load_session(name)
+    return new_session(name or None), [{"role": "system", "content": cfg["system_prompt"]}]
 
 
 HOOKS["turn"].append(tidy_sessions)
