@@ -4336,8 +4336,6 @@ HOOKS["turn"].append(tidy_sessions)
 # /models, /endpoint, /skill (the COMMANDS table)
 # ----------------------------------------------------------------------------------------
 
-INLINE_COMMENT = re.compile(r"\s+#.*$")   # "key=value  # note"
-
 def set_config_line(text, key, value):
     """text with key set to value: on the last line of key, its spacing, inline comment and
     line break kept, else on a key=value line appended. ValueError for a key or value that
@@ -4346,7 +4344,7 @@ def set_config_line(text, key, value):
         raise ValueError("bad config key %r" % (key,))
     if value.splitlines() not in ([], [value]):
         raise ValueError("a config value must be a single line of text")
-    read = INLINE_COMMENT.sub("", value).strip()
+    read = re.sub(r"\s+#.*$", "", value).strip()   # as read_key_values reads "key=value  # note"
     if read != value:
         raise ValueError("cannot store %r as %s: it would be read back as %r, because values "
                          "lose surrounding spaces and a space followed by '#' starts a comment"
@@ -4421,19 +4419,14 @@ def apply_setting(convo, key, value, where):
     if key == "endpoint":
         drop_connection(cfg)
     cfg[key], cfg["sources"][key] = value, where
-    if key in SECRET_KEYS or key == "endpoint":   # never shown: the secrets of now
-        settle_secrets(cfg)
+    if cfg.get("run") is not None and (key in SECRET_KEYS or key == "endpoint"):
+        # never shown: the secrets Part I does not know of (the environment's not sent too)
+        cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
     if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
         add_prompt_extras(cfg)   # the system prompt names them
         first = convo["messages"][0] if convo["messages"] else {}
         if first.get("role") == "system":
             first["content"] = cfg["system_prompt"]
-
-
-def settle_secrets(cfg):
-    """The run's secrets Part I does not know of: the environment's not sent, an endpoint's."""
-    if cfg.get("run") is not None:
-        cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
 
 
 def cmd_models(convo, arg):
@@ -4447,15 +4440,13 @@ def cmd_cfg(convo, arg):
     write it to its config file."""
     cfg = convo["cfg"]
     if not arg:
-        show_config(cfg)
-        return
+        return show_config(cfg)
     key, _, raw = arg.partition(" ")
     key, raw = key.lower(), raw.strip()
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
-        show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
-        return
+        return show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
     readline = sys.modules.get("readline")
     if key in SECRET_KEYS and readline and readline.get_current_history_length():
         # a key typed at the prompt stays out of ~/.bantam_history
@@ -4475,29 +4466,26 @@ def cmd_cfg(convo, arg):
 def cmd_model(convo, arg):
     """/model [name]: switch the model (a name the server does not list: for this session
     only, not saved); without a name, the endpoint's models to choose from."""
-    listed = [str(m.get("id")) for m in list_models(convo["cfg"], quiet=True)] if arg else []
+    cfg = convo["cfg"]
+    if not arg:
+        cmd_models(convo, "")
+        return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
+    listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
     if listed and arg not in listed:
         apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
-        return note(convo["cfg"], "[%s is not among the server's models (/model lists them): "
-                    "for this session only, not saved]" % arg, "warning")
-    if arg:
-        return cmd_cfg(convo, "model " + arg)
-    cmd_models(convo, "")
-    show(convo["cfg"], "(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
-
-def cmd_endpoint(convo, arg):
-    """/endpoint [url]: show or switch the API's base URL (the user's: the key goes there)."""
-    return cmd_cfg(convo, "endpoint" + (" " + arg if arg else ""))
+        return note(cfg, "[%s is not among the server's models (/model lists them): for this "
+                    "session only, not saved]" % arg, "warning")
+    return cmd_cfg(convo, "model " + arg)
 
 def skills(cfg):
-    """{name: folder} of the skills under bantam_skills_dir (folders holding a SKILL.md)."""
+    """{name: its SKILL.md} of the skills under bantam_skills_dir (folders holding one)."""
     root = os.path.expanduser(cfg["bantam_skills_dir"])
     try:
         names = sorted(os.listdir(root)) if root else []
     except OSError:
         return {}
-    return {n: os.path.join(root, n) for n in names
-            if os.path.isfile(os.path.join(root, n, "SKILL.md"))}
+    paths = {n: os.path.join(root, n, "SKILL.md") for n in names}
+    return {n: path for n, path in paths.items() if os.path.isfile(path)}
 
 def front_matter(text):
     """The key: value pairs of a Markdown file's leading --- block ({} when none)."""
@@ -4523,22 +4511,22 @@ def cmd_skill(convo, arg):
             show(cfg, "(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir "
                  "~/skills)\n")
         for name, path in found.items():
-            about = front_matter(read_skill(os.path.join(path, "SKILL.md")))
+            about = front_matter(read_skill(path))
             show(cfg, "%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
         if folder and not found:
             show(cfg, "(no skills in %s: a skill is a folder with a SKILL.md)\n" % folder)
         return None
     name, _, prompt = arg.partition(" ")
     if name in found:
-        path = os.path.join(found[name], "SKILL.md")
+        path = found[name]
     elif os.path.isabs(os.path.expanduser(name)) and not folder:   # no folder: a skill's own path
         path = os.path.expanduser(name)
         path = os.path.join(path, "SKILL.md") if os.path.isdir(path) else path
     else:
         raise BantamError("no skill %r%s" % (name, " (the skills: %s)" % ", ".join(found) if found
                                              else "" if folder else " (set bantam_skills_dir)"))
-    text = read_skill(path).rstrip("\n")
-    return text + ("\n\n" + prompt.strip() if prompt.strip() else "")
+    prompt = prompt.strip()
+    return read_skill(path).rstrip("\n") + ("\n\n" + prompt if prompt else "")
 
 
 COMMANDS.update({
@@ -4547,7 +4535,8 @@ COMMANDS.update({
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
     "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
-    "/endpoint": (cmd_endpoint, "/endpoint [url]: show or switch the API's base URL"),
+    "/endpoint": (lambda convo, arg: cmd_cfg(convo, "endpoint " + arg),   # the API key goes to it
+                  "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its "
                       "file)"),
     "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
