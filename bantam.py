@@ -4023,9 +4023,8 @@ def context_window(cfg):
     return LEARNED["windows"][key]
 
 def discover_window(cfg):
-    """The window the server reports for the model, or None: a field of its GET /models
-    entry, else LiteLLM's /model/info, else (for a server on this machine or network) the
-    local servers' own APIs."""
+    """The window the server reports for the model, or None: its GET /models entry, else
+    LiteLLM's /model/info, else (a server on this machine or network) the local servers' APIs."""
     model = cfg["model"]
     for entry in entries(list_models(cfg, quiet=True), model, "id"):
         window = first_count(*map(entry.get, ("context_length", "context_window", "max_model_len",
@@ -4146,10 +4145,9 @@ def estimate_tokens(chars):
 
 
 def overflowed(cfg, messages, body, error=None):
-    """The request hook of compaction: a request that overflows the context window. A
-    summary's request is trimmed (oldest tool results first) and sent again; a turn's
-    conversation is compacted once, the request in progress kept word for word when it fits
-    in half the window, and sent again; overflowing still, it fails."""
+    """The request hook of compaction, after an overflow: a summary's request is trimmed, a
+    turn's conversation compacted once (the request in progress kept word for word if it fits
+    in half the window), and either is sent again; overflowing still, the turn fails."""
     if error is None or error.kind != "overflow":
         return body if error is None else False
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
@@ -4160,9 +4158,8 @@ def overflowed(cfg, messages, body, error=None):
     note(cfg, "[%s: the context window is full; compacting and trying again]" % error, "warning")
     own(cfg)["compacted"] = True
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), None)
-    keep = prompt if isinstance(prompt, str) and estimate_tokens(len(prompt)) <= \
-        context_window(cfg) // 2 else None
-    compact(cfg, messages, keep)
+    fits = isinstance(prompt, str) and estimate_tokens(len(prompt)) <= context_window(cfg) // 2
+    compact(cfg, messages, prompt if fits else None)
     return True
 
 
@@ -4196,9 +4193,8 @@ def trim_for_summary(request, room):
 
 
 def token_line(convo, prompt, go):
-    """The turn hook of the token line: after a turn, the "context" event (the token line,
-    shown unless usage=false) for its last model call: its figures, the share of the window
-    its prompt fills, what the turn and the session cost (when prices are set); and in the
+    """The turn hook of the token line: after a turn, the "context" event (shown unless
+    usage=false) for its last model call, with the turn's and the session's cost; in the
     REPL, at COMPACT_AT of the window, the offer to compact."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
