@@ -4106,8 +4106,7 @@ WINDOW_IN_ERROR = (   # compiled when first used (re caches it), not at every st
     r"|\bn_ctx\"?:)\s*(\d+)|(\d+) maximum context length")
 
 def learn_window(cfg, text):
-    """Remember the window an overflow error names, for the rest of the process (only ever
-    smaller: an error never makes the window grow)."""
+    """Remember the window an overflow error names, for the rest of the process (never larger)."""
     match = re.search(WINDOW_IN_ERROR, text, re.I)
     if match:
         key = (cfg["endpoint"], cfg["model"])
@@ -4373,13 +4372,12 @@ def shown_value(cfg, key):
     return redact(cfg, text)   # the credentials in an endpoint URL too
 
 def setting_file(cfg, key):
-    """The config file /cfg writes key to: the one it came from (this folder's model.cfg,
-    --config or ~/.bantam/model.cfg), else the user's own (--config, else ~/.bantam/model.cfg)."""
-    sources = cfg["sources"]
-    for path in (sources["folder_config"], sources["config_file"]):
-        if path and sources.get(key, "").startswith(path + ":"):
-            return path
-    return sources["config_file"]
+    """The config file /cfg writes key to: this folder's model.cfg when key came from it, else
+    the user's own (--config, else ~/.bantam/model.cfg)."""
+    folder = cfg["sources"]["folder_config"]
+    if folder and cfg["sources"].get(key, "").startswith(folder + ":"):
+        return folder
+    return cfg["sources"]["config_file"]
 
 def in_git_work_tree(path):
     """True when a .git lies in path's folder or above it: a file there may be committed."""
