@@ -3948,38 +3948,30 @@ def context_window(cfg):
     return LEARNED["windows"][key]
 
 def discover_window(cfg):
-    """The window the server reports for the model, or None: a field of its GET /models
-    entry, else LiteLLM's /model/info, else (for a server on this machine or network) the
-    local servers' own APIs."""
+    """The window the server reports for the model, or None: its GET /models entry, else
+    LiteLLM's /model/info, else (a server on this machine or network) the local servers' APIs."""
     model = cfg["model"]
-    for entry in list_models(cfg, quiet=True):
-        if entry.get("id") == model:
-            top, meta = (entry.get(k) if isinstance(entry.get(k), dict) else {}
-                         for k in ("top_provider", "meta"))
-            window = first_count(entry.get("context_length"), entry.get("context_window"),
-                                 entry.get("max_model_len"), entry.get("max_context_length"),
-                                 entry.get("loaded_context_length"), top.get("context_length"),
-                                 meta.get("n_ctx"))   # llama-server's meta.n_ctx (not n_ctx_train)
-            if window:
-                return window
-    # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
-    # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
-    for entry in entries(get_json(cfg, "GET", "/model/info"), "data", model, "model_name"):
-        about = entry.get("model_info")
-        window = first_count(about.get("max_input_tokens") if isinstance(about, dict) else None)
+    for entry in entries(list_models(cfg, quiet=True), model, "id"):
+        window = first_count(*map(entry.get, ("context_length", "context_window", "max_model_len",
+                                               "max_context_length", "loaded_context_length")),
+                             dig(entry, "top_provider", "context_length"),
+                             dig(entry, "meta", "n_ctx"))   # llama-server's (not n_ctx_train)
         if window:
             return window
+    # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
+    # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
+    info = entries(dig(get_json(cfg, "GET", "/model/info"), "data"), model, "model_name")
+    window = first_count(*(dig(entry, "model_info", "max_input_tokens") for entry in info))
+    if window:
+        return window
     from urllib.parse import urlsplit
     if not private_host(urlsplit(cfg["endpoint"]).hostname or ""):
         return None   # a cloud API: its /models said nothing, the local APIs below do not exist
     # llama.cpp: GET /props {"default_generation_settings": {"n_ctx": 2048, ...}, ...}
     props = get_json(cfg, "GET", "/props", root=True)
-    if isinstance(props, dict):
-        settings = props.get("default_generation_settings")
-        window = first_count(props.get("n_ctx"),
-                             settings.get("n_ctx") if isinstance(settings, dict) else None)
-        if window:
-            return window
+    window = first_count(dig(props, "n_ctx"), dig(props, "default_generation_settings", "n_ctx"))
+    if window:
+        return window
     # Ollama: POST /api/show {"model": m} -> {"parameters": "num_ctx 8192\n...", "model_info":
     # {"llama.context_length": 131072, ...}}; num_ctx is the window it runs with, else the one
     # of the loaded model (GET /api/ps), else the model's own limit (the most it can run with).
@@ -3988,23 +3980,29 @@ def discover_window(cfg):
         match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(shown.get("parameters") or ""))
         if match:
             return int(match.group(1))
-        loaded = get_json(cfg, "GET", "/api/ps", root=True)
-        for entry in entries(loaded, "models", model, "name", "model"):
-            if first_count(entry.get("context_length")):
-                return entry["context_length"]
-        info = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
-        window = first_count(*[v for k, v in info.items() if k.endswith(".context_length")])
+        loaded = entries(dig(get_json(cfg, "GET", "/api/ps", root=True), "models"), model,
+                         "name", "model")
+        about = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
+        window = first_count(*[e.get("context_length") for e in loaded],
+                             *[v for k, v in about.items() if k.endswith(".context_length")])
         if window:
             return window
     # LM Studio: GET /api/v0/models {"data": [{"id": m, "loaded_context_length": 4096, ...}]}
-    for entry in entries(get_json(cfg, "GET", "/api/v0/models", root=True), "data", model, "id"):
+    studio = get_json(cfg, "GET", "/api/v0/models", root=True)
+    for entry in entries(dig(studio, "data"), model, "id"):
         return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
     return None
 
-def entries(answer, key, value, *fields):
-    """The objects listed under key in a JSON answer whose field (one of fields) is value."""
-    listed = answer.get(key) or () if isinstance(answer, dict) else ()
+def entries(listed, value, *fields):
+    """The objects in a JSON list whose field (one of fields) is value ([] for a non-list)."""
+    listed = listed if isinstance(listed, list) else ()
     return [e for e in listed if isinstance(e, dict) and value in map(e.get, fields)]
+
+def dig(value, *keys):
+    """value[key][key]...: None where a level is not a JSON object."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 def first_count(*values):
     """The first value that is a positive whole number, or None."""
@@ -4027,15 +4025,14 @@ def private_host(host):
 # "context length of only 2048", "n_ctx: 2048)" (LM Studio), "with 2048 maximum context
 # length" (Mistral), "maximum number of tokens allowed (2048)" (Gemini), "> 2048 maximum"
 # (Anthropic), "model token limit: 2048" (Moonshot).
-WINDOW_IN_ERROR = re.compile(
+WINDOW_IN_ERROR = (   # compiled when first used (re caches it), not at every start
     r"(?:maximum (?:context|prompt) length is|context window of|context length of(?: only)?"
     r"|available context size \(|maximum number of tokens allowed \(|tokens? > |model token limit:"
-    r"|\bn_ctx\"?:)\s*(\d+)|(\d+) maximum context length", re.I)
+    r"|\bn_ctx\"?:)\s*(\d+)|(\d+) maximum context length")
 
 def learn_window(cfg, text):
-    """Remember the window an overflow error names, for the rest of the process (only ever
-    smaller: an error never makes the window grow)."""
-    match = WINDOW_IN_ERROR.search(text)
+    """Remember the window an overflow error names, for the rest of the process (never larger)."""
+    match = re.search(WINDOW_IN_ERROR, text, re.I)
     if match:
         key = (cfg["endpoint"], cfg["model"])
         window = int(match.group(1) or match.group(2))
@@ -4066,40 +4063,15 @@ def list_models(cfg, quiet=False):
     models = models.get("data", models.get("models")) if isinstance(models, dict) else models
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
-def report_context(cfg, usage, cost=None, session_cost=None):
-    """Emit the "context" event (the token line) for the usage event of a turn's last model
-    call: its figures, the share of the context window its prompt fills, and (when prices
-    are set) what the turn and the session cost. Returns the share."""
-    window = context_window(cfg)
-    share = usage["prompt_tokens"] / window if window else 0.0
-    emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
-         cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
-         estimated=usage["estimated"], window=window, share=share,
-         cost=None if usage["cost"] is None else round(cost, 6),
-         session_cost=None if usage["cost"] is None else round(session_cost, 6))
-    return share
-
 def estimate_tokens(chars):
     """Tokens in a text of this many characters, roughly (about four characters a token)."""
     return (chars + 3) // 4
 
-def text_size(messages):
-    """The characters of text in messages (contents and tool-call arguments), plus a few for
-    each message's framing: what the model reads of them."""
-    size = 0
-    for m in messages:
-        content = m.get("content")
-        parts = content if isinstance(content, list) else [{"text": content or ""}]
-        size += 16 + sum(len(str(p.get("text") or "")) for p in parts if isinstance(p, dict))
-        size += sum(len(c["function"]["arguments"]) + 32 for c in m.get("tool_calls") or ())
-    return size
-
 
 def overflowed(cfg, messages, body, error=None):
-    """The request hook of compaction: a request that overflows the context window. A
-    summary's request is trimmed (oldest tool results first) and sent again; a turn's
-    conversation is compacted once, the request in progress kept word for word when it fits
-    in half the window, and sent again; overflowing still, it fails."""
+    """The request hook of compaction, after an overflow: a summary's request is trimmed, a
+    turn's conversation compacted once (the request in progress kept word for word if it fits
+    in half the window), and either is sent again; overflowing still, the turn fails."""
     if error is None or error.kind != "overflow":
         return body if error is None else False
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
@@ -4110,9 +4082,8 @@ def overflowed(cfg, messages, body, error=None):
     note(cfg, "[%s: the context window is full; compacting and trying again]" % error, "warning")
     own(cfg)["compacted"] = True
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), None)
-    keep = prompt if isinstance(prompt, str) and estimate_tokens(len(prompt)) <= \
-        context_window(cfg) // 2 else None
-    compact(cfg, messages, keep)
+    fits = isinstance(prompt, str) and estimate_tokens(len(prompt)) <= context_window(cfg) // 2
+    compact(cfg, messages, prompt if fits else None)
     return True
 
 
@@ -4130,13 +4101,10 @@ def trim_for_summary(request, room):
     body = request[1:-1]
     users = [i for i, m in enumerate(body) if m.get("role") == "user" and i > 0]
     if users:
-        cut = users[len(users) // 2] if len(users) > 1 else users[0]
-        request[1:-1] = body[cut:]
+        request[1:-1] = body[users[len(users) // 2]:]
         return True
     texts = [i for i, m in enumerate(request) if isinstance(m.get("content"), str)]
-    longest = max(texts, key=lambda i: len(request[i]["content"]), default=None)
-    if longest is None or len(request[longest]["content"]) < 200:
-        return False
+    longest = max(texts, key=lambda i: len(request[i]["content"]))   # the last one is a text
     text, total = request[longest]["content"], sum(len(request[i]["content"]) for i in texts)
     ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question stays whole
     text = text[:len(text) - len(ask)]
@@ -4149,17 +4117,25 @@ def trim_for_summary(request, room):
 
 
 def token_line(convo, prompt, go):
-    """The turn hook of the token line: after a turn, the "context" event (the token line,
-    shown unless usage=false) for its last model call, and in the REPL, at COMPACT_AT of the
-    window, the offer to compact."""
+    """The turn hook of the token line: after a turn, the "context" event (shown unless
+    usage=false) for its last model call, with the turn's and the session's cost; in the
+    REPL, at COMPACT_AT of the window, the offer to compact."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
-    if convo.get("usage"):
-        cost = convo.get("cost", 0.0)
-        share = report_context(convo["cfg"], convo["usage"], cost - before, cost)
-        if share >= COMPACT_AT and convo.get("take_back") and sys.stdin.isatty() and confirm(
-                "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
-            cmd_compact(convo, "")
+    usage, cfg, cost = convo.get("usage"), convo["cfg"], convo.get("cost", 0.0)
+    if not usage:
+        return
+    window = context_window(cfg)
+    share = usage["prompt_tokens"] / window if window else 0.0
+    priced = usage["cost"] is not None
+    emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
+         cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
+         estimated=usage["estimated"], window=window, share=share,
+         cost=round(cost - before, 6) if priced else None,
+         session_cost=round(cost, 6) if priced else None)
+    if share >= COMPACT_AT and convo.get("take_back") and sys.stdin.isatty() and confirm(
+            "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
+        cmd_compact(convo, "")
 
 
 def usage_meter(convo):
@@ -4183,14 +4159,11 @@ HOOKS["turn"].append(token_line)
 # Sessions kept tidy: -c and --session, /continue, /delete, the oldest made-up ones pruned
 # ----------------------------------------------------------------------------------------
 
-SESSION_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$")   # ids and /save names
-
-TIME_ID = re.compile(r"\d{8}-\d{6}(?:-\d+)?$")                  # ids bantam makes up
-
 def prune_sessions(cfg):
-    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions."""
-    made = [sid for sid in session_ids() if TIME_ID.match(sid)] if cfg.get("keep_sessions") else []
-    for sid in made[cfg.get("keep_sessions"):]:
+    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions;
+    /save's copies stay."""
+    made = [sid for sid in session_ids() if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)]
+    for sid in made[cfg["keep_sessions"]:]:
         if not session_head(sid).get("copy_of"):
             remove_session(sid)
 
@@ -4232,14 +4205,13 @@ def cmd_continue(convo, arg):
     cmd_load(convo, sid)
 
 
-def remove_stale_temp_files(folder, age=60):
-    """Delete temp files of writes killed mid-way (SIGKILL leaves them behind)."""
-    now = time.time()
+def remove_stale_temp_files(folder):
+    """Delete the temp files of writes killed mid-way (SIGKILL leaves them behind), a minute old."""
     for name in os.listdir(folder) if os.path.isdir(folder) else ():
-        if name.startswith(".") and name.endswith(".tmp"):
+        path = os.path.join(folder, name)
+        if name.startswith(".") and name.endswith(".tmp") and time.time() - modified(path) > 60:
             try:
-                if now - os.stat(os.path.join(folder, name)).st_mtime > age:
-                    os.unlink(os.path.join(folder, name))
+                os.unlink(path)
             except OSError:
                 pass
 
@@ -4255,7 +4227,7 @@ def tidy_sessions(convo, prompt, go):
     try:
         go(prompt)
     finally:
-        if new and convo["session"]["id"]:
+        if new and convo["session"]["id"] and convo["cfg"]["keep_sessions"]:   # 0: keep all
             prune_sessions(convo["cfg"])
         remove_stale_temp_files(bantam_home("sessions"))
 
@@ -4263,20 +4235,17 @@ def tidy_sessions(convo, prompt, go):
 def start_conversation(cfg, args):
     """The conversation to work on: this folder's latest (-c), a given one (--session), or
     new: (session, messages)."""
-    system = [{"role": "system", "content": cfg["system_prompt"]}]
     if args.cont:
         sid = latest_in_folder()
         if not sid:
             raise ConfigError("no conversation of this folder to continue")
         return load_session(sid)
-    if args.session:
-        if not SESSION_NAME.match(args.session) or args.session == "autosave":
-            raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r"
-                              % args.session)
-        if os.path.exists(session_path(args.session)):
-            return load_session(args.session)
-        return new_session(args.session), system
-    return new_session(), system
+    name = args.session   # the same names as /save's
+    if name and (not re.match(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$", name) or name == "autosave"):
+        raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
+    if name and os.path.exists(session_path(name)):
+        return load_session(name)
+    return new_session(name or None), [{"role": "system", "content": cfg["system_prompt"]}]
 
 
 HOOKS["turn"].append(tidy_sessions)
@@ -4287,8 +4256,6 @@ HOOKS["turn"].append(tidy_sessions)
 # /models, /endpoint, /skill (the COMMANDS table)
 # ----------------------------------------------------------------------------------------
 
-INLINE_COMMENT = re.compile(r"\s+#.*$")   # "key=value  # note"
-
 def set_config_line(text, key, value):
     """text with key set to value: on the last line of key, its spacing, inline comment and
     line break kept, else on a key=value line appended. ValueError for a key or value that
@@ -4297,7 +4264,7 @@ def set_config_line(text, key, value):
         raise ValueError("bad config key %r" % (key,))
     if value.splitlines() not in ([], [value]):
         raise ValueError("a config value must be a single line of text")
-    read = INLINE_COMMENT.sub("", value).strip()
+    read = re.sub(r"\s+#.*$", "", value).strip()   # as read_key_values reads "key=value  # note"
     if read != value:
         raise ValueError("cannot store %r as %s: it would be read back as %r, because values "
                          "lose surrounding spaces and a space followed by '#' starts a comment"
@@ -4330,13 +4297,12 @@ def shown_value(cfg, key):
     return redact(cfg, text)   # the credentials in an endpoint URL too
 
 def setting_file(cfg, key):
-    """The config file /cfg writes key to: the one it came from (this folder's model.cfg,
-    --config or ~/.bantam/model.cfg), else the user's own (--config, else ~/.bantam/model.cfg)."""
-    sources = cfg["sources"]
-    for path in (sources["folder_config"], sources["config_file"]):
-        if path and sources.get(key, "").startswith(path + ":"):
-            return path
-    return sources["config_file"]
+    """The config file /cfg writes key to: this folder's model.cfg when key came from it, else
+    the user's own (--config, else ~/.bantam/model.cfg)."""
+    folder = cfg["sources"]["folder_config"]
+    if folder and cfg["sources"].get(key, "").startswith(folder + ":"):
+        return folder
+    return cfg["sources"]["config_file"]
 
 def in_git_work_tree(path):
     """True when a .git lies in path's folder or above it: a file there may be committed."""
@@ -4372,19 +4338,14 @@ def apply_setting(convo, key, value, where):
     if key == "endpoint":
         drop_connection(cfg)
     cfg[key], cfg["sources"][key] = value, where
-    if key in SECRET_KEYS or key == "endpoint":   # never shown: the secrets of now
-        settle_secrets(cfg)
+    if cfg.get("run") is not None and (key in SECRET_KEYS or key == "endpoint"):
+        # never shown: the secrets Part I does not know of (the environment's not sent too)
+        cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
     if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
         add_prompt_extras(cfg)   # the system prompt names them
         first = convo["messages"][0] if convo["messages"] else {}
         if first.get("role") == "system":
             first["content"] = cfg["system_prompt"]
-
-
-def settle_secrets(cfg):
-    """The run's secrets Part I does not know of: the environment's not sent, an endpoint's."""
-    if cfg.get("run") is not None:
-        cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
 
 
 def cmd_models(convo, arg):
@@ -4398,15 +4359,13 @@ def cmd_cfg(convo, arg):
     write it to its config file."""
     cfg = convo["cfg"]
     if not arg:
-        show_config(cfg)
-        return
+        return show_config(cfg)
     key, _, raw = arg.partition(" ")
     key, raw = key.lower(), raw.strip()
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
-        show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
-        return
+        return show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
     readline = sys.modules.get("readline")
     if key in SECRET_KEYS and readline and readline.get_current_history_length():
         # a key typed at the prompt stays out of ~/.bantam_history
@@ -4426,29 +4385,26 @@ def cmd_cfg(convo, arg):
 def cmd_model(convo, arg):
     """/model [name]: switch the model (a name the server does not list: for this session
     only, not saved); without a name, the endpoint's models to choose from."""
-    listed = [str(m.get("id")) for m in list_models(convo["cfg"], quiet=True)] if arg else []
+    cfg = convo["cfg"]
+    if not arg:
+        cmd_models(convo, "")
+        return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
+    listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
     if listed and arg not in listed:
         apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
-        return note(convo["cfg"], "[%s is not among the server's models (/model lists them): "
-                    "for this session only, not saved]" % arg, "warning")
-    if arg:
-        return cmd_cfg(convo, "model " + arg)
-    cmd_models(convo, "")
-    show(convo["cfg"], "(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
-
-def cmd_endpoint(convo, arg):
-    """/endpoint [url]: show or switch the API's base URL (the user's: the key goes there)."""
-    return cmd_cfg(convo, "endpoint" + (" " + arg if arg else ""))
+        return note(cfg, "[%s is not among the server's models (/model lists them): for this "
+                    "session only, not saved]" % arg, "warning")
+    return cmd_cfg(convo, "model " + arg)
 
 def skills(cfg):
-    """{name: folder} of the skills under bantam_skills_dir (folders holding a SKILL.md)."""
+    """{name: its SKILL.md} of the skills under bantam_skills_dir (folders holding one)."""
     root = os.path.expanduser(cfg["bantam_skills_dir"])
     try:
         names = sorted(os.listdir(root)) if root else []
     except OSError:
         return {}
-    return {n: os.path.join(root, n) for n in names
-            if os.path.isfile(os.path.join(root, n, "SKILL.md"))}
+    paths = {n: os.path.join(root, n, "SKILL.md") for n in names}
+    return {n: path for n, path in paths.items() if os.path.isfile(path)}
 
 def front_matter(text):
     """The key: value pairs of a Markdown file's leading --- block ({} when none)."""
@@ -4474,22 +4430,22 @@ def cmd_skill(convo, arg):
             show(cfg, "(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir "
                  "~/skills)\n")
         for name, path in found.items():
-            about = front_matter(read_skill(os.path.join(path, "SKILL.md")))
+            about = front_matter(read_skill(path))
             show(cfg, "%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
         if folder and not found:
             show(cfg, "(no skills in %s: a skill is a folder with a SKILL.md)\n" % folder)
         return None
     name, _, prompt = arg.partition(" ")
     if name in found:
-        path = os.path.join(found[name], "SKILL.md")
+        path = found[name]
     elif os.path.isabs(os.path.expanduser(name)) and not folder:   # no folder: a skill's own path
         path = os.path.expanduser(name)
         path = os.path.join(path, "SKILL.md") if os.path.isdir(path) else path
     else:
         raise BantamError("no skill %r%s" % (name, " (the skills: %s)" % ", ".join(found) if found
                                              else "" if folder else " (set bantam_skills_dir)"))
-    text = read_skill(path).rstrip("\n")
-    return text + ("\n\n" + prompt.strip() if prompt.strip() else "")
+    prompt = prompt.strip()
+    return read_skill(path).rstrip("\n") + ("\n\n" + prompt if prompt else "")
 
 
 COMMANDS.update({
@@ -4498,7 +4454,8 @@ COMMANDS.update({
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
     "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
-    "/endpoint": (cmd_endpoint, "/endpoint [url]: show or switch the API's base URL"),
+    "/endpoint": (lambda convo, arg: cmd_cfg(convo, "endpoint " + arg),   # the API key goes to it
+                  "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its "
                       "file)"),
     "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),

@@ -137,6 +137,15 @@ class WindowTests(BantamTestCase):
         window, _ = self.window_with({})
         self.assertEqual(window, 3000)
 
+    def test_odd_answers_fall_back_to_the_key(self):
+        """A probe's answer with a number where a list belongs is no window (and no crash)."""
+        self.ws.write_config(self.server, context_window=3000)
+        window, _ = self.window_with({("GET", "/v1/model/info"): {"data": 5},
+                                      ("POST", "/api/show"): {"parameters": ""},
+                                      ("GET", "/api/ps"): {"models": 7},
+                                      ("GET", "/api/v0/models"): {"data": True}})
+        self.assertEqual(window, 3000)
+
     def test_window_field_in_models_needs_no_probe(self):
         """A window in GET /models: no other request is made."""
         window, asked = self.window_with({}, models={"data": [{"id": "test-model", "max_model_len": 16384}]})
