@@ -2832,6 +2832,12 @@ def normal_endpoint(url, where):
     return cut
 
 
+def settle_secrets(cfg):
+    """The run's secrets Part I does not know of: the environment's not sent, an endpoint's."""
+    if cfg.get("run") is not None:
+        cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
+
+
 def settle(cfg, trust=None):
     """cfg, its keys taken again from its layers by the rules of trust (above). trust: None
     (as remembered, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
@@ -4338,9 +4344,8 @@ def apply_setting(convo, key, value, where):
     if key == "endpoint":
         drop_connection(cfg)
     cfg[key], cfg["sources"][key] = value, where
-    if cfg.get("run") is not None and (key in SECRET_KEYS or key == "endpoint"):
-        # never shown: the secrets Part I does not know of (the environment's not sent too)
-        cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
+    if key in SECRET_KEYS or key == "endpoint":
+        settle_secrets(cfg)
     if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
         add_prompt_extras(cfg)   # the system prompt names them
         first = convo["messages"][0] if convo["messages"] else {}
