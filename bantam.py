@@ -5794,9 +5794,8 @@ def chosen_view(cfg, args, batch):
         return jsonl_view(stream, cfg)
     if args.quiet and batch:
         return plain_view(cfg, QUIET)
-    if cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty()):
-        return VIEWS["terminal"](cfg)
-    return VIEWS["plain"](cfg)
+    rendered = cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty())
+    return VIEWS["terminal" if rendered else "plain"](cfg)
 
 
 def trace_view(cfg):
