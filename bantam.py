@@ -5197,11 +5197,9 @@ PASTES = {"hook": None, "texts": {}}  # the REPL's: the readline hooks (kept ali
 
 
 def catch_big_pastes(readline):
-    """Make a long bracketed paste one placeholder, "[pasted 300 lines, 12 KB]", on the input
-    line, which readline garbles when taller than the screen; a long entry brought back from
-    the history (Up, Down) too. GNU readline only, through ctypes (the module cannot bind a
-    key to a function); elsewhere pastes stay whole."""
-    import ctypes
+    """Show a long bracketed paste, or a long entry brought back by Up or Down, as one
+    placeholder ("[pasted 300 lines, 12 KB]"): readline garbles text taller than the screen."""
+    import ctypes   # (the module cannot bind a key to a function: GNU readline only)
     try:
         lib = ctypes.CDLL(readline.__file__)   # the module's symbols and its libreadline's
         begin, insert, delete = lib.rl_bracketed_paste_begin, lib.rl_insert_text, lib.rl_delete_text
@@ -5222,18 +5220,18 @@ def catch_big_pastes(readline):
         except Exception:   # the text stays as readline put it
             pass
         return done
-    paste = lambda text: paste_placeholder(text) if long_input(text) else text
     kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)
-    PASTES["hook"] = [kind(lambda count, key: collapsed(begin(count, key), mark.value, paste)),
+    PASTES["hook"] = [kind(lambda count, key: collapsed(begin(count, key), mark.value, shortened)),
                       kind(lambda count, key: collapsed(older(count, key), 0, collapse_pastes)),
                       kind(lambda count, key: collapsed(newer(count, key), 0, collapse_pastes))]
     for keys, hook in zip((b"\033[200~", b"\033[A", b"\033[B"), PASTES["hook"]):
         lib.rl_bind_keyseq(keys, hook)   # how a terminal starts a paste; Up; Down
 
 
-def long_input(text):
-    """Is text too long for the input line (more than PASTE_LINES lines or PASTE_CHARS)?"""
-    return text.rstrip("\n").count("\n") >= PASTE_LINES or len(text) > PASTE_CHARS
+def shortened(text):
+    """text, or its placeholder when too long for the input line (PASTE_LINES, PASTE_CHARS)."""
+    too_long = text.rstrip("\n").count("\n") >= PASTE_LINES or len(text) > PASTE_CHARS
+    return paste_placeholder(text) if too_long else text
 
 def paste_placeholder(text):
     """The placeholder standing for text on the input line (the same for the same text)."""
@@ -5258,7 +5256,7 @@ def collapse_pastes(text):
         return text
     for key, pasted in PASTES["texts"].items():
         text = text.replace(pasted, key)
-    return paste_placeholder(text) if long_input(text) else text
+    return shortened(text)
 
 
 def pasted(convo, prompt, go):
@@ -5268,23 +5266,22 @@ def pasted(convo, prompt, go):
     text = expand_pastes(prompt)
     if readline and readline.get_current_history_length() and text != prompt:
         readline.replace_history_item(readline.get_current_history_length() - 1, text)
-    held = keyboard_mode(sys.stdin.fileno(), held=True) if readline else None
+    held = keyboard_mode(held=True) if readline else None
     try:
         go(text)
     finally:
-        keyboard_back(sys.stdin.fileno(), held)
+        keyboard_back(held)
         if convo.get("unsent"):   # the prompt back on the line, its pastes as placeholders
             convo["unsent"] = collapse_pastes(convo["unsent"])
         typed = convo.pop("typed", "")   # keys typed while a question was asked
         if typed:
             convo["unsent"] = (convo.get("unsent", "") + " " + typed).strip()
-        elif convo.get("unsent") and readline and keys_waiting(sys.stdin.fileno()):
+        elif convo.get("unsent") and readline and keys_waiting():
             convo["unsent"] += " "   # keys typed meanwhile follow it, not glued to it
 
 
 def setup_terminal(convo):
-    """The REPL at a terminal: readline with completion and pastes, the questions of approve=ask
-    asked there, the first line (model, endpoint host, sandbox, /help)."""
+    """The REPL at a terminal: readline with completion and pastes, then the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline()
     if readline:
@@ -5296,7 +5293,7 @@ def setup_terminal(convo):
     note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
 
 
-def complete(text, state, cfg=None):
+def complete(text, state, cfg):
     """Readline's completer: /commands, then session ids, config keys or skill names."""
     import readline
     line = readline.get_line_buffer()
@@ -5304,19 +5301,19 @@ def complete(text, state, cfg=None):
         options = [sid for sid in session_ids() if sid.startswith(text)]
     elif line.startswith("/cfg ") and line.count(" ") == 1:
         options = [key for key in DEFAULTS if key.startswith(text)]
-    elif line.startswith("/skill ") and line.count(" ") == 1 and cfg:
+    elif line.startswith("/skill ") and line.count(" ") == 1:
         options = [name for name in skills(cfg) if name.startswith(text)]
     elif " " not in line:
-        options = [name for name in list(COMMANDS) if name.startswith(text)]
+        options = [name for name in COMMANDS if name.startswith(text)]
     else:
         options = []
     return options[state] + " " if state < len(options) else None
 
-def keyboard_mode(fd, held):
-    """held (while a turn runs): keys typed wait unseen for the next prompt, an Enter stays an
-    Enter; else (a question mid-turn) keys seen and lines edited as usual. Returns the
-    terminal settings to put back (None if fd is not a terminal)."""
+def keyboard_mode(held):
+    """held (a turn runs): keys typed wait unseen for the next prompt; else (a question) keys
+    seen and lines edited as usual. The settings to put back (None: stdin is no terminal)."""
     import termios
+    fd = sys.stdin.fileno()
     try:
         before = termios.tcgetattr(fd)
     except (OSError, termios.error):
@@ -5332,30 +5329,28 @@ def keyboard_mode(fd, held):
     termios.tcsetattr(fd, termios.TCSANOW, mode)   # TCSANOW: keys already typed are kept
     return before
 
-def keyboard_back(fd, before):
+def keyboard_back(before):
     """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
     if before is not None:
         import termios
         try:
-            termios.tcsetattr(fd, termios.TCSANOW, before)
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, before)
         except (termios.error, OSError):   # the terminal is gone (a hang-up)
             pass
 
 def terminal_approver(convo):
-    """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt,
-    never taken as the answer."""
-    def approver(question, text=""):
-        convo["typed"] = convo.get("typed", "") + keys_typed_ahead(sys.stdin.fileno())
+    """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt."""
+    def approver(question, text):
+        convo["typed"] = convo.get("typed", "") + keys_typed_ahead()
         return read_answer(question, text)
     return approver
 
-def keys_typed_ahead(fd):
+def keys_typed_ahead():
     """The printable text of the keys waiting unread on the terminal (Enter becomes a space)."""
-    import select
     waiting = b""
     try:
-        while select.select([fd], [], [], 0)[0]:
-            more = os.read(fd, 4096)
+        while keys_waiting():
+            more = os.read(sys.stdin.fileno(), 4096)
             if not more:
                 break
             waiting += more
@@ -5365,16 +5360,16 @@ def keys_typed_ahead(fd):
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
 
 
-def keys_waiting(fd):
+def keys_waiting():
     """Whether keys typed ahead wait unread on the terminal."""
     import select
     try:
-        return bool(select.select([fd], [], [], 0)[0])
+        return bool(select.select([sys.stdin], [], [], 0)[0])
     except (OSError, ValueError):
         return False
 
 
-def startup_line(cfg, columns=80):
+def startup_line(cfg, columns):
     """The REPL's first line: model, endpoint host, context window when set, sandbox, /help."""
     from urllib.parse import urlsplit
     parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
@@ -5402,32 +5397,24 @@ def read_answer(question, text=""):
     even while a turn holds the keys; the answer stays out of the history."""
     readline = sys.modules.get("readline")
     before = readline.get_current_history_length() if readline else 0
-    held = keyboard_mode(sys.stdin.fileno(), held=False)
+    held = keyboard_mode(held=False)
+    if text and readline:
+        readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
     try:
-        return expand_pastes(edit_line(question, text))
+        return expand_pastes(input(question))
     except EOFError:
         show({}, "\n")
         return ""
     finally:
-        keyboard_back(sys.stdin.fileno(), held)
-        if readline and readline.get_current_history_length() > before:
-            readline.remove_history_item(before)
-
-def edit_line(prompt, text=""):
-    """input(prompt), with text already on the line to edit (when readline is loaded)."""
-    readline = sys.modules.get("readline")
-    if text and readline:
-        readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
-    try:
-        return input(prompt)
-    finally:
-        if text and readline:
+        keyboard_back(held)
+        if readline:
             readline.set_pre_input_hook(None)
+            if readline.get_current_history_length() > before:
+                readline.remove_history_item(before)
 
 def run_direct(cfg, command, own_stdin=True):
-    """`!command`: run it with bash on the user's terminal, outside the conversation; its exit
-    status (128+N for signal N). Without own_stdin (a REPL reading piped prompts) it reads
-    /dev/null: the prompts that follow stay the REPL's."""
+    """`!command` with bash on the user's terminal, outside the conversation: its exit status
+    (128+N for signal N). Without own_stdin (piped prompts) it reads /dev/null."""
     import signal
     import subprocess
     sys.stdout.flush()
@@ -5466,23 +5453,20 @@ def setting_flag(key, value=None):
 
     class SetKey(argparse.Action):
         def __call__(self, parser, args, raw, option=None):
-            name, text = (key, raw if value is None else value) if key else set_pair(raw)
-            where = self.option_strings[-1] if key else "--set"
-            args.__dict__.setdefault("overrides", {})[name] = parse_value(name, text, where)
-            if not key and name in SECRET_KEYS and text:
+            name, text = key, raw if value is None else value
+            if key is None:   # --set KEY=VALUE
+                name, sep, text = raw.partition("=")
+                name, text = name.strip().lower(), text.strip()
+                if not sep or name not in DEFAULTS:
+                    raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)"
+                                      % (raw, ", ".join(DEFAULTS)))
+            args.__dict__.setdefault("overrides", {})[name] = parse_value(
+                name, text, self.option_strings[-1])
+            if key is None and name in SECRET_KEYS and text:
                 note({}, "warning: --set %s puts a secret in your shell's history and, while "
                      "bantam starts, in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg "
                      "keep it out" % name, "warning")
     return SetKey
-
-
-def set_pair(item):
-    """(key, value) of --set KEY=VALUE; a ConfigError naming --set when it is not one."""
-    key, sep, value = item.partition("=")
-    if not sep or key.strip().lower() not in DEFAULTS:
-        raise ConfigError("--set %s: expected KEY=VALUE with a config key (%s)"
-                          % (item, ", ".join(DEFAULTS)))
-    return key.strip().lower(), value.strip()
 
 
 def more_flags(parser):
@@ -5524,8 +5508,7 @@ def more_flags(parser):
 
 
 FLAGS.insert(1, more_flags)
-
-HELP_EPILOG = """\
+HELP.append("""\
 config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg merged over it (what
 steers bantam, such as endpoint, only once the folder is trusted: --trust); a key left out
 comes from BANTAM_<KEY>, then the default. Flags beat the files, the files beat the
@@ -5536,17 +5519,18 @@ exit status: 0 done, 1 failed after retries (transient: retrying later may work)
 config or request error (final: the same run fails again), 3 stopped by a budget \
 (max_turn_tokens, max_cost, ...; the answer
 is the model's best from what it had), 130 interrupted, 129 hang-up, 143 terminated,
-141 stdout closed."""
-
-
-HELP.append(HELP_EPILOG)
+141 stdout closed.""")
 
 
 def batch_prompt(args):
-    """The batch prompt: -p TEXT (with piped stdin added as context), a file (an argument that
-    names none and looks like no path is the prompt itself), or stdin for '-'. A prompt that
-    starts with ! is a shell command (see run_direct): stdin is left to it."""
-    prompt_argument(args)
+    """The batch prompt: -p TEXT (with piped stdin added as context), a file, or stdin for '-'.
+    A prompt that starts with ! is a shell command (see run_direct): stdin is left to it."""
+    # `bantam "what is in this folder"`: an argument that names no file and does not look
+    # like a path (it has a space, or no '/' and no extension) is the prompt, as with -p
+    text = args.prompt_file
+    if text and text != "-" and args.prompt is None and not os.path.exists(text) and (
+            len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
+        args.prompt, args.prompt_file = text, None
     if args.prompt is not None:
         if args.prompt.startswith("!"):
             return args.prompt
@@ -5557,14 +5541,6 @@ def batch_prompt(args):
             return args.prompt + "\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")
         return args.prompt
     return read_stdin() if args.prompt_file == "-" else read_prompt(args.prompt_file)
-
-def prompt_argument(args):
-    """`bantam "what is in this folder"`: an argument that names no file and does not look
-    like a path (it has a space, or no '/' and no extension) is the prompt, as with -p."""
-    text = args.prompt_file
-    if text and text != "-" and args.prompt is None and not os.path.exists(text) and (
-            len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
-        args.prompt, args.prompt_file = text, None
 
 def read_stdin():
     """All of stdin. When nothing has come after a second, say so once: a pipe that never
@@ -5637,11 +5613,8 @@ def hung_up(*_):
 
 
 def start(convo, args):
-    """The start hook of the command line, in order: --delete; the settings settled (trust,
-    the leash, --show-config); a batch prompt read (-p, an argument, stdin), a "!" one run;
-    the checks before any request (the first run, the sandbox, -o, the prompt's size); the
-    conversation (-c, --session); the views (--jsonl, -q, the terminal, trace_file); then
-    --replay, or the REPL at a terminal (-i's first prompt). An exit status ends it there."""
+    """The start hook of the command line: what the flags do before the first prompt, and
+    every check that can fail before a request is paid for; an exit status ends the run."""
     import signal
     cfg = convo["cfg"]
     if args.delete:
@@ -5708,9 +5681,8 @@ def chosen_view(cfg, args, batch):
         return jsonl_view(stream, cfg)
     if args.quiet and batch:
         return plain_view(cfg, QUIET)
-    if cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty()):
-        return VIEWS["terminal"](cfg)
-    return VIEWS["plain"](cfg)
+    rendered = cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty())
+    return VIEWS["terminal" if rendered else "plain"](cfg)
 
 
 def trace_view(cfg):
@@ -5726,9 +5698,9 @@ def batch_answer(convo, prompt, go):
     """The turn hook of batch mode: -q prints the final answer, -o writes it (each with a
     line break at its end); a turn stopped by a budget exits BUDGET_EXIT."""
     go(prompt)
-    args = convo.get("args")
-    if not convo.get("batch") or args is None:
+    if not convo.get("batch"):
         return
+    args = convo["args"]
     answer = re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", last_answer(convo["messages"]),
                     count=1, flags=re.S)   # (its reasoning, written into the content)
     answer += "\n" if answer and not answer.endswith("\n") else ""
@@ -5741,7 +5713,6 @@ def batch_answer(convo, prompt, go):
 
 
 HOOKS["start"].append(start)
-ALIASES = {name: name for name, (_, text) in COMMANDS.items() if text is None}   # (README tests)
 HOOKS["turn"].append(batch_answer)
 
 
@@ -5750,9 +5721,9 @@ HOOKS["turn"].append(batch_answer)
 # instead of the network (a connect hook answering from the recording), the tools for real
 # ----------------------------------------------------------------------------------------
 
-def read_trace(path):
-    """The runs recorded in a trace file (JSON lines), each a list of events."""
-    runs = []
+def last_run(path):
+    """The events of the last run recorded in a trace file (JSON lines)."""
+    events = []
     try:
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
@@ -5762,19 +5733,18 @@ def read_trace(path):
                     event = json.loads(line)
                 except ValueError:
                     raise ConfigError("%s:%d: not a JSON line of a bantam trace" % (path, number))
-                if event.get("type") == "start" or not runs:
-                    runs.append([])
-                runs[-1].append(event)
+                if event.get("type") == "start":
+                    events = []
+                events.append(event)
     except OSError as e:
         raise ConfigError("cannot read trace %s: %s" % (path, e.strerror))
-    return runs
+    return events
 
 
 def replay(convo, path):
     """--replay: run the last run of a trace file again; exit status 1 when a tool result
     differs from the recording (the first one is reported), else 0."""
-    runs = read_trace(path)
-    events = runs[-1] if runs else []
+    events = last_run(path)
     prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
     if not prompts:
         raise ConfigError("%s: no recorded prompt to replay" % path)
@@ -5807,20 +5777,16 @@ def replayed_connection(cfg):
     def serve(sock):
         with sock, sock.makefile("rb") as requests:
             for line in iter(requests.readline, b""):
-                head = [h.lower() for h in iter(requests.readline, b"\r\n") if h]
-                size = next((int(h.split(b":")[1]) for h in head
-                             if h.startswith(b"content-length")), 0)
-                requests.read(size)
-                body, status = b'{"error": {"message": "not recorded"}}', b"404 Not Found"
+                requests.read(int(http.client.parse_headers(requests)["Content-Length"] or 0))
+                status, answer = b"404 Not Found", {"error": {"message": "not recorded"}}
                 if b"/chat/completions" in line and state["replied"] < len(state["replies"]):
                     message = state["replies"][state["replied"]]
                     state["replied"] += 1
-                    body = json.dumps({"choices": [{"index": 0, "message": message,
-                                                    "finish_reason": None}]}).encode()
-                    status = b"200 OK"
+                    status, answer = b"200 OK", {"choices": [
+                        {"index": 0, "message": message, "finish_reason": None}]}
                 elif b"/chat/completions" in line:
-                    body = b'{"error": {"message": "replay: the recording has no more model ' \
-                        b'replies"}}'
+                    answer["error"]["message"] = "replay: the recording has no more model replies"
+                body = json.dumps(answer).encode()
                 sock.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d"
                              b"\r\n\r\n%s" % (status, len(body), body))
 
