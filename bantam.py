@@ -425,6 +425,9 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
             os.unlink(temp)
 
 
+INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of the value
+
+
 def read_key_values(path):
     """The key=value lines of a config file: {key: (value, "path:line")}."""
     try:
@@ -446,7 +449,7 @@ def read_key_values(path):
             note({}, "%s: unknown config key %r (ignored)%s" % (
                 where, key, "; did you mean %s?" % close[0] if close else ""), "warning")
             continue
-        values[key] = (re.sub(r"\s+#.*$", "", value).strip(), where)   # "key=value  # note"
+        values[key] = (re.sub(INLINE_COMMENT, "", value).strip(), where)
     return values
 
 
@@ -558,6 +561,11 @@ def drop_connection(cfg):
         entry["conn"].close()
 
 
+def default_port(url):
+    """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
 def open_connection(cfg):
     """A new http.client connection to the endpoint's host: the connect hook's, or direct."""
     import http.client
@@ -567,7 +575,7 @@ def open_connection(cfg):
         url = urlsplit(cfg["endpoint"])
         plain = url.scheme == "http"
         conn = (http.client.HTTPConnection if plain else http.client.HTTPSConnection)(
-            url.hostname, url.port or (80 if plain else 443), timeout=cfg["timeout"])
+            url.hostname, default_port(url), timeout=cfg["timeout"])
     return conn
 
 
@@ -1615,13 +1623,14 @@ COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the 
 SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
                   "Reply with the title only.")
 QUIT = object()
+SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what /save and --session accept
 
 
 def cmd_save(convo, arg):
     """/save [name]: a copy of the conversation, with a title written by the model, under
     name or a new time-based id (never another conversation's); the conversation goes on."""
     cfg, session = convo["cfg"], convo["session"]
-    if arg and (not re.match(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$", arg) or arg == "autosave"):
+    if arg and (not re.match(SESSION_NAME, arg) or arg == "autosave"):
         raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), "
                           "got %r" % arg)
     if arg and arg != session["id"] and os.path.exists(session_path(arg)) and \
@@ -1933,9 +1942,18 @@ def parse_args(argv):
 
 
 def read_prompt(path):
-    """The batch prompt: the file's text, or stdin's for '-'."""
+    """The batch prompt: the file's text, or stdin's for '-'. When nothing has come on stdin
+    after a second, that is said: a pipe that never closes would otherwise hang in silence."""
     try:
         if path == "-":
+            import select
+            try:
+                waiting = not select.select([sys.stdin], [], [], 1.0)[0]
+            except (OSError, ValueError):   # not a file select can watch: just read it
+                waiting = False
+            if waiting:
+                note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: "
+                     "</dev/null)]", "info")
             return sys.stdin.read()
         with open(path, encoding="utf-8-sig") as f:
             return f.read()
@@ -2566,10 +2584,6 @@ def route(cfg):
     if proxy and "://" not in proxy:
         proxy = "http://" + proxy
     return url, socks, proxy, urlsplit(proxy) if proxy else url
-
-def default_port(url):
-    """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
-    return url.port or (443 if url.scheme == "https" else 80)
 
 # RFC 1928 section 6: the REP field of a CONNECT reply
 SOCKS_REPLIES = {1: "general SOCKS server failure", 2: "connection not allowed by ruleset",
@@ -3257,11 +3271,6 @@ def path_argument(args):
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
 
-def in_working_folder(path):
-    """Is this absolute path the working folder or inside it?"""
-    here = os.getcwd()
-    return os.path.commonpath([path, here]) == here
-
 def int_argument(args, names, low):
     """The first of names present in args as an int >= low, else None; ValueError when bad."""
     for name in names:
@@ -3377,7 +3386,7 @@ def write_tool(cfg, args):
     data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
     target = os.path.realpath(path)   # write through a symlink, do not replace the link
     try:
-        if in_working_folder(os.path.abspath(path)) and not in_working_folder(target):
+        if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
             return "error: %s is a symlink that leads outside the working folder (to %s); " \
                    "write does not follow it" % (path, target)
         if os.path.isdir(target):
@@ -3907,7 +3916,7 @@ def decide_file(cfg, tool, path):
     if tool + ":" + path in cfg["run"].setdefault("approved", set()):
         return "run", "always", None
     # a symlink in the folder that leads out: write_tool refuses to follow it, and says so
-    inside = in_working_folder(real) or tool == "write" and in_working_folder(path)
+    inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
     if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
     if inside and tool == "read" or cfg["approve"] == "auto" and (inside or tool == "read"):
@@ -4247,7 +4256,7 @@ def start_conversation(cfg, args):
             raise ConfigError("no conversation of this folder to continue")
         return load_session(sid)
     name = args.session   # the same names as /save's
-    if name and (not re.match(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$", name) or name == "autosave"):
+    if name and (not re.match(SESSION_NAME, name) or name == "autosave"):
         raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
     if name and os.path.exists(session_path(name)):
         return load_session(name)
@@ -4270,7 +4279,7 @@ def set_config_line(text, key, value):
         raise ValueError("bad config key %r" % (key,))
     if value.splitlines() not in ([], [value]):
         raise ValueError("a config value must be a single line of text")
-    read = re.sub(r"\s+#.*$", "", value).strip()   # as read_key_values reads "key=value  # note"
+    read = re.sub(INLINE_COMMENT, "", value).strip()   # as read_key_values reads it
     if read != value:
         raise ValueError("cannot store %r as %s: it would be read back as %r, because values "
                          "lose surrounding spaces and a space followed by '#' starts a comment"
@@ -5536,24 +5545,11 @@ def batch_prompt(args):
             return args.prompt
         if args.prompt_file:
             raise ConfigError("give a prompt file or -p, not both")
-        piped = "" if sys.stdin is None or sys.stdin.isatty() else read_stdin()
+        piped = "" if sys.stdin is None or sys.stdin.isatty() else read_prompt("-")
         if piped.strip():
             return args.prompt + "\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")
         return args.prompt
-    return read_stdin() if args.prompt_file == "-" else read_prompt(args.prompt_file)
-
-def read_stdin():
-    """All of stdin. When nothing has come after a second, say so once: a pipe that never
-    closes (a parent that hands its own stdin on) would otherwise hang in silence."""
-    import select
-    try:
-        waiting = not select.select([sys.stdin], [], [], 1.0)[0]
-    except (OSError, ValueError):   # not a file select can watch: just read it
-        waiting = False
-    if waiting:
-        note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: </dev/null)]",
-             "info")
-    return sys.stdin.read()
+    return read_prompt(args.prompt_file)
 
 def show_config(cfg):
     """--show-config: every setting, its value (secrets as ***) and where it came from."""
