@@ -2075,26 +2075,23 @@ def turn_tally(cfg):
 # The patterns below stay strings: re compiles (and caches) each on first use, not at every
 # start. What servers say when the prompt does not fit the model's context window:
 OVERFLOW_PATTERNS = (
-    r"(?i)context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length"
-    r"|context window|exceeds the available context|greater than the context length"
-    r"|prompt is too long|input token count.*exceeds|exceeds the maximum number of tokens"
-    r"|reduce the length of the|longer than the maximum model length|context length is only"
-    r"|maximum prompt length|too large for model with|input is too long|token limit exceeded"
-    r"|too many tokens")
+    r"(?i)context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
+    r"|exceeds the available context|greater than the context length|prompt is too long"
+    r"|input token count.*exceeds|exceeds the maximum number of tokens|reduce the length of the"
+    r"|longer than the maximum model length|context length is only|maximum prompt length"
+    r"|too large for model with|input is too long|token limit exceeded|too many tokens")
 
 # What servers say when the money, not the rate, has run out: retrying cannot help.
-QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota"
-                  r"|check your plan and billing|credit balance is too low"
-                  r"|insufficient (?:credits|balance)")
+QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check your plan and billing"
+                  r"|credit balance is too low|insufficient (?:credits|balance)")
 
 # What strict servers say about an assistant message with neither content nor tool calls.
 EMPTY_ASSISTANT_PATTERNS = (
-    r"(?i)content or tool_calls must be set|either content or tool_calls"
-    r"|must have non-empty content|text content blocks must|expected a string, got null"
-    r"|parts must not be empty")
+    r"(?i)content or tool_calls must be set|either content or tool_calls|must have non-empty"
+    r" content|text content blocks must|expected a string, got null|parts must not be empty")
 
 # Fixes a server's error teaches, kept for that endpoint and model: the error, and the line
-# that says so (none: nothing the user sees changes). Requests change in request_body.
+# that says so (none: nothing the user sees changes). Requests change in shape_request.
 FIXES = {
     # DashScope's Qwen3 thinking models answer only streamed requests (a summary's too)
     "stream": (r"must be set to false for non-streaming", None),
@@ -2109,8 +2106,8 @@ FIXES = {
         r"text content blocks must (?:be non-empty|contain non-whitespace)",
         "the server rejects empty text beside tool calls: sending content null there")}
 
+# The fields a server may refuse: of the request, and of its messages.
 OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
-
 MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
 
 # How servers refuse a field: OpenAI's "param", Mistral's extra_forbidden "loc", or words
@@ -2201,7 +2198,7 @@ def classify(cfg, error):
     status, headers, message = error.status, error.headers, str(error)
     if re.match(r"HTTP \d+: \s*<", message):
         message = "HTTP %d: %s" % (status, page_text(text)[:300])
-    kind, hint = ("retry" if status in RETRY_STATUSES or status >= 500 else "fatal"), ""
+    kind, hint = error.kind, ""   # retry or fatal, by its status (error_from_response)
     if status == 413 or (status in (400, 422, 500) and re.search(OVERFLOW_PATTERNS, text)):
         kind = "overflow"
     elif status == 400 and re.search(EMPTY_ASSISTANT_PATTERNS, text):
@@ -2243,41 +2240,37 @@ def fixed_message(message, fixes):
 
 
 def learned_fix(error, body):
-    """The fix a refused request asks for (a field to leave out, or one of FIXES) and the
-    line saying so, or (None, None)."""
+    """The fix a refused request asks for and the line saying so, or (None, None): leaving
+    out a field sent that the error refuses (the one its JSON names, else one its text
+    names in any case style, as xAI's "reasoningEffort"), or one of FIXES."""
     text = error.body or str(error)
     if error.kind not in ("bad_request", "empty_assistant"):
         return None, None
-    field = unsupported_field(text, body)
-    if field:
-        say = "the server does not support %r for this model: leaving it out" % field
-        return "drop " + field, say
+    sent = [f for f in OPTIONAL_FIELDS if f in body]
+    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
+    if sent and re.search(REFUSED_FIELD, text):
+        names = json_names(text)
+        named = [f for f in sent if f in names]
+        named += [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
+        if named:
+            say = "the server does not support %r for this model: leaving it out" % named[0]
+            return "drop " + named[0], say
     return next(((fix, say) for fix, (pattern, say) in FIXES.items()
                  if re.search(pattern, text, re.I)), (None, None))
 
 
-def unsupported_field(text, body):
-    """The optional field of body (or of its messages) that an error refuses, or None: the
-    one its JSON names first (OpenAI's param, Mistral's loc), else one its text names."""
-    sent = [f for f in OPTIONAL_FIELDS if f in body]
-    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
-    if not sent or not re.search(REFUSED_FIELD, text):
-        return None
+def json_names(text):
+    """The fields an error's JSON names: OpenAI's param ("messages[2].x": x), the loc of
+    Mistral's {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "x"]}]}}."""
     try:
         error = json.loads(text)
         error = error.get("error", error) if isinstance(error, dict) else {}
-        param = str(error.get("param") or "").split(".")[-1].split("]")[-1]
         message = error.get("message")
         detail = message.get("detail") if isinstance(message, dict) else None
         places = [str(d.get("loc", [""])[-1]) for d in detail or () if isinstance(d, dict)]
+        return places + [str(error.get("param") or "").split(".")[-1].split("]")[-1]]
     except (ValueError, AttributeError, IndexError, TypeError):
-        param, places = "", []
-    for field in sent:
-        if field == param or field in places:
-            return field
-    # in any case style: xAI's "does not support parameter reasoningEffort."
-    named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
-    return named[0] if named else None
+        return []
 
 
 def page_text(text):
@@ -2425,15 +2418,14 @@ def bound_call(reply, fragment):
     function = fragment.get("function") if isinstance(fragment, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
         return
-    index = fragment.get("index") if isinstance(fragment.get("index"), int) else None
-    calls = reply.setdefault("bounded", [])
-    if index is not None and index not in calls and len(calls) < reply["room"]["calls"]:
+    index, calls = fragment.get("index"), reply.setdefault("bounded", [])
+    if isinstance(index, int) and index not in calls:
+        if len(calls) >= reply["room"]["calls"]:   # a call beyond max_calls_per_reply
+            function["arguments"] = ""
+            return
         calls.append(index)
-    if index is not None and index not in calls:
-        function["arguments"] = ""
-    else:
-        function["arguments"] = function["arguments"][:room_for(
-            reply, "arguments", len(function["arguments"]))]
+    arguments = function["arguments"]
+    function["arguments"] = arguments[:room_for(reply, "arguments", len(arguments))]
 
 
 def room_for(reply, kind, size):
@@ -2508,8 +2500,7 @@ def text_tool_call(cfg, reply):
         return note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written "
                          "as text; set text_tool_calls=true in model.cfg to run such replies]",
                          "info")
-    call = {"id": "call_" + os.urandom(12).hex(), "type": "function",
-            "function": {"name": name, "arguments": ""}}
+    call = {"id": "", "type": "function", "function": {"name": name, "arguments": ""}}
     reply["content"], reply["calls"] = [], {0: call}
     reply["pieces"][id(call)] = [args if isinstance(args, str) else json.dumps(args)]
 
