@@ -2343,9 +2343,8 @@ def shape_delta(cfg, reply, delta):
 
 
 def end_of_reply(cfg, reply):
-    """The reply ended: what waited on a <think> marker passed on, the cuts and a cut reply
-    said, OpenRouter's finish "error" raised, a tool call written as text made a real one,
-    the call's cost and the turn's spending."""
+    """The reply ended: what it still owes the user (what waited on a <think> marker, the
+    cuts said) and the turn (a tool call written as text made real, the cost)."""
     if reply["unsure"]:
         queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
     say_cuts(cfg, reply)
@@ -2401,8 +2400,8 @@ def merge_details(reply, details):
 
 
 def merge_dict(into, extra, joined=()):
-    """Merge a provider's extra object into another: nested objects key by key, the strings
-    of the joined keys appended to what is there."""
+    """Merge a provider's extra object into another, nested objects key by key (the strings
+    of joined keys are appended: fragments of one text)."""
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(into.get(key), dict):
             merge_dict(into[key], value)
@@ -2500,9 +2499,8 @@ def text_tool_call(cfg, reply):
         return note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written "
                          "as text; set text_tool_calls=true in model.cfg to run such replies]",
                          "info")
-    call = {"id": "", "type": "function", "function": {"name": name, "arguments": ""}}
-    reply["content"], reply["calls"] = [], {0: call}
-    reply["pieces"][id(call)] = [args if isinstance(args, str) else json.dumps(args)]
+    reply["content"], reply["calls"] = [], {}
+    merge_tool_call(reply, {"function": {"name": name, "arguments": args}}, 0)
 
 
 HOOKS["request"].append(shape_request)
