@@ -2300,8 +2300,8 @@ def server_wait(headers):
 
 
 def shape_delta(cfg, reply, delta):
-    """The delta hook, before Part I merges a delta: see each step. {} after a read without
-    output: the cuts said, the turn's time. None, the reply ended: see end_of_reply."""
+    """The delta hook, before Part I merges a delta: what providers send beyond text, within
+    the reply's bounds. {} after a read without output; None when the reply ended."""
     if "room" not in reply:   # what the reply may still keep (see room_for)
         reply.update(room={"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
                            "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]},
