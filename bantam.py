@@ -2091,26 +2091,26 @@ def turn_tally(cfg):
 # tool calls, and the fixes its refusals teach (the request and delta hooks)
 # ----------------------------------------------------------------------------------------
 
-# What servers say when the prompt does not fit the model's context window.
-OVERFLOW_PATTERNS = re.compile(
-    r"context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
+# The patterns below stay strings: re compiles (and caches) each on first use, not at every
+# start. What servers say when the prompt does not fit the model's context window:
+OVERFLOW_PATTERNS = (
+    r"(?i)context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
     r"|exceeds the available context|greater than the context length|prompt is too long"
     r"|input token count.*exceeds|exceeds the maximum number of tokens|reduce the length of the"
     r"|longer than the maximum model length|context length is only|maximum prompt length"
-    r"|too large for model with|input is too long|token limit exceeded|too many tokens", re.I)
+    r"|too large for model with|input is too long|token limit exceeded|too many tokens")
 
 # What servers say when the money, not the rate, has run out: retrying cannot help.
-QUOTA_PATTERNS = re.compile(
-    r"insufficient_quota|exceeded your current quota|check your plan and billing"
-    r"|credit balance is too low|insufficient (?:credits|balance)", re.I)
+QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check your plan and billing"
+                  r"|credit balance is too low|insufficient (?:credits|balance)")
 
 # What strict servers say about an assistant message with neither content nor tool calls.
-EMPTY_ASSISTANT_PATTERNS = re.compile(
-    r"content or tool_calls must be set|either content or tool_calls|must have non-empty content"
-    r"|text content blocks must|expected a string, got null|parts must not be empty", re.I)
+EMPTY_ASSISTANT_PATTERNS = (
+    r"(?i)content or tool_calls must be set|either content or tool_calls|must have non-empty"
+    r" content|text content blocks must|expected a string, got null|parts must not be empty")
 
 # Fixes a server's error teaches, kept for that endpoint and model: the error, and the line
-# that says so (none: nothing the user sees changes). Requests change in request_body.
+# that says so (none: nothing the user sees changes). Requests change in shape_request.
 FIXES = {
     # DashScope's Qwen3 thinking models answer only streamed requests (a summary's too)
     "stream": (r"must be set to false for non-streaming", None),
@@ -2125,17 +2125,14 @@ FIXES = {
         r"text content blocks must (?:be non-empty|contain non-whitespace)",
         "the server rejects empty text beside tool calls: sending content null there")}
 
+# The fields a server may refuse: of the request, and of its messages.
 OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
-
 MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
 
-# How servers refuse a field: OpenAI {"param": "temperature", "code": "unsupported_value"},
-# "Unsupported parameter: 'reasoning_effort' is not supported with this model."; Mistral
-# {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "stream_options"]}]}};
-# Anthropic "`temperature` is deprecated for this model"; Groq "property 'x' is unsupported".
-REFUSED_FIELD = re.compile(r"unsupported|not supported|does not support|deprecated"
-                           r"|extra_forbidden|not permitted|unrecognized"
-                           r"|unknown (?:field|parameter|name)|not allowed", re.I)
+# How servers refuse a field: OpenAI's "param", Mistral's extra_forbidden "loc", or words
+# ("`temperature` is deprecated", "property 'x' is unsupported", xAI's camelCase name).
+REFUSED_FIELD = (r"(?i)unsupported|not supported|does not support|deprecated|extra_forbidden"
+                 r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed")
 
 CUT_REPLY = {   # finish reasons that mean the reply is not whole
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
@@ -2148,12 +2145,14 @@ CUTS = {"reasoning": "[the reasoning was cut at %(max_reasoning)d characters (ma
 
 THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills, Amazon Nova
 
+# A reply that is only a tool call written as text: in <tool_call> tags, in a fence, or bare.
+TEXT_CALL = (r"(?s)^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
+             r"|(\{.*\}))\s*$")
+
 
 def shape_request(cfg, messages, body, error=None):
-    """The request hook of providers' quirks. Before sending: reasoning_effort, usage asked
-    for in a stream, the fixes this server's errors taught (see FIXES). After a failure: the
-    error's kind from what the server said, the fix it teaches (ask again at once, and from
-    now on), a strict server's empty message taken out, a discarded reply marked."""
+    """The request hook: before sending, reasoning_effort, usage asked for in a stream and
+    the fixes this server's errors taught; after a failure, what learn_from makes of it."""
     if error is not None:
         return learn_from(cfg, messages, body, error)
     fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
@@ -2182,9 +2181,12 @@ def learn_from(cfg, messages, body, error):
         reply["content"] = reply["reasoning"] = ()
     if error.kind == "overflow":
         learn_window(cfg, error.body or str(error))
-    count = len(messages)   # strict servers refuse an assistant message with nothing in it
-    if error.kind == "empty_assistant" and len(repair(messages)) < count:
-        return True
+    if error.kind == "empty_assistant":   # strict servers refuse an assistant message of nothing
+        kept = [m for m in messages if m["role"] != "assistant" or m.get("tool_calls")
+                or str(m.get("content") or "").strip()]
+        if len(kept) < len(messages):
+            messages[:] = kept
+            return True
     fix, say = learned_fix(error, body)
     learned = (cfg["endpoint"], cfg["model"], fix)
     if fix and learned not in LEARNED["fixes"]:
@@ -2198,30 +2200,29 @@ def learn_from(cfg, messages, body, error):
 
 
 def classify(cfg, error):
-    """Put an ApiError's kind and message right: what its status and body say (an overflow,
-    a quota, a refused field...), a network error's cause (a certificate, a host name, a
-    proxy), a page of HTML cut to its title."""
+    """Put an ApiError's kind and message right: what its status and body say, a network
+    error's cause (a certificate, a host name, a proxy), a page of HTML cut to its title."""
     cause, text = error.__cause__, error.body or ""
     if cause is not None:
-        better = network_error(cause, cfg, bool((cfg.get("run") or {}).get("reply", {}).get(
-            "first")))
+        got_output = (cfg.get("run") or {}).get("reply", {}).get("first")
+        better = network_error(cause, cfg, bool(got_output))
         error.args, error.kind = better.args, better.kind
         return
     if error.status is None:   # an error inside a stream, a reply that is not JSON
-        if OVERFLOW_PATTERNS.search(text):
+        if re.search(OVERFLOW_PATTERNS, text):
             error.kind = "overflow"
         if "not JSON" in str(error):
             error.args = ("the server sent a reply that is not JSON: %r" % page_text(text)[:200],)
         return
     status, headers, message = error.status, error.headers, str(error)
-    if "<" in message and re.match(r"HTTP \d+: \s*<", message):
+    if re.match(r"HTTP \d+: \s*<", message):
         message = "HTTP %d: %s" % (status, page_text(text)[:300])
-    kind, hint = ("retry" if status in RETRY_STATUSES or status >= 500 else "fatal"), ""
-    if status == 413 or (status in (400, 422, 500) and OVERFLOW_PATTERNS.search(text)):
+    kind, hint = error.kind, ""   # retry or fatal, by its status (error_from_response)
+    if status == 413 or (status in (400, 422, 500) and re.search(OVERFLOW_PATTERNS, text)):
         kind = "overflow"
-    elif status == 400 and EMPTY_ASSISTANT_PATTERNS.search(text):
+    elif status == 400 and re.search(EMPTY_ASSISTANT_PATTERNS, text):
         kind = "empty_assistant"
-    elif status == 402 or (status in (400, 403, 429) and QUOTA_PATTERNS.search(text)):
+    elif status == 402 or (status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text)):
         kind, hint = "fatal", " (quota, credits or billing exhausted: not retried)"
     elif status in (400, 422):
         kind = "bad_request"
@@ -2256,46 +2257,44 @@ def fixed_message(message, fixes):
             fixed["content"] = None
     return message if fixed == message else fixed
 
+
 def learned_fix(error, body):
-    """The fix a refused request's ApiError asks for (a refused field to leave out, or one
-    of FIXES) and the line saying so, or (None, None)."""
+    """The fix a refused request asks for and the line saying so, or (None, None): leaving
+    out a field sent that the error refuses (the one its JSON names, else one its text
+    names in any case style, as xAI's "reasoningEffort"), or one of FIXES."""
     text = error.body or str(error)
     if error.kind not in ("bad_request", "empty_assistant"):
         return None, None
-    field = unsupported_field(text, body)
-    if field:
-        say = "the server does not support %r for this model: leaving it out" % field
-        return "drop " + field, say
+    sent = [f for f in OPTIONAL_FIELDS if f in body]
+    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
+    if sent and re.search(REFUSED_FIELD, text):
+        names = json_names(text)
+        named = [f for f in sent if f in names]
+        named += [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
+        if named:
+            say = "the server does not support %r for this model: leaving it out" % named[0]
+            return "drop " + named[0], say
     return next(((fix, say) for fix, (pattern, say) in FIXES.items()
                  if re.search(pattern, text, re.I)), (None, None))
 
-def unsupported_field(text, body):
-    """The optional field of body (or of its messages) that an error says the server does
-    not support, or None."""
-    sent = [f for f in OPTIONAL_FIELDS if f in body]
-    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
-    if not sent or not REFUSED_FIELD.search(text):
-        return None
+
+def json_names(text):
+    """The fields an error's JSON names: OpenAI's param ("messages[2].x": x), the loc of
+    Mistral's {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "x"]}]}}."""
     try:
         error = json.loads(text)
         error = error.get("error", error) if isinstance(error, dict) else {}
-        param = str(error.get("param") or "").split(".")[-1].split("]")[-1]
         message = error.get("message")
         detail = message.get("detail") if isinstance(message, dict) else None
         places = [str(d.get("loc", [""])[-1]) for d in detail or () if isinstance(d, dict)]
+        return places + [str(error.get("param") or "").split(".")[-1].split("]")[-1]]
     except (ValueError, AttributeError, IndexError, TypeError):
-        param, places = "", []
-    for field in sent:
-        if field == param or field in places:
-            return field
-    # in any case style: xAI's {"error": "Model grok-4 does not support parameter
-    # reasoningEffort."}
-    named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
-    return named[0] if named else None
+        return []
+
 
 def page_text(text):
-    """An error body as one line can show it: an HTML page's title, else its text without
-    the tags (a proxy's or a web server's page, not an API's error); any other text as is."""
+    """An error body as one line: an HTML page's title, else its text without the tags (a
+    proxy's page, not an API's error); any other text as is."""
     if not re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):
         return text.strip()
     import html
@@ -2306,18 +2305,12 @@ def page_text(text):
 
 def server_wait(headers):
     """Seconds the server asks us to wait (retry-after-ms, Retry-After), or None."""
-    try:
-        if headers.get("retry-after-ms"):
-            return float(headers["retry-after-ms"]) / 1000
-    except ValueError:
-        pass
     after = (headers.get("retry-after") or "").strip()
-    if not after:
-        return None
-    try:
-        return max(0.0, float(after))
-    except ValueError:
-        pass
+    for value, scale in ((headers.get("retry-after-ms"), 1000), (after, 1)):
+        try:
+            return max(0.0, float(value) / scale)
+        except (TypeError, ValueError):   # absent, or not a number: Retry-After may be a date
+            pass
     from email.utils import parsedate_to_datetime
     try:
         return max(0.0, parsedate_to_datetime(after).timestamp() - time.time())
@@ -2326,11 +2319,8 @@ def server_wait(headers):
 
 
 def shape_delta(cfg, reply, delta):
-    """The delta hook of providers' quirks, before Part I merges a delta: refusals as the
-    answer, content parts (Mistral), a <think> block as reasoning, reasoning_details
-    (OpenRouter) and extra_content (Gemini) kept to send back, the bounds of what a reply
-    keeps. {} after a read without output: the seconds waited, the turn's time. None, the
-    reply ended: what was cut said, a tool call written as text, the call's cost."""
+    """The delta hook, before Part I merges a delta: what providers send beyond text, within
+    the reply's bounds. {} after a read without output; None when the reply ended."""
     if "room" not in reply:   # what the reply may still keep (see room_for)
         reply.update(room={"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
                            "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]},
@@ -2345,34 +2335,36 @@ def shape_delta(cfg, reply, delta):
     delta = dict(delta)
     if isinstance(delta.get("refusal"), str) and delta["refusal"]:   # OpenAI's safety refusal
         delta["content"] = delta.get("content") or delta["refusal"]
-    if isinstance(delta.get("content"), list):
-        merge_content_parts(cfg, reply, delta.pop("content"))
+    if isinstance(delta.get("content"), list):   # Mistral's parts: reasoning and answer
+        thought, delta["content"] = content_parts(delta["content"])
+        if thought:
+            delta["reasoning"] = thought
     if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
         merge_dict(reply["extra"].setdefault("extra_content", {}), delta["extra_content"])
-    merge_details(reply, delta.get("reasoning_details"))
+    merge_details(reply, delta.get("reasoning_details"))   # OpenRouter's, sent back
     for key in ("reasoning_content", "reasoning"):   # (merged here: before the content)
-        if isinstance(delta.get(key), str) and delta[key]:
+        thought = delta.pop(key, None)
+        if isinstance(thought, str) and thought:
             reply["echo_reasoning"] |= key == "reasoning_content"
-            thought = delta.pop(key)
             thought = thought[:room_for(reply, "reasoning", len(thought))]
             if thought:
                 add_piece(reply, "reasoning", thought)
     for fragment in delta.get("tool_calls") or ():
         bound_call(reply, fragment)
     if isinstance(delta.get("content"), str) and delta["content"] and reply["think"]:
-        reply["content"].append(delta["content"])   # stored as sent; shown: the reasoning
-        reply["size"] += len(delta["content"])       # of a <think> block as reasoning
-        shown = split_think(reply, delta.pop("content"))
+        text = delta.pop("content")   # stored as sent; shown: a <think> block as reasoning
+        reply["content"].append(text)
+        reply["size"] += len(text)
+        shown = split_think(reply, text)
         if shown:
             queue(reply, "text", shown)
     return delta
 
 
 def end_of_reply(cfg, reply):
-    """The reply ended: a content that ended unsure of a <think> marker passed on; what was
-    cut said; a tool call written as text made a real one; OpenRouter's finish "error"
-    raised; a cut reply said; the call's cost and the turn's spending."""
-    if reply.get("unsure"):
+    """The reply ended: what it still owes the user (what waited on a <think> marker, the
+    cuts said) and the turn (a tool call written as text made real, the cost)."""
+    if reply["unsure"]:
         queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
     say_cuts(cfg, reply)
     if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
@@ -2387,72 +2379,76 @@ def end_of_reply(cfg, reply):
     return None
 
 
-def merge_content_parts(cfg, reply, parts):
-    """Content sent as a list of parts, as Mistral's reasoning models do:
+def content_parts(parts):
+    """(reasoning, answer) of content sent as parts, as Mistral's reasoning models do:
     [{"type": "thinking", "thinking": [{"type": "text", "text": "..."}]},
-     {"type": "text", "text": "..."}]: thinking is reasoning, text is the answer."""
+     {"type": "text", "text": "..."}]."""
+    texts = {"thinking": [], "text": []}
     for part in parts:
-        if not isinstance(part, dict):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in texts:
             continue
-        if part.get("type") == "thinking":
-            thinking = part.get("thinking")
-            for piece in thinking if isinstance(thinking, list) else [{"text": thinking}]:
-                if isinstance(piece, dict) and isinstance(piece.get("text"), str) and piece["text"]:
-                    add_piece(reply, "reasoning", piece["text"])
-        elif part.get("type") == "text" and isinstance(part.get("text"), str) and part["text"]:
-            add_piece(reply, "text", part["text"])
+        pieces = part.get("thinking") if kind == "thinking" else [part]
+        for piece in pieces if isinstance(pieces, list) else [{"text": pieces}]:
+            if isinstance(piece, dict) and isinstance(piece.get("text"), str):
+                texts[kind].append(piece["text"])
+    return "".join(texts["thinking"]), "".join(texts["text"])
 
 
 def merge_details(reply, details):
-    """Merge reasoning_details entries while they hold at most max_reasoning characters; past
-    that none is kept (a signed block cut short is worthless). OpenRouter streams one block as
-    fragments with the same type and index (text in pieces, the signature last); the provider
-    wants the whole block back, as its signature covers the whole text."""
+    """Keep reasoning_details while they hold at most max_reasoning characters, past that
+    none (a signed block cut short is worthless). OpenRouter streams a block as fragments of
+    one type and index, and wants it back whole: its signature covers the whole text."""
     kept = reply["extra"].setdefault("reasoning_details", [])
     for d in details if isinstance(details, list) else ():
         size = sum(len(v) for v in d.values() if isinstance(v, str)) if isinstance(d, dict) else 0
-        if room_for(reply, "details", size) < size:
-            del kept[:]
+        room_for(reply, "details", size)
         if reply["room"]["details"] < 0:
+            del kept[:]
             continue
         reply["size"] += 1
-        block = None
-        if isinstance(d, dict) and isinstance(d.get("index"), int):
-            block = next((b for b in kept if isinstance(b, dict) and b.get("index") == d["index"]
-                          and b.get("type") == d.get("type")), None)
+        index = d.get("index") if isinstance(d, dict) else None
+        block = next((b for b in kept if isinstance(index, int) and isinstance(b, dict)
+                      and (b.get("index"), b.get("type")) == (index, d.get("type"))), None)
         if block is None:
-            kept.append(dict(d) if isinstance(d, dict) else d)
-            continue
-        for key, value in d.items():
-            if key in ("text", "summary", "data") and isinstance(value, str) \
-                    and isinstance(block.get(key), str):
-                block[key] += value
-            elif value is not None:
-                block[key] = value
+            kept.append(d)
+        else:
+            merge_dict(block, d, ("text", "summary", "data"))
     if not kept:
         del reply["extra"]["reasoning_details"]
 
 
+def merge_dict(into, extra, joined=()):
+    """Merge a provider's extra object into another, nested objects key by key (the strings
+    of joined keys are appended: fragments of one text)."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge_dict(into[key], value)
+        elif key in joined and isinstance(value, str) and isinstance(into.get(key), str):
+            into[key] += value
+        elif value is not None:
+            into[key] = value
+
+
 def bound_call(reply, fragment):
-    """Keep a tool-call fragment within the reply's bounds: at most MAX_ARGUMENTS characters
-    of arguments, and none for a call beyond max_calls_per_reply (AL answers it: not run)."""
+    """Keep a tool-call fragment within the reply's bounds: MAX_ARGUMENTS characters of
+    arguments, none for a call beyond max_calls_per_reply (AL answers it: not run)."""
     function = fragment.get("function") if isinstance(fragment, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
         return
-    index = fragment.get("index") if isinstance(fragment.get("index"), int) else None
-    calls = reply.setdefault("bounded", [])
-    if index is not None and index not in calls and len(calls) < reply["room"]["calls"]:
+    index, calls = fragment.get("index"), reply.setdefault("bounded", [])
+    if isinstance(index, int) and index not in calls:
+        if len(calls) >= reply["room"]["calls"]:   # a call beyond max_calls_per_reply
+            function["arguments"] = ""
+            return
         calls.append(index)
-    if index is not None and index not in calls:
-        function["arguments"] = ""
-    else:
-        function["arguments"] = function["arguments"][:room_for(
-            reply, "arguments", len(function["arguments"]))]
+    arguments = function["arguments"]
+    function["arguments"] = arguments[:room_for(reply, "arguments", len(arguments))]
 
 
 def room_for(reply, kind, size):
-    """How many of size new characters of kind the reply may keep: max_reasoning of reasoning
-    and of reasoning_details, MAX_ARGUMENTS of tool-call arguments. A cut is noted, once."""
+    """How many of size new characters of kind the reply may keep; past its bound, the room
+    is -1 for good and the cut is noted, once."""
     room = reply["room"]
     if size <= room[kind]:
         room[kind] -= size
@@ -2462,6 +2458,7 @@ def room_for(reply, kind, size):
     fit, room[kind] = max(0, room[kind]), -1
     return fit
 
+
 def say_cuts(cfg, reply):
     """Say once what was cut of the reply."""
     for kind in () if reply["quiet"] else reply["cut"]:
@@ -2469,21 +2466,10 @@ def say_cuts(cfg, reply):
     del reply["cut"][:]
 
 
-def merge_dict(into, extra):
-    """Merge a provider's extra object into another, nested objects key by key."""
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            merge_dict(into[key], value)
-        elif value is not None:
-            into[key] = value
-
-
 def split_think(reply, text):
-    """The answer part of a piece of content that may begin, hold or end a <think> block at
-    the start of the content; reasoning inside it goes to pending. A piece that may be part
-    of a marker waits for the next one (reply["unsure"]): until the marker is whole, it is not
-    known whether it is answer or reasoning. reply["think"]: "start", the closing tag looked
-    for, "after" (blanks after it are not shown) or None."""
+    """The answer part of a piece of content whose start may be a <think> block (reasoning,
+    queued as such). reply["think"]: "start", the closing tag looked for, "after" (blanks
+    after it are not shown) or None; reply["unsure"]: what may be part of a marker, held."""
     text, reply["unsure"] = reply["unsure"] + text, ""
     if reply["think"] == "start":
         head = text.lstrip()
@@ -2511,17 +2497,13 @@ def split_think(reply, text):
     reply["think"] = "after" if not text else None
     return text
 
-TEXT_CALL = re.compile(r"^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
-                       r"|(\{.*\}))\s*$", re.S)
-
 
 def text_tool_call(cfg, reply):
     """With text_tool_calls=true, make a reply that is only a tool call written as text
     (<tool_call>{"name":..,"arguments":..}</tool_call> or bare JSON) a real one."""
-    content = "".join(reply["content"])
-    if any(c["function"]["name"] for c in reply["calls"].values()) or not content.strip():
+    if any(c["function"]["name"] for c in reply["calls"].values()):
         return
-    match = TEXT_CALL.match(content)
+    match = re.match(TEXT_CALL, "".join(reply["content"]))
     try:
         data = json.loads(next(g for g in match.groups() if g)) if match else None
     except ValueError:
@@ -2536,17 +2518,8 @@ def text_tool_call(cfg, reply):
         return note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written "
                          "as text; set text_tool_calls=true in model.cfg to run such replies]",
                          "info")
-    call = {"id": "call_" + os.urandom(12).hex(), "type": "function",
-            "function": {"name": name, "arguments": ""}}
-    reply["content"], reply["calls"] = [], {0: call}
-    reply["pieces"][id(call)] = [args if isinstance(args, str) else json.dumps(args)]
-
-
-def repair(messages):
-    """messages without assistant messages that hold nothing (strict servers refuse them)."""
-    messages[:] = [m for m in messages if not (m["role"] == "assistant" and not str(
-        m.get("content") or "").strip() and not m.get("tool_calls"))]
-    return messages
+    reply["content"], reply["calls"] = [], {}
+    merge_tool_call(reply, {"function": {"name": name, "arguments": args}}, 0)
 
 
 HOOKS["request"].append(shape_request)

@@ -193,6 +193,22 @@ class ReasoningBoundTests(BoundsCase):
         cuts = result.stderr.count("cut at 1000 characters (max_reasoning)")
         self.assertEqual(cuts, 1, result.stderr)
 
+    def test_mistral_thinking_parts_are_bounded_too(self):
+        """Mistral's thinking as content parts, 5,000 characters, max_reasoning=1000: 1,000
+        are shown, the cut is said once, the answer is whole (bantam 1.2.0 kept it all)."""
+        self.ws.write_config(self.server, max_reasoning=1000)
+        events = [chunk({"content": [{"type": "thinking", "thinking": [
+            {"type": "text", "text": "t" * 100}]}]}) for _ in range(50)]
+        events += [chunk({"content": [{"type": "text", "text": "The answer."}]}),
+                   chunk({}, finish_reason="stop")]
+        self.push(sse(events))
+        result, _ = self.batch(0)
+        self.assertEqual(result.stdout.count("t" * 1000), 1)
+        self.assertNotIn("t" * 1001, result.stdout)
+        self.assertIn("The answer.", result.stdout)
+        self.assertEqual(result.stderr.count("cut at 1000 characters (max_reasoning)"), 1,
+                         result.stderr)
+
     def test_reasoning_details_over_max_reasoning_are_not_sent_back(self):
         """OpenRouter's reasoning_details in fragments of one block, over max_reasoning in
         all: a block cut short is worthless, so none goes back; the reasoning text is cut."""
