@@ -4596,15 +4596,12 @@ BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 
 # The patterns are strings: re compiles each at its first use (and keeps it), not at every
 # start of the program.
-
 SGR = r"\033\[[0-9;]*m"   # \033[1;36m
-
 NON_ASCII = r"[^\x00-\x7f]"
+PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
 
 # A ZWJ with the character it joins, and skin-tone modifiers, draw as part of the glyph before.
 GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"
-
-PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
 
 # Where a word longer than a line may break: one character with what a break never splits from
 # it: the marks drawn on it (ZWJ, combining accents, variation selectors, skin tones) and style
@@ -4612,25 +4609,20 @@ PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
 CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
          ".(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*(?:\033\\[[0-9;]*m)*")
 
+# The kinds of line, each with an example
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
-
 FENCE_END = r"[ \t]*(`{3,}|~{3,})[ \t]*$"   # ```
-
 HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
-
 RULE = r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$"   # ---  ***  _ _ _
-
 QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
-
+DELIMITER = r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$"   # | :--- | :-: | --: |
 # "- item", "  * item", "12. item", "3) item", "- [x] done" (indent, marker, task, text)
 ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
-
-DELIMITER = r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$"   # | :--- | :-: | --: |
 
 # A table row splits at "|", except inside `code spans` and in "\|".
 CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"
 
-MARKUP = r"[`\\\[<*_~]"
+MARKUP = r"[`\\\[<*_~]"   # no such character: the text has no spans
 
 # Inline spans. Every alternative starts with a literal character, which lets re skip ahead
 # fast; a lookbehind right after it checks the character before: `(?<!``)` = "not after `".
@@ -4914,8 +4906,8 @@ def styled(text, style, base=""):
     return style + text + RESET + base if style and text else text
 
 def wrap_words(text, width):
-    """Text broken at spaces into lines of at most width columns; a style open at a break
-    is closed at the line's end and reopened on the next line."""
+    """Text broken at spaces into lines of at most width columns, a style open at a break
+    closed at the line's end and reopened on the next line."""
     width = max(width, 1)
     if display_width(text) <= width:
         return [text]
@@ -5037,8 +5029,7 @@ def term_text(state, event):
     flush_out(state)
 
 def preview(state, text, depth):
-    """Show the line in progress, dim and wrapped as it will be rendered, on its last
-    PREVIEW_ROWS rows (erased when its newline arrives and the rendered line replaces it)."""
+    """The line in progress, dim and wrapped as it will be rendered, on PREVIEW_ROWS rows."""
     if not text or not state["bol"]:
         return
     rows = wrap_words(text[-2000:], state["md"]["width"])[-PREVIEW_ROWS:]   # a longer line: its end
@@ -5078,8 +5069,7 @@ def term_tool_call(state, event):
     flush_out(state, now=True)
 
 def call_in_words(name, args):
-    """A tool call in words ("$ ls -la", "» subagent: prompt", "» read notes.txt lines 10-29",
-    "» write a.txt: 3 lines at line 5, deleting 2 lines"), or None for another call."""
+    """A call in words ("$ ls", "» read a.txt lines 1-9", "» write a.txt: ..."), or None."""
     if not isinstance(args, dict):
         return None
     if name == "shell_exec" and isinstance(args.get("command"), str):
@@ -5115,9 +5105,7 @@ def term_approval(state, event):
         show_approval(state, event)
 
 def term_tool_output(state, event):
-    """A command's output as it comes, dim: the first half-screenful of lines, then only the
-    count (the last lines are shown when it ends). Once the first lines are shown, a piece
-    is only counted and its end kept: little work per piece whatever its size."""
+    """A command's output as it comes: its first half-screenful of lines, then only its count."""
     tool = state["tool"]
     if tool is None:
         return
@@ -5127,7 +5115,7 @@ def term_tool_output(state, event):
         line, text = text.split("\n", 1)
         tool["lines"] += 1
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
-    if tool["lines"] >= shown:
+    if tool["lines"] >= shown:   # the rest counted, its end kept: little work per piece
         tool["lines"] += text.count("\n")
         keep = tool["tail"].maxlen   # one split more: a first piece that held lines is left out
         pieces = text.rsplit("\n", keep + 1)
@@ -5140,9 +5128,8 @@ def term_tool_output(state, event):
         flush_out(state)
 
 def screen_line(state, line, depth):
-    """A line of a command's output cut to one row (the model gets it whole): a third of the
-    row from its start, the rest from its end, which usually names the thing (the file in
-    `ls -la`, the message after a log's timestamp)."""
+    """A line of output cut to one row on screen: a third of it from its start, the rest from its
+    end, which usually names the thing (the file in `ls -la`, the message after a timestamp)."""
     room = max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
@@ -5154,8 +5141,7 @@ def screen_line(state, line, depth):
     return head + "\u2026" + tail
 
 def tool_status(state, event):
-    """The live status of a running command (and the tool_progress handler): seconds so far,
-    lines not shown yet."""
+    """A running command's status (also tool_progress's handler): seconds, lines not shown."""
     tool = state["tool"]
     if tool is None:
         return
@@ -5171,8 +5157,7 @@ def tool_status(state, event):
     flush_out(state)
 
 def term_tool_result(state, event):
-    """The end of a tool: a command's last lines and how it ended; a subagent's end (its
-    answer was shown as it came); another tool's result, cut to a screenful."""
+    """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
     tool, state["tool"] = state["tool"], None
     depth = event["depth"]
     if tool is not None and (tool["lines"] or tool["partial"]) and event["ok"]:
@@ -5215,9 +5200,8 @@ def end_tool_output(state, event, tool):
 
 
 def term_resumed(state, event):
-    """The conversation that goes on: its id, size and age, its last prompt (three rows at
-    most, dim, behind "you:", not the input line's "> ") and the answer to it, rendered, its
-    last rows when it is longer than a screenful."""
+    """The conversation that goes on: its id, size and age, its last prompt (dim, three rows
+    at most, behind "you:", not the input's "> ") and its answer rendered (its last rows)."""
     write(state, "[continuing %s: %d messages, %s]\n" % (event["session"], event["messages"],
                                                         event["ago"]))
     if event["prompt"] is None:
