@@ -4906,8 +4906,8 @@ def styled(text, style, base=""):
     return style + text + RESET + base if style and text else text
 
 def wrap_words(text, width):
-    """Text broken at spaces into lines of at most width columns, a style open at a break
-    closed at the line's end and reopened on the next line."""
+    """Text broken at spaces into lines of at most width columns; a style open at a break
+    is closed at the line's end and reopened on the next line."""
     width = max(width, 1)
     if display_width(text) <= width:
         return [text]
@@ -4936,7 +4936,7 @@ def display_width(text):
     if text.isascii():
         return len(text)
     text = re.sub(GLUED, "", text)
-    wide = re.findall(NON_ASCII, text)        # only the non-ASCII characters need a look-up
+    wide = re.findall(NON_ASCII, text)   # only the non-ASCII characters need a look-up
     return len(text) - len(wide) + sum(map(char_width, wide))
 
 def char_width(ch):
@@ -5042,13 +5042,9 @@ def preview(state, text, depth):
 
 def term_reply_end(state, event):
     """The reply is over: render what is left of it."""
-    if state["md"] is not None:
-        if state["status"]:
-            clear_status(state)
-        rest = md_end(state["md"])
+    if state["md"] is not None:   # (write clears the preview)
+        write(state, md_end(state["md"]), depth=event["depth"], raw=True)
         state["md"] = None
-        if rest:
-            write(state, rest, depth=event["depth"], raw=True)
     show_reply_end(state, event)
 
 def term_tool_call(state, event):
@@ -5190,8 +5186,6 @@ def end_tool_output(state, event, tool):
         else:
             tool["tail"].append(tool["partial"])
         tool["lines"] += 1
-    if state["status"]:
-        clear_status(state)
     hidden = tool["lines"] - tool["limit"] // 2 - len(tool["tail"])
     if hidden > 0:
         write(state, "... %d more lines\n" % hidden, "dim", event["depth"])
