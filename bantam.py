@@ -4463,46 +4463,40 @@ MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape se
 
 BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 
-TASK_BOXES = {" ": "\u2610", "x": "\u2611", "X": "\u2611"}   # - [ ] ☐   - [x] ☑
-
-SGR = re.compile(r"\033\[[0-9;]*m")                        # \033[1;36m
-
-NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# The patterns are strings: re compiles each at its first use (and keeps it), not at every
+# start of the program.
+SGR = r"\033\[[0-9;]*m"   # \033[1;36m
+NON_ASCII = r"[^\x00-\x7f]"
+PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
 
 # A ZWJ with the character it joins, and skin-tone modifiers, draw as part of the glyph before.
-GLUED = re.compile("\u200d.?|[\U0001f3fb-\U0001f3ff]", re.S)
+GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"
 
-PIECES = re.compile(r"( *)([^ ]+)")                        # "  word": the gap and the word
+# Where a word longer than a line may break: one character with what a break never splits from
+# it: the marks drawn on it (ZWJ, combining accents, variation selectors, skin tones) and style
+# codes, after it or, at the word's start, before it.
+CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
+         ".(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*(?:\033\\[[0-9;]*m)*")
 
-# One style code, or one character with the marks drawn on it (a hard break never splits them):
-# joined by ZWJ, combining accents, variation selectors, skin tones.
-CHARS = re.compile("\033\\[[0-9;]*m"
-                   "|.(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*", re.S)
-
-FENCE = re.compile(r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$")    # ```python
-
-FENCE_END = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*$")                 # ```
-
-HEADING = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")   # ## Title
-
-RULE = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")            # ---  ***  _ _ _
-
-QUOTE = re.compile(r" {0,3}((?:>[ \t]?)+)(.*)")                       # > > quoted text
-
+# The kinds of line, each with an example
+FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
+FENCE_END = r"[ \t]*(`{3,}|~{3,})[ \t]*$"   # ```
+HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
+RULE = r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$"   # ---  ***  _ _ _
+QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
+DELIMITER = r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$"   # | :--- | :-: | --: |
 # "- item", "  * item", "12. item", "3) item", "- [x] done" (indent, marker, task, text)
-ITEM = re.compile(r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)")
-
-DELIMITER = re.compile(r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$")    # | :--- | :-: | --: |
+ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
 
 # A table row splits at "|", except inside `code spans` and in "\|".
-CELL_BREAK = re.compile(r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|")
+CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"
 
-MARKUP = re.compile(r"[`\\\[<*_~]")
+MARKUP = r"[`\\\[<*_~]"   # no such character: the text has no spans
 
 # Inline spans. Every alternative starts with a literal character, which lets re skip ahead
 # fast; a lookbehind right after it checks the character before: `(?<!``)` = "not after `".
 # Spans are at most 500 characters, so a line full of unmatched markers stays linear.
-INLINE = re.compile(
+INLINE = (
     r"`(?<!``)(?P<ticks>`*)(?!`)(?P<code>.{1,500}?)(?<!`)`(?P=ticks)(?!`)"   # `code` ``a`b``
     r"|\\(?P<esc>[!-/:-@\[-`{-~])"                                            # \*
     r"|\[(?P<text>[^\]]{0,500})\]\((?P<url>[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)\)"  # [text](url)
@@ -4511,7 +4505,7 @@ INLINE = re.compile(
     r"|_(?<![\w\\]_)(?P<lows>_{0,2})(?![\s_])(?P<low>.{1,500}?)(?<![\s_\\])_(?P=lows)(?!\w)"
     r"|~~(?![\s~])(?P<strike>.{1,500}?)(?<![\s~\\])~~")                     # ~~strike~~
 
-def md_start(width, color=True):
+def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
             "part": [], "fence": None, "held": None, "table": None, "lists": [],
@@ -4554,9 +4548,9 @@ def md_line(state, line):
     elif state["held"] is not None:
         head, state["held"] = state["held"], None
         cells = split_row(head)
-        delimiters = split_row(line) if "|" in line and DELIMITER.match(line) else []
+        delimiters = split_row(line) if "|" in line and re.match(DELIMITER, line) else []
         if len(delimiters) == len(cells):      # a table: rows are kept until it ends
-            state["table"] = ([cells], [alignment(d) for d in delimiters])
+            state["table"] = ([cells], delimiters)
             del state["lists"][:]
             return ""
         out = md_block(state, head, hold=False)
@@ -4575,21 +4569,21 @@ def md_block(state, line, hold=True):
     state["blank"] = False
     indent, lead = len(line) - len(line.lstrip()), text[0]
     st, lists = state["styles"], state["lists"]
-    m = lead in "`~" and FENCE.match(line)
+    m = lead in "`~" and re.match(FENCE, line)
     if m:
         return md_fence(state, m, indent)
-    m = lead == "#" and HEADING.match(line)
+    m = lead == "#" and re.match(HEADING, line)
     if m:
         del lists[:]
         return md_heading(state, len(m.group(1)), m.group(2) or "")
-    if lead in "-*_" and RULE.match(line):
+    if lead in "-*_" and re.match(RULE, line):
         del lists[:]
         return styled("\u2500" * state["width"], st["dim"]) + "\n"
-    m = lead == ">" and QUOTE.match(line)
+    m = lead == ">" and re.match(QUOTE, line)
     if m:
         del lists[:]
         return md_quote(state, m.group(1).count(">"), m.group(2))
-    m = lead in "-*+0123456789" and ITEM.match(line)
+    m = lead in "-*+0123456789" and re.match(ITEM, line)
     if m:
         return md_item(state, indent, m)
     if hold and "|" in text:
@@ -4624,7 +4618,7 @@ def md_item(state, indent, m):
     if not marker[0].isdigit():
         marker = BULLETS[len(lists) % 3]
     if m.group(3):                         # task list: the box replaces a bullet
-        box = TASK_BOXES[m.group(3)]
+        box = "\u2610" if m.group(3) == " " else "\u2611"   # - [ ] ☐   - [x] ☑
         marker = box if not marker[0].isdigit() else marker + " " + box
     column = start + display_width(marker) + 1
     lists.append((indent, start, column))
@@ -4650,7 +4644,7 @@ def md_quote(state, depth, text):
     if not text.strip():
         return bar + "\n"
     width, lead = state["width"] - 2 * depth, bar + " "
-    item, heading = ITEM.match(text), HEADING.match(text)
+    item, heading = re.match(ITEM, text), re.match(HEADING, text)
     if item and item.group(4):             # > - item: a bullet with a hanging indent
         marker = item.group(2) if item.group(2)[0].isdigit() else BULLETS[0]
         lines = wrap_words(md_inline(item.group(4).strip(), st), width - len(marker) - 1)
@@ -4671,7 +4665,7 @@ def md_fence(state, m, indent):
 def md_code(state, line):
     """A line inside a fenced code block: verbatim and unwrapped, or the closing fence."""
     char, size, indent, pad = state["fence"]
-    m = FENCE_END.match(line)
+    m = re.match(FENCE_END, line)
     if m and m.group(1)[0] == char and len(m.group(1)) >= size:
         state["fence"] = None
         return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
@@ -4686,27 +4680,19 @@ def split_row(line):
     if text.endswith("|") and not text.endswith("\\|"):
         text = text[:-1]
     cells, start = [], 0
-    for m in CELL_BREAK.finditer(text):
+    for m in re.finditer(CELL_BREAK, text):
         if m.group() == "|":
             cells.append(text[start:m.start()])
             start = m.end()
     cells.append(text[start:])
     return [cell.strip().replace("\\|", "|") for cell in cells]
 
-def alignment(cell):
-    """A delimiter cell's alignment: ":--" left, ":-:" center, "--:" right."""
-    if cell.endswith(":"):
-        return "center" if cell.startswith(":") else "right"
-    return "left"
-
-def align(text, width, how):
-    """Text padded to width columns, left, centered or right."""
-    gap = width - display_width(text)
-    if how == "right":
-        return " " * gap + text
-    if how == "center":
-        return " " * (gap // 2) + text + " " * (gap - gap // 2)
-    return text + " " * gap
+def align(text, width, delimiter):
+    """Text padded to width columns as its column's delimiter says: --: right, :-: centered."""
+    gap, left = width - display_width(text), 0
+    if delimiter.endswith(":"):
+        left = gap // 2 if delimiter.startswith(":") else gap
+    return " " * left + text + " " * (gap - left)
 
 def fit_columns(widths, room):
     """Column widths with the widest capped so that all of them fill room at most."""
@@ -4727,9 +4713,9 @@ def fit_columns(widths, room):
 
 def md_table(state):
     """The buffered table drawn once in a box, header bold, cells wrapped to fit the width."""
-    rows, aligns = state["table"]
+    rows, delimiters = state["table"]
     state["table"] = None
-    st, count = state["styles"], len(aligns)
+    st, count = state["styles"], len(delimiters)
     rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
     cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
     cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
@@ -4747,8 +4733,8 @@ def md_table(state):
     for r, row in enumerate(cells):
         parts = [wrap_words(cell, w) for cell, w in zip(row, widths)]
         for k in range(max(map(len, parts))):
-            texts = [align(part[k] if k < len(part) else "", w, how)
-                     for part, w, how in zip(parts, widths, aligns)]
+            texts = [align(part[k] if k < len(part) else "", w, delimiter)
+                     for part, w, delimiter in zip(parts, widths, delimiters)]
             out.append(bar + " " + (" " + bar + " ").join(texts) + " " + bar)
         if r == 0:
             out.append(rule("\u251c", "\u253c", "\u2524"))
@@ -4757,7 +4743,7 @@ def md_table(state):
 
 def md_inline(text, st, base="", depth=0):
     """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
-    if depth > 8 or not MARKUP.search(text):   # spans in spans: 8 deep is plenty
+    if depth > 8 or not re.search(MARKUP, text):   # spans in spans: 8 deep is plenty
         return text
 
     def span(m):
@@ -4782,7 +4768,7 @@ def md_inline(text, st, base="", depth=0):
         marks = m.group("stars") or m.group("lows") or ""    # after the first * or _
         style = st[("i", "b", "bi")[len(marks)]]
         return styled(md_inline(inner, st, base + style, depth + 1), style, base)
-    return INLINE.sub(span, text)
+    return re.sub(INLINE, span, text)
 
 def styled(text, style, base=""):
     """Text in a style, then the enclosing base style again (nothing when color is off)."""
@@ -4795,56 +4781,31 @@ def wrap_words(text, width):
     if display_width(text) <= width:
         return [text]
     lines, line, used, active = [], "", 0, ""
-    for gap, word in PIECES.findall(text):
+    for gap, word in re.findall(PIECES, text):
         w = len(word) if word.isascii() and "\033" not in word else display_width(word)
-        if used + len(gap) + w <= width:           # the usual case: it fits
-            line, used = line + gap + word, used + len(gap) + w
-        elif w <= width:                           # on a new line (a leading gap is dropped)
-            if used:
-                lines.append(line + RESET if active else line)
-                line = active
-            line, used = line + word, w
-        else:                                      # longer than a line: fill it, then cut
-            if width - used - len(gap) < 1:
-                lines.append(line + RESET if active else line)
-                line, used, gap = active, 0, ""
-            for i, (piece, w) in enumerate(hard_split(word, width - used - len(gap), width)):
-                if i:
+        pieces = [(word, w)]
+        if w > width:                              # longer than a line: cut between characters
+            pieces = [(ch, display_width(ch)) for ch in re.findall(CHARS, word)]
+        for piece, w in pieces:
+            if used + len(gap) + w > width:        # on a new line (a leading gap is dropped)
+                if used:
                     lines.append(line + RESET if active else line)
-                    line, used, gap = active, 0, ""
-                if piece:                          # empty: not even one character fitted
-                    line, used = line + gap + piece, used + len(gap) + w
-                active = active_styles(active, piece) if "\033" in piece else active
-            continue
-        if "\033" in word:
-            active = active_styles(active, word)
+                    line, used = active, 0
+                gap = ""
+            line, used, gap = line + gap + piece, used + len(gap) + w, ""
+            if "\033" in piece:                    # the styles still open after it
+                for code in re.findall(SGR, piece):
+                    active = "" if code in (RESET, "\033[m") else active + code
     return lines + [line]
-
-def hard_split(word, room, width):
-    """A too-long word cut into (piece, columns): room columns first, then width each."""
-    pieces, piece, used = [], "", 0
-    for ch in CHARS.findall(word):
-        w = display_width(ch)
-        if used + w > room and (used or room < width):
-            pieces.append((piece, used))
-            piece, used, room = "", 0, width
-        piece, used = piece + ch, used + w
-    return pieces + [(piece, used)]
-
-def active_styles(active, text):
-    """The SGR codes still open after text, given those open before it."""
-    for code in SGR.findall(text):
-        active = "" if code in (RESET, "\033[m") else active + code
-    return active
 
 def display_width(text):
     """Terminal columns of text: CJK and emoji 2, combining marks and SGR codes 0."""
     if "\033" in text:
-        text = SGR.sub("", text)
+        text = re.sub(SGR, "", text)
     if text.isascii():
         return len(text)
-    text = GLUED.sub("", text)
-    wide = NON_ASCII.findall(text)        # only the non-ASCII characters need a look-up
+    text = re.sub(GLUED, "", text)
+    wide = re.findall(NON_ASCII, text)   # only the non-ASCII characters need a look-up
     return len(text) - len(wide) + sum(map(char_width, wide))
 
 def char_width(ch):
@@ -4888,7 +4849,7 @@ def show_approval(state, event):
 def show_problem(state, event):
     """A note unless it is information only: -q shows only the problems."""
     if event["level"] != "info":
-        show_line(state, event)
+        PLAIN["note"](state, event)
 
 def show_discarded(state, event):
     """[discarded: ...], dim, below the output of a reply that failed."""
@@ -4897,43 +4858,20 @@ def show_discarded(state, event):
     flush_out(state, now=True)
 
 
-def show_line(state, event):
-    """A note, a retry or an error: one line on stderr, as the plain view shows them."""
-    PLAIN[event["type"]](state, event)
-
-
 PLAIN.update(waiting=show_status, context=show_context, approval=show_approval,
              discarded=show_discarded)
-QUIET = {"error": show_line, "retry": show_line, "note": show_problem, "output": show_output}
+QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "note": show_problem,
+         "output": show_output}
 
 
 def jsonl_view(stream, cfg):
-    """A view writing each event as one JSON line, flushed at once, secrets replaced (those
-    of now: /cfg may set a new key)."""
+    """A view writing each event as one JSON line, flushed, secrets replaced (/cfg may add one)."""
     encode = json.JSONEncoder(ensure_ascii=False).encode
-
-    def view(event):
-        line = redact(cfg, encode(event))
-        try:
-            stream.write(line + "\n")
-            stream.flush()
-        except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise OutputClosed("")
-    return view
-
-def both(*views):
-    """A view passing each event to every view given (None ones left out)."""
-    views = [v for v in views if v]
-
-    def view(event):
-        for each in views:
-            each(event)
-    return view
+    state = {"out": stream, "err": stream}   # for guarded(): a closed pipe stops the run
+    return lambda event: guarded(state, "out", redact(cfg, encode(event)) + "\n", flush=True)
 
 def terminal_view(cfg):
-    """A view for a person at a terminal: the plain view's layout and colors, plus rendered
-    Markdown, readable tool calls and live tool output."""
+    """A view for a person: the plain view's colors, rendered Markdown, tools shown live."""
     return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0)
 
 def screen_size(state):
@@ -4960,8 +4898,7 @@ def term_text(state, event):
     flush_out(state)
 
 def preview(state, text, depth):
-    """Show the line in progress, dim and wrapped as it will be rendered, on its last
-    PREVIEW_ROWS rows (erased when its newline arrives and the rendered line replaces it)."""
+    """The line in progress, dim and wrapped as it will be rendered, on PREVIEW_ROWS rows."""
     if not text or not state["bol"]:
         return
     rows = wrap_words(text[-2000:], state["md"]["width"])[-PREVIEW_ROWS:]   # a longer line: its end
@@ -4974,13 +4911,9 @@ def preview(state, text, depth):
 
 def term_reply_end(state, event):
     """The reply is over: render what is left of it."""
-    if state["md"] is not None:
-        if state["status"]:
-            clear_status(state)
-        rest = md_end(state["md"])
+    if state["md"] is not None:   # (write clears the preview)
+        write(state, md_end(state["md"]), depth=event["depth"], raw=True)
         state["md"] = None
-        if rest:
-            write(state, rest, depth=event["depth"], raw=True)
     show_reply_end(state, event)
 
 def term_tool_call(state, event):
@@ -5001,8 +4934,7 @@ def term_tool_call(state, event):
     flush_out(state, now=True)
 
 def call_in_words(name, args):
-    """A tool call in words ("$ ls -la", "» subagent: prompt", "» read notes.txt lines 10-29",
-    "» write a.txt: 3 lines at line 5, deleting 2 lines"), or None for another call."""
+    """A call in words ("$ ls", "» read a.txt lines 1-9", "» write a.txt: ..."), or None."""
     if not isinstance(args, dict):
         return None
     if name == "shell_exec" and isinstance(args.get("command"), str):
@@ -5038,9 +4970,7 @@ def term_approval(state, event):
         show_approval(state, event)
 
 def term_tool_output(state, event):
-    """A command's output as it comes, dim: the first half-screenful of lines, then only the
-    count (the last lines are shown when it ends). Once the first lines are shown, a piece
-    is only counted and its end kept: little work per piece whatever its size."""
+    """A command's output as it comes: its first half-screenful of lines, then only its count."""
     tool = state["tool"]
     if tool is None:
         return
@@ -5050,7 +4980,7 @@ def term_tool_output(state, event):
         line, text = text.split("\n", 1)
         tool["lines"] += 1
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
-    if tool["lines"] >= shown:
+    if tool["lines"] >= shown:   # the rest counted, its end kept: little work per piece
         tool["lines"] += text.count("\n")
         keep = tool["tail"].maxlen   # one split more: a first piece that held lines is left out
         pieces = text.rsplit("\n", keep + 1)
@@ -5063,9 +4993,8 @@ def term_tool_output(state, event):
         flush_out(state)
 
 def screen_line(state, line, depth):
-    """A line of a command's output cut to one row (the model gets it whole): a third of the
-    row from its start, the rest from its end, which usually names the thing (the file in
-    `ls -la`, the message after a log's timestamp)."""
+    """A line of output cut to one row on screen: a third of it from its start, the rest from its
+    end, which usually names the thing (the file in `ls -la`, the message after a timestamp)."""
     room = max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
@@ -5077,8 +5006,7 @@ def screen_line(state, line, depth):
     return head + "\u2026" + tail
 
 def tool_status(state, event):
-    """The live status of a running command (and the tool_progress handler): seconds so far,
-    lines not shown yet."""
+    """A running command's status (also tool_progress's handler): seconds, lines not shown."""
     tool = state["tool"]
     if tool is None:
         return
@@ -5094,8 +5022,7 @@ def tool_status(state, event):
     flush_out(state)
 
 def term_tool_result(state, event):
-    """The end of a tool: a command's last lines and how it ended; a subagent's end (its
-    answer was shown as it came); another tool's result, cut to a screenful."""
+    """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
     tool, state["tool"] = state["tool"], None
     depth = event["depth"]
     if tool is not None and (tool["lines"] or tool["partial"]) and event["ok"]:
@@ -5128,8 +5055,6 @@ def end_tool_output(state, event, tool):
         else:
             tool["tail"].append(tool["partial"])
         tool["lines"] += 1
-    if state["status"]:
-        clear_status(state)
     hidden = tool["lines"] - tool["limit"] // 2 - len(tool["tail"])
     if hidden > 0:
         write(state, "... %d more lines\n" % hidden, "dim", event["depth"])
@@ -5138,9 +5063,8 @@ def end_tool_output(state, event, tool):
 
 
 def term_resumed(state, event):
-    """The conversation that goes on: its id, size and age, its last prompt (three rows at
-    most, dim, behind "you:", not the input line's "> ") and the answer to it, rendered, its
-    last rows when it is longer than a screenful."""
+    """The conversation that goes on: its id, size and age, its last prompt (dim, three rows
+    at most, behind "you:", not the input's "> ") and its answer rendered (its last rows)."""
     write(state, "[continuing %s: %d messages, %s]\n" % (event["session"], event["messages"],
                                                         event["ago"]))
     if event["prompt"] is None:
