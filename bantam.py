@@ -2010,8 +2010,7 @@ def main(argv=None):
 # contracts are at HOOKS; it never replaces a function of Part I.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
-import stat          # (Part II's own modules)
-import unicodedata
+import stat          # (Part II's own module)
 
 # Part II adds to Part I's tables: the keys below (and their checks), more events, views,
 # tools, commands and flags; and it fills the hooks. Its sections follow in reading order.
@@ -4810,6 +4809,7 @@ def display_width(text):
 
 def char_width(ch):
     """Columns of one character: 0 for combining and format marks, 2 for wide ones, else 1."""
+    import unicodedata   # (here: only text that is not ASCII needs it, and the import costs)
     if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
         return 0
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
@@ -4868,7 +4868,14 @@ def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed, secrets replaced (/cfg may add one)."""
     encode = json.JSONEncoder(ensure_ascii=False).encode
     state = {"out": stream, "err": stream}   # for guarded(): a closed pipe stops the run
-    return lambda event: guarded(state, "out", redact(cfg, encode(event)) + "\n", flush=True)
+
+    def view(event):
+        guarded(state, "out", redact(cfg, encode(event)) + "\n", flush=True)
+        if state["out"] is not stream and not state.get("said"):   # a full disk: say so, once
+            state["said"] = True
+            note(cfg, "warning: cannot write events to %s; no more are written there"
+                 % getattr(stream, "name", "the event stream"), "warning")
+    return view
 
 def terminal_view(cfg):
     """A view for a person: the plain view's colors, rendered Markdown, tools shown live."""
@@ -5051,7 +5058,8 @@ def end_tool_output(state, event, tool):
     """The output lines kept back: "... N more lines", then the last ones."""
     if tool["partial"]:   # the last line had no newline
         if tool["lines"] < tool["limit"] // 2:
-            write(state, tool["partial"] + "\n", "body", event["depth"])
+            write(state, screen_line(state, tool["partial"], event["depth"]) + "\n", "body",
+                  event["depth"])
         else:
             tool["tail"].append(tool["partial"])
         tool["lines"] += 1

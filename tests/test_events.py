@@ -475,6 +475,17 @@ class TraceFileTests(EventCase):
         for run in runs:
             self.assertEqual([run[0]["type"], run[-1]["type"]], ["start", "context"])
 
+    def test_a_trace_that_cannot_be_written_is_said_once_and_the_run_goes_on(self):
+        """--trace on a full disk (/dev/full): one warning on stderr, the answer still shown,
+        exit 0 (the trace stops; the run neither crashes nor goes on in silence)."""
+        self.push(tool_call_stream([shell_call("call_1", "echo step")]), text_stream("the answer"))
+        result = self.run_bantam("--trace", "/dev/full", "-p", "go")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("the answer", result.stdout)
+        warnings = [line for line in result.stderr.splitlines() if "cannot write events" in line]
+        self.assertEqual(warnings, ["warning: cannot write events to /dev/full; no more are "
+                                    "written there"])
+
     def test_trace_file_key_in_repl_and_batch(self):
         """trace_file in model.cfg: a REPL run then a batch run append to it, in that order."""
         self.ws.write_config(self.server, trace_file="events.jsonl")

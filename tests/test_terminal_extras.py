@@ -151,6 +151,21 @@ class ToolOutputTests(ExtrasCase):
                 self.assertIn("\n1500\n", self.tool_messages()[0])
                 self.leave(term)
 
+    def test_a_wide_last_line_without_a_newline_is_cut_too(self):
+        """A command's only line, 160 characters with no newline at its end, is cut to one row
+        like every other line (it was once written whole, and wrapped)."""
+        command = "printf 'start-%0150d-the-end' 0"
+        for cols in WIDTHS:
+            with self.subTest(cols=cols):
+                self.push(tool_call_stream([shell("c1", command)]), text_stream("printed"))
+                term = self.start(cols=cols)
+                rows = screen(self.type_line(term, "print", "printed")).splitlines()
+                wide = next(r for r in rows if r.startswith("start-"))
+                self.assertTrue(wide.endswith("0-the-end"), wide)
+                self.assertEqual(len(wide), cols)
+                self.assertEqual(wide.count("\u2026"), 1)
+                self.leave(term)
+
     def test_wide_lines_keep_their_start_and_end(self):
         """A line wider than the screen keeps a third of the row from its start and the rest
         from its end: `ls -la` keeps the file name at 40 columns; a 160-character line keeps
