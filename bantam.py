@@ -2365,12 +2365,13 @@ def end_of_reply(cfg, reply):
     cuts said) and the turn (a tool call written as text made real, the cost)."""
     if reply["unsure"]:
         queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
-    say_cuts(cfg, reply)
     if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
         raise stream_error("finish_reason: error")
+    text_tool_call(cfg, reply)
+    end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
+    say_cuts(cfg, reply)
     if reply["finish"] in CUT_REPLY and not reply["quiet"]:
         note(cfg, CUT_REPLY[reply["finish"]], "warning")
-    text_tool_call(cfg, reply)
     own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
     prompt, cached, completion, _ = reply["tokens"]
     reply["cost"] = call_cost(cfg, prompt, cached, completion)

@@ -274,6 +274,8 @@ class EventSchemaTests(EventCase):
         event = self.one(events, "note")
         self.assertEqual(event["level"], "warning")
         self.assertIn("finish_reason: length", event["text"])
+        kinds = [e["type"] for e in events]   # said of the reply once it is shown whole
+        self.assertLess(kinds.index("reply_end"), kinds.index("note"))
 
     def test_error(self):
         """error: a failed turn's message (exit 2: a wrong key is final), after turn_end with status "failed"."""

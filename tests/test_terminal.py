@@ -267,6 +267,20 @@ class RenderTests(TerminalCase):
         self.assertEqual(self.server.bodies[-1]["messages"][-2], {"role": "assistant", "content": MARKDOWN})
         self.quit(term)
 
+    def test_a_cut_reply_is_said_below_its_last_line(self):
+        """A reply cut at the token limit in the middle of a line: the screen shows the whole
+        answer, its unfinished last line included, and the note that it was cut below it."""
+        self.push(sse([chunk({"role": "assistant", "content": ""}),
+                       chunk({"content": "First line.\nAnd the last one, unfini"}),
+                       chunk({}, finish_reason="length")]))
+        term = self.start()
+        out = self.turn(term, "talk", "output token limit")
+        lines = out.splitlines()
+        at = next(i for i, line in enumerate(lines) if "output token limit" in line)
+        self.assertIn("And the last one, unfini", lines[at - 1])
+        self.assertIn("First line.", lines[at - 2])
+        self.quit(term)
+
     def test_long_line_preview_leaves_only_the_rendered_paragraph(self):
         """A long line streamed in small pieces is previewed wrapped over several rows while
         it comes; when it ends, the screen holds the rendered paragraph once, nothing more."""
