@@ -2373,9 +2373,7 @@ def end_of_reply(cfg, reply):
     if reply["finish"] in CUT_REPLY and not reply["quiet"]:
         note(cfg, CUT_REPLY[reply["finish"]], "warning")
     own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
-    prompt, cached, completion, _ = reply["tokens"]
-    reply["cost"] = call_cost(cfg, prompt, cached, completion)
-    spend(cfg, prompt + completion, reply["cost"])
+    spend(cfg, reply)
     return None
 
 
@@ -3470,22 +3468,19 @@ BUDGETS = {   # key: how its use is said
     "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
     "max_al_iterations": "%s model calls"}
 
-def call_cost(cfg, prompt, cached, completion):
-    """Dollars for one model call at the configured prices; None when no price is set."""
-    if not (cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]):
-        return None
-    cached = cached or 0
-    cached_price = cfg["price_cached"] or cfg["price_in"]
-    return ((prompt - cached) * cfg["price_in"] + cached * cached_price
-            + completion * cfg["price_out"]) / 1e6
-
-
-def spend(cfg, tokens, cost):
-    """Add one model call's tokens and cost to the turn's tally (calls outside AL: none)."""
+def spend(cfg, reply):
+    """The reply's cost in dollars at the configured prices (None when no price is set), and
+    its tokens and cost added to the turn's tally (calls outside AL: none)."""
+    prompt, cached, completion, _ = reply["tokens"]
+    reply["cost"] = None
+    if cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]:
+        cached_price = cfg["price_cached"] or cfg["price_in"]
+        reply["cost"] = ((prompt - (cached or 0)) * cfg["price_in"] + (cached or 0) *
+                         cached_price + completion * cfg["price_out"]) / 1e6
     turn = turn_tally(cfg)
     if turn:
-        turn["tokens"] += tokens
-        turn["cost"] += cost or 0.0
+        turn["tokens"] += prompt + completion
+        turn["cost"] += reply["cost"] or 0.0
 
 
 def time_up(cfg):
