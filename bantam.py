@@ -2005,9 +2005,9 @@ def main(argv=None):
 
 
 # Here ends Part I: all of Bantam. A reader may stop here. Part II joins it through the tables
-# it extends (DEFAULTS, CHOICES, POSITIVE, TOOLS, COMMANDS, EVENTS, PLAIN, VIEWS, FLAGS) and
-# the eight hooks of HOOKS (start, turn, connect, request, delta, tool, spawn, step), whose
-# contracts are at HOOKS; it never replaces a function of Part I.
+# it extends (DEFAULTS, CHOICES, POSITIVE, PARSERS, TOOLS, COMMANDS, EVENTS, PLAIN, VIEWS,
+# FLAGS, HELP) and the eight hooks of HOOKS (start, turn, connect, request, delta, tool, spawn,
+# step), whose contracts are at HOOKS; it never replaces a function of Part I.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import stat          # (Part II's own module)
