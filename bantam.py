@@ -5418,18 +5418,16 @@ def more_flags(parser):
 
 
 FLAGS.insert(1, more_flags)
-HELP.append("""\
-config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg merged over it (what
-steers bantam, such as endpoint, only once the folder is trusted: --trust); a key left out
-comes from BANTAM_<KEY>, then the default. Flags beat the files, the files beat the
-environment; the leash (deny, approve...) only tightens. Keys: """ + ", ".join(DEFAULTS) + """.
-bantam --show-config lists them with their values and sources.
-
-exit status: 0 done, 1 failed after retries (transient: retrying later may work), 2 usage,
-config or request error (final: the same run fails again), 3 stopped by a budget \
-(max_turn_tokens, max_cost, ...; the answer
-is the model's best from what it had), 130 interrupted, 129 hang-up, 143 terminated,
-141 stdout closed.""")
+HELP.extend("\n".join(wrap_words(" ".join(paragraph.split()), 92)) for paragraph in (
+    "config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg merged over it "
+    "(what steers bantam, such as endpoint, only once the folder is trusted: --trust); a key "
+    "left out comes from BANTAM_<KEY>, then the default. Flags beat the files, the files beat "
+    "the environment; the leash (deny, approve...) only tightens. Keys: " + ", ".join(DEFAULTS)
+    + ".", "bantam --show-config lists them with their values and sources.",
+    "exit status: 0 done, 1 failed after retries (transient: retrying later may work), 2 usage, "
+    "config or request error (final: the same run fails again), 3 stopped by a budget "
+    "(max_turn_tokens, max_cost, ...; the answer is the model's best from what it had), 130 "
+    "interrupted, 129 hang-up, 143 terminated, 141 stdout closed."))
 
 
 def batch_prompt(args):

@@ -388,6 +388,10 @@ class InfoFlagTests(CliCase):
         self.assertNotIn("model.cfg.example", result.stdout + result.stderr)
         self.assertIn("model.cfg", result.stdout)
         self.assertEqual(self.server.requests, [])
+        wide = [line for line in result.stdout.splitlines() if len(line) > 100]
+        self.assertEqual(wide, [])   # the paragraphs under the options are wrapped too
+        for key in bantam.DEFAULTS:   # every key is named, none cut at a line break
+            self.assertRegex(result.stdout, r"(?<![\w-])%s[,.]" % key)
 
     def test_version(self):
         """--version prints `bantam VERSION` and exits 0 without a request."""
