@@ -21,6 +21,7 @@ Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
         bantam --help        every option
 """
+import io
 import json
 import os
 import re
@@ -48,7 +49,8 @@ DEFAULTS = {
     "max_tool_res": 65536,         # bytes of a tool result sent whole; more is cut (head, tail)
 }
 CHOICES = {"color": ("auto", "always", "never")}
-POSITIVE = {"max_al_iterations", "max_tool_res"}
+POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout",
+            "shell_timeout"}
 PARSERS = {}   # key -> function(value, where): a key's own check, after its type's (Part II's)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 MAX_SERVER_WAIT = 60.0             # a longer wait asked for by the server fails the turn
@@ -146,8 +148,9 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
     "messages", "request": "model messages stream", "reasoning": "text", "text": "text",
     "reply_end": "finish", "reply": "message quiet", "message": "message", "tool_call":
     "id name arguments", "tool_output": "text", "tool_progress": "seconds", "tool_result":
-    "id name content ok", "retry": "error attempt of wait", "note": "text level",
-    "output": "text", "error": "message", "turn_end": "status error", "compaction":
+    "id name content ok", "usage": "model prompt_tokens cached_tokens completion_tokens "
+    "estimated quiet seconds first_output cost", "retry": "error attempt of wait", "note":
+    "text level", "output": "text", "error": "message", "turn_end": "status error", "compaction":
     "before after kept_prompt", "resumed": "session messages ago prompt answer"}
 
 
@@ -256,19 +259,27 @@ def write(state, text, style=None, depth=0, raw=False):
 
 
 def guarded(state, stream, text, flush=False):
-    """Write to a view's stream: a reader gone (a closed pipe) stops the run, a terminal gone
-    (a hang-up) sends the rest to /dev/null."""
+    """Write to a view's stream. stdout failing stops the run (see output_failed); a terminal
+    gone (a hang-up) sends the rest to /dev/null, and so does a stderr that fails (the answer
+    still goes out) or another file (a trace: its view says so)."""
     try:
         state[stream].write(text)
         if flush:
             state[stream].flush()
-    except BrokenPipeError:
-        if stream == "err":
-            return
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise OutputClosed("")
-    except OSError:
-        state["out"] = state["err"] = open(os.devnull, "w")
+    except OSError as e:
+        if stream == "out" and state[stream] is sys.stdout and not state.get("tty"):
+            raise output_failed(e)
+        gone = ("out", "err") if state.get("tty") else (stream,)
+        state.update((name, open(os.devnull, "w")) for name in gone)
+
+
+def output_failed(error):
+    """The error that ends a run whose stdout cannot be written: a reader gone (a closed pipe:
+    exit 141, quietly) or a full disk. stdout goes to /dev/null, so no later write fails."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if isinstance(error, BrokenPipeError):
+        return OutputClosed("")
+    return BantamError("cannot write the output: %s" % (error.strerror or error))
 
 
 def flush_out(state, now=False):
@@ -464,7 +475,7 @@ def parse_value(key, raw, where):
             return raw.lower() in ("true", "1", "yes", "on")
         if kind in ("int", "float"):
             value = type(default)(raw)
-            if value < (key in POSITIVE) or value != value:
+            if not value - value == 0 or value < 0 or key in POSITIVE and value == 0:   # (NaN, inf)
                 raise ValueError("expected a %s %s" % ("whole number" if kind == "int" else
                                  "number", "above 0" if key in POSITIVE else "of 0 or more"))
             return value
@@ -677,10 +688,11 @@ def chat(cfg, messages, tools=True, quiet=False):
             if retries == len(delays):
                 raise ApiError("%s (gave up after %d %s)" % (
                     e, retries, "retry" if retries == 1 else "retries"), "retry", e.status)
-            wait = max(delays[retries], getattr(e, "wait", None) or 0)   # (Part II: Retry-After)
-            if wait > MAX_SERVER_WAIT:
+            asked = getattr(e, "wait", None) or 0   # (Part II: the server's Retry-After)
+            if asked > MAX_SERVER_WAIT:
                 raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again "
-                               "later)" % (e, wait), "retry", e.status)
+                               "later)" % (e, asked), "retry", e.status)
+            wait = max(delays[retries], asked)
             retries += 1
             emit(cfg, "retry", error=redact(cfg, str(e)), attempt=retries, of=len(delays),
                  wait=wait)
@@ -978,7 +990,7 @@ def merge_tool_call(reply, fragment, position):
     call, new_id = calls.get(index), str(fragment.get("id") or "")
     if call and call["id"] and new_id and new_id != call["id"] and (
             function.get("name") or not isinstance(fragment.get("index"), int)):
-        calls[-1 - len(calls)] = calls.pop(index)   # the one before keeps its place in order
+        calls[-1 - len(calls)] = calls.pop(index)   # the one before, kept (now last in order)
         call = None
     if call is None:
         call = calls[index] = {"id": "", "type": "function",
@@ -1272,8 +1284,9 @@ def run_tool_call(cfg, call, args):
         result = args
     else:
         try:
-            result, ok = hooked("tool", function(cfg, args), cfg, call, args), True
-        except (OSError, ValueError, TypeError) as e:
+            result = hooked("tool", function(cfg, args), cfg, call, args)
+            ok = not result.startswith("error:")   # a tool's own "error: ..." shows as one
+        except Exception as e:   # a tool's bug is text for the model too, never a crash
             result = "error: %s failed: %s" % (name, e)
     result = clean_for_model(result)
     emit(cfg, "tool_result", id=call["id"], name=name, content=redact(cfg, result), ok=ok)
@@ -1964,6 +1977,14 @@ def read_prompt(path):
 def main(argv=None):
     """The command line: the REPL without a prompt, batch mode with one; the exit status:
     0 done, 1 failed after retries, 2 a usage, config or request error, 130 interrupted."""
+    if sys.stdout is None:   # started with stdout closed (`bantam >&-`): no answer can go out
+        print("error: stdout is closed: there is nowhere to write the answer", file=sys.stderr)
+        return 2
+    sys.stdin = sys.stdin or open(os.devnull)   # closed (`<&-`, `2>&-`): read or write nothing
+    sys.stderr = sys.stderr or open(os.devnull, "w")
+    if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):   # PYTHONUNBUFFERED=1:
+        sys.stdout = io.TextIOWrapper(   # a short write to a pipe would lose the rest unsaid
+            io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding, write_through=True)
     if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
         sys.stdout.reconfigure(errors="replace")
     convo = None
@@ -1985,6 +2006,10 @@ def main(argv=None):
             return 0
         turn(convo, convo["prompt"] if convo.get("prompt") is not None else read_prompt(
             args.prompt_file))
+        try:
+            sys.stdout.flush()   # the answer is out only once this succeeds
+        except OSError as e:
+            raise output_failed(e)
         return convo.get("status", 0)
     except KeyboardInterrupt:
         if convo:
@@ -2000,7 +2025,7 @@ def main(argv=None):
             save_session(convo["cfg"], convo["session"], convo["messages"])
         try:
             sys.stdout.flush()
-        except (BrokenPipeError, OutputClosed):
+        except OSError:   # (said already, or a REPL's terminal gone)
             pass
 
 
@@ -2054,8 +2079,7 @@ CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny
                sandbox=("off", "workspace", "read-only"))
 POSITIVE |= {"context_window", "max_calls_per_reply"}
 EVENTS.update({
-    "waiting": "seconds", "usage": "model prompt_tokens cached_tokens completion_tokens "
-    "estimated quiet seconds first_output cost", "discarded": "error", "context": "model "
+    "waiting": "seconds", "discarded": "error", "context": "model "
     "prompt_tokens cached_tokens completion_tokens estimated window share cost session_cost",
     "approval": "id tool command path decision rule reason edited",
     "budget_stop": "reason limit used"})

@@ -469,7 +469,9 @@ class UsageErrorTests(CliCase):
         """A value of the wrong type names --set, the key and the type expected."""
         cases = [("temperature=hot", "expected a number"), ("stream=maybe", "expected true or false"),
                  ("max_al_iterations=0", "expected a whole number above 0"),
-                 ("timeout=-1", "expected a number of 0 or more"),
+                 ("temperature=-1", "expected a number of 0 or more"),
+                 ("timeout=0", "expected a number above 0"),   # (0 once made every request fail)
+                 ("shell_timeout=inf", "expected a number above 0"),   # (inf: a traceback)
                  ("backoff=a,b", "expected a comma-separated list of seconds"),
                  ("headers=[1]", "expected a JSON object of strings"),
                  ("color=purple", "expected one of auto, always, never")]
