@@ -269,14 +269,24 @@ def guarded(state, stream, text, flush=False):
     except OSError as e:
         if stream == "out" and state[stream] is sys.stdout and not state.get("tty"):
             raise output_failed(e)
-        gone = ("out", "err") if state.get("tty") else (stream,)
-        state.update((name, open(os.devnull, "w")) for name in gone)
+        for name in ("out", "err") if state.get("tty") else (stream,):
+            if state[name] in (sys.stdout, sys.stderr):   # Python's flush at exit must not fail
+                to_devnull(state[name])
+            state[name] = open(os.devnull, "w")
+
+
+def to_devnull(stream):
+    """Point a standard stream's file descriptor at /dev/null (if it has one)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError):   # (a library caller's StringIO)
+        pass
 
 
 def output_failed(error):
     """The error that ends a run whose stdout cannot be written: a reader gone (a closed pipe:
     exit 141, quietly) or a full disk. stdout goes to /dev/null, so no later write fails."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    to_devnull(sys.stdout)
     if isinstance(error, BrokenPipeError):
         return OutputClosed("")
     return BantamError("cannot write the output: %s" % (error.strerror or error))

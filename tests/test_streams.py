@@ -1,0 +1,82 @@
+"""bantam's own streams when they are not what a program expects: stdout full or closed, stderr
+full or closed, stdin closed, Python's output unbuffered (PYTHONUNBUFFERED=1), and the results a
+tool reports as errors. A real bantam.py runs under bash with each redirection."""
+
+import json
+import shlex
+import subprocess
+
+from tests.support import BantamTestCase, _env_for, bantam_argv, error, text_stream, tool_call_stream
+
+
+class StreamTests(BantamTestCase):
+    """What a script sees when bantam's standard streams are broken."""
+
+    def shell(self, redirect, *args, env=None):
+        """Run bantam with args under bash, followed by redirect (e.g. '>/dev/full')."""
+        command = " ".join(shlex.quote(a) for a in bantam_argv(*args)) + " " + redirect
+        return subprocess.run(["bash", "-c", command], cwd=self.ws.work, env=_env_for(self.ws, env),
+                              capture_output=True, text=True, timeout=60)
+
+    def test_a_full_stdout_is_an_error_not_a_silent_success(self):
+        """-q, plain and --jsonl to /dev/full: exit 1 and one line naming the cause."""
+        for mode in ("-q", "--set=color=never", "--jsonl"):
+            with self.subTest(mode=mode):
+                self.push(text_stream("the answer"))
+                result = self.shell(">/dev/full", mode, "-p", "hi")
+                self.assertEqual(result.returncode, 1, result.stderr)
+                if mode != "--jsonl":   # (--jsonl's errors are events, on that stdout)
+                    self.assertIn("error: cannot write the output: No space left on device",
+                                  result.stderr)
+                self.assertNotIn("Traceback", result.stderr)
+
+    def test_a_failing_stderr_leaves_the_answer_on_stdout(self):
+        """A retry's line cannot be written (stderr is /dev/full): the answer still comes, exit 0."""
+        self.push(error(500, "busy"), text_stream("THE ANSWER"))
+        result = self.shell("2>/dev/full", "-q", "--set", "backoff=0.01", "-p", "hi")
+        self.assertEqual((result.returncode, result.stdout), (0, "THE ANSWER\n"))
+
+    def test_closed_stdin_and_stderr_are_nothing_to_read_or_write(self):
+        """<&- and 2>&-: the run goes on as with /dev/null (once a traceback, exit 1)."""
+        for redirect in ("<&-", "2>&-"):
+            with self.subTest(redirect=redirect):
+                self.push(text_stream("answered"))
+                result = self.shell(redirect, "-q", "-p", "hi")
+                self.assertEqual((result.returncode, result.stdout), (0, "answered\n"))
+                self.assertNotIn("Traceback", result.stderr)
+
+    def test_a_closed_stdout_stops_before_any_request(self):
+        """>&-: exit 2 (the same run fails the same way again), one line, nothing sent."""
+        result = self.shell(">&-", "-q", "-p", "hi")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "error: stdout is closed: there is nowhere to write the "
+                                        "answer\n")
+        self.assertEqual(self.server.requests, [])
+
+    def test_unbuffered_output_to_a_reader_that_leaves_is_exit_141(self):
+        """PYTHONUNBUFFERED=1 (set in many container images): a long answer piped to a reader
+        that stops early gives 141, as without it; a short write once lost the rest, exit 0."""
+        answer = "\n".join("line %d" % i for i in range(200000))
+        for mode in ("-q", "--set=color=never"):
+            with self.subTest(mode=mode):
+                self.push(text_stream(answer, pieces=65536))
+                result = self.shell("| (sleep 0.3; head -1 >/dev/null); exit ${PIPESTATUS[0]}",
+                                    mode, "-p", "hi", env={"PYTHONUNBUFFERED": "1"})
+                self.assertEqual(result.returncode, 141, result.stderr)
+
+
+class ToolErrorTests(BantamTestCase):
+    """A tool's own error is reported as one (the spec: red for tool errors)."""
+
+    def test_a_tool_result_that_is_an_error_is_not_ok(self):
+        """shell_exec with an empty command answers "error: ..." : its tool_result has ok false;
+        a command that ran, even one that failed, is ok (its exit code says the rest)."""
+        calls = [("c1", "shell_exec", {"command": " "}), ("c2", "shell_exec", {"command": "exit 3"})]
+        self.push(tool_call_stream(calls), text_stream("done"))
+        result = self.run_bantam("--jsonl", "-p", "go")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        events = [json.loads(line) for line in result.stdout.splitlines()]
+        results = {e["id"]: e for e in events if e["type"] == "tool_result"}
+        self.assertFalse(results["c1"]["ok"])
+        self.assertTrue(results["c1"]["content"].startswith("error:"))
+        self.assertTrue(results["c2"]["ok"])
