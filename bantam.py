@@ -1809,6 +1809,8 @@ def run_turn(convo, prompt):
     cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
     before, given, taken = messages[:], session["id"], False
     first = convo.get("take_back") and not session["written"]
+    if isinstance(prompt, str):   # an argument's bytes that are not UTF-8 become U+FFFD
+        prompt = join_surrogates(prompt)
     append_user(messages, prompt)
     asked = messages[-1]
     if first:   # the prompt survives a kill
@@ -1977,7 +1979,8 @@ def read_prompt(path):
             if waiting:
                 note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: "
                      "</dev/null)]", "info")
-            return sys.stdin.read()
+            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+            return data if isinstance(data, str) else data.decode("utf-8-sig", "replace")
         with open(path, encoding="utf-8-sig") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
@@ -5636,8 +5639,11 @@ def batch_answer(convo, prompt, go):
     if args.quiet:
         show(convo["cfg"], answer)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(answer)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(answer)
+        except OSError as e:   # (a full disk: the answer is in the session all the same)
+            raise BantamError("cannot write %s: %s" % (args.output, e.strerror or e))
     convo["status"] = BUDGET_EXIT if convo.get("ended") == "budget" else 0
 
 

@@ -80,3 +80,25 @@ class ToolErrorTests(BantamTestCase):
         self.assertFalse(results["c1"]["ok"])
         self.assertTrue(results["c1"]["content"].startswith("error:"))
         self.assertTrue(results["c2"]["ok"])
+
+
+class InputBytesTests(BantamTestCase):
+    """Prompts whose bytes are not UTF-8, from stdin or an argument; -o that cannot be written."""
+
+    def test_bytes_that_are_not_utf8_are_sent_as_replacement_characters(self):
+        """stdin and -p: an invalid byte becomes U+FFFD in the request (a lone surrogate once
+        went out, which servers refuse: HTTP 400), and a BOM on stdin is dropped."""
+        self.push(text_stream("one"), text_stream("two"))
+        stdin = StreamTests.shell(self, "< <(printf '\\xef\\xbb\\xbfsay hi \\xff')", "-q", "-")
+        self.assertEqual((stdin.returncode, stdin.stdout), (0, "one\n"), stdin.stderr)
+        argv = StreamTests.shell(self, "", "-q", "-p", b"caf\xe9".decode("utf-8", "surrogateescape"))
+        self.assertEqual((argv.returncode, argv.stdout), (0, "two\n"), argv.stderr)
+        prompts = [b["messages"][-1]["content"] for b in self.server.bodies]
+        self.assertEqual(prompts, ["say hi \ufffd", "caf\ufffd"])
+
+    def test_an_output_file_that_cannot_be_written_is_one_line(self):
+        """-o /dev/full: the answer is on stdout (-q), then exit 1 and one line, no traceback."""
+        self.push(text_stream("kept"))
+        result = StreamTests.shell(self, "", "-q", "-o", "/dev/full", "-p", "hi")
+        self.assertEqual((result.returncode, result.stdout), (1, "kept\n"))
+        self.assertEqual(result.stderr, "error: cannot write /dev/full: No space left on device\n")
