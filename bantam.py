@@ -4103,6 +4103,10 @@ def overflowed(cfg, messages, body, error=None):
     own(cfg)["compacted"] = True
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), None)
     fits = isinstance(prompt, str) and estimate_tokens(len(prompt)) <= context_window(cfg) // 2
+    if not fits:   # the model answers a summary of the request: the user must know
+        note(cfg, "[your prompt is more than half the context window: it is summarized with "
+             "the rest, not kept word for word (a shorter prompt, or a model with a larger "
+             "window, keeps it whole)]", "warning")
     compact(cfg, messages, prompt if fits else None)
     return True
 

@@ -358,6 +358,8 @@ class OverflowTests(BantamTestCase):
         self.assertEqual(len(retry["messages"]), 2)
         self.assertNotIn("59999", retry["messages"][1]["content"])
         self.assertIn(SUMMARY, retry["messages"][1]["content"])
+        self.assertIn("your prompt is more than half the context window: it is summarized",
+                      proc.stderr)   # said: the answer is to a summary of the request
 
     def test_failed_compaction_fails_the_turn_without_looping(self):
         """A server that overflows on every request: the turn fails with a clear message and
