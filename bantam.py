@@ -1824,6 +1824,7 @@ def run_turn(convo, prompt):
     except BaseException:
         if convo.get("take_back") and messages[-1] is asked:   # as if it was never sent
             messages[:], convo["unsent"], taken = before, prompt, True
+            convo["taken_back"] = True
         raise
     finally:
         if taken and first:
@@ -1930,7 +1931,7 @@ def do_line(convo, line):
         raise
     except BantamError as e:
         emit(cfg, "error", message=redact(cfg, str(e)))
-    if convo.get("unsent"):
+    if convo.pop("taken_back", None):   # (keys typed ahead may be on the line too: not said)
         note(cfg, "[no reply: your prompt is back on the input line, to edit or send again]",
              "info")
 
@@ -4157,9 +4158,15 @@ def token_line(convo, prompt, go):
          estimated=usage["estimated"], window=window, share=share,
          cost=round(cost - before, 6) if priced else None,
          session_cost=round(cost, 6) if priced else None)
-    if share >= COMPACT_AT and convo.get("take_back") and sys.stdin.isatty() and confirm(
-            "Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
-        cmd_compact(convo, "")
+    if share < COMPACT_AT:
+        convo.pop("declined", None)
+    elif share >= convo.get("declined", -1.0) + 0.1 and convo.get("take_back") and (
+            sys.stdin.isatty()):   # once declined, asked again only 10 points further on
+        convo["typed"] = convo.get("typed", "") + keys_typed_ahead()   # not the answer
+        if confirm("Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
+            cmd_compact(convo, "")
+        else:
+            convo["declined"] = share
 
 
 def usage_meter(convo):

@@ -219,12 +219,14 @@ class CompactionOfferTests(BantamTestCase):
     """At 60% of the window the REPL offers to compact; batch mode never asks."""
 
     def test_repl_asks_at_60_percent_and_enter_compacts(self):
-        """Below 60% no question; at 60% "Compact conversation? [Y/n]" ("n" keeps all); Enter
+        """Below 60% no question; at 60% "Compact conversation? [Y/n]" ("n" keeps all, and the
+        question waits until 10 points more are used: not at 65%, at 70.5%); Enter
         sends the summary request (conversation + summary prompt, no tools) and the next turn
         starts from [system, user: summary, new prompt]."""
         self.push(text_stream("A1", usage=usage(59900, 5)),
                   text_stream("A2", usage=usage(60000, 5)),
-                  text_stream("A3", usage=usage(61000, 5)),
+                  text_stream("A3a", usage=usage(65000, 5)),
+                  text_stream("A3", usage=usage(70500, 5)),
                   completion(SUMMARY),
                   text_stream("A4", usage=usage(900, 5)))
         term = self.pty()
@@ -239,6 +241,10 @@ class CompactionOfferTests(BantamTestCase):
         term.sendline("n")
         term.expect("> ")
         self.assertEqual(len(self.server.posts), 2, "'n' compacts nothing")
+        term.sendline("q3a")
+        term.expect("(65.0%)")
+        term.expect("> ")
+        self.assertNotIn("Compact", term.before)   # declined at 60%: not asked again at 65%
         term.sendline("q3")
         term.expect("Compact conversation? [Y/n]")
         term.sendline("")
@@ -251,14 +257,14 @@ class CompactionOfferTests(BantamTestCase):
         self.assertEqual(term.wait(), 0)
 
         bodies = self.server.bodies
-        self.assertEqual(len(bodies), 5)
-        conversation = bodies[2]["messages"] + [{"role": "assistant", "content": "A3"}]
-        summary_request = bodies[3]
+        self.assertEqual(len(bodies), 6)
+        conversation = bodies[3]["messages"] + [{"role": "assistant", "content": "A3"}]
+        summary_request = bodies[4]
         self.assertEqual(summary_request["messages"][:-1], conversation)
         self.assertEqual(summary_request["messages"][-1]["role"], "user")
         self.assertNotIn("tools", summary_request)
         system = bodies[0]["messages"][0]
-        after = bodies[4]["messages"]
+        after = bodies[5]["messages"]
         self.assertEqual(after[0], system)
         self.assertEqual(after[1]["role"], "user")
         self.assertIn(SUMMARY, after[1]["content"])
