@@ -5643,8 +5643,9 @@ def batch_answer(convo, prompt, go):
     go(prompt)
     if not convo.get("batch"):
         return
-    args = convo["args"]
-    answer = re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", last_answer(convo["messages"]),
+    args, messages = convo["args"], convo["messages"]
+    asked = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
+    answer = re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", last_answer(messages[asked:]),
                     count=1, flags=re.S)   # (its reasoning, written into the content)
     answer += "\n" if answer and not answer.endswith("\n") else ""
     if args.quiet:
@@ -5655,7 +5656,9 @@ def batch_answer(convo, prompt, go):
                 f.write(answer)
         except OSError as e:   # (a full disk: the answer is in the session all the same)
             raise BantamError("cannot write %s: %s" % (args.output, e.strerror or e))
-    convo["status"] = BUDGET_EXIT if convo.get("ended") == "budget" else 0
+    convo["status"] = BUDGET_EXIT if convo.get("ended") == "budget" else 0 if answer else 1
+    if not answer:   # an empty stdout with exit 0 would read as an answer to a script
+        note(convo["cfg"], "[no answer: the turn ended without one]")
 
 
 HOOKS["start"].append(start)

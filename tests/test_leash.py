@@ -403,7 +403,7 @@ class RepairTests(LeashCase):
         """An empty reply is asked once more with a nudge (in the same user message, never two
         user messages in a row); a second empty reply ends the turn."""
         self.push(*[text_stream("") for _ in range(4)])
-        result = self.batch(prompt="answer me")
+        result = self.batch(prompt="answer me", code=1)   # no answer: not a success
         self.assertEqual(len(self.server.posts), 2)
         nudged = self.server.bodies[1]["messages"]
         self.assertEqual(nudged[-1]["role"], "user")
@@ -411,6 +411,8 @@ class RepairTests(LeashCase):
         self.assertNotEqual(nudged[-2]["role"], "user")
         self.assertIn("[the model sent an empty reply: asking it once more]", result.stderr)
         self.assertIn("[the model sent an empty reply]", result.stderr)
+        self.assertIn("[no answer: the turn ended without one]", result.stderr)
+        self.assertEqual(result.stdout, "")
 
     def test_nudge_after_a_tool_step_gets_the_answer(self):
         """After a tool step, an empty reply is nudged; the answer then is stored, the nudge is not."""
@@ -427,7 +429,7 @@ class RepairTests(LeashCase):
         """max_repair_calls=1: the first empty reply is nudged, the second is not."""
         self.push(tool_call_stream([shell("c1", "echo 1")]), text_stream(""),
                   tool_call_stream([shell("c2", "echo 2")]), text_stream(""), text_stream("never asked"))
-        result = self.batch("--set", "max_repair_calls=1")
+        result = self.batch("--set", "max_repair_calls=1", code=1)   # ends without an answer
         self.assertEqual(len(self.server.posts), 4)
         self.assertEqual(result.stderr.count("asking it once more"), 1)
         self.assertNotIn("never asked", result.stdout)

@@ -102,3 +102,18 @@ class InputBytesTests(BantamTestCase):
         result = StreamTests.shell(self, "", "-q", "-o", "/dev/full", "-p", "hi")
         self.assertEqual((result.returncode, result.stdout), (1, "kept\n"))
         self.assertEqual(result.stderr, "error: cannot write /dev/full: No space left on device\n")
+
+
+class NoAnswerTests(BantamTestCase):
+    """A batch turn that ends without an answer."""
+
+    def test_a_continued_conversation_never_prints_an_earlier_answer(self):
+        """-c -q whose turn gets only empty replies: nothing on stdout (the earlier turn's
+        answer was once printed as this one's), exit 1, and it is said."""
+        self.push(text_stream("the first answer"))
+        first = self.run_bantam("-q", "-p", "one")
+        self.assertEqual((first.returncode, first.stdout), (0, "the first answer\n"))
+        self.push(*[text_stream("") for _ in range(3)])
+        second = self.run_bantam("-c", "-q", "-p", "two")
+        self.assertEqual((second.returncode, second.stdout), (1, ""))
+        self.assertIn("[no answer: the turn ended without one]", second.stderr)
