@@ -1078,6 +1078,9 @@ def shell_exec(cfg, args):
     finally:
         proc.stdout.close()
         output.close()
+        rest = output.shown(cfg, b"", final=True)
+        if rest:
+            emit(cfg, "tool_output", text=rest)
     return output.text() + remark + "\n\nexit: " + str(code)
 
 
@@ -1107,7 +1110,9 @@ def pump_output(cfg, proc, output, limit, why):
             if not data:
                 break
             output.add(data)
-            emit(cfg, "tool_output", text=redact(cfg, data.decode("utf-8", "replace")))
+            text = output.shown(cfg, data)
+            if text:
+                emit(cfg, "tool_output", text=text)
     else:
         kill_group(proc)
         return proc.wait(), "\n[%s: the command's process group was killed]" % why
@@ -1147,6 +1152,16 @@ class BoundedOutput:
         self.size = self.newlines = 0
         self.file = self.path = None
         self.spill = (cfg.get("run") or {}).get("spill", [])
+        import codecs
+        self.held, self.decoder = "", codecs.getincrementaldecoder("utf-8")("replace")
+
+    def shown(self, cfg, data, final=False):
+        """The output to show now, decoded across reads and redacted: a character or the start
+        of a secret that a read splits is held back until the next (final: what is left)."""
+        text, self.held = stream_piece(cfg, self.held, self.decoder.decode(data, final))
+        if final:
+            text, self.held = text + redact(cfg, self.held), ""
+        return text
 
     def add(self, data):
         """Take one piece of output."""

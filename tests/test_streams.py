@@ -117,3 +117,21 @@ class NoAnswerTests(BantamTestCase):
         second = self.run_bantam("-c", "-q", "-p", "two")
         self.assertEqual((second.returncode, second.stdout), (1, ""))
         self.assertIn("[no answer: the turn ended without one]", second.stderr)
+
+
+class LiveOutputTests(BantamTestCase):
+    """A command's output as it is shown live (tool_output events): split reads."""
+
+    def test_a_secret_or_a_character_split_between_reads_is_shown_whole(self):
+        """The key printed in two writes 0.3 s apart is *** on screen, never in clear, and an
+        e-acute split between two writes is one character, not two U+FFFD."""
+        self.ws.write_config(self.server, api_key="sk-live-secret-98765")
+        command = ("printf 'key: sk-live-'; sleep 0.3; printf 'secret-98765 caf\\303'; sleep 0.3; "
+                   "printf '\\251\\n'")
+        self.push(tool_call_stream([("c1", "shell_exec", {"command": command})]), text_stream("ok"))
+        result = self.run_bantam("--jsonl", "-p", "go")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        events = [json.loads(line) for line in result.stdout.splitlines()]
+        shown = "".join(e["text"] for e in events if e["type"] == "tool_output")
+        self.assertEqual(shown, "key: *** caf\u00e9\n")
+        self.assertGreater(len([e for e in events if e["type"] == "tool_output"]), 1)
