@@ -46,7 +46,7 @@ DEFAULTS = {
     "shell_timeout": 120.0,        # seconds before a shell_exec command's group is killed
     "max_al_iterations": 1000,     # model calls per AL() before it stops
     "backoff": [1.0, 1.0, 2.0, 3.0, 5.0],  # seconds before each retry (Fibonacci)
-    "max_tool_res": 65536,         # bytes of a tool result sent whole; more is cut (head, tail)
+    "max_tool_res": 65536,         # bytes of a command's output sent whole; more: head and tail
 }
 CHOICES = {"color": ("auto", "always", "never")}
 POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout",
@@ -155,8 +155,9 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
 
 
 def emit(cfg, kind, **fields):
-    """Pass one event to the run's sink (outside a run: a plain view). Text in events is
-    already safe to show: secrets are replaced."""
+    """Pass one event to the run's sink (outside a run: a plain view). The callers redact the
+    text fields; the reply and message events carry the message as stored (the session writer
+    and the JSON views redact those)."""
     run = cfg.get("run") or {}
     event = dict(type=kind, t=round(time.monotonic() - STARTED, 3), depth=run.get("depth", 0))
     event.update(fields)
@@ -1203,7 +1204,8 @@ class BoundedOutput:
 
 
 def run_subagent(cfg, args):
-    """Run AL on a fresh conversation, [system + CHILD_NOTE, prompt]: the child's last answer."""
+    """Run AL on a fresh conversation, [system + CHILD_NOTE, prompt]: the child's last answer
+    that has text (its last message may be a bare tool call, when max_al_iterations stopped it)."""
     prompt = args.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return "error: run_subagent needs a non-empty 'prompt' string"
@@ -1498,6 +1500,8 @@ def write_session(cfg, session, messages):
             break
         except FileExistsError:
             continue
+    else:   # (999 conversations saved in one second)
+        raise OSError("no free session id for %s" % sid)
     session.update(id=sid, written=list(messages), saved_summary=session["summary"])
     if os.path.exists(session_path(sid, ".steps")):
         os.unlink(session_path(sid, ".steps"))
@@ -2005,7 +2009,8 @@ def read_prompt(path):
 
 def main(argv=None):
     """The command line: the REPL without a prompt, batch mode with one; the exit status:
-    0 done, 1 failed after retries, 2 a usage, config or request error, 130 interrupted."""
+    0 done, 1 failed after retries, 2 a usage, config or request error, 130 interrupted,
+    141 stdout closed, 143 terminated (Part II adds 3, a budget stop, and 129, a hang-up)."""
     if sys.stdout is None:   # started with stdout closed (`bantam >&-`): no answer can go out
         print("error: stdout is closed: there is nowhere to write the answer", file=sys.stderr)
         return 2
