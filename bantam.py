@@ -1672,6 +1672,8 @@ def cmd_save(convo, arg):
     """/save [name]: a copy of the conversation, with a title written by the model, under
     name or a new time-based id (never another conversation's); the conversation goes on."""
     cfg, session = convo["cfg"], convo["session"]
+    if len(convo["messages"]) < 2:   # (a title written for nothing would be made up)
+        raise BantamError("nothing to save yet: the conversation has no prompt")
     if arg and (not re.match(SESSION_NAME, arg) or arg == "autosave"):
         raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), "
                           "got %r" % arg)

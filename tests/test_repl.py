@@ -201,6 +201,17 @@ class CommandTests(ReplCase):
                          [("user", "tell me about parrots"), ("assistant", "reply one")])
         self.quit(term)
 
+    def test_save_before_any_prompt_saves_nothing(self):
+        """/save at once: one line says there is nothing to save; no request, no file (a title
+        was once made up by the model for an empty conversation)."""
+        term = self.start()
+        out = self.say(term, "/save", "nothing to save yet")
+        self.assertIn("error: nothing to save yet: the conversation has no prompt", out)
+        self.quit(term)
+        self.assertEqual(self.server.requests, [])
+        sessions = self.ws.sessions_dir()
+        self.assertEqual(os.listdir(sessions) if os.path.isdir(sessions) else [], [])
+
     def test_save_never_overwrites(self):
         """Saves in the same second get distinct ids; an existing session file is never replaced."""
         self.push(text_stream("reply"), completion("first summary"), completion("second summary"))
