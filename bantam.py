@@ -260,9 +260,9 @@ def write(state, text, style=None, depth=0, raw=False):
 
 
 def guarded(state, stream, text, flush=False):
-    """Write to a view's stream. stdout failing stops the run (see output_failed); a terminal
-    gone (a hang-up) sends the rest to /dev/null, and so does a stderr that fails (the answer
-    still goes out) or another file (a trace: its view says so)."""
+    """Write to a view's stream. stdout failing stops the run (see output_failed); the
+    terminal gone (a hang-up) sends the rest of both streams to /dev/null; a stderr that
+    fails (the answer still goes out) or another file (a trace: its view says so), its own."""
     try:
         state[stream].write(text)
         if flush:
@@ -270,7 +270,7 @@ def guarded(state, stream, text, flush=False):
     except OSError as e:
         if stream == "out" and state[stream] is sys.stdout and not state.get("tty"):
             raise output_failed(e)
-        for name in ("out", "err") if state.get("tty") else (stream,):
+        for name in ("out", "err") if stream == "out" and state.get("tty") else (stream,):
             if state[name] in (sys.stdout, sys.stderr):   # Python's flush at exit must not fail
                 to_devnull(state[name])
             state[name] = open(os.devnull, "w")

@@ -184,43 +184,32 @@ class AskTests(LeashCase):
         self.assertEqual(self.tool_results()["c1"], "[the user did not let this command run]")
 
     def test_always_stops_asking_for_that_command(self):
-        """a: runs it, and the same command later in the session runs without a question;
+        """a: runs it, and the same command later in the session runs without a question (also
+        one sent with a trailing newline, as models often do: the approval once missed it);
         another command is still asked about."""
-        self.push(tool_call_stream([shell("c1", "echo x >> log.txt")]), text_stream("first"),
-                  tool_call_stream([shell("c2", "echo x >> log.txt"), shell("c3", "touch other.txt")]),
-                  text_stream("second"))
-        term = self.start()
-        term.sendline("one")
-        self.answer(term, "a")
-        term.expect("first")
-        self.turn_end(term)
-        start = len(term.output)
-        term.sendline("two")
-        self.answer(term, "n")
-        term.expect("second")
-        self.turn_end(term)
-        self.assertEqual(term.output[start:].count("Run?"), 1, term.output[start:])
-        with open(os.path.join(self.ws.work, "log.txt")) as f:
-            self.assertEqual(f.read(), "x\nx\n")
-        self.assertFalse(self.exists("other.txt"))
-
-    def test_always_holds_for_a_command_with_a_trailing_newline(self):
-        """a: a command sent with a trailing newline (as models often do) is not asked about
-        again when it comes back the same."""
-        self.push(tool_call_stream([shell("c1", "echo x >> log.txt\n")]), text_stream("first"),
-                  tool_call_stream([shell("c2", "echo x >> log.txt\n")]), text_stream("second"))
-        term = self.start()
-        term.sendline("one")
-        self.answer(term, "a")
-        term.expect("first")
-        self.turn_end(term)
-        start = len(term.output)
-        term.sendline("two")
-        term.expect("second")
-        self.turn_end(term)
-        self.assertNotIn("Run?", term.output[start:])
-        with open(os.path.join(self.ws.work, "log.txt")) as f:
-            self.assertEqual(f.read(), "x\nx\n")
+        for command in ("echo x >> log.txt", "echo x >> log.txt\n"):
+            with self.subTest(command=command):
+                for name in ("log.txt", "other.txt"):
+                    if self.exists(name):
+                        os.remove(os.path.join(self.ws.work, name))
+                self.push(tool_call_stream([shell("c1", command)]), text_stream("first"),
+                          tool_call_stream([shell("c2", command), shell("c3", "touch other.txt")]),
+                          text_stream("second"))
+                term = self.start()
+                term.sendline("one")
+                self.answer(term, "a")
+                term.expect("first")
+                self.turn_end(term)
+                start = len(term.output)
+                term.sendline("two")
+                self.answer(term, "n")
+                term.expect("second")
+                self.turn_end(term)
+                self.assertEqual(term.output[start:].count("Run?"), 1, term.output[start:])
+                with open(os.path.join(self.ws.work, "log.txt")) as f:
+                    self.assertEqual(f.read(), "x\nx\n")
+                self.assertFalse(self.exists("other.txt"))
+                self.leave(term)
 
     def test_edit_changes_the_command_before_it_runs(self):
         """e: the command comes back for editing; the edited one runs and the model is told."""

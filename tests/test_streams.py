@@ -6,7 +6,8 @@ import json
 import shlex
 import subprocess
 
-from tests.support import BantamTestCase, _env_for, bantam_argv, error, text_stream, tool_call_stream
+from tests.support import (
+    BantamTestCase, Pty, _env_for, bantam_argv, error, text_stream, tool_call_stream)
 
 
 class StreamTests(BantamTestCase):
@@ -135,3 +136,25 @@ class LiveOutputTests(BantamTestCase):
         shown = "".join(e["text"] for e in events if e["type"] == "tool_output")
         self.assertEqual(shown, "key: *** caf\u00e9\n")
         self.assertGreater(len([e for e in events if e["type"] == "tool_output"]), 1)
+
+
+class TerminalStreamTests(BantamTestCase):
+    """At a terminal, with stderr sent somewhere that fails."""
+
+    def test_a_failing_stderr_leaves_the_terminal_its_answers(self):
+        """stdout a terminal, stderr /dev/full: a retry's line cannot be written, and the
+        answers still show on the terminal, turn after turn (a failing stderr once took the
+        terminal's stdout with it)."""
+        self.push(error(500, "busy"), text_stream("first answer"), text_stream("second answer"))
+        self.ws.write_config(self.server, backoff="0.01")
+        command = " ".join(shlex.quote(a) for a in bantam_argv()) + " 2>/dev/full"
+        term = Pty(["bash", "-c", command], cwd=self.ws.work, env=_env_for(self.ws, None))
+        self.addCleanup(term.kill)
+        term.expect("> ")
+        term.sendline("one")
+        term.expect("first answer")
+        term.expect("> ")
+        term.sendline("two")
+        term.expect("second answer")
+        term.expect("> ")
+        self.leave(term)

@@ -151,27 +151,14 @@ class ToolOutputTests(ExtrasCase):
                 self.assertIn("\n1500\n", self.tool_messages()[0])
                 self.leave(term)
 
-    def test_a_wide_last_line_without_a_newline_is_cut_too(self):
-        """A command's only line, 160 characters with no newline at its end, is cut to one row
-        like every other line (it was once written whole, and wrapped)."""
-        command = "printf 'start-%0150d-the-end' 0"
-        for cols in WIDTHS:
-            with self.subTest(cols=cols):
-                self.push(tool_call_stream([shell("c1", command)]), text_stream("printed"))
-                term = self.start(cols=cols)
-                rows = screen(self.type_line(term, "print", "printed")).splitlines()
-                wide = next(r for r in rows if r.startswith("start-"))
-                self.assertTrue(wide.endswith("0-the-end"), wide)
-                self.assertEqual(len(wide), cols)
-                self.assertEqual(wide.count("\u2026"), 1)
-                self.leave(term)
-
     def test_wide_lines_keep_their_start_and_end(self):
         """A line wider than the screen keeps a third of the row from its start and the rest
         from its end: `ls -la` keeps the file name at 40 columns; a 160-character line keeps
-        "start-" and "-the-end" at both widths. The model gets the lines whole."""
+        "start-" and "-the-end" at both widths, and so does a last one with no newline (once
+        written whole, and wrapped). The model gets the lines whole."""
         self.ws.write("notes-for-the-meeting.txt", "x")
-        command = "ls -la notes-for-the-meeting.txt; printf 'start-%0150d-the-end\\n' 0"
+        command = ("ls -la notes-for-the-meeting.txt; printf 'start-%0150d-the-end\\n' 0; "
+                   "printf 'last-%0150d-the-end' 0")
         for cols in WIDTHS:
             with self.subTest(cols=cols):
                 self.push(tool_call_stream([shell("c1", command)]), text_stream("listed"))
@@ -180,11 +167,12 @@ class ToolOutputTests(ExtrasCase):
                 listing = next(r for r in rows if r.startswith("-rw"))
                 self.assertTrue(listing.endswith(" notes-for-the-meeting.txt"), listing)
                 self.assertLessEqual(len(listing), cols)
-                wide = next(r for r in rows if r.startswith("start-"))
-                self.assertTrue(wide.endswith("0-the-end"), wide)
-                self.assertEqual(len(wide), cols)
-                self.assertEqual(wide.count("\u2026"), 1)
-                self.assertLessEqual(wide.index("\u2026"), cols // 3)
+                for start in ("start-", "last-"):
+                    wide = next(r for r in rows if r.startswith(start))
+                    self.assertTrue(wide.endswith("0-the-end"), wide)
+                    self.assertEqual(len(wide), cols)
+                    self.assertEqual(wide.count("\u2026"), 1)
+                    self.assertLessEqual(wide.index("\u2026"), cols // 3)
                 self.assertIn("start-%s-the-end\n" % ("0" * 150), self.tool_messages()[0])
                 self.leave(term)
 
