@@ -288,6 +288,8 @@ def output_failed(error):
     """The error that ends a run whose stdout cannot be written: a reader gone (a closed pipe:
     exit 141, quietly) or a full disk. stdout goes to /dev/null, so no later write fails."""
     to_devnull(sys.stdout)
+    if isinstance(error.__context__, SystemExit):   # stopping on a signal (that took the reader
+        return error.__context__                    # too, a hang-up): its exit status, 129
     if isinstance(error, BrokenPipeError):
         return OutputClosed("")
     return BantamError("cannot write the output: %s" % (error.strerror or error))
@@ -1361,14 +1363,15 @@ def AL(cfg, messages, on_event=None):
 
 
 def ask(cfg, messages):
-    """The model's reply; after a Ctrl+C mid-reply, the text already shown is kept
-    (marked as interrupted) and the tool calls go."""
+    """The model's reply; after a Ctrl+C (or SIGTERM, SIGHUP) mid-reply, the text already
+    shown is kept (marked as interrupted) and the tool calls go."""
     try:
         return chat(cfg, messages)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit) as stop:   # (the signals exit with SystemExit)
         text = "".join(cfg["run"].get("reply", {}).get("content", ()))
         if text.strip():
-            add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + INTERRUPTED})
+            add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
+                INTERRUPTED if isinstance(stop, KeyboardInterrupt) else "[bantam was stopped]")})
         raise
 
 
@@ -2051,6 +2054,10 @@ def main(argv=None):
         if convo:
             note(convo["cfg"], "[interrupted]")
         return 130
+    except SystemExit as stop:   # SIGTERM (or Part II's SIGHUP): said, as a Ctrl+C is
+        if convo:
+            note(convo["cfg"], "[terminated]" if stop.code == 143 else "[hung up]")
+        raise
     except BantamError as e:
         if str(e):
             emit(convo["cfg"] if convo else {}, "error", message=redact(
@@ -5570,10 +5577,15 @@ def note_folder_texts(cfg):
         note(cfg, "[%s]" % "; ".join(said), "info")
 
 def hung_up(*_):
-    """SIGHUP: the terminal is gone; stop like SIGTERM (saving), with output to /dev/null."""
+    """SIGHUP: the terminal is gone; stop like SIGTERM (saving), what went to it to /dev/null."""
     null = os.open(os.devnull, os.O_WRONLY)
-    for fd in (1, 2):
-        os.dup2(null, fd)
+    for fd in (1, 2):   # a pipe or a file (--jsonl's events for a script) still gets the rest
+        try:
+            gone = stat.S_ISCHR(os.fstat(fd).st_mode)   # (a terminal, or /dev/null)
+        except OSError:   # (closed)
+            gone = True
+        if gone:
+            os.dup2(null, fd)
     sys.exit(129)
 
 

@@ -1,5 +1,6 @@
-"""Fault injection (issue 3): Ctrl+C at every stage, dropped streams, server-directed retries,
-broken and concurrent session files, bad config, hostile tool and model output, key secrecy.
+"""Fault injection (issue 3): Ctrl+C at every stage, SIGTERM and SIGHUP mid-reply, dropped
+streams, server-directed retries, broken and concurrent session files, bad config, hostile tool
+and model output, key secrecy.
 
 Everything is real: the scripted FakeServer on 127.0.0.1, bantam.py as a subprocess, a real
 pseudo-terminal for the REPL and real shell commands. The heavy runs (500 MB of output, hundreds
@@ -276,6 +277,117 @@ class InterruptTests(BantamTestCase):
         saved = self.read_autosave()["messages"]
         self.assertEqual(saved[-1], {"role": "user", "content": "batch question"})
         self.assertEqual(conversation_problems(saved), [])
+
+
+# ---------------------------------------------------------------- SIGTERM and SIGHUP mid-reply
+
+STOPPED = "[bantam was stopped]"   # what marks a reply cut by SIGTERM or SIGHUP
+
+
+def slow_reply():
+    """A streamed reply: text up to shown-so-far, then a word every half second for a while."""
+    events = [chunk({"role": "assistant", "content": ""}), chunk({"content": "Partial answer "}),
+              chunk({"content": "shown-so-far\n"})] + [chunk({"content": " more"})] * 60
+    return sse(events, delay=0.5)
+
+
+def read_until(proc, marker, timeout=10):
+    """The bytes proc wrote on stdout up to (and a little past) marker."""
+    import select
+    data, deadline = b"", time.monotonic() + timeout
+    while marker not in data and time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], 0.1)[0]:
+            piece = os.read(proc.stdout.fileno(), 65536)
+            if not piece:
+                break
+            data += piece
+    return data
+
+
+class SignalTests(BantamTestCase):
+    """SIGTERM (job runners, `timeout`) and SIGHUP (a dropped SSH) while a reply streams: the
+    text shown is kept as a Ctrl+C keeps it, and the run says how it ended."""
+
+    SIGNALS = ((signal.SIGTERM, 143, "[terminated]"), (signal.SIGHUP, 129, "[hung up]"))
+
+    def saved(self, sid):
+        """The messages of session sid's file, checked to be a valid conversation whose
+        last message is the cut reply."""
+        with open(os.path.join(self.ws.sessions_dir(), sid + ".json"), encoding="utf-8") as f:
+            messages = json.load(f)["messages"]
+        self.assertEqual(roles(messages), ["system", "user", "assistant"])
+        self.assertEqual(conversation_problems(messages), [])
+        kept = messages[2]["content"]
+        self.assertTrue(kept.startswith("Partial answer shown-so-far"), kept)
+        self.assertTrue(kept.endswith("\n" + STOPPED), kept)
+        return kept[:-len(STOPPED)].strip()
+
+    def test_a_signal_mid_reply_keeps_the_shown_text_in_batch_mode(self):
+        """bantam prompt.txt --session ID, stopped mid-reply: exit 143 or 129, one line on
+        stderr, and the session holds the text printed, marked (it held the prompt alone)."""
+        for sig, status, said in self.SIGNALS:
+            with self.subTest(signal=sig.name):
+                self.push(slow_reply())
+                self.ws.write("prompt.txt", "question")
+                proc = self.start_bantam("prompt.txt", "--session", sig.name)
+                shown = read_until(proc, b"shown-so-far")
+                os.kill(proc.pid, sig)
+                out, err = proc.communicate(timeout=15)
+                self.assertIn(self.saved(sig.name), (shown + out).decode())
+                self.assertEqual((proc.returncode, err.decode()), (status, said + "\n"))
+
+    def test_a_signal_mid_reply_keeps_the_shown_text_in_the_repl(self):
+        """The REPL on a terminal with --session ID, stopped mid-reply: the same."""
+        for sig, status, said in self.SIGNALS:
+            with self.subTest(signal=sig.name):
+                self.push(slow_reply())
+                term = self.pty("--session", sig.name)
+                term.expect("> ")
+                term.sendline("question")
+                term.expect("shown-so-far")
+                os.kill(term.pid, sig)
+                self.assertEqual(term.wait(15), status)
+                self.saved(sig.name)
+                if sig == signal.SIGTERM:   # (after a hang-up the terminal shows nothing)
+                    self.assertIn(said, term.output)
+
+    def test_jsonl_after_a_signal_ends_as_after_a_ctrl_c(self):
+        """--jsonl to a pipe, stopped mid-reply by SIGINT, SIGTERM or SIGHUP: the same closing
+        events after the last text (reply_end, the kept message, turn_end, the note); after
+        SIGHUP there were none (its stdout went to /dev/null, a pipe's too)."""
+        ends = {}
+        for sig, status, said in ((signal.SIGINT, 130, "[interrupted]"),) + self.SIGNALS:
+            with self.subTest(signal=sig.name):
+                self.push(slow_reply())
+                self.ws.write("prompt.txt", "question")
+                proc = self.start_bantam("--jsonl", "prompt.txt")
+                shown = read_until(proc, b"shown-so-far")
+                os.kill(proc.pid, sig)
+                out, err = proc.communicate(timeout=15)
+                self.assertEqual(proc.returncode, status, err)
+                events = [json.loads(line) for line in (shown + out).decode().splitlines()]
+                last_text = max(i for i, e in enumerate(events) if e["type"] == "text")
+                ends[sig] = tail = events[last_text + 1:]
+                self.assertEqual([e["type"] for e in tail],
+                                 [e["type"] for e in ends[signal.SIGINT]])
+                self.assertEqual([e["type"] for e in tail],
+                                 ["reply_end", "message", "turn_end", "note"])
+                self.assertTrue(tail[1]["message"]["content"].startswith("Partial answer"))
+                self.assertEqual(tail[2]["status"],
+                                 "interrupted" if sig == signal.SIGINT else "stopped")
+                self.assertEqual(tail[3]["text"], said)
+
+    def test_a_hang_up_that_takes_the_pipe_reader_too_still_exits_129(self):
+        """--jsonl piped to a reader that the hang-up ends as well (an SSH session's `| tee`):
+        exit 129 with the shown text saved, not 141 with it lost."""
+        self.push(slow_reply())
+        self.ws.write("prompt.txt", "question")
+        proc = self.start_bantam("--jsonl", "prompt.txt", "--session", "gone")
+        read_until(proc, b"shown-so-far")
+        proc.stdout.close()   # the only reader
+        os.kill(proc.pid, signal.SIGHUP)
+        self.assertEqual(proc.wait(15), 129, proc.stderr.read())
+        self.saved("gone")
 
 
 # ---------------------------------------------------------------- network faults and retries
