@@ -1827,9 +1827,9 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
 def run_turn(convo, prompt):
     """One user turn: append the prompt, save it, run AL (saving at every step), save whole.
     In the REPL (convo["take_back"]) a turn that got no reply at all (a Ctrl+C before the
-    first byte, a request that failed for good) takes its prompt back out, for the input
-    line (convo["unsent"]); a new conversation then leaves no file, and autosave.json links
-    to a conversation only once a turn of it ended."""
+    first byte, a request that failed for good; not a signal, which ends bantam) takes its
+    prompt back out, for the input line (convo["unsent"]); a new conversation then leaves no
+    file, and autosave.json links to a conversation only once a turn of it ended."""
     cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
     before, given, taken = messages[:], session["id"], False
     first = convo.get("take_back") and not session["written"]
@@ -1845,8 +1845,8 @@ def run_turn(convo, prompt):
          session=session["id"])
     try:
         AL(cfg, messages)
-    except BaseException:
-        if convo.get("take_back") and messages[-1] is asked:   # as if it was never sent
+    except BaseException as stop:   # (a signal's SystemExit ends bantam: the prompt stays)
+        if convo.get("take_back") and messages[-1] is asked and not isinstance(stop, SystemExit):
             messages[:], convo["unsent"], taken = before, prompt, True
             convo["taken_back"] = True
         raise

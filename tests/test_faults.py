@@ -351,6 +351,25 @@ class SignalTests(BantamTestCase):
                 if sig == signal.SIGTERM:   # (after a hang-up the terminal shows nothing)
                     self.assertIn(said, term.output)
 
+    def test_a_signal_before_the_reply_keeps_the_prompt_in_the_repl(self):
+        """The REPL with --session ID, stopped while it waits for the first byte: the prompt
+        stays in the saved session, unanswered (a Ctrl+C puts it back on the input line,
+        but a signal ends bantam: taking it back deleted the new session's file)."""
+        for sig, status, said in self.SIGNALS:
+            with self.subTest(signal=sig.name):
+                self.push(hang(30))
+                term = self.pty("--session", sig.name)
+                term.expect("> ")
+                term.sendline("the question that must survive")
+                self.server.wait_requests(len(self.server.posts) + 1)
+                os.kill(term.pid, sig)
+                self.assertEqual(term.wait(15), status)
+                path = os.path.join(self.ws.sessions_dir(), sig.name + ".json")
+                with open(path, encoding="utf-8") as f:
+                    messages = json.load(f)["messages"]
+                self.assertEqual(roles(messages), ["system", "user"])
+                self.assertEqual(messages[1]["content"], "the question that must survive")
+
     def test_jsonl_after_a_signal_ends_as_after_a_ctrl_c(self):
         """--jsonl to a pipe, stopped mid-reply by SIGINT, SIGTERM or SIGHUP: the same closing
         events after the last text (reply_end, the kept message, turn_end, the note); after
