@@ -1145,6 +1145,12 @@ def kill_group(proc):
             return
 
 
+def overwritten(text):
+    """Text as a terminal leaves it: a line redrawn after a \\r (a progress bar) is its last
+    state, the text after its last \\r (a \\r before a line break or at the end stays)."""
+    return "\n".join(line[line.rstrip("\r").rfind("\r") + 1:] for line in text.split("\n"))
+
+
 class BoundedOutput:
     """A command's output in bounded memory: whole when it fits in max_tool_res bytes, else
     its head and tail, all of it kept in a file under $TMPDIR/bantam/ until the turn ends."""
@@ -1177,6 +1183,8 @@ class BoundedOutput:
         if self.file is None:   # the spill file starts with all that came before
             import tempfile
             folder = os.path.join(tempfile.gettempdir(), "bantam")
+            if not os.path.isdir(folder):   # made here: removed with the files, when empty
+                self.spill.append(folder)
             os.makedirs(folder, mode=0o700, exist_ok=True)
             fd, self.path = tempfile.mkstemp(prefix="toolres-", suffix=".txt", dir=folder)
             self.spill.append(self.path)
@@ -1195,14 +1203,14 @@ class BoundedOutput:
     def text(self):
         """What the model gets: the output, or its head and tail and where the rest is."""
         if self.file is None:
-            return self.head.decode("utf-8", "replace")
+            return overwritten(self.head.decode("utf-8", "replace"))
         lines = self.newlines + (not self.tail.endswith(b"\n"))
         whole = "The whole output" if self.size <= SPILL_LIMIT else \
             "Its first %d bytes are" % SPILL_LIMIT
+        head, tail = (overwritten(b.decode("utf-8", "replace")) for b in (self.head, self.tail))
         return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
                "bytes. %s in %s: read it in parts with shell_exec, e.g. sed -n '1,200p' %s " \
-               "...]\n\n%s" % (self.head.decode("utf-8", "replace"), self.size, lines, self.keep,
-                               whole, self.path, self.path, self.tail.decode("utf-8", "replace"))
+               "...]\n\n%s" % (head, self.size, lines, self.keep, whole, self.path, self.path, tail)
 
 
 def run_subagent(cfg, args):
@@ -1391,10 +1399,12 @@ def enter_run(cfg, on_event=None):
 
 
 def remove_spill_files(paths):
-    """Delete the tool-output files of a turn that ended (the list is emptied)."""
+    """Delete the tool-output files of a turn that ended, and their folder if this run made it
+    and no other run's files are in it (the list is emptied)."""
     while paths:
         try:
-            os.unlink(paths.pop())
+            path = paths.pop()
+            (os.rmdir if os.path.isdir(path) else os.unlink)(path)
         except OSError:
             pass
 
@@ -1991,9 +2001,10 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def read_prompt(path):
+def read_prompt(path, hint=True):
     """The batch prompt: the file's text, or stdin's for '-'. When nothing has come on stdin
-    after a second, that is said: a pipe that never closes would otherwise hang in silence."""
+    after a second, that is said (hint; -q: not): a pipe that never closes would otherwise
+    hang in silence."""
     try:
         if path == "-":
             import select
@@ -2001,7 +2012,7 @@ def read_prompt(path):
                 waiting = not select.select([sys.stdin], [], [], 1.0)[0]
             except (OSError, ValueError):   # not a file select can watch: just read it
                 waiting = False
-            if waiting:
+            if waiting and hint:
                 note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: "
                      "</dev/null)]", "info")
             data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
@@ -5074,8 +5085,9 @@ def term_tool_output(state, event):
 
 def screen_line(state, line, depth):
     """A line of output cut to one row on screen: a third of it from its start, the rest from its
-    end, which usually names the thing (the file in `ls -la`, the message after a timestamp)."""
-    room = max(screen_size(state)[0] - 4 * depth, 10)
+    end, which usually names the thing (the file in `ls -la`, the message after a timestamp);
+    a line redrawn after \\r (a progress bar), its last state."""
+    line, room = overwritten(line), max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
     head, tail = line[:room // 3], line[-room:]
@@ -5110,6 +5122,9 @@ def term_tool_result(state, event):
         code = re.search(r"\nexit: (-?\d+)$", event["content"])
         took = time.monotonic() - tool["started"]
         summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?", took)
+        killed = re.search(r"\n\[([^\n]*): the command's process group was killed\]\n\nexit: "
+                           r"-?\d+$", event["content"])   # (timed out, the turn's time up)
+        summary += " \u00b7 " + killed.group(1) if killed else ""
         write(state, summary + "\n", "dim" if code and code.group(1) == "0" else "error", depth)
     elif (event["name"] == "run_subagent" and event["ok"]
           and not event["content"].startswith(("error:", "("))):
@@ -5521,11 +5536,11 @@ def batch_prompt(args):
             return args.prompt
         if args.prompt_file:
             raise ConfigError("give a prompt file or -p, not both")
-        piped = "" if sys.stdin is None or sys.stdin.isatty() else read_prompt("-")
+        piped = "" if sys.stdin is None or sys.stdin.isatty() else read_prompt("-", not args.quiet)
         if piped.strip():
             return args.prompt + "\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")
         return args.prompt
-    return read_prompt(args.prompt_file)
+    return read_prompt(args.prompt_file, not args.quiet)
 
 def show_config(cfg):
     """--show-config: every setting, its value (secrets as ***) and where it came from."""

@@ -173,6 +173,26 @@ class TurnTimeTests(BoundsCase):
         self.assertTrue(result.stdout.rstrip().endswith("Stopped in time."))
         self.assertLess(seconds, 30)
 
+    def test_shell_timeout_is_said_to_the_model_and_on_screen(self):
+        """`echo partial; sleep 30` with shell_timeout=1: the model reads that it timed out
+        after 1 s, and so does the user, in the plain view and in the terminal view's exit
+        line (bantam 1.2.0 showed only "exit -15" there)."""
+        self.ws.write_config(self.server, shell_timeout=1)
+        for render in ("never", "always"):
+            with self.subTest(render=render):
+                self.push(tool_call_stream([("c1", "shell_exec",
+                                             {"command": "echo partial; sleep 30"})]),
+                          text_stream("It hung."))
+                result = self.run_bantam("-p", "go", "--set", "render=" + render)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                (_, sent), = self.tool_results(self.server.bodies[-1])
+                self.assertIn("partial\n\n[timed out after 1 s: the command's process group "
+                              "was killed]\n\nexit: -", sent)
+                self.assertIn("timed out after 1 s", result.stdout)
+                if render == "always":
+                    self.assertRegex(result.stdout, r"\nexit -\d+ \u00b7 \d+\.\d s \u00b7 "
+                                                    r"timed out after 1 s\n")
+
 
 class ReasoningBoundTests(BoundsCase):
     """max_reasoning: what is kept, shown and sent back of a reply's reasoning."""
@@ -310,6 +330,30 @@ class CallBoundTests(BoundsCase):
         self.assertIn("not a valid JSON object", self.tool_results(body)[0][1])
         self.assertLess(len(self.server.posts[1]["raw"]), MB)
         self.assertIn("cut at 1048576 characters", result.stderr)
+
+
+class SpillFolderTests(BoundsCase):
+    """$TMPDIR/bantam/, where a command's long output is kept until the turn ends."""
+
+    def test_the_folder_bantam_made_goes_with_its_files(self):
+        """`seq 1 5000` over max_tool_res=1000: the model is told of the file under
+        $TMPDIR/bantam/ holding it all; after the run the folder bantam made is gone too (bantam
+        1.2.0 left it empty), while one that was there, with another run's file, stays with it."""
+        self.ws.write_config(self.server, max_tool_res=1000)
+        folder = os.path.join(self.ws.tmp, "bantam")
+        for there in (False, True):
+            with self.subTest(folder_there_before=there):
+                if there:
+                    os.makedirs(folder, 0o700, exist_ok=True)
+                    open(os.path.join(folder, "toolres-other.txt"), "w").close()
+                self.push(tool_call_stream([("c1", "shell_exec", {"command": "seq 1 5000"})]),
+                          text_stream("Counted."))
+                self.batch(0)
+                (_, sent), = self.tool_results(self.server.bodies[-1])
+                self.assertIn("output too long", sent)
+                self.assertIn(folder + os.sep + "toolres-", sent)
+                left = os.listdir(folder) if os.path.isdir(folder) else None
+                self.assertEqual(left, ["toolres-other.txt"] if there else None)
 
 
 class EndpointTests(BoundsCase):

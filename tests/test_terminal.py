@@ -220,6 +220,26 @@ class ToolScreenTests(TerminalCase):
         self.assertIn("0" * 499 + "7\nend\n", self.tool_messages()[0]["content"])
         self.quit(term)
 
+    def test_a_line_redrawn_after_a_carriage_return_is_its_last_state(self):
+        """A progress line redrawn with \\r ("1%", "2%", "3%" in separate writes) shows as
+        "3%", in the first lines and in the last ones, in both views; the model reads "3%"
+        too, and a CRLF line keeps its text (bantam 1.2.0 showed and sent "1%2%3%")."""
+        progress = 'for i in 1 2 3; do printf "\\r%d%%" $i; sleep 0.3; done; echo'
+        command = progress + "; printf 'crlf\\r\\n'; seq 1 20; " + progress
+        for render in ("never", "always"):
+            with self.subTest(render=render):
+                self.push(tool_call_stream([("c1", "shell_exec", {"command": command})]),
+                          text_stream("progressed"))
+                term = self.start(render=render, tool_lines=10)
+                out = self.turn(term, "show progress", "progressed")
+                sent = self.tool_messages()[0]["content"]
+                self.quit(term)
+                self.assertTrue(sent.startswith("3%\ncrlf\n1\n2\n"), repr(sent))
+                self.assertTrue(sent.endswith("\n20\n3%\n\n\nexit: 0"), repr(sent))
+                self.assertNotIn("1%2%", out)
+                self.assertIn("\n3%\ncrlf\n1\n2\n3\n", out)
+                self.assertIn("\n19\n20\n3%\n", out)
+
     def test_subagent_shows_its_prompt_and_answer_once(self):
         """A run_subagent call shows its prompt with its line breaks; the subagent's work and
         answer appear behind a rail, and its answer is not repeated as the tool result."""
