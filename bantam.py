@@ -5116,10 +5116,10 @@ def tool_status(state, event):
 def term_tool_result(state, event):
     """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
     tool, state["tool"] = state["tool"], None
-    depth = event["depth"]
-    if tool is not None and (tool["lines"] or tool["partial"]) and event["ok"]:
-        end_tool_output(state, event, tool)
-        code = re.search(r"\nexit: (-?\d+)$", event["content"])
+    depth, code = event["depth"], re.search(r"\nexit: (-?\d+)$", event["content"])
+    shown = tool is not None and (tool["lines"] or tool["partial"])
+    if event["ok"] and (shown or tool is not None and code and event["name"] == "shell_exec"):
+        end_tool_output(state, event, tool)   # (a command with no output: its exit line alone)
         took = time.monotonic() - tool["started"]
         summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?", took)
         killed = re.search(r"\n\[([^\n]*): the command's process group was killed\]\n\nexit: "

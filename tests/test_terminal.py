@@ -220,6 +220,20 @@ class ToolScreenTests(TerminalCase):
         self.assertIn("0" * 499 + "7\nend\n", self.tool_messages()[0]["content"])
         self.quit(term)
 
+    def test_a_command_with_no_output_ends_with_its_exit_line(self):
+        """`true` and `false` print nothing: the screen shows the exit line ("exit 0 · 0.0 s",
+        "exit 1 · ..."), not the raw result the model reads ("\n\nexit: 0")."""
+        for command, code in (("true", "0"), ("false", "1")):
+            with self.subTest(command=command):
+                self.push(tool_call_stream([("c1", "shell_exec", {"command": command})]),
+                          text_stream("ran it"))
+                term = self.start(render="always")
+                out = self.turn(term, "run", "ran it")
+                self.assertRegex(out, "\\$ %s\n+exit %s \u00b7 \\d+\\.\\d s\n" % (command, code))
+                self.assertNotIn("exit: ", out)
+                self.assertEqual(self.tool_messages()[0]["content"], "\n\nexit: %s" % code)
+                self.quit(term)
+
     def test_a_line_redrawn_after_a_carriage_return_is_its_last_state(self):
         """A progress line redrawn with \\r ("1%", "2%", "3%" in separate writes) shows as
         "3%", in the first lines and in the last ones, in both views; the model reads "3%"
