@@ -5557,20 +5557,33 @@ def show_config(cfg):
     for row in rows:
         show(cfg, "%-20s %-40s %s\n" % row)
 
+def keyless(cfg):
+    """True when a prompt would go to the default endpoint with no key: a third party the
+    user never set up, and a certain 401."""
+    return not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]
+
+KEYLESS_FIXES = ("set api_key in ~/.bantam/model.cfg (bantam's model.cfg.example shows every "
+                 "key)", "export OPENAI_API_KEY=... (or BANTAM_API_KEY)",
+                 "-e http://localhost:11434/v1 -m MODEL for a local server")
+
 def check_first_run(cfg, batch):
-    """No key, no model.cfg and the default endpoint: nothing is set up yet, and a request
-    would only come back 401. Say what to do: batch mode stops (exit 2), the REPL starts."""
-    sources = cfg["sources"]
-    if (cfg["api_key"] or cfg["headers"] or os.path.isfile(sources["config_file"])
-            or os.path.isfile(sources["folder_config"] or "") or sources["endpoint"] != "default"):
+    """No key for the default endpoint: say what to set. Batch mode stops (exit 2), the REPL
+    starts (and sends no prompt until it is set: refuse_keyless)."""
+    if not keyless(cfg):
         return
-    fixes = ("export OPENAI_API_KEY=... (or BANTAM_API_KEY)", "~/.bantam/model.cfg with "
-             "endpoint=, model=, api_key= lines (bantam's model.cfg.example shows every key)",
-             "-e http://localhost:11434/v1 -m MODEL for a local server")
     if batch:
-        raise ConfigError("no API key and no model.cfg: %s; or %s; or %s" % fixes)
-    note(cfg, "[nothing is set up yet: no API key and no model.cfg. One of these:\n  %s\n  %s"
-         "\n  bantam %s]" % fixes, "info")   # a person reads it: one fix a line
+        raise ConfigError("no API key for %s, so nothing is sent: %s; or %s; or %s" % (
+            (DEFAULTS["endpoint"],) + KEYLESS_FIXES))
+    note(cfg, "[no API key for %s yet. One of these:\n  %s\n  %s\n  bantam %s\n  or here: "
+         "/cfg api_key KEY, or /endpoint URL]" % ((DEFAULTS["endpoint"],) + KEYLESS_FIXES),
+         "info")   # a person reads it: one fix a line
+
+def refuse_keyless(convo, prompt, go):
+    """The turn hook keeping a REPL prompt from the default endpoint while no key is set."""
+    if keyless(convo["cfg"]):
+        raise BantamError("no API key for %s, so nothing was sent: /cfg api_key KEY sets one, "
+                          "/endpoint URL picks another server" % DEFAULTS["endpoint"])
+    return go(prompt)
 
 def check_prompt_size(cfg, prompt):
     """A batch prompt (a file, or piped input) larger than the model's context window is
@@ -5711,7 +5724,7 @@ def batch_answer(convo, prompt, go):
 
 
 HOOKS["start"].append(start)
-HOOKS["turn"].append(batch_answer)
+HOOKS["turn"] += [batch_answer, refuse_keyless]
 
 
 # ----------------------------------------------------------------------------------------

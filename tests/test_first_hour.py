@@ -324,6 +324,41 @@ class FirstRunTests(FirstHourCase):
         self.assertEqual(len(self.server.posts), 2)
 
 
+    def watch(self):
+        """A server to be HTTPS_PROXY, and that env: a connection bantam opens to the default
+        endpoint (https://api.openai.com) reaches it, and is counted, instead of the internet."""
+        proxy = self.make_server()
+        return proxy, {"HTTPS_PROXY": "http://127.0.0.1:%d" % proxy.port}
+
+    def test_a_model_cfg_without_a_key_stops_too(self):
+        """A model.cfg naming a model but no key nor endpoint: exit 2 with the fixes, and no
+        connection opened to the default endpoint."""
+        self.ws.write_config(None, api_key=None)
+        proxy, env = self.watch()
+        line = self.assert_one_line_error(self.run_bantam("-p", "hi", env=env), *self.FIXES)
+        self.assertIn("no API key for https://api.openai.com/v1", line)
+        self.assertIn("model.cfg.example", line)
+        self.assertEqual(proxy.connections, 0)
+
+    def test_repl_sends_no_prompt_until_an_endpoint_is_set(self):
+        """In the REPL a prompt with no key for the default endpoint is refused in one line,
+        nothing is connected to or saved; after /endpoint the next prompt goes there."""
+        proxy, env = self.watch()
+        term = self.repl(cols=80, env=env)
+        out = self.typed(term, "hi there", "nothing was sent")
+        self.assertIn("no API key for https://api.openai.com/v1", out)
+        self.assertIn("/cfg api_key KEY", out)
+        self.assertEqual(proxy.connections, 0)
+        self.assertFalse(os.path.exists(os.path.join(self.ws.sessions_dir(), "autosave.json")))
+        self.typed(term, "/endpoint " + self.server.url, "saved in")
+        self.push(text_stream("hello from the local server"))
+        self.typed(term, "hi again", "hello from the local server")
+        chats = [r["body"] for r in self.server.posts if r["path"].endswith("/chat/completions")]
+        self.assertEqual([m["content"] for m in chats[0]["messages"] if m["role"] == "user"],
+                         ["hi again"])
+        self.leave(term)
+
+
 class ConfigTypoTests(FirstHourCase):
     """A mistyped key in model.cfg is named with the nearest real one."""
 
