@@ -4452,6 +4452,33 @@ def cmd_cfg(convo, arg):
         show(cfg, "[note: %s is inside a git work tree: a commit may take the key with it; add it "
              "to .gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
 
+def cmd_list_lined_up(convo, arg):
+    """/list [all] as Part I's cmd_list, its columns lined up by display width (ids of any
+    length, wide titles), each line cut to the terminal's width at a word of the title."""
+    ids, cfg = session_ids(), convo["cfg"]
+    width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
+    shown = ids if arg == "all" else ids[:20]
+    pad = max([15] + [display_width(terminal_safe(sid)) for sid in shown])
+    for sid in shown:
+        head, name = session_head(sid), terminal_safe(sid)
+        title = terminal_safe(head.get("summary", "(unreadable)"))
+        line = "%s %s%s %10s%s  %s" % (
+            "*" if head.get("cwd") == os.getcwd() else " ", name, " " * (pad - display_width(name)),
+            ago(modified(session_path(sid))),
+            "  %4s msgs" % head.get("count", "?") if not width or width >= 60 else "", title)
+        if width and display_width(line) > width:   # cut: the terminal would wrap it
+            cut = wrap_words(line, width - 1)[0]
+            if len(cut) <= len(line) - len(title):   # no word of the title fits (CJK has no
+                cut = line                           # spaces): cut between characters
+                while display_width(cut) > width - 1:
+                    cut = cut[:-1]
+            line = cut + "\u2026"
+        show(cfg, line + "\n")
+    if arg != "all" and len(ids) > 20:
+        show(cfg, "(%d older: /list all shows every one)\n" % (len(ids) - 20))
+    if not ids:
+        show(cfg, "(no saved sessions)\n")
+
 def cmd_model(convo, arg):
     """/model [name]: switch the model (a name the server does not list: for this session
     only, not saved); without a name, the endpoint's models to choose from."""
@@ -4528,6 +4555,7 @@ COMMANDS.update({
                   "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its "
                       "file)"),
+    "/list": (cmd_list_lined_up, COMMANDS["/list"][1]),
     "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
 })
 
@@ -4915,7 +4943,7 @@ def show_context(state, event):
     split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
     cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
         about, event["cost"], about, event["session_cost"])
-    show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]" % (
+    term_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]" % (
         event["model"], about, prompt, split, about, event["completion_tokens"], about, prompt,
         event["window"], event["share"] * 100, cost), "dim")
 
@@ -4928,7 +4956,7 @@ def show_approval(state, event):
             "refuse": "refused"}[event["decision"]]
     who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
     why = ": " + event["reason"] if event["reason"] else ""
-    show_on_stderr(state, "[%s %s %s%s]" % (what, done, who, why), "dim")
+    term_stderr(state, "[%s %s %s%s]" % (what, done, who, why), "dim")
 
 def show_problem(state, event):
     """A note unless it is information only: -q shows only the problems."""
@@ -4963,7 +4991,8 @@ def jsonl_view(stream, cfg):
 
 def terminal_view(cfg):
     """A view for a person: the plain view's colors, rendered Markdown, tools shown live."""
-    return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0)
+    return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0,
+                      wrap=True)
 
 def screen_size(state):
     """(columns, rows) of the terminal (COLUMNS/LINES when it is not one)."""
@@ -5181,9 +5210,55 @@ def term_resumed(state, event):
     flush_out(state, now=True)
 
 
+def term_stderr(state, text, style="error"):
+    """A diagnostic; in the terminal view, at a terminal, wrapped at spaces to its width."""
+    if state.get("wrap") and state["err"].isatty():
+        rows = []
+        for line in terminal_safe(text).split("\n"):
+            body = line.lstrip(" ")
+            lead = line[:len(line) - len(body)]   # an indented line's rows keep its indent
+            rows += [lead + row for row in wrap_words(body, screen_size(state)[0] - len(lead))]
+        text = "\n".join(rows)
+    show_on_stderr(state, text, style)
+
+def term_reasoning(state, event, end=False):
+    """Reasoning wrapped at spaces: a word is written once it has ended (one cut at the edge
+    cannot be taken back), the last held until more comes or another event (end)."""
+    width = max(screen_size(state)[0] - 4 * event["depth"], 10)
+    text = state.pop("thought", "") + terminal_safe(event["text"])
+    body = text if end else text.rstrip(" \n")
+    if body == text and not end and display_width(text) < width:   # a wider one: cut anyway
+        body = body[:max(body.rfind(" "), body.rfind("\n")) + 1].rstrip(" \n")
+    state["thought"] = text[len(body):]
+    going_on = state["block"] == "reasoning" and not state["bol"]
+    column, lines = min(state["column"], width) if going_on else 0, []
+    for line in body.split("\n"):
+        rows = wrap_words("x" * column + line, width)   # (x: the columns already written)
+        lines.append("\n".join([rows[0][column:]] + rows[1:]))
+        column = 0
+    state["column"] = display_width(rows[-1])
+    show_piece(state, dict(event, text="\n".join(lines)))
+
+def thought_out(handler):
+    """handler, after the reasoning's held last word is written: any other event ends it."""
+    def handle(state, event):
+        if state.get("thought"):
+            term_reasoning(state, dict(event, type="reasoning", text="", depth=state["depth"]),
+                           end=True)
+        return handler(state, event)
+    return handle
+
+
 TERMINAL = dict(PLAIN, text=term_text, reply_end=term_reply_end, tool_call=term_tool_call,
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status, approval=term_approval, resumed=term_resumed)
+                tool_progress=tool_status, approval=term_approval, resumed=term_resumed,
+                note=lambda s, e: term_stderr(s, e["text"], "dim" if e["level"] == "info"
+                                              else "error"),
+                error=lambda s, e: term_stderr(s, "error: " + e["message"]),
+                retry=lambda s, e: term_stderr(s, "[%s; retry %d/%d in %gs]" % (
+                    e["error"], e["attempt"], e["of"], e["wait"])))
+TERMINAL = dict({kind: thought_out(handler) for kind, handler in TERMINAL.items()},
+                reasoning=term_reasoning)
 VIEWS.update(terminal=terminal_view)
 
 
@@ -5554,8 +5629,19 @@ def show_config(cfg):
              for key, (value, where) in sources["untrusted"].items()]
     rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
                  "kept from commands"))
-    for row in rows:
-        show(cfg, "%-20s %-40s %s\n" % row)
+    width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
+    table = ["%-20s %-40s %s\n" % row for row in rows]
+    if width and max(map(display_width, table)) > width + 1:   # a setting a line, or two
+        table = [narrow_setting(row, width) for row in rows]
+    for line in table:
+        show(cfg, line)
+
+def narrow_setting(row, width):
+    """A setting on a narrow terminal: key = value, then (where from) below when it is long."""
+    said, where = "%s = %s" % row[:2] if row[0] else row[1], "(%s)" % row[2]
+    if display_width(said + "  " + where) <= width:
+        return said + "  " + where + "\n"
+    return hang(wrap_words(said, width - 4) + wrap_words(where, width - 4), "", "    ")
 
 def keyless(cfg):
     """True when a prompt would go to the default endpoint with no key: a third party the
@@ -5567,16 +5653,18 @@ KEYLESS_FIXES = ("set api_key in ~/.bantam/model.cfg (bantam's model.cfg.example
                  "-e http://localhost:11434/v1 -m MODEL for a local server")
 
 def check_first_run(cfg, batch):
-    """No key for the default endpoint: say what to set. Batch mode stops (exit 2), the REPL
-    starts (and sends no prompt until it is set: refuse_keyless)."""
-    if not keyless(cfg):
-        return
-    if batch:
+    """No key for the default endpoint: batch mode stops (exit 2) before anything is sent."""
+    if batch and keyless(cfg):
         raise ConfigError("no API key for %s, so nothing is sent: %s; or %s; or %s" % (
             (DEFAULTS["endpoint"],) + KEYLESS_FIXES))
-    note(cfg, "[no API key for %s yet. One of these:\n  %s\n  %s\n  bantam %s\n  or here: "
-         "/cfg api_key KEY, or /endpoint URL]" % ((DEFAULTS["endpoint"],) + KEYLESS_FIXES),
-         "info")   # a person reads it: one fix a line
+
+def note_first_run(cfg):
+    """No key for the default endpoint at the REPL's start: what to set, one fix a line (it
+    sends no prompt until then: refuse_keyless); said in the view chosen, so it wraps."""
+    if keyless(cfg):
+        note(cfg, "[no API key for %s yet. One of these:\n  %s\n  %s\n  bantam %s\n  or here: "
+             "/cfg api_key KEY, or /endpoint URL]" % ((DEFAULTS["endpoint"],) + KEYLESS_FIXES),
+             "info")
 
 def refuse_keyless(convo, prompt, go):
     """The turn hook keeping a REPL prompt from the default endpoint while no key is set."""
@@ -5654,6 +5742,8 @@ def start(convo, args):
     emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
          session=convo["session"]["id"], time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     note_folder_texts(cfg)
+    if not batch:
+        note_first_run(cfg)
     convo.update(prompt=prompt, args=args, batch=batch)
     if args.replay:
         return replay(convo, args.replay)

@@ -303,13 +303,15 @@ class FirstRunTests(FirstHourCase):
         self.assertIn("no API key", line)
 
     def test_repl_says_it_at_start(self):
-        """The REPL says it before the first prompt, at 100 and at 40 columns."""
+        """The REPL says it before the first prompt, at 100 and at 40 columns, its rows
+        wrapped at spaces to fit."""
         for cols in (100, 40):
             with self.subTest(cols=cols):
                 term = self.repl(cols=cols)
-                shown = strip_ansi(term.output).replace("\r", "").replace("\n", "")
+                rows = strip_ansi(term.output).replace("\r", "").split("\n")
+                self.assertEqual([row for row in rows if len(row) > cols], [])
                 for text in self.FIXES:
-                    self.assertIn(text, shown)
+                    self.assertIn(text, " ".join(rows))
                 self.leave(term)
 
     def test_a_local_server_or_a_key_is_enough(self):
@@ -345,7 +347,7 @@ class FirstRunTests(FirstHourCase):
         nothing is connected to or saved; after /endpoint the next prompt goes there."""
         proxy, env = self.watch()
         term = self.repl(cols=80, env=env)
-        out = self.typed(term, "hi there", "nothing was sent")
+        out = " ".join(self.typed(term, "hi there", "nothing was sent").split())   # (wrapped)
         self.assertIn("no API key for https://api.openai.com/v1", out)
         self.assertIn("/cfg api_key KEY", out)
         self.assertEqual(proxy.connections, 0)

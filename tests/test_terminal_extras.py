@@ -12,10 +12,13 @@ import json
 import os
 import re
 import time
+import unicodedata
 import unittest
 
+import bantam
 from tests.support import (
-    BANTAM, PROMPT_LINE, BantamTestCase, chunk, sse, strip_ansi, text_stream, tool_call_stream)
+    BANTAM, PROMPT_LINE, BantamTestCase, chunk, error, sse, strip_ansi, text_stream,
+    tool_call_stream)
 
 PROMPT = "> "
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"   # how a terminal frames a bracketed paste
@@ -316,6 +319,83 @@ class StatusTests(ExtrasCase):
         out = strip_ansi(self.type_line(term, "/help", "Ctrl+J"))
         self.assertRegex(out, r"(?m)^!cmd\s+run cmd with bash")
         self.assertEqual(self.server.posts, [])
+        self.leave(term)
+
+
+def columns(text):
+    """The terminal columns of text: East Asian wide and full-width characters take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+class NarrowTests(ExtrasCase):
+    """At 40 columns: diagnostics and reasoning wrap at spaces, /list lines up, /cfg reads."""
+
+    def test_diagnostics_and_reasoning_wrap_at_spaces(self):
+        """A retry line, reasoning streamed in 4-character pieces (two paragraphs) and the
+        token line: every row fits the 40 columns, and every word is whole on one row."""
+        reasoning = ("first I look at how the configuration file is read and where the "
+                     "backoff delays come from\n\nthen I check whether the retries honour them")
+        message = "the upstream server is overloaded at the moment, please try again shortly"
+        self.push(error(503, message), text_stream("done", reasoning=reasoning))
+        term = self.start(cols=40)
+        rows = screen(self.type_line(term, "look", "done")).splitlines()
+        self.assertEqual([row for row in rows if len(row) > 40], [])
+        start, end = rows.index("--- reasoning start ---"), rows.index("--- reasoning end ---")
+        self.assertEqual(" ".join(rows[start + 1:end]).split(), reasoning.split())
+        self.assertIn("", rows[start + 1:end])   # the paragraphs stay apart
+        first = next(n for n, row in enumerate(rows) if row.startswith("[HTTP 503"))
+        last = next(n for n, row in enumerate(rows) if n >= first and row.endswith("]"))
+        self.assertGreater(last, first)
+        self.assertIn(message, " ".join(rows[first:last + 1]))
+        token = next(n for n, row in enumerate(rows) if row.startswith("[test-model:"))
+        self.assertRegex(" ".join(rows[token:token + 3]), r"\| context: ~\d+/100000 \(")
+        self.leave(term)
+
+    def test_list_columns_line_up(self):
+        """Sessions whose ids differ in length (a -2, a name) and a title of wide characters:
+        at 40 and 100 columns the times start in one column and every row fits; at 100 the
+        wide title is whole, at 40 it is cut between characters, with an ellipsis."""
+        wide = "\u6539\u8fdb\u89e3\u6790\u5668\u7684\u9519\u8bef\u4fe1\u606f\u548c\u6d4b\u8bd5"
+        for sid, title in (("a", "short title"), ("20250101-000001-2", "fix the build"),
+                           ("work-on-the-parser", wide)):
+            self.push(text_stream("ok"))
+            result = self.run_bantam("-p", title, "--session", sid)
+            self.assertEqual(result.returncode, 0, result.stderr)
+        for cols in WIDTHS:
+            with self.subTest(cols=cols):
+                term = self.start(cols=cols)
+                rows = [row for row in screen(self.type_line(term, "/list")).splitlines()
+                        if row.startswith("* ")]
+                self.leave(term)
+                self.assertEqual(len(rows), 3, rows)
+                self.assertEqual(len({row.index("just now") for row in rows}), 1, rows)
+                self.assertEqual([row for row in rows if columns(row) > cols], [])
+                cjk = next(row for row in rows if "work-on-the-parser" in row)
+                if cols == 100:
+                    self.assertTrue(cjk.endswith("  " + wide), cjk)
+                else:
+                    kept = cjk[:-1].split("  ")[-1]
+                    self.assertTrue(cjk.endswith("\u2026") and kept and wide.startswith(kept), cjk)
+
+    def test_cfg_is_readable_at_40_columns(self):
+        """/cfg at 40 columns: each setting on its own row as `key = value`, where it comes
+        from beside it or on the rows below, indented; every row fits. At 200 columns the
+        table stays."""
+        term = self.start(cols=40)
+        rows = screen(self.type_line(term, "/cfg", "withheld_env")).splitlines()
+        rows = rows[rows.index("/cfg") + 1:-1]
+        self.assertEqual([row for row in rows if len(row) > 40], [])
+        keys = [row.split(" =")[0] for row in rows if not row.startswith(" ")]
+        self.assertEqual(keys, list(bantam.DEFAULTS) + ["system_prompt", "withheld_env"])
+        self.assertIn("temperature = 0.7  (default)", rows)
+        at = rows.index("model = test-model")
+        below = "".join(row.strip() for row in rows[at + 1:at + 4] if row.startswith("    "))
+        self.assertEqual(below, "(%s:2)" % os.path.join(self.ws.home, ".bantam", "model.cfg"))
+        self.leave(term)
+        term = self.start(cols=200)
+        shown = screen(self.type_line(term, "/cfg", "withheld_env"))
+        self.assertRegex(shown, r"(?m)^model +test-model +/\S+/model\.cfg:2$")
+        self.assertNotIn(" = ", shown)
         self.leave(term)
 
 
