@@ -1718,25 +1718,31 @@ def ago(when):
         ("d", 86400), ("h", 3600), ("min", 60)) if seconds >= size), "just now")
 
 
-def cmd_list(convo, arg):
+def cmd_list(convo, arg, width_of=len):
     """/list [all]: the 20 newest saved sessions (all), one line each cut to the terminal's
-    width; * marks this folder's."""
-    ids = session_ids()
+    width; * marks this folder's. width_of: a text's columns (Part II's counts wide ones)."""
+    ids, cfg = session_ids(), convo["cfg"]
     width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
-    for sid in ids if arg == "all" else ids[:20]:
-        head = session_head(sid)
-        line = terminal_safe("%s %-15s %10s%s  %s" % (
-            "*" if head.get("cwd") == os.getcwd() else " ", sid, ago(modified(session_path(sid))),
-            "  %4s msgs" % head.get("count", "?") if not width or width >= 60 else "",
-            head.get("summary", "(unreadable)")))
-        if width and len(line) > width:   # cut at a word: the terminal would wrap it
-            cut = line.rfind(" ", 0, width - 1) if " " in line[:width - 1] else width - 1
-            line = line[:cut] + "\u2026"
-        show(convo["cfg"], line + "\n")
+    shown = ids if arg == "all" else ids[:20]
+    pad = max([15] + [width_of(terminal_safe(sid)) for sid in shown])   # the columns line up
+    for sid in shown:
+        head, name = session_head(sid), terminal_safe(sid)
+        title = terminal_safe(head.get("summary", "(unreadable)"))
+        line = "%s %s%s %10s%s  %s" % (
+            "*" if head.get("cwd") == os.getcwd() else " ", name, " " * (pad - width_of(name)),
+            ago(modified(session_path(sid))),
+            "  %4s msgs" % head.get("count", "?") if not width or width >= 60 else "", title)
+        if width and width_of(line) > width:   # cut: the terminal would wrap it
+            cut, starts = line, len(line) - len(title)
+            while width_of(cut) > width - 1:
+                cut = cut[:-1]
+            space = cut.rfind(" ", starts)   # at a word of the title, if one fits (CJK has no
+            line = (cut[:space] if space > starts else cut) + "\u2026"   # spaces: anywhere)
+        show(cfg, line + "\n")
     if arg != "all" and len(ids) > 20:
-        show(convo["cfg"], "(%d older: /list all shows every one)\n" % (len(ids) - 20))
+        show(cfg, "(%d older: /list all shows every one)\n" % (len(ids) - 20))
     if not ids:
-        show(convo["cfg"], "(no saved sessions)\n")
+        show(cfg, "(no saved sessions)\n")
 
 
 def cmd_load(convo, arg):
@@ -4452,33 +4458,6 @@ def cmd_cfg(convo, arg):
         show(cfg, "[note: %s is inside a git work tree: a commit may take the key with it; add it "
              "to .gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
 
-def cmd_list_lined_up(convo, arg):
-    """/list [all] as Part I's cmd_list, its columns lined up by display width (ids of any
-    length, wide titles), each line cut to the terminal's width at a word of the title."""
-    ids, cfg = session_ids(), convo["cfg"]
-    width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
-    shown = ids if arg == "all" else ids[:20]
-    pad = max([15] + [display_width(terminal_safe(sid)) for sid in shown])
-    for sid in shown:
-        head, name = session_head(sid), terminal_safe(sid)
-        title = terminal_safe(head.get("summary", "(unreadable)"))
-        line = "%s %s%s %10s%s  %s" % (
-            "*" if head.get("cwd") == os.getcwd() else " ", name, " " * (pad - display_width(name)),
-            ago(modified(session_path(sid))),
-            "  %4s msgs" % head.get("count", "?") if not width or width >= 60 else "", title)
-        if width and display_width(line) > width:   # cut: the terminal would wrap it
-            cut = wrap_words(line, width - 1)[0]
-            if len(cut) <= len(line) - len(title):   # no word of the title fits (CJK has no
-                cut = line                           # spaces): cut between characters
-                while display_width(cut) > width - 1:
-                    cut = cut[:-1]
-            line = cut + "\u2026"
-        show(cfg, line + "\n")
-    if arg != "all" and len(ids) > 20:
-        show(cfg, "(%d older: /list all shows every one)\n" % (len(ids) - 20))
-    if not ids:
-        show(cfg, "(no saved sessions)\n")
-
 def cmd_model(convo, arg):
     """/model [name]: switch the model (a name the server does not list: for this session
     only, not saved); without a name, the endpoint's models to choose from."""
@@ -4555,7 +4534,7 @@ COMMANDS.update({
                   "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its "
                       "file)"),
-    "/list": (cmd_list_lined_up, COMMANDS["/list"][1]),
+    "/list": (lambda convo, arg: cmd_list(convo, arg, display_width), COMMANDS["/list"][1]),
     "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
 })
 
