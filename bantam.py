@@ -5282,6 +5282,14 @@ def catch_big_pastes(readline):
                       kind(lambda count, key: collapsed(newer(count, key), 0, collapse_pastes))]
     for keys, hook in zip((b"\033[200~", b"\033[A", b"\033[B"), PASTES["hook"]):
         lib.rl_bind_keyseq(keys, hook)   # how a terminal starts a paste; Up; Down
+    # A placeholder is an edit of the entry it stands in, and readline keeps an entry edited
+    # but not sent (Up, then Down) in the history: undo such edits at Enter and Ctrl+D, and
+    # at the next prompt after a Ctrl+C (which skips that).
+    readline.parse_and_bind("set revert-all-at-newline on")
+    revert = getattr(lib, "_rl_revert_all_lines", None)   # (readline's own, for that setting)
+    if revert:
+        revert.restype = None
+        readline.set_startup_hook(revert)
 
 
 def shortened(text):
