@@ -3008,7 +3008,7 @@ def remember_folder(**facts):
 
 def trust_folder(cfg, args, interactive, reload):
     """cfg as this folder may steer it: --trust trusts it, the REPL asks once (both remembered;
-    no: reload(False), the user's own settings); without a terminal it stops (exit 2)."""
+    no: reload(False), the user's own settings); never asked and no terminal: exit 2."""
     changes = cfg["sources"]["untrusted"]
     if not changes:
         return cfg
@@ -3019,7 +3019,7 @@ def trust_folder(cfg, args, interactive, reload):
     if args.trust:
         remember_folder(trusted=True)
         return reload(True)
-    if not interactive:
+    if not interactive and said is None:   # a remembered answer holds in batch mode too
         own = " (your own server, even on this machine? bantam -e %s)" % shown["endpoint"] \
             if "endpoint" in shown else ""
         raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
@@ -3033,9 +3033,9 @@ def trust_folder(cfg, args, interactive, reload):
         remember_folder(trusted=said, **({"sandbox": boxed} if boxed else {}))
         if said:
             return reload(True)
-    note(cfg, "[this folder is not trusted: your own settings only%s (bantam --trust to trust it)]"
-         % (", commands in sandbox=workspace" if boxed else ""), "info")
     cfg = reload(False)
+    cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only%s " \
+        "(bantam --trust to trust it)]" % (", commands in sandbox=workspace" if boxed else "")
     if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
         cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
     return cfg
@@ -5728,6 +5728,8 @@ def start(convo, args):
     convo["views"] += [usage_meter(convo)] + ([trace_view(cfg)] if cfg["trace_file"] else [])
     emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
          session=convo["session"]["id"], time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    if cfg["sources"].get("trust_note"):   # said through the run's view (-q, --jsonl)
+        note(cfg, cfg["sources"]["trust_note"], "info")
     note_folder_texts(cfg)
     if not batch:
         note_first_run(cfg)

@@ -815,8 +815,8 @@ class KeyDestinationReplTests(KeyCase):
     def test_no_runs_on_the_users_own_settings_and_is_remembered(self):
         """Enter (N) at the question: the run goes to the user's own endpoint, with the user's
         key, and never to the folder's (not even once, /models included); the answer is kept
-        in folders.json (0600), so the next REPL does not ask, and batch mode refuses."""
-        self.own.push(text_stream("answer from my server"), text_stream("still mine"))
+        in folders.json (0600), so the next REPL does not ask, nor does batch mode."""
+        self.own.push(*(text_stream(t) for t in ("answer from my server", "still mine", "batch")))
         term = self.answer("")
         self.assertIn("[this folder is not trusted: your own settings only", term.output)
         self.say(term, "hello", "answer from my server")
@@ -826,11 +826,10 @@ class KeyDestinationReplTests(KeyCase):
         self.say(term, "hello again", "still mine")
         self.quit(term)
         self.assertNotIn("Trust this folder?", term.output)
-        self.assertEqual(len(self.own.posts), 2)
-        self.assertEqual({p["headers"].get("authorization") for p in self.own.posts}, {"Bearer " + USER_KEY})
-        self.assertEqual(self.server.requests, [])
         result = self.run_bantam("-p", "batch now", env={"OPENAI_API_KEY": USER_KEY})
-        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual((result.returncode, result.stdout), (0, "batch\n"), result.stderr)
+        self.assertEqual(len(self.own.posts), 3)
+        self.assertEqual({p["headers"].get("authorization") for p in self.own.posts}, {"Bearer " + USER_KEY})
         self.assertEqual(self.server.requests, [])
 
     def test_yes_sends_the_key_and_is_remembered(self):

@@ -7,9 +7,10 @@ are ~/.bantam/model.cfg (write_config) and the environment; the folder's are wor
 
 - FolderTrustBatchTests: a folder endpoint (remote or local), trace_file, allow or key stops
   batch mode with exit 2 before any request, one line naming the settings and the ways out;
-  --trust (remembered) and BANTAM_TRUST=1 let it steer; harmless keys need nothing.
+  --trust (remembered) and BANTAM_TRUST=1 let it steer; harmless keys need nothing; only a
+  remembered yes for this very folder lets it steer.
 - FolderTrustReplTests: the REPL asks once, naming what the folder would change; n keeps the
-  user's own settings (remembered), y the folder's.
+  user's own settings (remembered, in batch mode too), y the folder's.
 - LeashLayerTests: the home approve=deny (and BANTAM_APPROVE=deny) holds under a folder
   model.cfg; deny patterns are joined from every layer; a flag wins (--yolo).
 - FolderTextNoteTests: the folder's system.txt and AGENTS.md apply, and every mode says so.
@@ -174,6 +175,26 @@ class FolderTrustBatchTests(TrustCase):
         self.assertTrue(self.exists("allowed"))
         self.assertEqual(self.folders_json(), {})
 
+    def test_only_a_remembered_yes_for_this_folder_lets_it_steer(self):
+        """What ~/.bantam/folders.json remembers that is not a yes for this very folder (a
+        trusted parent or sibling, only a sandbox, a "yes" that is not true) never lets the
+        folder's endpoint in: never answered, batch mode stops; an answer, the user's own."""
+        work = os.path.realpath(self.ws.work)
+        cases = [({os.path.dirname(work): {"trusted": True}, work + "-2": {"trusted": True}}, 2),
+                 ({work: {"sandbox": "none"}}, 2), ({work: {"trusted": "yes"}}, 0)]
+        self.folder_config(endpoint=self.evil.url, api_key=FOLDER_KEY)
+        for memory, status in cases:
+            with self.subTest(memory=memory):
+                with open(os.path.join(self.ws.home, ".bantam", "folders.json"), "w") as f:
+                    json.dump(memory, f)
+                self.push(*[text_stream("own server")] * (status == 0))
+                result = self.run_bantam("-p", "hello")
+                self.assertEqual(result.returncode, status, result.stderr)
+                self.assertEqual(self.evil.requests, [])
+                self.assertFalse(self.exists("PWNED"))
+        self.assertEqual([p["headers"]["authorization"] for p in self.server.posts],
+                         ["Bearer test-key"])
+
 
 # ---------------------------------------------------------------- part 1: trust, the REPL
 
@@ -197,8 +218,8 @@ class FolderTrustReplTests(TrustCase):
 
     def test_no_runs_on_the_users_own_settings_and_is_remembered(self):
         """n: the user's own endpoint, model and no folder trace; remembered, so the next REPL
-        does not ask; batch mode still refuses."""
-        self.push(text_stream("own server"), text_stream("own again"))
+        does not ask, and batch mode runs on the user's own settings too, saying so."""
+        self.push(*(text_stream(text) for text in ("own server", "own again", "own batch", "q")))
         term = self.start("n")
         self.type_line(term, "hello", "own server")
         self.leave(term)
@@ -211,8 +232,14 @@ class FolderTrustReplTests(TrustCase):
         self.type_line(term, "again", "own again")
         self.leave(term)
         self.assertNotIn("Trust this folder?", term.output)
-        self.assertEqual(self.run_bantam("-p", "batch").returncode, 2)
+        result = self.run_bantam("-p", "batch")
+        self.assertEqual((result.returncode, result.stdout), (0, "own batch\n"), result.stderr)
+        self.assertIn("[this folder is not trusted: your own settings only", result.stderr)
+        result = self.run_bantam("-q", "-p", "quiet")   # an info note: not with -q
+        self.assertEqual((result.returncode, result.stdout, result.stderr), (0, "q\n", ""))
+        self.assertEqual([b["model"] for b in self.server.bodies], ["test-model"] * 4)
         self.assertEqual(self.evil.requests, [])
+        self.assertFalse(os.path.exists(self.trace))
 
     def test_s_keeps_the_users_settings_and_sandboxes_the_commands(self):
         """s: not trusted (the user's own endpoint), and the commands run in sandbox=workspace:
@@ -232,6 +259,13 @@ class FolderTrustReplTests(TrustCase):
         term.expect(PROMPT_LINE)
         self.assertIn("commands in sandbox=workspace", strip_ansi(term.output))
         self.leave(term)
+        self.push(tool_call_stream([shell("c2", "touch ./batch %s" % outside)]), text_stream("ok"))
+        result = self.run_bantam("-p", "write both again")   # batch mode: the same answer
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("commands in sandbox=workspace", result.stderr)
+        self.assertTrue(self.exists("batch"))
+        self.assertFalse(os.path.exists(outside))
+        self.assertEqual(self.evil.requests, [])
 
     def test_yes_uses_the_folders_settings_and_is_remembered(self):
         """y: the folder's endpoint and trace file; the next batch run needs no flag."""
