@@ -5713,7 +5713,7 @@ def start(convo, args):
         return run_direct(cfg, prompt[1:])
     trust_folder(cfg, args, not batch and sys.stdin.isatty(), lambda trust: settle(cfg, trust))
     hide_secrets(cfg)
-    check_first_run(cfg, batch)
+    check_first_run(cfg, batch and not args.replay)   # (a replay sends nothing)
     check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
     if args.output:   # before the model is paid: a file that cannot be written fails now
         try:

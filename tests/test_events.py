@@ -538,6 +538,15 @@ class ReplayTests(EventCase):
         self.assertEqual(listening.requests, [])
         self.assertEqual(listening.connections, 0)
 
+    def test_replay_needs_no_key_and_no_config(self):
+        """A replay sends nothing, so it runs with no key, no model.cfg and the default
+        endpoint, where a prompt would stop with "no API key" (exit 2)."""
+        self.record("echo $VALUE")
+        os.remove(self.ws.write_config(self.server))
+        result = self.run_bantam("--replay", "trace.jsonl", env={"VALUE": "alpha"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("replay: all 1 tool results matched the recording", result.stderr)
+
     def test_diverging_replay(self):
         """A tool result that differs from the recording: exit 1 and a note naming it with a diff."""
         self.record("echo $VALUE")
