@@ -806,6 +806,7 @@ def error_from_response(cfg, response):
     message = text.strip()[:300] or response.reason
     try:
         error = json.loads(text)
+        error = error[0] if isinstance(error, list) and error else error   # Gemini's is a list
         error = error.get("error", error) if isinstance(error, dict) else error
         message = str(error.get("message") or message) if isinstance(error, dict) else \
             error if isinstance(error, str) else message
@@ -882,7 +883,7 @@ def json_values(cfg, data):
     """The JSON objects in one event's data (some servers omit the blank line between
     events); what is not JSON is skipped, and said."""
     try:
-        return [json.loads(data)]
+        values = [json.loads(data)]   # (a relay's `data: null` is no chunk either)
     except ValueError:
         values = []
         for line in data.split(b"\n"):
@@ -891,7 +892,7 @@ def json_values(cfg, data):
             except ValueError:
                 note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
                           % line[:80])
-        return [v for v in values if isinstance(v, dict)]
+    return [v for v in values if isinstance(v, dict)]
 
 
 def stream_error(error):
@@ -925,6 +926,7 @@ def merge_chunk(cfg, reply, chunk, whole=False):
             continue
         delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
         reply["finish"] = choice.get("finish_reason") or reply["finish"]
+        reply["usage"] = choice.get("usage") or reply["usage"]   # Moonshot's place for it
         delta = hooked("delta", delta, cfg, reply) if HOOKS["delta"] else delta
         thought = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(thought, str) and thought:
@@ -992,9 +994,10 @@ def join_surrogates(text):
 def merge_tool_call(reply, fragment, position):
     """Merge one tool-call fragment by its index, as servers send them: id and name in the
     first fragment or repeated in each, arguments split anywhere (kept as pieces, joined
-    once). A new id with a name at an index another call holds starts a call of its own
-    (Ollama sends each call whole at index 0). Other fields of a call are kept, to be sent
-    back: Gemini signs calls ({"extra_content": {"google": {"thought_signature": ...}}})."""
+    once) or all so far in each fragment (DeepSeek through Qianfan, some proxies). A new id
+    with a name at an index another call holds starts a call of its own (Ollama sends each
+    call whole at index 0). Other fields of a call are kept, to be sent back: Gemini signs
+    calls ({"extra_content": {"google": {"thought_signature": ...}}})."""
     calls = reply["calls"]
     if not isinstance(fragment, dict):
         return
@@ -1016,7 +1019,11 @@ def merge_tool_call(reply, fragment, position):
     arguments = function.get("arguments")
     arguments = json.dumps(arguments) if isinstance(arguments, dict) else arguments
     if isinstance(arguments, str) and arguments:
-        reply["pieces"][id(call)].append(arguments)
+        pieces = reply["pieces"][id(call)]
+        if 0 < len(pieces) <= len(arguments) and arguments.startswith(pieces[0]) and (
+                arguments.startswith("".join(pieces))):   # (joined only when they may fit)
+            del pieces[:]   # all the arguments so far, sent again: they replace what came
+        pieces.append(arguments)
         reply["size"] += len(arguments)
     call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
 
@@ -2181,7 +2188,9 @@ OVERFLOW_PATTERNS = (
     r"|exceeds the available context|greater than the context length|prompt is too long"
     r"|input token count.*exceeds|exceeds the maximum number of tokens|reduce the length of the"
     r"|longer than the maximum model length|context length is only|maximum prompt length"
-    r"|too large for model with|input is too long|token limit exceeded|too many tokens")
+    r"|too large for model with|input is too long|token limit exceeded|too many tokens"
+    r"|exceeded model token limit|range of input length|longer than the model's context length"
+    r"|exceeds the maximum allowed length|exceed context limit|prompt exceeds max length")
 
 # What servers say when the money, not the rate, has run out: retrying cannot help.
 QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check your plan and billing"
@@ -2206,16 +2215,23 @@ FIXES = {
     # beside tool calls becomes an empty text block, which it rejects; null is no block
     "null_content": (
         r"text content blocks must (?:be non-empty|contain non-whitespace)",
-        "the server rejects empty text beside tool calls: sending content null there")}
+        "the server rejects empty text beside tool calls: sending content null there"),
+    # Mistral takes tool call ids of 9 letters and digits, OpenAI of 40 characters at most: a
+    # conversation begun elsewhere (or on OpenRouter's other providers) holds others
+    "short_ids": (r"a-z, A-Z, 0-9, with a length of 9|alphanumeric strings with length 9"
+                  r"|tool_call(?:s\[\d+\]\.id|_id)'?: string too long",
+                  "the server refuses these tool call ids: sending each as 9 letters and digits")}
 
 # The fields a server may refuse: of the request, and of its messages.
 OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
 MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
 
 # How servers refuse a field: OpenAI's "param", Mistral's extra_forbidden "loc", or words
-# ("`temperature` is deprecated", "property 'x' is unsupported", xAI's camelCase name).
+# ("`temperature` is deprecated", "property 'x' is unsupported", xAI's camelCase name, Kimi's
+# "invalid temperature: only 1 is allowed": left out, the server's own value is used).
 REFUSED_FIELD = (r"(?i)unsupported|not supported|does not support|deprecated|extra_forbidden"
-                 r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed")
+                 r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed"
+                 r"|only [\d.]+ is allowed")
 
 CUT_REPLY = {   # finish reasons that mean the reply is not whole
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
@@ -2298,14 +2314,16 @@ def classify(cfg, error):
             error.args = ("the server sent a reply that is not JSON: %r" % page_text(text)[:200],)
         return
     status, headers, message = error.status, error.headers, str(error)
-    if re.match(r"HTTP \d+: \s*<", message):
+    if re.match(r"HTTP \d+: \s*<[!a-zA-Z]", message):   # a page (DashScope's start "<400> ")
         message = "HTTP %d: %s" % (status, page_text(text)[:300])
     kind, hint = error.kind, ""   # retry or fatal, by its status (error_from_response)
+    wait = server_wait(headers, text)
     if status == 413 or (status in (400, 422, 500) and re.search(OVERFLOW_PATTERNS, text)):
         kind = "overflow"
     elif status == 400 and re.search(EMPTY_ASSISTANT_PATTERNS, text):
         kind = "empty_assistant"
-    elif status == 402 or (status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text)):
+    elif status == 402 or (status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text)
+                           and not (status == 429 and wait)):   # Gemini's per-minute quota
         kind, hint = "fatal", " (quota, credits or billing exhausted: not retried)"
     elif status in (400, 422):
         kind = "bad_request"
@@ -2326,7 +2344,7 @@ def classify(cfg, error):
         kind = "fatal"
     if kind == "bad_request" and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
         kind, hint = "retry", hint + " (a malformed tool call from the model)"
-    error.args, error.kind, error.wait = (message + hint,), kind, server_wait(headers)
+    error.args, error.kind, error.wait = (message + hint,), kind, wait
 
 
 def fixed_message(message, fixes):
@@ -2338,7 +2356,21 @@ def fixed_message(message, fixes):
             fixed.setdefault("reasoning_content", "")
         if "null_content" in fixes and not str(fixed.get("content") or "").strip():
             fixed["content"] = None
+    if "short_ids" in fixes:   # a call and its result get the same id
+        if fixed.get("tool_calls"):
+            fixed["tool_calls"] = [dict(c, id=short_id(c.get("id"))) for c in fixed["tool_calls"]]
+        if "tool_call_id" in fixed:
+            fixed["tool_call_id"] = short_id(fixed["tool_call_id"])
     return message if fixed == message else fixed
+
+
+def short_id(call_id):
+    """A tool call id as Mistral takes it: itself when it is 9 letters and digits, else the
+    first 9 hex digits of its SHA-256."""
+    import hashlib
+    call_id = str(call_id or "")
+    return call_id if re.fullmatch("[a-zA-Z0-9]{9}", call_id) else hashlib.sha256(
+        call_id.encode()).hexdigest()[:9]
 
 
 def learned_fix(error, body):
@@ -2386,8 +2418,9 @@ def page_text(text):
     return " ".join(html.unescape(words).split())
 
 
-def server_wait(headers):
-    """Seconds the server asks us to wait (retry-after-ms, Retry-After), or None."""
+def server_wait(headers, text=""):
+    """Seconds the server asks us to wait (retry-after-ms, Retry-After; else in the body, as
+    Gemini's "retryDelay": "38s" or "Please retry in 37.9s."), or None."""
     after = (headers.get("retry-after") or "").strip()
     for value, scale in ((headers.get("retry-after-ms"), 1000), (after, 1)):
         try:
@@ -2398,7 +2431,9 @@ def server_wait(headers):
     try:
         return max(0.0, parsedate_to_datetime(after).timestamp() - time.time())
     except (TypeError, ValueError, IndexError):
-        return None
+        pass
+    match = re.search(r'(?i)(?:"retryDelay":\s*"|retry in )(\d+(?:\.\d+)?)(m?s)\b', text)
+    return float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) if match else None
 
 
 def shape_delta(cfg, reply, delta):

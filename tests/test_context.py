@@ -18,6 +18,18 @@ Context-overflow errors replayed by OverflowTests.test_overflow_compacts_and_ret
 | LM Studio | 400, "... greater than the context length. Try to load the model with a larger context length" |
 | any | 413 Request Entity Too Large |
 | OpenRouter | HTTP 200, `error` inside the stream: "prompt is too long" |
+| Moonshot Kimi | 400, "Invalid request: Your request exceeded model token limit: N (requested: M)" |
+| Qwen (DashScope) | 400, `code: invalid_parameter_error`, "<400> InternalError.Algo.InvalidParameter: Range of input length should be [1, N]" |
+| SGLang, vLLM through Chutes | 400, "The input (N tokens) is longer than the model's context length (M tokens)." |
+| SGLang | 400, "Input length (N tokens) exceeds the maximum allowed length (M tokens)." |
+| Zhipu GLM | 400, `code: "1261"`, "Prompt exceeds max length" |
+| Anthropic | 400, "input length and `max_tokens` exceed context limit: N + M > W, decrease input length or `max_tokens` and try again" |
+
+The last six are from other clients' bug reports (2025-2026), none compacted before:
+https://github.com/MoonshotAI/kimi-cli/issues/2011, https://github.com/QwenLM/qwen-code/issues/98,
+https://github.com/CherryHQ/cherry-studio/issues/5538, https://github.com/sgl-project/sglang/issues/4048,
+https://github.com/mangowhoiscloud/geode/pull/668 (and https://github.com/NousResearch/hermes-agent/pull/1877),
+https://github.com/continuedev/continue/issues/6080.
 """
 
 import json
@@ -80,6 +92,21 @@ OVERFLOWS = [
                                           "greater than the context length. Try to load the model with "
                                           "a larger context length, or provide a shorter input"})),
     ("any, 413", overflow(413, {"error": {"message": "Request Entity Too Large"}})),
+    ("Moonshot Kimi", overflow(400, {"error": {"message": "Invalid request: Your request exceeded model token "
+                                               "limit: 262144 (requested: 269030)", "type": "invalid_request_error"}})),
+    ("Qwen (DashScope)", overflow(400, {"error": {
+        "code": "invalid_parameter_error", "param": None, "type": "invalid_request_error",
+        "message": "<400> InternalError.Algo.InvalidParameter: Range of input length should be [1, 204800]"},
+        "id": "chatcmpl-9c1e", "request_id": "9c1e"})),
+    ("SGLang, vLLM through Chutes", overflow(400, {
+        "object": "error", "message": "The input (49146 tokens) is longer than the model's context length "
+        "(40960 tokens).", "type": "BadRequestError", "param": None, "code": 400})),
+    ("SGLang", overflow(400, {"object": "error", "message": "Input length (160062 tokens) exceeds the maximum "
+                              "allowed length (59862 tokens).", "type": "BadRequestError", "param": None, "code": 400})),
+    ("Zhipu GLM", overflow(400, {"error": {"code": "1261", "message": "Prompt exceeds max length"}})),
+    ("Anthropic, input and max_tokens", overflow(400, {"type": "error", "error": {
+        "type": "invalid_request_error", "message": "input length and `max_tokens` exceed context limit: 199759 + "
+        "8192 > 200000, decrease input length or `max_tokens` and try again"}})),
     ("OpenRouter, in the stream", sse([{"id": "gen-1", "object": "chat.completion.chunk", "choices": [],
                                          "error": {"code": 400, "message": "prompt is too long: "
                                                    "1284668 tokens > 1000000 maximum"}}], done=False)),
@@ -312,6 +339,7 @@ class OverflowTests(BantamTestCase):
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 self.assertIn(AFTER, proc.stdout)
                 self.assertIn("compacting", proc.stderr)
+                self.assertNotIn('"message"', proc.stderr, "the error's message, not its JSON")
                 bodies = self.server.bodies
                 self.assertEqual(len(bodies), 3)
                 first, summary_request, retry = bodies

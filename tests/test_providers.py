@@ -33,6 +33,12 @@ REFUSALS = [
         "error": "Model grok-4-0709 does not support parameter reasoningEffort."})),
     ("xAI grok-4.20, code invalid-argument", "reasoning_effort", error(400, body={
         "code": "invalid-argument", "error": "Model grok-4.20-0309-reasoning does not support parameter reasoningEffort."})),
+    # Kimi K2.5/K2.6/K3 take only their own temperature (1, or 0.6 with thinking off), 2026:
+    # https://github.com/NousResearch/hermes-agent/pull/12566, https://github.com/NoFxAiOS/nofx/pull/1415
+    ("Moonshot Kimi K2.5, a fixed temperature", "temperature", error(400, body={"error": {
+        "message": "invalid temperature: only 1 is allowed for this model", "type": "invalid_request_error"}})),
+    ("Moonshot Kimi, thinking off", "temperature", error(400, body={"error": {
+        "message": "invalid temperature: only 0.6 is allowed for this model", "type": "invalid_request_error"}})),
 ]
 
 

@@ -67,8 +67,27 @@ The README's server table mirrors this one:
 | Amazon Nova, Claude through gateways | `<thinking>...</thinking>` at the start of `content` | `thinking_tags_streamed` |
 | any | reasoning in three chunks, the last one ending in what could begin the API key, then the answer: shown in the order sent | `reasoning_order_kept` |
 | LiteLLM proxy | usage in a last chunk whose `choices` is not empty | `litellm_usage_beside_choices` |
+| relays, proxies | `data: null` between the chunks: skipped | `data_null_event` |
+| Moonshot Kimi | usage inside `choices[0]` of the last chunk | `moonshot_usage_in_choice` |
+| xAI Grok | usage on the finish chunk, then a chunk with `choices: []` and none | `xai_usage_before_last_chunk` |
+| DeepSeek through Baidu Qianfan | every fragment holds all the arguments so far: the last one wins | `cumulative_arguments` |
+| proxies (OpenCodex, elizaOS cloud) | arguments in fragments, then all of them again with id and name | `arguments_resent_whole` |
+| Qwen (DashScope) | continuation fragments with `"id": ""` and `type` | `dashscope_empty_id_fragments` |
+| OpenAI-compatible servers | first fragment with id and arguments, the name in a later one | `name_in_later_fragment` |
+| llama.cpp (`llama-server`) | `arguments` as a JSON object, not a string: stored as a string | `object_arguments_not_streamed` |
 
 Failing for good (every retry fails) is checked by the tests after the table.
+
+The last eight rows come from other clients' bug reports (2025-2026): `data_null_event`
+https://github.com/NousResearch/hermes-agent/pull/89575; `moonshot_usage_in_choice`
+https://github.com/earendil-works/pi/issues/2017, https://github.com/AstrBotDevs/AstrBot/issues/6614;
+`xai_usage_before_last_chunk` https://github.com/BerriAI/litellm/issues/17136;
+`cumulative_arguments` https://github.com/NousResearch/hermes-agent/pull/35718;
+`arguments_resent_whole` https://github.com/lidge-jun/opencodex/issues/361,
+https://github.com/elizaOS/eliza/pull/16973; `dashscope_empty_id_fragments`
+https://github.com/ThinkInAIXYZ/deepchat/issues/355; `name_in_later_fragment`
+https://github.com/anomalyco/opencode/issues/24137; `object_arguments_not_streamed`
+https://github.com/ggml-org/llama.cpp/issues/20198.
 """
 
 import collections
@@ -207,6 +226,8 @@ LITELLM_USAGE = {"id": "chatcmpl-H7R5", "created": CREATED, "model": "test-model
                            "completion_tokens_details": {"reasoning_tokens": 0, "text_tokens": 3},
                            "prompt_tokens_details": {"cached_tokens": 5}}}   # the proxy's, in front of llama-server
 THINK_PIECES = ["<thi", "nk>\nThe user wants ", "a number.</th", "ink>\n\n", "The answer is 42."]
+MOONSHOT_USAGE = {"prompt_tokens": 1336, "completion_tokens": 31, "total_tokens": 1367, "cached_tokens": 1280,
+                  "prompt_tokens_details": {"cached_tokens": 1280}}   # Kimi's, inside the choice
 OPENROUTER_ERROR = {"id": "gen-1", "object": "chat.completion.chunk", "created": CREATED, "model": "test-model",
                     "provider": "SomeProvider",
                     "error": {"code": "server_error", "message": "Provider disconnected unexpectedly"},
@@ -495,6 +516,49 @@ SHAPES = [
          [sse([chunk({"role": "assistant"}), chunk({"content": "Counted."}), chunk({}, "length"), LITELLM_USAGE])],
          "Counted.\n", said("Counted."),
          stderr=["[test-model: 12 prompt (5 cached, 7 uncached) + 3 completion | context: 12/100000 (0.0%)]"]),
+    # ------------------------------------------------------------ other clients' bug reports
+    case("data_null_event", "relays, proxies", "data: null between the chunks",
+         [sse([chunk({"role": "assistant", "content": ""}), "data: null\n\n", chunk({"content": "Still "}),
+               "data: null\n\n", chunk({"content": "here."}), chunk({}, "stop")])],
+         "Still here.\n", said("Still here.")),
+    case("moonshot_usage_in_choice", "Moonshot Kimi", "usage inside choices[0] of the last chunk",
+         [sse([chunk({"role": "assistant", "content": ""}), chunk({"content": "Counted."}),
+               {"id": "chatcmpl-69bb", "object": "chat.completion.chunk", "created": CREATED, "model": "kimi-k2",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "usage": MOONSHOT_USAGE}]}])],
+         "Counted.\n", said("Counted."),
+         stderr=["[test-model: 1336 prompt (1280 cached, 56 uncached) + 31 completion | context: 1336/100000 (1.3%)]"]),
+    case("xai_usage_before_last_chunk", "xAI Grok", "usage on the finish chunk, then an empty-choices chunk",
+         [sse([chunk({"role": "assistant", "content": ""}), chunk({"content": "Counted."}),
+               chunk({}, "stop", usage=usage(19, 13)),
+               {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": CREATED, "model": "grok",
+                "choices": []}])],
+         "Counted.\n", said("Counted."),
+         stderr=["[test-model: 19 prompt + 13 completion | context: 19/100000 (0.0%)]"]),
+    case("cumulative_arguments", "DeepSeek through Baidu Qianfan", "every fragment holds all the arguments so far",
+         [stream(calls(frag(0, "call_cu", "shell_exec", echo("cumul")[:6])),
+                 *[calls(frag(0, args=echo("cumul")[:n])) for n in (12, 20, len(echo("cumul")))])],
+         traced(echo("cumul"), "cumul") + TOOLS_DONE + "\n",
+         with_calls(call("call_cu", echo("cumul"))), [result("cumul")]),
+    case("arguments_resent_whole", "proxies", "arguments in fragments, then all again with id and name",
+         [stream(calls(frag(0, "call_rw", "shell_exec", "")), calls(frag(0, args=echo("again")[:9])),
+                 calls(frag(0, args=echo("again")[9:])), calls(frag(0, "call_rw", "shell_exec", echo("again"))))],
+         traced(echo("again"), "again") + TOOLS_DONE + "\n",
+         with_calls(call("call_rw", echo("again"))), [result("again")]),
+    case("dashscope_empty_id_fragments", "Qwen (DashScope)", 'continuation fragments with "id": "" and type',
+         [stream(calls(frag(0, "call_477c3def1ba54fdcbaad36", "shell_exec", '{"comm')),
+                 *[calls(dict(frag(0, "", args=piece), type="function")) for piece in ['and": "echo ', 'qwen"}']])],
+         traced(echo("qwen"), "qwen") + TOOLS_DONE + "\n",
+         with_calls(call("call_477c3def1ba54fdcbaad36", echo("qwen"))), [result("qwen")]),
+    case("name_in_later_fragment", "OpenAI-compatible servers", "id and arguments first, the name later",
+         [stream(calls(frag(0, "call_nl", args=echo("named"))), calls(frag(0, name="shell_exec")))],
+         traced(echo("named"), "named") + TOOLS_DONE + "\n",
+         with_calls(call("call_nl", echo("named"))), [result("named")]),
+    case("object_arguments_not_streamed", "llama.cpp (llama-server)", "arguments as a JSON object",
+         [not_streamed({"role": "assistant", "content": None, "tool_calls": [
+             {"id": "call_ob", "type": "function", "function": {"name": "shell_exec", "arguments": {"command": "echo obj"}}}]},
+             finish="tool_calls")],
+         traced(echo("obj"), "obj") + TOOLS_DONE + "\n",
+         with_calls(call("call_ob", echo("obj"))), [result("obj")], cfg={"stream": False}),
 ]
 
 
