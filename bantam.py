@@ -2318,7 +2318,8 @@ def classify(cfg, error):
         message = "HTTP %d: %s" % (status, page_text(text)[:300])
     kind, hint = error.kind, ""   # retry or fatal, by its status (error_from_response)
     wait = server_wait(headers, text)
-    if status == 413 or (status in (400, 422, 500) and re.search(OVERFLOW_PATTERNS, text)):
+    if status == 413 or (status in (400, 422, 500) and re.search(OVERFLOW_PATTERNS, text)) or (
+            status == 429 and "request too large" in text.lower()):   # over a minute's tokens
         kind = "overflow"
     elif status == 400 and re.search(EMPTY_ASSISTANT_PATTERNS, text):
         kind = "empty_assistant"

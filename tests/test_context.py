@@ -24,12 +24,14 @@ Context-overflow errors replayed by OverflowTests.test_overflow_compacts_and_ret
 | SGLang | 400, "Input length (N tokens) exceeds the maximum allowed length (M tokens)." |
 | Zhipu GLM | 400, `code: "1261"`, "Prompt exceeds max length" |
 | Anthropic | 400, "input length and `max_tokens` exceed context limit: N + M > W, decrease input length or `max_tokens` and try again" |
+| OpenAI, Groq | 429 (OpenAI) or 413 (Groq), "Request too large for ... on tokens per minute (TPM): Limit N, Requested M": one request over the minute's allowance never fits, whatever the wait |
 
 The last six are from other clients' bug reports (2025-2026), none compacted before:
 https://github.com/MoonshotAI/kimi-cli/issues/2011, https://github.com/QwenLM/qwen-code/issues/98,
 https://github.com/CherryHQ/cherry-studio/issues/5538, https://github.com/sgl-project/sglang/issues/4048,
 https://github.com/mangowhoiscloud/geode/pull/668 (and https://github.com/NousResearch/hermes-agent/pull/1877),
-https://github.com/continuedev/continue/issues/6080.
+https://github.com/continuedev/continue/issues/6080; the TPM rows from
+https://github.com/DrShushen/climb/issues/13 and https://github.com/continuedev/continue/issues/10218.
 """
 
 import json
@@ -107,6 +109,16 @@ OVERFLOWS = [
     ("Anthropic, input and max_tokens", overflow(400, {"type": "error", "error": {
         "type": "invalid_request_error", "message": "input length and `max_tokens` exceed context limit: 199759 + "
         "8192 > 200000, decrease input length or `max_tokens` and try again"}})),
+    ("OpenAI, larger than the minute's tokens", overflow(429, {"error": {
+        "message": "Request too large for gpt-4o in organization org-x on tokens per min (TPM): "
+                   "Limit 30000, Requested 30601. The input or output tokens must be reduced in "
+                   "order to run successfully.", "type": "tokens", "param": None,
+        "code": "rate_limit_exceeded"}})),
+    ("Groq, larger than the minute's tokens", overflow(413, {"error": {
+        "message": "Request too large for model `llama-3.3-70b-versatile` in organization `org_x` "
+                   "service tier `on_demand` on tokens per minute (TPM): Limit 12000, Requested "
+                   "14137, please reduce your message size and try again.", "type": "tokens",
+        "code": "rate_limit_exceeded"}})),
     ("OpenRouter, in the stream", sse([{"id": "gen-1", "object": "chat.completion.chunk", "choices": [],
                                          "error": {"code": 400, "message": "prompt is too long: "
                                                    "1284668 tokens > 1000000 maximum"}}], done=False)),
