@@ -3295,15 +3295,19 @@ def sandbox_words(cfg):
     where = "sandbox=%s: writes outside %s are refused" % (mode, ", ".join(sandbox_roots(cfg)[0]))
     return "; ".join([where] * bool(mode) + ["sandbox_network=false: no sockets"] * closed)
 
-def sandbox_refusal(cfg, args):
-    """Why the write tool may not write args' path (real) under the commands' rule, else ''."""
+def sandbox_refusal(cfg, args, reading=False):
+    """Why a file tool may not use args' path (real) under the commands' rule, else '':
+    write keeps to the writable folders, and neither tool reaches bantam's own files."""
     try:
-        path = os.path.realpath(path_argument(args)) if sandbox_of(cfg)[0] else ""
+        path = os.path.realpath(tool_path(args)) if sandbox_of(cfg)[0] else ""
     except ValueError:
         return ""   # the tool says what is wrong with its arguments
     roots, hidden = sandbox_roots(cfg) if path else ([], [])
-    if path and (within(path, hidden) or not within(path, roots)):
+    if path and not reading and (within(path, hidden) or not within(path, roots)):
         return "error: %s: %s" % (sandbox_words(dict(cfg, sandbox_network=True)), path)
+    if path and within(path, hidden):
+        return "error: sandbox=%s: bantam's own files (%s) cannot be read: %s" % (
+            sandbox_of(cfg)[0], ", ".join(hidden), path)
     return ""
 
 
@@ -3362,6 +3366,11 @@ def path_argument(args):
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
 
+def tool_path(args):
+    """The absolute path a file tool works on, '..' taken as the leash takes it: lexically
+    (lnk/../x is ./x, never the x beside where the symlink lnk leads); ValueError."""
+    return os.path.abspath(path_argument(args))
+
 def int_argument(args, names, low):
     """The first of names present in args as an int >= low, else None; ValueError when bad."""
     for name in names:
@@ -3385,6 +3394,8 @@ def count_lines(data):
 def read_tool(cfg, args):
     """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries,
     at most limit of them and max_tool_res bytes (less room for the hint of what follows)."""
+    if sandbox_refusal(cfg, args, reading=True):
+        return sandbox_refusal(cfg, args, reading=True)
     try:
         path = path_argument(args)
         offset = int_argument(args, ("offset",), 0) or 1   # 0 is taken as 1: harmless for a read
@@ -3393,9 +3404,10 @@ def read_tool(cfg, args):
         return "error: read: %s" % e
     budget = max(1, cfg["max_tool_res"] - HINT_ROOM)
     try:
-        info = os.stat(path)
+        where = tool_path(args)   # what the leash decided on
+        info = os.stat(where)
         if stat.S_ISDIR(info.st_mode):
-            with os.scandir(path) as entries:   # dotfiles included: they matter (.gitignore, .env)
+            with os.scandir(where) as entries:   # dotfiles included: they matter (.gitignore, .env)
                 names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
             unit, empty = "entries", "(%s is an empty directory)" % path
             page = paginate(names, offset, limit, budget, lambda number, name: name,
@@ -3403,7 +3415,7 @@ def read_tool(cfg, args):
         elif not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
             return "error: %s is not a regular file or a directory" % path
         else:
-            with open(path, "rb") as f:
+            with open(where, "rb") as f:
                 if b"\0" in f.read(BINARY_SNIFF):   # text has no NULs; binary wastes context
                     return "error: %s looks like a binary file (%d bytes); inspect it with bash, " \
                            "e.g. xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
@@ -3475,7 +3487,7 @@ def write_tool(cfg, args):
     except ValueError as e:
         return "error: write: %s" % e
     data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
-    target = os.path.realpath(path)   # write through a symlink, do not replace the link
+    target = os.path.realpath(tool_path(args))   # through a symlink, not replacing the link
     try:
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
             return "error: %s is a symlink that leads outside the working folder (to %s); " \
