@@ -2901,14 +2901,15 @@ HOOKS["connect"].append(connect_endpoint)
 # What a folder's own ./model.cfg may set: a cloned repository is not the user. The keys of
 # NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes): they come from the
 # user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>) or a folder the
-# user trusts. The leash only tightens across layers: deny is joined from every layer, and
+# user trusts (keep_sessions too: it deletes). The leash only tightens across layers: deny is joined from every layer, and
 # the strictest value of STRICTER keys wins, unless a flag sets it. The rest is harmless.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
     "tools": "what the model may use", "bantam_tools_dir": "scripts offered to the model",
     "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
-    "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
+    "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read",
+    "keep_sessions": "how many of your past conversations are kept"}
 
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
