@@ -3116,7 +3116,8 @@ def url_secrets(url):
 
 def withheld_variables(cfg):
     """The variables kept from commands: bantam's own, any holding a secret of cfg (a short
-    one only as the whole value), those matching shell_env_exclude but not shell_env_keep."""
+    one as the whole value, or as a URL's credential: BANTAM_ENDPOINT's), those matching
+    shell_env_exclude but not shell_env_keep."""
     import fnmatch
     secrets = secrets_of(cfg)
     exclude = cfg.get("shell_env_exclude", "")
@@ -3127,7 +3128,8 @@ def withheld_variables(cfg):
     return sorted(name for name, value in os.environ.items()
                   if name in SECRET_VARIABLES
                   or (excluded(name) and name not in keep)
-                  or any(value == s or (len(s) >= 12 and s in value) for s in secrets))
+                  or any(value == s or (len(s) >= 12 and s in value) for s in secrets)
+                  or set(secrets).intersection(url_secrets(value)))
 
 
 def scrub_environment(cfg, options):
