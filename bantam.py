@@ -449,6 +449,25 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
             os.unlink(temp)
 
 
+def folder_file(name):
+    """The path of the file name in the current folder, None when there is none, or when it
+    is a symlink that leads out of the folder or into ~/.bantam (a cloned repository's
+    AGENTS.md -> ~/.ssh/id_rsa): that is said, once, and the file is not read."""
+    path = os.path.abspath(name)
+    if not os.path.isfile(path):
+        return None
+    real, here = os.path.realpath(path), os.path.realpath(os.getcwd()).rstrip("/") + "/"
+    if real.startswith(here) and not real.startswith(os.path.realpath(bantam_home()) + "/"):
+        return path
+    if path not in LINKS_SAID:
+        LINKS_SAID.add(path)
+        note({}, "warning: %s is a symlink that leads outside this folder (to %s): not read"
+             % (path, real), "warning")
+    return None
+
+LINKS_SAID = set()   # the folder files folder_file refused and said so
+
+
 INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of the value
 
 
@@ -552,8 +571,8 @@ def load_config(overrides=None, config_file=None, env=None):
             raw, str) else raw
         cfg["sources"][key] = where
     cfg["system_prompt"], cfg["sources"]["system_prompt"] = DEFAULT_SYSTEM, "built-in"
-    for path in (os.path.abspath("system.txt"), bantam_home("system.txt")):
-        if os.path.isfile(path):
+    for path in (folder_file("system.txt"), bantam_home("system.txt")):
+        if path and os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8-sig") as f:
                     cfg["system_prompt"], cfg["sources"]["system_prompt"] = f.read(), path
@@ -3000,19 +3019,35 @@ def add_prompt_extras(cfg):
         extras.append("Extra shell tools can be found at %s" % cfg["bantam_tools_dir"])
     if cfg["bantam_skills_dir"]:
         extras.append("Skills may be discovered and invoked from %s" % cfg["bantam_skills_dir"])
-    path = os.path.join(os.getcwd(), "AGENTS.md")
-    cfg["sources"]["project_instructions_file"] = None
-    if cfg["project_instructions"] and os.path.isfile(path):
+    path = cfg["project_instructions"] and folder_file("AGENTS.md")
+    cfg["sources"].update(project_instructions_file=None, hidden={})
+    if path:
         try:
             with open(path, encoding="utf-8-sig", errors="replace") as f:
                 extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
-                              % (os.getcwd(), f.read().strip()))
+                              % (os.getcwd(), folder_text(cfg, "AGENTS.md", f.read().strip())))
             cfg["sources"]["project_instructions_file"] = path
         except OSError as e:
             note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
     base = cfg["sources"]["base_system_prompt"]
+    if cfg["sources"]["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
+        base = folder_text(cfg, "system.txt", base)
     cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
         if extras else base
+
+def folder_text(cfg, name, text):
+    """A folder's text for the system prompt, without the characters that can hide
+    instructions (bidi overrides, zero-width...); those found are kept for the note that
+    says the file is used (cfg["sources"]["hidden"])."""
+    found = sorted(set(re.findall(INVISIBLE, text)))
+    if found:
+        cfg["sources"]["hidden"][name] = ["U+%04X" % ord(c) for c in found]
+    return clean_for_model(text) if found else text
+
+def shown_plainly(text):
+    """Text the folder wrote, for the user's eyes: its control characters as terminal_safe
+    shows them, the invisible ones (bidi overrides, zero-width...) as <U+202E>."""
+    return re.sub(INVISIBLE, lambda m: "<U+%04X>" % ord(m.group()), terminal_safe(text))
 
 FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
                    "write": "write (a whole file, or a splice at a line or byte offset)"}
@@ -3078,8 +3113,11 @@ def trust_folder(cfg, args, interactive, reload):
     return cfg
 
 def shown_untrusted(key, value):
-    """A value an untrusted folder sets, as shown: its key as ***, an endpoint's credentials too."""
-    return "***" if key in SECRET_KEYS else redact({"endpoint": str(value)}, str(value))
+    """A value an untrusted folder sets, as shown: its key as ***, an endpoint's credentials
+    too; what a terminal would obey, or cannot show, made visible."""
+    secrets = url_secrets(str(value)) if key == "endpoint" else []
+    return "***" if key in SECRET_KEYS else shown_plainly(
+        redact({"run": {"secrets": secrets}}, str(value)))
 
 def hide_secrets(cfg):
     """Keep bantam's secrets from the user's other processes (Linux; not from root): each
@@ -5727,6 +5765,8 @@ def note_folder_texts(cfg):
         cfg["sources"]["system_prompt"] == os.path.join(os.getcwd(), "system.txt"))
     if cfg["sources"].get("project_instructions_file"):
         said.append("using this folder's AGENTS.md (project_instructions=false turns it off)")
+    said += ["its %s held hidden characters (%s): removed" % (name, ", ".join(found))
+             for name, found in cfg["sources"].get("hidden", {}).items()]
     if said:
         note(cfg, "[%s]" % "; ".join(said), "info")
 
