@@ -200,10 +200,22 @@ def secrets_of(cfg):
 
 
 def redact(cfg, text):
-    """Text with every secret of cfg replaced by ***."""
+    """Text with every secret of cfg replaced by ***, also one written with JSON escapes."""
     for secret in secrets_of(cfg):
         text = text.replace(secret, "***")
+        if "\\" in text:
+            text = re.sub(escaped(secret), "***", text)
     return text
+
+
+def escaped(secret):
+    """A pattern of secret as JSON may write it: any character as \\u0073, a / or " after a
+    backslash, each backslash doubled as often as the JSON was put in JSON again."""
+    def forms(c):
+        hexes = "".join("[%s%s]" % (h, h.upper()) for h in "%04x" % ord(c))
+        return "(?:%s%s%s)" % (re.escape(c), r"|\\+u" + hexes if ord(c) < 0x10000 else "",
+                               r"|\\+" + re.escape(c) if c in '/"\\' else "")
+    return "".join(forms(c) for c in secret)
 
 
 def stream_piece(cfg, held, text):
