@@ -5897,7 +5897,7 @@ def batch_answer(convo, prompt, go):
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as f:
-                f.write(answer)
+                f.write(redact(convo["cfg"], answer))   # a file bantam writes: *** for secrets
         except OSError as e:   # (a full disk: the answer is in the session all the same)
             raise BantamError("cannot write %s: %s" % (args.output, e.strerror or e))
     convo["status"] = BUDGET_EXIT if convo.get("ended") == "budget" else 0 if answer else 1
