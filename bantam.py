@@ -1064,8 +1064,11 @@ def finish_reply(reply):
     text = join_surrogates("".join(reply["content"]))
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
     calls = [c for c in reply["calls"].values() if c["function"]["name"]]   # in the order begun
-    for call in calls:
-        call["id"] = call["id"] or "call_" + os.urandom(12).hex()   # unique, if none was given
+    ids = set()
+    for call in calls:   # each call its own id: one given twice would get two tool messages
+        if not call["id"] or call["id"] in ids:
+            call["id"] = "call_" + os.urandom(12).hex()
+        ids.add(call["id"])
         call["function"]["arguments"] = join_surrogates("".join(reply["pieces"][id(call)])) or "{}"
     if calls:
         message["tool_calls"] = calls
