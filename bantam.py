@@ -5129,12 +5129,31 @@ def term_tool_call(state, event):
         args = None
     text = (call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
             or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
+    columns, rows = screen_size(state)   # a call taller than the screen would hide its start
+    text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"]))
     write(state, text + "\n", "call", event["depth"])
     import collections
     limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
     state["tool"] = {"lines": 0, "partial": "", "limit": limit, "started": time.monotonic(),
                      "tail": collections.deque(maxlen=limit - limit // 2), "status_at": 0.0}
     flush_out(state, now=True)
+
+def bounded(text, rows, width):
+    """text in at most about rows rows of width: a line past 3 rows cut, and a taller text
+    as its first and last lines around one naming how many are not shown."""
+    cut = 3 * width - 40
+    lines = [line if len(line) <= 3 * width else line[:cut] + " [... %d more characters]"
+             % (len(line) - cut) for line in text.split("\n")]
+    height = [max(1, -(-len(line) // width)) for line in lines]
+    if sum(height) <= rows:
+        return "\n".join(lines)
+    first, last, used = 0, len(lines), 1   # (the row that names the lines not shown)
+    while used + height[first] <= rows * 2 // 3:
+        used, first = used + height[first], first + 1
+    while used + height[last - 1] <= rows:
+        used, last = used + height[last - 1], last - 1
+    return "\n".join(lines[:first] + ["[... %d lines not shown (%d in all) ...]" % (
+        last - first, len(lines))] + lines[last:])
 
 def call_in_words(name, args):
     """A call in words ("$ ls", "» read a.txt lines 1-9", "» write a.txt: ..."), or None."""
