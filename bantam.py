@@ -3157,14 +3157,15 @@ def hide_secrets(cfg):
         pass
 
 def url_secrets(url):
-    """The credentials in a URL: its password, and the query's values named like key or token."""
+    """The credentials in a URL: its password (else a user name alone: https://TOKEN@host),
+    and the query's values named like key or token."""
     from urllib.parse import urlsplit
     try:
         parts = urlsplit(url)
     except ValueError:   # "http://[::1": not a URL a request could go to
         return []
     named = [pair.partition("=") for pair in parts.query.split("&")]
-    return [parts.password or ""] + [value for name, _, value in named
+    return [parts.password or parts.username or ""] + [value for name, _, value in named
                                      if re.search("key|token|secret|pass|sig|auth", name, re.I)]
 
 def withheld_variables(cfg):

@@ -210,6 +210,18 @@ class SecretTests(RedTeamCase):
         shown = self.run_bantam("--show-config", env={"BANTAM_ENDPOINT": url}).stdout
         self.assertIn("BANTAM_ENDPOINT", shown.split("withheld_env")[1].splitlines()[0])
 
+    def test_a_token_as_the_endpoints_user_name_is_a_secret(self):
+        """https://TOKEN@host (no password): the token is *** in --show-config, and the
+        variable holding it is withheld from commands."""
+        self.ws.write_config(None)
+        url = self.server.url.replace("http://", "http://tok-8899@")
+        self.push(tool_call_stream([shell("c1", "env > env.txt")]), text_stream("looked"))
+        self.batch(env={"BANTAM_ENDPOINT": url})
+        self.assertNotIn("tok-8899", read_text(os.path.join(self.ws.work, "env.txt")))
+        shown = self.run_bantam("--show-config", env={"BANTAM_ENDPOINT": url}).stdout
+        self.assertNotIn("tok-8899", shown)
+        self.assertIn("***@127.0.0.1", shown)
+
     def test_a_key_written_with_json_escapes_is_redacted(self):
         """The model writes the key as JSON escapes (\\u0073k, \\/) in a call's arguments: the
         rendered call, the trace and the session show ***."""
