@@ -87,6 +87,21 @@ class FileToolEscapeTests(RedTeamCase):
         self.assertIn("approve=deny", results["r2"])
         self.assertIn("approve=deny", results["r3"])
 
+    @unittest.skipUnless(os.path.exists("/proc/self/environ"), "needs Linux's /proc")
+    def test_read_cannot_show_bantams_own_environment(self):
+        """/proc/self/environ (and the same through /proc/thread-self) is bantam's own: it
+        holds the variables kept from commands (AWS_SECRET_ACCESS_KEY); its NULs make read
+        refuse it as binary (a regression test: this attack did not work before either)."""
+        self.push(tool_call_stream([read("r1", "/proc/self/environ"),
+                                    read("r2", "/proc/thread-self/environ"),
+                                    read("r3", "/proc/self/cmdline")]), text_stream("done"))
+        self.batch("--set", "tools=shell_exec,read",
+                   env={"AWS_SECRET_ACCESS_KEY": "aws-hidden-4242"})
+        self.assertNotIn("aws-hidden-4242", json.dumps(self.server.bodies))
+        results = self.tool_results()
+        for call_id in ("r1", "r2", "r3"):
+            self.assertIn("looks like a binary file", results[call_id])
+
     @unittest.skipUnless(LANDLOCK, "needs Linux with Landlock")
     def test_read_cannot_reach_bantams_own_files_under_the_sandbox(self):
         """sandbox=workspace: ~/.bantam/model.cfg, a session, ~/.bantam_history (directly or
