@@ -2933,10 +2933,11 @@ HOOKS["connect"].append(connect_endpoint)
 # ----------------------------------------------------------------------------------------
 
 # What a folder's own ./model.cfg may set: a cloned repository is not the user. The keys of
-# NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes): they come from the
-# user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>) or a folder the
-# user trusts (keep_sessions too: it deletes). The leash only tightens across layers: deny is joined from every layer, and
-# the strictest value of STRICTER keys wins, unless a flag sets it. The rest is harmless.
+# NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes, what it deletes):
+# they come from the user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>)
+# or a folder the user trusts. The leash only tightens across layers: deny is joined from
+# every layer, and the strictest value of STRICTER keys wins, unless a flag sets it. The rest
+# is harmless.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",

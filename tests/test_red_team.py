@@ -6,13 +6,15 @@ against a real bantam subprocess (batch mode, or the REPL on a real pty) and the
 FakeServer; each checks what a user sees, what is sent or what is saved.
 
 - FileToolEscapeTests: read does not leave the folder through a symlink and '..'
-  (lnk/../secret), and under sandbox=workspace it cannot read ~/.bantam.
+  (lnk/../secret), does not show bantam's own environment, and under sandbox=workspace
+  cannot read ~/.bantam.
 - FolderKeyTests: keep_sessions (which deletes past conversations) needs trust.
 - FolderTextTests: a folder's AGENTS.md or system.txt that is a symlink out of the folder is
   not read; hidden characters in them are removed and said.
 - TrustQuestionTests: the trust question shows the folder's text terminal-safe, hidden
   characters made visible.
-- SecretTests: a short credential in BANTAM_ENDPOINT stays out of commands; a key written
+- SecretTests: a short credential in BANTAM_ENDPOINT (a password, ?key=, a user name
+  alone) stays out of commands; a key written
   with JSON escapes is *** in the views, the trace and the session; -o FILE is redacted.
 - ReplyShapeTests: two tool calls with one id get one tool message each, under unique ids.
 - TallCommandTests: a command taller than the screen is shown bounded at "Run?", the hidden
