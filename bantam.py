@@ -4549,8 +4549,9 @@ def cmd_cfg(convo, arg):
     if not raw:
         return show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
     readline = sys.modules.get("readline")
-    if key in SECRET_KEYS and readline and readline.get_current_history_length():
-        # a key typed at the prompt stays out of ~/.bantam_history
+    typed_secret = key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))
+    if typed_secret and readline and readline.get_current_history_length():
+        # a key (or a URL holding one) typed at the prompt stays out of ~/.bantam_history
         readline.remove_history_item(readline.get_current_history_length() - 1)
     value = parse_value(key, raw, "/cfg")
     before, path = cfg["sources"][key], setting_file(cfg, key)

@@ -180,6 +180,22 @@ class CfgTests(ExtrasCase):
         self.assertIn("/cfg headers\n", history)
         self.assertNotIn("sk-new-secret", history)   # the typed key is not kept in the history
 
+    def test_an_endpoint_with_a_password_stays_out_of_the_history(self):
+        """/endpoint URL with a password or a key in its query is typed like a key: the
+        history keeps the command that was typed before it, not the URL."""
+        self.write_commented_config()
+        term = self.start()
+        self.say(term, "/cfg model", "model")
+        host = self.server.url.split("//", 1)[1]
+        for url in ("http://me:pw-secret-5511@%s" % host, "http://%s?api-key=qk-secret-7722" % host):
+            out = self.say(term, "/endpoint " + url, "saved in")
+            self.assertNotIn("secret-", out.split(url, 1)[1])   # shown as ***
+        self.quit(term)
+        with open(os.path.join(self.ws.home, ".bantam_history"), encoding="utf-8") as f:
+            history = f.read()
+        self.assertIn("/cfg model\n", history)
+        self.assertNotIn("secret-", history)
+
     def test_a_key_set_live_is_hidden_from_the_screen_and_the_trace(self):
         self.ws.write_config(self.server, trace_file="trace.jsonl")
         self.push(text_stream("your key is sk-live-typed-4242, right?"))
