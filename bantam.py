@@ -1656,8 +1656,8 @@ def resolve_session(prefix):
 
 def load_session(sid):
     """(session record, messages) to go on with conversation sid in its own file: its
-    messages repaired (empty assistant messages dropped, calls answered, user messages that
-    follow each other joined)."""
+    messages repaired (empty assistant messages dropped, each call answered right after it,
+    user messages that follow each other joined)."""
     sid = resolve_session(sid)
     stored = read_session(sid)
     session = new_session(None if sid == "autosave" else sid)   # bantam 1.0's: saved anew
@@ -1665,7 +1665,7 @@ def load_session(sid):
                    changed=modified(session_path(sid)), created_at=stored.get(
                        "created_at") or stored.get("saved_at") or session["created_at"])
     fixed = []
-    for i, m in enumerate(stored["messages"]):
+    for m in calls_answered(stored["messages"]):
         if m["role"] == "assistant" and not str(m.get("content") or "").strip() and not m.get(
                 "tool_calls"):
             continue
@@ -1673,14 +1673,30 @@ def load_session(sid):
             append_user(fixed, m.get("content"))
             continue
         fixed.append(m)
-        answered = {x.get("tool_call_id") for x in stored["messages"][i + 1:]
-                    if x["role"] == "tool"}
-        fixed += [{"role": "tool", "tool_call_id": c.get("id"), "content": INTERRUPTED +
-                   " (no result was recorded)"} for c in m.get("tool_calls") or ()
-                  if c.get("id") not in answered]
-    if session["id"] and len(fixed) == len(stored["messages"]):
+    if session["id"] and fixed == stored["messages"]:
         session.update(written=fixed, saved_summary=session["summary"])   # as its file holds
     return session, fixed
+
+
+def calls_answered(messages):
+    """messages with each call's result right after the assistant message that made it, as
+    the API requires (a crash or a hand edit may have put it later): a result goes with the
+    latest call of its id before it (some servers number calls anew each turn); a call with
+    no result is answered as interrupted; a tool message answering no call is dropped."""
+    results, waiting = {}, {}   # results: (assistant message's position, call id) -> result
+    for i, m in enumerate(messages):
+        for c in m.get("tool_calls") or () if m["role"] == "assistant" else ():
+            waiting.setdefault(c.get("id"), []).append(i)
+        if m["role"] == "tool" and waiting.get(m.get("tool_call_id")):
+            results[waiting[m["tool_call_id"]].pop(), m["tool_call_id"]] = m
+    fixed = []
+    for i, m in enumerate(messages):
+        if m["role"] != "tool":
+            fixed.append(m)
+            fixed += [results.get((i, c.get("id"))) or {
+                "role": "tool", "tool_call_id": c.get("id"), "content": INTERRUPTED +
+                " (no result was recorded)"} for c in m.get("tool_calls") or ()]
+    return fixed
 
 
 def append_user(messages, content):

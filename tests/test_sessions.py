@@ -600,6 +600,68 @@ class StepSaveTests(SessionCase):
         self.assertEqual(self.conversation_ids(), [sid])
 
 
+def call(cid, command="true"):
+    """A shell_exec tool call with id cid, as a stored assistant message holds it."""
+    return {"id": cid, "type": "function",
+            "function": {"name": "shell_exec", "arguments": json.dumps({"command": command})}}
+
+
+class LoadRepairTests(SessionCase):
+    """A session file whose tool messages are out of order (a crash, a hand edit) loads as a
+    conversation the API accepts."""
+
+    def test_tool_results_are_put_right_after_their_calls(self):
+        """Stored: a stray tool message with no call, a result that came after the next prompt,
+        one with no call among the results, a call that was never answered. Sent: each call's
+        result right after the assistant message that made it (in the calls' order), the
+        strays dropped, the unanswered call answered as interrupted; the file is saved so."""
+        stored = [
+            {"role": "system", "content": "sys"},
+            {"role": "tool", "tool_call_id": "c9", "content": "stray before any call"},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "", "tool_calls": [call("c1"), call("c2")]},
+            {"role": "tool", "tool_call_id": "c2", "content": "result two"},
+            {"role": "user", "content": "second"},
+            {"role": "tool", "tool_call_id": "c1", "content": "result one"},
+            {"role": "tool", "tool_call_id": "ghost", "content": "stray among results"},
+            {"role": "tool", "tool_call_id": "c2", "content": "a second result for c2"},
+            {"role": "assistant", "content": "an answer"},
+            {"role": "user", "content": "third"},
+            {"role": "assistant", "content": "", "tool_calls": [call("c3")]}]
+        self.write_session("crafted", json.dumps({"id": "crafted", "messages": stored}))
+        self.push(text_stream("all done"))
+        self.batch("carry on", "--session", "crafted")
+        sent = self.last_messages()
+        self.assertEqual(call_problems(sent), [])
+        self.assertEqual([(m["role"], m.get("tool_call_id")) for m in sent], [
+            ("system", None), ("user", None), ("assistant", None), ("tool", "c1"),
+            ("tool", "c2"), ("user", None), ("assistant", None), ("user", None),
+            ("assistant", None), ("tool", "c3"), ("user", None)])
+        self.assertEqual([sent[3]["content"], sent[4]["content"]], ["result one", "result two"])
+        self.assertIn("interrupted", sent[9]["content"])
+        self.assertEqual(self.session("crafted")["messages"][:-1], sent)
+
+    def test_a_reused_call_id_keeps_each_result_with_its_own_call(self):
+        """Servers that number calls anew each turn (call_0 every time): a result goes with
+        the latest call of its id before it, so each turn keeps its own result."""
+        stored = [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "", "tool_calls": [call("call_0")]},
+            {"role": "user", "content": "second"},
+            {"role": "assistant", "content": "", "tool_calls": [call("call_0")]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "second turn's result"}]
+        self.write_session("reused", json.dumps({"id": "reused", "messages": stored}))
+        self.push(text_stream("all done"))
+        self.batch("carry on", "--session", "reused")
+        sent = self.last_messages()
+        self.assertEqual(call_problems(sent), [])
+        self.assertEqual(roles(sent), ["system", "user", "assistant", "tool", "user",
+                                       "assistant", "tool", "user"])
+        self.assertIn("interrupted", sent[3]["content"])
+        self.assertEqual(sent[6]["content"], "second turn's result")
+
+
 class ContinuedFileTests(SessionCase):
     """The file of a conversation that is continued holds the whole conversation."""
 
