@@ -1522,9 +1522,9 @@ def save_session(cfg, session, messages, link=True):
         os.makedirs(bantam_home("sessions"), mode=0o700, exist_ok=True)
         if not saved_as_is(session, messages):
             write_session(cfg, session, messages)
-        if link:
-            tmp = session_path(".autosave.%d" % os.getpid(), ".tmp")
-            os.symlink(session["id"] + ".json", tmp)
+        if link:   # a random name: runs and threads relink at once, and PIDs are reused
+            tmp = session_path(".autosave.%s" % os.urandom(8).hex(), ".tmp")
+            os.symlink(session["id"] + ".json", tmp)   # (like O_EXCL: fails if the name is taken)
             os.replace(tmp, session_path("autosave"))
     except OSError as e:
         note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
@@ -4408,11 +4408,12 @@ def remove_stale_temp_files(folder):
     """Delete the temp files of writes killed mid-way (SIGKILL leaves them behind), a minute old."""
     for name in os.listdir(folder) if os.path.isdir(folder) else ():
         path = os.path.join(folder, name)
-        if name.startswith(".") and name.endswith(".tmp") and time.time() - modified(path) > 60:
-            try:
+        try:   # lstat: a temp link's age is its own, not that of the file it names
+            if name.startswith(".") and name.endswith(".tmp") and \
+                    time.time() - os.lstat(path).st_mtime > 60:
                 os.unlink(path)
-            except OSError:
-                pass
+        except OSError:   # (another run removed it first)
+            pass
 
 
 def tidy_sessions(convo, prompt, go):
