@@ -1194,13 +1194,14 @@ def overwritten(text):
 
 class BoundedOutput:
     """A command's output in bounded memory: whole when it fits in max_tool_res bytes, else
-    its head and tail, all of it kept in a file under $TMPDIR/bantam/ until the turn ends."""
+    its head and tail, all of it kept in a file under $TMPDIR/bantam-<uid>/ until the turn
+    ends."""
 
     def __init__(self, cfg):
         self.limit = cfg["max_tool_res"]
         self.keep, self.head, self.tail = max(1, self.limit * 2 // 5), bytearray(), b""
         self.size = self.newlines = 0
-        self.file = self.path = None
+        self.file = self.path = self.refused = None   # refused: why no file could be had
         self.spill = (cfg.get("run") or {}).get("spill", [])
         import codecs
         self.held, self.decoder = "", codecs.getincrementaldecoder("utf-8")("replace")
@@ -1218,23 +1219,23 @@ class BoundedOutput:
         self.size += len(data)
         self.newlines += data.count(b"\n")
         self.tail = (self.tail + data)[-self.keep:]
-        if self.file is None and self.size <= self.limit:
+        if not self.cut() and self.size <= self.limit:
             self.head += data
             return
-        if self.file is None:   # the spill file starts with all that came before
-            import tempfile
-            folder = os.path.join(tempfile.gettempdir(), "bantam")
-            if not os.path.isdir(folder):   # made here: removed with the files, when empty
-                self.spill.append(folder)
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-            fd, self.path = tempfile.mkstemp(prefix="toolres-", suffix=".txt", dir=folder)
-            self.spill.append(self.path)
-            self.file = os.fdopen(fd, "wb")
-            self.file.write(self.head)
+        if not self.cut():   # the spill file starts with all that came before
+            try:
+                self.file, self.path = spill_file(self.spill)
+                self.file.write(self.head)
+            except OSError as e:   # the head and tail only, and the model is told why
+                self.refused = str(e)
             self.head = (self.head + data[:self.keep])[:self.keep]
         room = SPILL_LIMIT - (self.size - len(data))
-        if room > 0:   # an endless `yes` must not fill the disk
+        if self.file and room > 0:   # an endless `yes` must not fill the disk
             self.file.write(data[:room])
+
+    def cut(self):
+        """True once the output outgrew max_tool_res."""
+        return bool(self.file or self.refused)
 
     def close(self):
         """Close the spill file, if any."""
@@ -1243,15 +1244,47 @@ class BoundedOutput:
 
     def text(self):
         """What the model gets: the output, or its head and tail and where the rest is."""
-        if self.file is None:
+        if not self.cut():
             return overwritten(self.head.decode("utf-8", "replace"))
         lines = self.newlines + (not self.tail.endswith(b"\n"))
-        whole = "The whole output" if self.size <= SPILL_LIMIT else \
+        whole = "The whole output is" if self.size <= SPILL_LIMIT else \
             "Its first %d bytes are" % SPILL_LIMIT
+        where = "The rest was not kept (%s)" % self.refused if self.refused else \
+            "%s in %s: read it in parts with shell_exec, e.g. sed -n '1,200p' %s" % (
+                whole, self.path, self.path)
         head, tail = (overwritten(b.decode("utf-8", "replace")) for b in (self.head, self.tail))
         return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
-               "bytes. %s in %s: read it in parts with shell_exec, e.g. sed -n '1,200p' %s " \
-               "...]\n\n%s" % (head, self.size, lines, self.keep, whole, self.path, self.path, tail)
+               "bytes. %s ...]\n\n%s" % (head, self.size, lines, self.keep, where, tail)
+
+
+def spill_file(made):
+    """(open file, path): a new file for a command's long output in $TMPDIR/bantam-<uid>/,
+    the user's own folder (mode 0700: the output may hold secrets), which made gets too, to
+    be removed once empty. An OSError when that name is not such a folder: a link or a
+    folder of another user there could be a trap (they would read the output, or choose
+    where it goes)."""
+    import stat
+    import tempfile
+    folder = os.path.join(tempfile.gettempdir(), "bantam-%d" % os.getuid())
+    for _ in range(100):
+        try:
+            try:
+                os.mkdir(folder, 0o700)
+            except FileExistsError:
+                pass
+            info = os.lstat(folder)   # (lstat: a link is not followed)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                raise OSError("%s is not a folder of this user's: refused" % folder)
+            if info.st_mode & 0o077:   # ours, but open to others: closed
+                os.chmod(folder, 0o700)
+            fd, path = tempfile.mkstemp(prefix="toolres-", suffix=".txt", dir=folder)
+        except FileNotFoundError:   # the last run out removed the empty folder just now
+            continue
+        made.append(path)
+        if folder not in made:
+            made.append(folder)
+        return os.fdopen(fd, "wb"), path
+    raise OSError("%s keeps vanishing" % folder)
 
 
 def run_subagent(cfg, args):
@@ -1440,14 +1473,16 @@ def enter_run(cfg, on_event=None):
 
 
 def remove_spill_files(paths):
-    """Delete the tool-output files of a turn that ended, and their folder if this run made it
-    and no other run's files are in it (the list is emptied)."""
-    while paths:
+    """Delete the tool-output files of a turn that ended, then their folder if that leaves
+    it empty: the last run out removes it, another run's files keep it (the list is
+    emptied)."""
+    folders = [path for path in paths if os.path.isdir(path)]
+    for path in [path for path in paths if path not in folders] + folders:
         try:
-            path = paths.pop()
-            (os.rmdir if os.path.isdir(path) else os.unlink)(path)
-        except OSError:
+            (os.rmdir if path in folders else os.unlink)(path)
+        except OSError:   # (a folder still holding another run's files)
             pass
+    del paths[:]
 
 
 def leave_run(cfg, stop):

@@ -75,7 +75,7 @@ class HugeOutputTests(BantamTestCase):
 
     def test_500_mb_of_output_in_bounded_memory(self):
         """`yes | head -c 500000000` in the REPL: the model gets the head, the tail and a note
-        naming the spill file under $TMPDIR/bantam/ and the line count; the request stays
+        naming the spill file under $TMPDIR/bantam-<uid>/ and the line count; the request stays
         near max_tool_res; the spill file and the folder bantam made for it are gone once the
         turn ends (the REPL still running); peak memory stays small.
 
@@ -84,7 +84,7 @@ class HugeOutputTests(BantamTestCase):
         self.push(tool_call_stream([("call_big", "shell_exec",
                                      {"command": "yes | head -c %d" % self.SIZE})]),
                   text_stream("that was a lot"))
-        spill_dir = os.path.join(self.ws.tmp, "bantam")
+        spill_dir = os.path.join(self.ws.tmp, "bantam-%d" % os.getuid())
         seen, done = set(), threading.Event()
         watcher = threading.Thread(target=watch_folder, args=(spill_dir, seen, done))
         watcher.start()
@@ -293,7 +293,6 @@ class SpillCapTests(unittest.TestCase):
             self.assertTrue(text.startswith("0" * 40 + "\n\n[... output too long"), text[:60])
             self.assertTrue(text.endswith("9" * 39 + "\n"), text[-60:])
         finally:
-            bantam.remove_spill_files([output.path])
-            os.rmdir(os.path.join(tempfile.tempdir, "bantam"))
+            bantam.remove_spill_files(output.spill)   # the file, and its folder now empty
             os.rmdir(tempfile.tempdir)
             tempfile.tempdir = old_tmp

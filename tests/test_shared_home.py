@@ -4,6 +4,8 @@ arrays, pods sharing a volume): no run loses or corrupts what another one saves.
 - AutosaveLinkTests: the temporary name autosave.json's new link is made under is random, so
   two threads of one process, or a PID reused (containers number every job's processes from 1),
   never clash.
+- SpillFolderRaceTests: the folder of long outputs, $TMPDIR/bantam-<uid>, is removed by the last
+  run out; a run about to make its file there when that happens makes the folder again.
 """
 
 import json
@@ -11,7 +13,8 @@ import os
 import sys
 import unittest
 
-from tests.support import BantamTestCase, run_program
+from tests.support import (
+    BantamTestCase, run_program, start_bantam, stop_process, text_stream, tool_call_stream)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,6 +69,75 @@ class AutosaveLinkTests(BantamTestCase):
         said = self.saves("threads")
         self.assertEqual(said["notes"], [])
         self.assertIn(said["link"], ("a-199.json", "b-199.json"))
+
+
+# A long output whose spill folder the last run out removes just before the file is made.
+VANISHING = r"""
+import json, os, sys, tempfile
+import bantam
+
+real, folders = tempfile.mkstemp, []
+def mkstemp(**options):
+    folders.append(options["dir"])
+    if len(folders) == 1:   # another run, the last out, removes the empty folder just now
+        os.rmdir(options["dir"])
+    return real(**options)
+tempfile.mkstemp = mkstemp
+output = bantam.BoundedOutput({"max_tool_res": 10})
+output.add(b"x" * 100)
+output.close()
+with open(sys.argv[1], "w") as f:
+    json.dump({"tries": len(folders), "kept": os.path.getsize(output.path),
+               "text": output.text()}, f)
+bantam.remove_spill_files(output.spill)
+"""
+
+
+class SpillFolderRaceTests(BantamTestCase):
+    """$TMPDIR/bantam-<uid>: made by the first run that needs it, removed by the last one out."""
+
+    RUNS, STEPS = 8, 3
+
+    def test_a_folder_removed_just_before_the_file_is_made_again(self):
+        """The folder vanishes between its making and the file's: it is made again, and the
+        whole output kept in it."""
+        out = self.ws.path("out.json")
+        result = run_program(self.ws, [sys.executable, "-c", VANISHING, out],
+                             env={"PYTHONPATH": ROOT})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(out, encoding="utf-8") as f:
+            said = json.load(f)
+        self.assertEqual((said["tries"], said["kept"]), (2, 100), said)
+        self.assertIn("The whole output is in", said["text"])
+        self.assertEqual(os.listdir(self.ws.tmp), [])
+
+    def test_many_runs_spilling_at_once(self):
+        """8 batch runs at once, each running 3 commands whose output is too long, all in one
+        $TMPDIR: every command's whole output is in a file when the model is told of it, every
+        run ends well, and the folder is gone after the last."""
+        self.ws.write_config(self.server, max_tool_res=1000)
+        command = "seq 1 3000; sleep 0.0$((RANDOM % 5))"
+
+        def respond(record):
+            done = [m for m in record["body"]["messages"] if m["role"] == "tool"]
+            if len(done) < self.STEPS:
+                return tool_call_stream([("c%d" % len(done), "shell_exec", {"command": command})])
+            return text_stream("Counted.")
+
+        self.push(*[respond] * (self.RUNS * (self.STEPS + 1)))
+        procs = [start_bantam(self.ws, "-p", "count %d" % n) for n in range(self.RUNS)]
+        for proc in procs:
+            self.addCleanup(stop_process, proc)
+        for proc in procs:
+            _, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 0, err.decode("utf-8", "replace")[-2000:])
+        results = [m["content"] for body in self.server.bodies for m in body["messages"][-1:]
+                   if m["role"] == "tool"]
+        self.assertEqual(len(results), self.RUNS * self.STEPS)
+        folder = os.path.join(self.ws.tmp, "bantam-%d" % os.getuid())
+        for text in results:
+            self.assertIn("The whole output is in %s%stoolres-" % (folder, os.sep), text)
+        self.assertEqual(os.listdir(self.ws.tmp), [])
 
 
 if __name__ == "__main__":
