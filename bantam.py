@@ -3119,6 +3119,28 @@ def shown_plainly(text):
 FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
                    "write": "write (a whole file, or a splice at a line or byte offset)"}
 
+class locked:
+    """with locked(path): path is read and rewritten by one process at a time (runs sharing a
+    HOME would each write back what they read, dropping the others' changes): an exclusive
+    lock on path.lock, a file of its own (path itself is replaced by each write). Where no
+    lock can be had (a file system without locks), none is held."""
+
+    def __init__(self, path):
+        self.path, self.fd = path + ".lock", None
+
+    def __enter__(self):
+        import fcntl
+        try:
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)   # (let go when the file is closed)
+        except OSError:
+            pass
+
+    def __exit__(self, *stop):
+        if self.fd is not None:
+            os.close(self.fd)
+
 def folders_file():
     """~/.bantam/folders.json: what the user said about folders (trusted or not)."""
     return bantam_home("folders.json")
@@ -3138,10 +3160,11 @@ def folder_facts():
 
 def remember_folder(**facts):
     """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600)."""
-    memory = folder_memory()
-    memory.setdefault(os.getcwd(), {}).update(facts)
     try:
-        write_private_file(folders_file(), json.dumps(memory, indent=1))
+        with locked(folders_file()):   # what other runs remembered meanwhile stays
+            memory = folder_memory()
+            memory.setdefault(os.getcwd(), {}).update(facts)
+            write_private_file(folders_file(), json.dumps(memory, indent=1))
     except OSError as e:
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 

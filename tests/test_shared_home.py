@@ -6,15 +6,19 @@ arrays, pods sharing a volume): no run loses or corrupts what another one saves.
   never clash.
 - SpillFolderRaceTests: the folder of long outputs, $TMPDIR/bantam-<uid>, is removed by the last
   run out; a run about to make its file there when that happens makes the folder again.
+- TrustWriteTests: runs trusting their folders at once (--trust) each keep their folder in
+  ~/.bantam/folders.json: none overwrites another's with what it read before.
 """
 
 import json
 import os
+import subprocess
 import sys
 import unittest
 
 from tests.support import (
-    BantamTestCase, run_program, start_bantam, stop_process, text_stream, tool_call_stream)
+    BantamTestCase, bantam_argv, run_program, start_bantam, stop_process, text_stream,
+    tool_call_stream)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -138,6 +142,41 @@ class SpillFolderRaceTests(BantamTestCase):
         for text in results:
             self.assertIn("The whole output is in %s%stoolres-" % (folder, os.sep), text)
         self.assertEqual(os.listdir(self.ws.tmp), [])
+
+
+def wait_all(test, procs, timeout=60):
+    """Wait for every process, each asserted to exit 0 (its stderr shown when not)."""
+    for proc in procs:
+        test.addCleanup(stop_process, proc)
+    for proc in procs:
+        _, err = proc.communicate(timeout=timeout)
+        test.assertEqual(proc.returncode, 0, (err or b"").decode("utf-8", "replace")[-2000:])
+
+
+class TrustWriteTests(BantamTestCase):
+    """~/.bantam/folders.json, read and rewritten by every run that remembers a folder."""
+
+    RUNS = 12
+
+    def test_folders_trusted_at_once_are_all_remembered(self):
+        """12 batch runs at once, each in its own folder whose model.cfg needs trust, each
+        with --trust: folders.json remembers all 12 as trusted (a run rewriting the file
+        with what it read before would drop the others' folders)."""
+        folders = []
+        for n in range(self.RUNS):
+            folders.append(os.path.realpath(self.ws.path("work", "job%d" % n)))
+            os.makedirs(folders[-1])
+            with open(os.path.join(folders[-1], "model.cfg"), "w", encoding="utf-8") as f:
+                f.write("api_key=sk-folder-key-%d\n" % n)
+        self.push(*[text_stream("ok")] * self.RUNS)
+        wait_all(self, [subprocess.Popen(
+            bantam_argv("--trust", "-p", "hi"), cwd=folder, env=self.ws.env(),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True) for folder in folders])
+        with open(os.path.join(self.ws.home, ".bantam", "folders.json"), encoding="utf-8") as f:
+            memory = json.load(f)
+        self.assertEqual({folder: memory.get(folder) for folder in folders},
+                         {folder: {"trusted": True} for folder in folders})
 
 
 if __name__ == "__main__":
