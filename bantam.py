@@ -1598,9 +1598,11 @@ def write_session(cfg, session, messages):
 
 def save_step(cfg, session, messages):
     """Save the messages added since the last save, cheaply: appended to the journal, one
-    line each ({"n": position, "m": message}); any other change means a whole save."""
+    line each ({"n": position, "m": message}); any other change means a whole save, and so
+    does a file gone (another run's keep_sessions pruned it while this one ran)."""
     written = session["written"]
-    if not written or messages[:len(written)] != written:   # (identity first: cheap)
+    if not written or messages[:len(written)] != written or not os.path.exists(
+            session_path(session["id"])):   # (identity first: cheap)
         return save_session(cfg, session, messages, link=not session["id"])
     try:
         fd = os.open(session_path(session["id"], ".steps"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
@@ -4417,12 +4419,18 @@ HOOKS["turn"].append(token_line)
 # ----------------------------------------------------------------------------------------
 
 def prune_sessions(cfg):
-    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions;
-    /save's copies stay."""
-    made = [sid for sid in session_ids() if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)]
-    for sid in made[cfg["keep_sessions"]:]:
-        if not session_head(sid).get("copy_of"):
+    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions, by
+    their last change (a run still going adds its steps to the journal, not the file); /save's
+    copies stay, and so does one changed since it was judged (its run saved it meanwhile)."""
+    made = {sid: last_change(sid) for sid in session_ids()
+            if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
+    for sid in sorted(made, key=made.get, reverse=True)[cfg["keep_sessions"]:]:
+        if not session_head(sid).get("copy_of") and last_change(sid) == made[sid]:
             remove_session(sid)
+
+def last_change(sid):
+    """When session sid's file or its journal last changed."""
+    return max(modified(session_path(sid)), modified(session_path(sid, ".steps")))
 
 def remove_session(sid):
     """Delete session sid's file, journal and autosave link; the OSError that stopped it."""

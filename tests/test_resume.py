@@ -321,8 +321,9 @@ class KeepSessionsTests(ResumeCase):
         made-up ids, the copy and the named one."""
         for n in range(1, 5):   # 20250101-00000N, N hours old: 1 is the newest
             self.conversation("20250101-00000%d" % n, [("user", "q%d" % n)], hours_ago=n)
-        with open(self.path("20250101-000004", ".steps"), "w") as f:
+        with open(self.path("20250101-000004", ".steps"), "w") as f:   # a run killed then
             f.write("{}\n")
+        os.utime(self.path("20250101-000004", ".steps"), (time.time() - 4 * 3600,) * 2)
         self.write_session("20240101-000000", new_format("20240101-000000", [SYSTEM], self.here).replace(
             '"count"', '"copy_of": "abc", "count"'), mtime=time.time() - 99 * 3600)
         self.conversation("my-notes", [("user", "named")], hours_ago=100)
@@ -334,6 +335,22 @@ class KeepSessionsTests(ResumeCase):
                          sorted([new, "20250101-000001", "20250101-000002", "20240101-000000", "my-notes"]))
         self.assertFalse(os.path.exists(self.path("20250101-000004", ".steps")))
         self.assertIn('"copy_of": "abc"', read_text(self.path("20240101-000000")))
+
+    def test_a_conversation_going_on_is_judged_by_its_last_step(self):
+        """keep_sessions=2: a conversation whose file is 3 hours old but whose journal got a
+        step a minute ago (a run still going: its steps go to the journal) is kept, with its
+        journal; one whose file is 2 hours old goes."""
+        self.conversation("20250101-000001", [("user", "going on")], hours_ago=3)
+        with open(self.path("20250101-000001", ".steps"), "w") as f:
+            f.write(json.dumps({"n": 2, "m": {"role": "assistant", "content": "a step"}}) + "\n")
+        os.utime(self.path("20250101-000001", ".steps"), (time.time() - 60,) * 2)
+        self.conversation("20250101-000002", [("user", "done long ago")], hours_ago=2)
+        self.ws.write_config(self.server, keep_sessions=2)
+        self.push(text_stream("new one"))
+        self.batch("a new conversation")
+        self.assertEqual(sorted(self.conversation_ids()),
+                         sorted([self.autosave_target(), "20250101-000001"]))
+        self.assertTrue(os.path.exists(self.path("20250101-000001", ".steps")))
 
     def test_default_keeps_1000_and_zero_keeps_every_one(self):
         """With 1000 conversations saved, a new one removes the oldest (the default is 1000);
