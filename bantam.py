@@ -1225,9 +1225,10 @@ class BoundedOutput:
         if not self.cut():   # the spill file starts with all that came before
             try:
                 self.file, self.path = spill_file(self.spill)
-                self.file.write(self.head)
             except OSError as e:   # the head and tail only, and the model is told why
                 self.refused = str(e)
+            if self.file:
+                self.file.write(self.head)
             self.head = (self.head + data[:self.keep])[:self.keep]
         room = SPILL_LIMIT - (self.size - len(data))
         if self.file and room > 0:   # an endless `yes` must not fill the disk
@@ -1728,11 +1729,13 @@ def calls_answered(messages):
             results[waiting[m["tool_call_id"]].pop(), m["tool_call_id"]] = m
     fixed = []
     for i, m in enumerate(messages):
-        if m["role"] != "tool":
-            fixed.append(m)
-            fixed += [results.get((i, c.get("id"))) or {
+        if m["role"] == "tool":   # (put back right after its call, or dropped)
+            continue
+        fixed.append(m)
+        for c in m.get("tool_calls") or () if m["role"] == "assistant" else ():
+            fixed.append(results.get((i, c.get("id"))) or {
                 "role": "tool", "tool_call_id": c.get("id"), "content": INTERRUPTED +
-                " (no result was recorded)"} for c in m.get("tool_calls") or ()]
+                " (no result was recorded)"})
     return fixed
 
 
