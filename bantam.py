@@ -60,6 +60,7 @@ SPILL_LIMIT = 1 << 30              # bytes of a command's output kept on disk at
 MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
+STOPPED = "[bantam was stopped]"   # by a signal (SIGTERM, SIGHUP): not the user's Ctrl+C
 DEFAULT_SYSTEM = """\
 You are Bantam, a command-line AI agent working on the user's machine.
 
@@ -1453,9 +1454,14 @@ def ask(cfg, messages):
     except (KeyboardInterrupt, SystemExit) as stop:   # (the signals exit with SystemExit)
         text = "".join(cfg["run"].get("reply", {}).get("content", ()))
         if text.strip():
-            add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
-                INTERRUPTED if isinstance(stop, KeyboardInterrupt) else "[bantam was stopped]")})
+            add_message(cfg, messages, {"role": "assistant",
+                                        "content": text + "\n" + stop_marker(stop)})
         raise
+
+
+def stop_marker(stop):
+    """How a message cut short ends: a Ctrl+C was the user's; a signal stopped bantam."""
+    return INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED
 
 
 def enter_run(cfg, on_event=None):
@@ -1509,7 +1515,8 @@ def answer_unanswered(cfg, messages, calls):
     answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m["role"] == "tool"}
     for call in calls:
         if call["id"] not in answered:
-            text = cfg["run"].pop("partial", None) or INTERRUPTED + ": the tool did not finish"
+            text = cfg["run"].pop("partial", None) or (
+                stop_marker(sys.exc_info()[1]) + ": the tool did not finish")
             add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
                                         "content": clean_for_model(text)})
 

@@ -370,6 +370,27 @@ class SignalTests(BantamTestCase):
                 self.assertEqual(roles(messages), ["system", "user"])
                 self.assertEqual(messages[1]["content"], "the question that must survive")
 
+    def test_a_signal_in_a_subagent_is_not_called_the_user_s_interrupt(self):
+        """SIGTERM or SIGHUP while a subagent's reply streams: the run_subagent call is
+        answered, and its answer says bantam was stopped, not that the user interrupted."""
+        for sig, status, said in self.SIGNALS:
+            with self.subTest(signal=sig.name):
+                self.push(tool_call_stream([("sub1", "run_subagent", {"prompt": "look"})]),
+                          slow_reply())
+                self.ws.write("prompt.txt", "question")
+                proc = self.start_bantam("prompt.txt", "--session", "sub" + sig.name)
+                read_until(proc, b"shown-so-far")
+                os.kill(proc.pid, sig)
+                proc.communicate(timeout=15)
+                self.assertEqual(proc.returncode, status)
+                path = os.path.join(self.ws.sessions_dir(), "sub%s.json" % sig.name)
+                with open(path, encoding="utf-8") as f:
+                    messages = json.load(f)["messages"]
+                self.assertEqual(roles(messages), ["system", "user", "assistant", "tool"])
+                self.assertEqual(conversation_problems(messages), [])
+                self.assertIn(STOPPED, messages[3]["content"])
+                self.assertNotIn("interrupted by user", messages[3]["content"])
+
     def test_jsonl_after_a_signal_ends_as_after_a_ctrl_c(self):
         """--jsonl to a pipe, stopped mid-reply by SIGINT, SIGTERM or SIGHUP: the same closing
         events after the last text (reply_end, the kept message, turn_end, the note); after
