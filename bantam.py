@@ -1986,43 +1986,53 @@ def history_path():
 
 
 HISTORY_MARK = "#bantam history 2: one entry a line, \\n is a line break, \\\\ a backslash\n"
+HISTORY_SIZE = 1000   # entries kept in the file
 
 
-def setup_readline():
-    """Line editing and history: Ctrl+J inserts a line break, Enter sends; None without readline."""
+def read_history():
+    """The history file's entries, oldest first (bantam 1.0's file: one a line, no mark)."""
+    try:
+        with open(history_path(), encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")[:-1]
+    except OSError:
+        return []
+    unescape = {"\\n": "\n", "\\\\": "\\"}
+    return [re.sub(r"\\[n\\]", lambda m: unescape[m.group()], line)
+            for line in (lines[1:] if lines[:1] == [HISTORY_MARK[:-1]] else lines)]
+
+
+def setup_readline(convo):
+    """Line editing and history: Ctrl+J inserts a line break, Enter sends; None without
+    readline. convo notes how many entries came from the file."""
     try:
         import readline
     except ImportError:
         return None
     readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
-    readline.set_history_length(1000)
-    try:
-        with open(history_path(), encoding="utf-8", errors="replace") as f:
-            lines = f.read().split("\n")[:-1]
-    except OSError:
-        lines = []
-    unescape = {"\\n": "\n", "\\\\": "\\"}   # (bantam 1.0's file: one entry a line, no mark)
-    for line in lines[1:] if lines[:1] == [HISTORY_MARK[:-1]] else lines:
-        readline.add_history(re.sub(r"\\[n\\]", lambda m: unescape[m.group()], line))
+    for entry in read_history():
+        readline.add_history(entry)
+    convo["history_loaded"] = readline.get_current_history_length()
     return readline
 
 
-def save_history(cfg, readline):
-    """Write the history file atomically, mode 0600, a multi-line entry on one line."""
+def save_history(convo, readline):
+    """Add this REPL's entries to the history file as it is now (another REPL may have added
+    its own meanwhile), the newest HISTORY_SIZE, atomically, mode 0600, an entry a line."""
     if readline:
-        entries = [readline.get_history_item(i) or ""
-                   for i in range(1, readline.get_current_history_length() + 1)]
+        entries = [readline.get_history_item(i) or "" for i in range(
+            convo.get("history_loaded", 0) + 1, readline.get_current_history_length() + 1)]
+        entries = (read_history() + [e for e in entries if e])[-HISTORY_SIZE:]
         try:
             write_private_file(history_path(), HISTORY_MARK + "".join(
-                e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+                e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries))
         except OSError as e:
-            note(cfg, "warning: cannot save history: %s" % e, "warning")
+            note(convo["cfg"], "warning: cannot save history: %s" % e, "warning")
 
 
 def repl(convo):
     """Read prompts and commands until /quit, end of input or Ctrl+C twice at an empty line."""
     cfg = convo["cfg"]
-    readline = convo.get("readline") or (setup_readline() if sys.stdin.isatty() else None)
+    readline = convo.get("readline") or (setup_readline(convo) if sys.stdin.isatty() else None)
     convo["take_back"], last_interrupt = True, 0.0
     try:
         while True:
@@ -2050,7 +2060,7 @@ def repl(convo):
             if line.strip() and do_line(convo, line) is QUIT:
                 break
     finally:
-        save_history(cfg, readline)
+        save_history(convo, readline)
 
 
 def do_line(convo, line):
@@ -5566,7 +5576,7 @@ def pasted(convo, prompt, go):
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and pastes, then the first line."""
     cfg = convo["cfg"]
-    readline = convo["readline"] = setup_readline()
+    readline = convo["readline"] = setup_readline(convo)
     if readline:
         readline.parse_and_bind("set enable-bracketed-paste on")
         readline.parse_and_bind("tab: complete")

@@ -104,6 +104,35 @@ class TurnTests(ReplCase):
         with open(history, encoding="utf-8", errors="replace") as f:
             self.assertIn("remember the history", f.read())
 
+    def read_history(self):
+        """The entries of ~/.bantam_history (one a line after its mark line)."""
+        with open(os.path.join(self.ws.home, ".bantam_history"), encoding="utf-8") as f:
+            return f.read().split("\n")[1:-1]
+
+    def test_two_repls_at_once_keep_each_other_s_history(self):
+        """Two REPLs on one HOME, each typing its own lines: whichever quits last, the history
+        holds both's lines (each adds its own to what the file holds when it saves)."""
+        first, second = self.start(), self.start()
+        self.say(first, "!echo from-first", "from-first")
+        self.say(second, "!echo from-second", "from-second")
+        self.quit(first)
+        self.say(second, "!echo second-again", "second-again")
+        self.quit(second)
+        self.assertEqual(self.read_history(), ["!echo from-first", "/quit", "!echo from-second",
+                                               "!echo second-again", "/quit"])
+
+    def test_history_keeps_the_newest_thousand_entries(self):
+        """A history file of 1,200 entries: after one more line it holds the newest 1,000."""
+        with open(os.path.join(self.ws.home, ".bantam_history"), "w", encoding="utf-8") as f:
+            f.write("".join("old entry %d\n" % i for i in range(1200)))
+        term = self.start()
+        self.say(term, "!echo newest", "newest")
+        self.quit(term)
+        history = self.read_history()
+        self.assertEqual(len(history), 1000)
+        self.assertEqual(history[0], "old entry 202")
+        self.assertEqual(history[-2:], ["!echo newest", "/quit"])
+
     def test_failed_turn_keeps_the_repl_alive(self):
         """A failed model call prints the error and the REPL goes on with the next prompt."""
         self.push(error(401, "bad key here"), text_stream("works now"))
