@@ -3253,17 +3253,24 @@ def hide_secrets(cfg):
     except (OSError, ValueError, IndexError, AttributeError):
         pass
 
+# The query parameters that carry a credential: names holding one of these words (api-key,
+# x-api-key, access_token, client_secret, X-Amz-Signature, X-Amz-Credential...), and code
+# (Azure Functions) and pwd only as the whole name: inside another (country_code) they hold
+# no secret, and a value taken for one would be *** wherever it shows, ordinary text too.
+CREDENTIAL_PARAMETER = re.compile(
+    r"key|token|secret|pass|sig|auth|credential|jwt|^(code|pwd)$", re.I)
+
 def url_secrets(url):
     """The credentials in a URL: its password (else a user name alone: https://TOKEN@host),
-    and the query's values named like key or token."""
+    and the query's values named like one (CREDENTIAL_PARAMETER)."""
     from urllib.parse import urlsplit
     try:
         parts = urlsplit(url)
     except ValueError:   # "http://[::1": not a URL a request could go to
         return []
     named = [pair.partition("=") for pair in parts.query.split("&")]
-    return [parts.password or parts.username or ""] + [value for name, _, value in named
-                                     if re.search("key|token|secret|pass|sig|auth", name, re.I)]
+    return [parts.password or parts.username or ""] + [
+        value for name, _, value in named if CREDENTIAL_PARAMETER.search(name)]
 
 def withheld_variables(cfg):
     """The variables kept from commands: bantam's own, any holding a secret of cfg (a short

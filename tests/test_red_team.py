@@ -14,11 +14,11 @@ FakeServer; each checks what a user sees, what is sent or what is saved.
 - TrustQuestionTests: the trust question shows the folder's text terminal-safe, hidden
   characters made visible.
 - SecretTests: a short credential in BANTAM_ENDPOINT (a password, ?key=, a user name
-  alone) stays out of commands; a key written
+  alone; ?code=, ?api-key=, ?access_token=...) stays out of commands; a key written
   with JSON escapes is *** in the views, the trace and the session; -o FILE is redacted.
 - ReplyShapeTests: two tool calls with one id get one tool message each, under unique ids.
 - TallCommandTests: a command taller than the screen is shown bounded at "Run?", the hidden
-  lines named.
+  lines named, in the plain view at a terminal (render=never) too.
 """
 
 import ctypes
@@ -262,6 +262,22 @@ class SecretTests(RedTeamCase):
         result = self.batch("-q", "-o", out)
         self.assertEqual(result.stdout, "the key is ***, see\n")
         self.assertEqual(read_text(out), "the key is ***, see\n")
+
+    def test_query_credentials_by_other_names_are_secrets(self):
+        """?code= (Azure Functions), ?api-key=, ?access_token=, ?x-api-key=: each value is ***
+        in --show-config and the variable holding it is withheld; ?api-version= is not."""
+        self.ws.write_config(None)
+        for name in ("code", "api-key", "access_token", "x-api-key", "X-Amz-Credential"):
+            with self.subTest(name=name):
+                url = self.server.url + "?api-version=2024-06-01&%s=cr3d-%s-77" % (name, len(name))
+                self.push(tool_call_stream([shell("c1", "env > env.txt")]), text_stream("looked"))
+                self.batch(env={"BANTAM_ENDPOINT": url})
+                seen = read_text(os.path.join(self.ws.work, "env.txt"))
+                self.assertIn("HOME=", seen)
+                self.assertNotIn("cr3d-", seen)
+                shown = self.run_bantam("--show-config", env={"BANTAM_ENDPOINT": url}).stdout
+                self.assertNotIn("cr3d-", shown)
+                self.assertIn("2024-06-01", shown)
 
 
 class ReplyShapeTests(RedTeamCase):
