@@ -5166,8 +5166,23 @@ def show_discarded(state, event):
     flush_out(state, now=True)
 
 
+def show_call(state, event):
+    """A tool call's plain trace; at a terminal bounded as the terminal view's call is (its
+    first and last lines, the lines and characters not shown named), so the Run? question
+    never scrolls what runs out of sight. A pipe or a file gets it whole."""
+    if not state["tty"]:
+        return show_tool(state, event)
+    close_block(state, event)
+    end_line(state, event["depth"])
+    columns, rows = screen_size(state)
+    text = "[tool call: %s(%s)]" % (event["name"], short_arguments(event))
+    text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"]))
+    write(state, text + "\n", "call", event["depth"])
+    flush_out(state, now=True)
+
+
 PLAIN.update(waiting=show_status, context=show_context, approval=show_approval,
-             discarded=show_discarded)
+             discarded=show_discarded, tool_call=show_call)
 QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "note": show_problem,
          "output": show_output}
 
