@@ -3009,8 +3009,8 @@ HOOKS["connect"].append(connect_endpoint)
 # NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes, what it deletes):
 # they come from the user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>)
 # or a folder the user trusts. The leash only tightens across layers: deny is joined from
-# every layer, and the strictest value of STRICTER keys wins, unless a flag sets it. The rest
-# is harmless.
+# every layer, and the strictest value of STRICTER keys wins, unless a flag sets it. An
+# untrusted folder may only tighten the amounts of TIGHTEN_ONLY. The rest is harmless.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
@@ -3022,6 +3022,25 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
 
+# Amounts that let a turn run longer, send more or cost more. An untrusted folder may tighten
+# them (its value is used when at least as strict as the user's own layers give), never
+# loosen them: its looser value needs trust, but alone is no reason to stop or ask (the
+# user's own value is safe), so it is said and not used. They are not STRICTER: among the
+# user's own layers the first still wins (BANTAM_TIMEOUT=600 over the file's 60).
+TIGHTEN_ONLY = {   # key: what it decides (said as NEEDS_TRUST's are)
+    "shell_timeout": "how long a command may run",
+    "timeout": "how long a stalled reply is waited for",
+    "first_byte_timeout": "how long a reply is waited for",
+    "final_answer_timeout": "how long the final answer is waited for",
+    "backoff": "how often and how long failed requests are retried",
+    "max_tool_res": "how much command output the model is sent",
+    "max_calls_per_reply": "how many tool calls of a reply run",
+    "max_repair_calls": "how many extra model calls a turn may make",
+    "max_reasoning": "how much reasoning is kept and sent back",
+    "context_window": "how much is sent before compacting",
+    "price_in": "what max_cost counts", "price_out": "what max_cost counts",
+    "price_cached": "what max_cost counts"}
+
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
 def strictness(key, value):
@@ -3032,6 +3051,19 @@ def strictness(key, value):
     if isinstance(value, bool):
         return not value
     return -value if value else float("-inf")
+
+def looser(cfg, key, value, than):
+    """Would a folder's value of a TIGHTEN_ONLY key loosen than (the user's own)? A lower
+    price is looser (max_cost bites later; price_cached 0 means price_in, settled before it);
+    so is a backoff with more retries or a longer wait; else a higher amount (0, where a key
+    allows it, is none: the strictest)."""
+    if key == "price_cached":
+        value, than = value or cfg["price_in"], than or cfg["price_in"]
+    if key.startswith("price_"):
+        return value < than
+    if key == "backoff":
+        return len(value) > len(than) or any(v > t for v, t in zip(value, than))
+    return value > than
 
 def normal_endpoint(url, where):
     """The endpoint without a trailing / or /chat/completions (bantam adds it: cut, saying so);
@@ -3067,12 +3099,14 @@ def settle(cfg, trust=None):
                  for kind, layer in layers for raw, where in [layer.get(key, ("", ""))]
                  if raw not in ("", "-")]   # blank or '-' defers to the next layer
         own = [f for f in found if f[0] != "folder"]
-        if found and found[0][0] == "folder" and key in NEEDS_TRUST and not trusted:
-            if found[0][1] != (own[0][1] if own else DEFAULTS[key]):
+        mine = own[0][1] if own else DEFAULTS[key]
+        if found and found[0][0] == "folder" and not trusted and (
+                key in NEEDS_TRUST or key in TIGHTEN_ONLY and looser(cfg, key, found[0][1], mine)):
+            if found[0][1] != mine:
                 untrusted[key] = found[0][1:]
             found = own
-        elif trust is False and key not in STRICTER and key != "deny":
-            found = own   # the user said no: only what tightens the leash is taken from the folder
+        elif trust is False and key not in STRICTER and key not in TIGHTEN_ONLY and key != "deny":
+            found = own   # the user said no: only what tightens is taken from the folder
         if key == "deny" and found:
             cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
         elif found:
@@ -3181,48 +3215,66 @@ def folder_facts():
     return folder_memory().get(os.getcwd(), {})
 
 def remember_folder(**facts):
-    """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600)."""
+    """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600); a fact
+    of None is forgotten."""
     try:
         with locked(folders_file()):   # what other runs remembered meanwhile stays
             memory = folder_memory()
-            memory.setdefault(os.getcwd(), {}).update(facts)
+            mine = memory.setdefault(os.getcwd(), {})
+            mine.update(facts)
+            for name in [name for name, value in facts.items() if value is None]:
+                del mine[name]
             write_private_file(folders_file(), json.dumps(memory, indent=1))
     except OSError as e:
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
     """cfg as this folder may steer it: --trust trusts it, the REPL asks once (both remembered;
-    no: reload(False), the user's own settings); never asked and no terminal: exit 2."""
-    changes = cfg["sources"]["untrusted"]
-    if not changes:
-        return cfg
+    no: reload(False), the user's own settings); never asked and no terminal: exit 2. Looser
+    amounts alone are said, not used."""
+    sources = cfg["sources"]
+    changes = sources["untrusted"]
     facts = folder_facts()
     said, boxed = facts.get("trusted"), facts.get("sandbox")
+    said = None if said is None else said is True   # an answer that is not true is a no
+    if not changes and said is not False:   # a no holds (its sandbox too) whatever the file says
+        return cfg
     shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
-    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST[key]) for key in shown)
+    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST.get(key) or TIGHTEN_ONLY[key])
+                     for key in shown)
     if args.trust:
         remember_folder(trusted=True)
         return reload(True)
-    if not interactive and said is None:   # a remembered answer holds in batch mode too
+    asking = said is None and any(key in NEEDS_TRUST for key in changes)
+    if asking and not interactive and said is None:   # a remembered answer holds in batch mode
         own = " (your own server, even on this machine? bantam -e %s)" % shown["endpoint"] \
             if "endpoint" in shown else ""
         raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
                           "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
                           "runners), or answer once in the REPL%s" % (what, own))
-    if said is None:   # y: trust it; s: not trusted, and its commands in the sandbox
+    if asking and interactive:   # y: trust it; s: not trusted, and its commands in the sandbox
         answer = read_answer("This folder's model.cfg would change %s. Trust this folder? "
                              "[y/N/s] (s: no, and its commands in --sandbox workspace) " % what)
         answer = answer.strip().lower()
         said, boxed = answer in ("y", "yes"), "workspace" if answer in ("s", "sandbox") else None
-        remember_folder(trusted=said, **({"sandbox": boxed} if boxed else {}))
+        remember_folder(trusted=said, sandbox=boxed)
         if said:
             return reload(True)
+    elif said is not False:   # settle kept to the user's own values already: say why
+        sources["trust_note"] = not_used_note(what)
+        return cfg
     cfg = reload(False)
     cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only%s " \
         "(bantam --trust to trust it)]" % (", commands in sandbox=workspace" if boxed else "")
     if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
         cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
     return cfg
+
+def not_used_note(what):
+    """The line saying why a folder's values are not used: it was never asked about and
+    only loosens (what)."""
+    return ("[not used: this folder's model.cfg would loosen %s; the folder is not trusted "
+            "(bantam --trust to trust it)]" % what)
 
 def shown_untrusted(key, value):
     """A value an untrusted folder sets, as shown: its key as ***, an endpoint's credentials

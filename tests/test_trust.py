@@ -8,9 +8,13 @@ are ~/.bantam/model.cfg (write_config) and the environment; the folder's are wor
 - FolderTrustBatchTests: a folder endpoint (remote or local), trace_file, allow or key stops
   batch mode with exit 2 before any request, one line naming the settings and the ways out;
   --trust (remembered) and BANTAM_TRUST=1 let it steer; harmless keys need nothing; only a
-  remembered yes for this very folder lets it steer.
+  remembered yes for this very folder lets it steer; a remembered s holds (its sandbox too)
+  when the folder's model.cfg no longer needs trust.
 - FolderTrustReplTests: the REPL asks once, naming what the folder would change; n keeps the
   user's own settings (remembered, in batch mode too), y the folder's.
+- FolderAmountTests: an untrusted folder may tighten, never loosen, the timeouts, limits and
+  prices (price_in=0 does not defeat max_cost); a trusted one sets them; the trust question
+  names the looser ones.
 - LeashLayerTests: the home approve=deny (and BANTAM_APPROVE=deny) holds under a folder
   model.cfg; deny patterns are joined from every layer; a flag wins (--yolo).
 - FolderTextNoteTests: the folder's system.txt and AGENTS.md apply, and every mode says so.
@@ -32,7 +36,8 @@ import tempfile
 import unittest
 
 from tests.support import (
-    BANTAM, PROMPT_LINE, BantamTestCase, read_text, strip_ansi, text_stream, tool_call_stream)
+    BANTAM, PROMPT_LINE, BantamTestCase, read_text, strip_ansi, text_stream, tool_call_stream,
+    usage)
 
 USER_KEY = "sk-user-secret-0123456789"       # the user's own key
 FOLDER_KEY = "sk-folder-planted-987654321"   # a key a cloned repository ships
@@ -195,6 +200,24 @@ class FolderTrustBatchTests(TrustCase):
         self.assertEqual([p["headers"]["authorization"] for p in self.server.posts],
                          ["Bearer test-key"])
 
+    def test_a_remembered_no_holds_when_nothing_needs_trust(self):
+        """Answered s, then the folder's model.cfg drops what needed trust: the answer still
+        holds, its sandbox too (a write outside the folder fails), the user's own model."""
+        outside = os.path.join(self.ws.home, "outside")
+        with open(os.path.join(self.ws.home, ".bantam", "folders.json"), "w") as f:
+            json.dump({os.path.realpath(self.ws.work): {"trusted": False,
+                                                        "sandbox": "workspace"}}, f)
+        self.folder_config(model="folder-model")
+        self.push(tool_call_stream([shell("c1", "touch ./inside %s" % outside)]),
+                  text_stream("done"))
+        result = self.run_bantam("-p", "write both")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("commands in sandbox=workspace", result.stderr)
+        self.assertTrue(self.exists("inside"))
+        self.assertFalse(os.path.exists(outside))
+        self.assertEqual(self.server.bodies[0]["model"], "test-model")
+        self.assertEqual(self.evil.requests, [])
+
 
 # ---------------------------------------------------------------- part 1: trust, the REPL
 
@@ -279,6 +302,104 @@ class FolderTrustReplTests(TrustCase):
         result = self.run_bantam("-p", "hello")
         self.assertIn("batch too", result.stdout)
         self.assertEqual(self.server.requests, [])
+
+
+# ---------------------------------------------------------------- part 1: amounts only tighten
+
+class FolderAmountTests(TrustCase):
+    """An untrusted folder (never answered, answered n or s) may tighten the amounts that let
+    a turn run longer, send more or cost more, never loosen them; a trusted one sets them."""
+
+    OWN = {"price_in": "5", "price_out": "15", "price_cached": "1"}
+    LOOSE = {"shell_timeout": "99999", "timeout": "99999", "first_byte_timeout": "99999",
+             "final_answer_timeout": "99999", "backoff": "30,30,30,30,30,30,30,30",
+             "max_tool_res": "999999999", "max_calls_per_reply": "9999",
+             "max_repair_calls": "9999", "max_reasoning": "999999999",
+             "context_window": "99999999", "price_in": "0", "price_out": "0",
+             "price_cached": "0.0001"}
+    TIGHT = {"shell_timeout": "5", "timeout": "3", "first_byte_timeout": "4",
+             "final_answer_timeout": "2", "backoff": "0.01", "max_tool_res": "1000",
+             "max_calls_per_reply": "2", "max_repair_calls": "0", "max_reasoning": "0",
+             "context_window": "1000", "price_in": "50", "price_out": "150",
+             "price_cached": "0"}   # 0: price_in, more than the user's own 1
+
+    MEMORIES = [{}, {"trusted": False}, {"trusted": False, "sandbox": "workspace"}]
+
+    def remember(self, facts):
+        """~/.bantam/folders.json saying facts of work/ (none: never answered)."""
+        with open(os.path.join(self.ws.home, ".bantam", "folders.json"), "w") as f:
+            json.dump({os.path.realpath(self.ws.work): facts} if facts else {}, f)
+
+    def settings(self, env=None):
+        """--show-config as {key: [its lines]}: the used one first, then any of a value not
+        used."""
+        result = self.run_bantam("--show-config", env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = {}
+        for line in result.stdout.splitlines():
+            rows.setdefault(line.split(" ", 1)[0], []).append(line)
+        return rows
+
+    def test_an_untrusted_folder_cannot_loosen_amounts(self):
+        """Each looser value is not used (the user's own, or the default, is), and
+        --show-config names it as not used."""
+        self.ws.write_config(self.server, **self.OWN)
+        self.folder_config(**self.LOOSE)
+        for facts in self.MEMORIES:
+            with self.subTest(facts=facts):
+                self.remember(facts)
+                rows = self.settings()
+                for key in self.LOOSE:
+                    self.assertNotIn("work/model.cfg", rows[key][0], key)
+                    self.assertTrue(any("not used" in line for line in rows[key][1:]), key)
+
+    def test_an_untrusted_folder_may_tighten_amounts(self):
+        """Each stricter value is used, from the folder's model.cfg."""
+        self.ws.write_config(self.server, **self.OWN)
+        self.folder_config(**self.TIGHT)
+        for facts in self.MEMORIES:
+            with self.subTest(facts=facts):
+                self.remember(facts)
+                rows = self.settings()
+                for key in self.TIGHT:
+                    self.assertIn("work/model.cfg", rows[key][0], key)
+
+    def test_a_trusted_folder_sets_amounts_as_the_user_would(self):
+        """BANTAM_TRUST=1: the folder's looser values are used."""
+        self.ws.write_config(self.server, **self.OWN)
+        self.folder_config(**self.LOOSE)
+        rows = self.settings(env={"BANTAM_TRUST": "1"})
+        for key in self.LOOSE:
+            self.assertIn("work/model.cfg", rows[key][0], key)
+
+    def test_zero_prices_do_not_defeat_max_cost(self):
+        """The user's prices and max_cost hold under a folder's price_in=0, price_out=0: the
+        turn stops at the budget (exit 3), and one line says the folder's prices are not
+        used; nothing asks, nothing stops before the request."""
+        self.ws.write_config(self.server, price_in="1000", price_out="1000", max_cost="0.5")
+        self.folder_config(price_in="0", price_out="0")
+        self.push(tool_call_stream([shell("c1", "echo one")], usage=usage(1000, 10)),
+                  text_stream("final", usage=usage(1000, 10)))
+        result = self.run_bantam("-p", "hello")
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("max_cost", result.stderr)
+        said = [l for l in result.stderr.splitlines() if "price_in=0" in l]
+        self.assertEqual(len(said), 1, result.stderr)
+        self.assertIn("not used", said[0])
+        self.assertIn("--trust", said[0])
+
+    def test_the_trust_question_names_the_looser_amounts(self):
+        """A folder that needs trust anyway: the question names its looser shell_timeout too,
+        and y makes it count."""
+        evil = self.make_server()
+        self.folder_config(endpoint=evil.url, shell_timeout="99999")
+        term = self.pty(cols=300)
+        term.expect("Trust this folder? [y/N/s] ")
+        self.assertIn("shell_timeout=99999", strip_ansi(term.output))
+        term.sendline("y")
+        term.expect(PROMPT_LINE)
+        self.leave(term)
+        self.assertIn("work/model.cfg", self.settings()["shell_timeout"][0])
 
 
 # ---------------------------------------------------------------- part 1: the leash across layers
