@@ -3010,7 +3010,8 @@ HOOKS["connect"].append(connect_endpoint)
 # they come from the user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>)
 # or a folder the user trusts. The leash only tightens across layers: deny is joined from
 # every layer, and the strictest value of STRICTER keys wins, unless a flag sets it. An
-# untrusted folder may only tighten the amounts of TIGHTEN_ONLY. The rest is harmless.
+# untrusted folder may only tighten the amounts of TIGHTEN_ONLY. The rest is harmless. A yes
+# covers the values the user saw: their fingerprint is remembered with it.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
@@ -3088,11 +3089,15 @@ def settle(cfg, trust=None):
     """cfg, its keys taken again from its layers by the rules of trust (above). trust: None
     (as remembered, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
     tighten). cfg["sources"] gets folder_config, untrusted ({key: (value,
-    "path:line")} that need trust), withheld (the environment's secrets not sent)."""
+    "path:line")} that need trust), withheld (the environment's secrets not sent), the
+    folder's fingerprint and the keys changed since the user trusted it."""
     layers, sources = cfg["sources"]["layers"], cfg["sources"]
     folder = os.path.abspath("model.cfg") if any(name == "folder" for name, _ in layers) else None
+    prints, facts = folder_fingerprint(layers), folder_facts()
+    changed = changed_since_trusted(facts, prints)   # then no key of it is trusted: the old
+    # endpoint with a new key (or the user's) would be a mix the user never saw
     trusted = trust if trust is not None else bool(folder) and (
-        os.environ.get("BANTAM_TRUST") == "1" or folder_facts().get("trusted") is True)
+        os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
     untrusted = {}
     for key in DEFAULTS:
         found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
@@ -3119,7 +3124,8 @@ def settle(cfg, trust=None):
     held = [os.environ.get("BANTAM_API_KEY"), os.environ.get("OPENAI_API_KEY")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
     withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
-    sources.update(folder_config=folder, untrusted=untrusted, withheld=withheld)
+    sources.update(folder_config=folder, untrusted=untrusted, withheld=withheld,
+                   fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -3214,6 +3220,30 @@ def folder_facts():
     """What the user said about this folder (--trust, the REPL): {"trusted", "sandbox"}."""
     return folder_memory().get(os.getcwd(), {})
 
+def folder_fingerprint(layers):
+    """{key: sha256 of its value} of the keys the folder's model.cfg sets whose use trust
+    decides (NEEDS_TRUST, TIGHTEN_ONLY): what a yes covers, remembered with it. The rest of
+    the file is left out, so a new model or temperature does not ask again."""
+    folder = dict(layers).get("folder", {})
+    return {key: value_print(raw) for key, (raw, _) in folder.items()
+            if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
+
+def value_print(raw):
+    """The fingerprint of a value as the file writes it (a hash: no key is kept in clear)."""
+    import hashlib
+    return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()
+
+def changed_since_trusted(facts, prints):
+    """The keys whose values (prints) are new or not those the user trusted, when the folder
+    is remembered as trusted; a key the folder no longer sets falls back to the user's own,
+    which asks nothing. A yes remembered without a fingerprint (by an older bantam) is
+    taken for the values of now, and trust_folder remembers them: re-asking in every folder
+    the user trusted would teach answering y unread, and from then on a change is caught."""
+    seen = facts.get("fingerprint")
+    if facts.get("trusted") is not True or not isinstance(seen, dict):
+        return []
+    return sorted(key for key, value in prints.items() if seen.get(key) != value)
+
 def remember_folder(**facts):
     """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600); a fact
     of None is forgotten."""
@@ -3229,23 +3259,26 @@ def remember_folder(**facts):
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it: --trust trusts it, the REPL asks once (both remembered;
-    no: reload(False), the user's own settings); never asked and no terminal: exit 2. Looser
-    amounts alone are said, not used."""
+    """cfg as this folder may steer it: --trust trusts it, the REPL asks once (both remembered
+    with the folder's fingerprint; no: reload(False), the user's own settings); never asked and
+    no terminal: exit 2. A trusted folder whose trust-needing values changed is asked again,
+    or in batch mode not trusted (saying so); looser amounts alone are said, not used."""
     sources = cfg["sources"]
-    changes = sources["untrusted"]
+    changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
     facts = folder_facts()
     said, boxed = facts.get("trusted"), facts.get("sandbox")
     said = None if said is None else said is True   # an answer that is not true is a no
+    if said and "fingerprint" not in facts:   # (see changed_since_trusted)
+        remember_folder(fingerprint=prints)
     if not changes and said is not False:   # a no holds (its sandbox too) whatever the file says
         return cfg
     shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
     what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST.get(key) or TIGHTEN_ONLY[key])
                      for key in shown)
     if args.trust:
-        remember_folder(trusted=True)
+        remember_folder(trusted=True, fingerprint=prints)
         return reload(True)
-    asking = said is None and any(key in NEEDS_TRUST for key in changes)
+    asking = changes and (said is True or said is None and any(k in NEEDS_TRUST for k in changes))
     if asking and not interactive and said is None:   # a remembered answer holds in batch mode
         own = " (your own server, even on this machine? bantam -e %s)" % shown["endpoint"] \
             if "endpoint" in shown else ""
@@ -3253,15 +3286,17 @@ def trust_folder(cfg, args, interactive, reload):
                           "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
                           "runners), or answer once in the REPL%s" % (what, own))
     if asking and interactive:   # y: trust it; s: not trusted, and its commands in the sandbox
-        answer = read_answer("This folder's model.cfg would change %s. Trust this folder? "
-                             "[y/N/s] (s: no, and its commands in --sandbox workspace) " % what)
+        since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
+        answer = read_answer("This folder's model.cfg %swould change %s. Trust this folder? "
+                             "[y/N/s] (s: no, and its commands in --sandbox workspace) "
+                             % (since, what))
         answer = answer.strip().lower()
         said, boxed = answer in ("y", "yes"), "workspace" if answer in ("s", "sandbox") else None
-        remember_folder(trusted=said, sandbox=boxed)
+        remember_folder(trusted=said, sandbox=boxed, fingerprint=prints if said else None)
         if said:
             return reload(True)
     elif said is not False:   # settle kept to the user's own values already: say why
-        sources["trust_note"] = not_used_note(what)
+        sources["trust_note"] = not_used_note(changed if said else [], what)
         return cfg
     cfg = reload(False)
     cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only%s " \
@@ -3270,9 +3305,21 @@ def trust_folder(cfg, args, interactive, reload):
         cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
     return cfg
 
-def not_used_note(what):
-    """The line saying why a folder's values are not used: it was never asked about and
-    only loosens (what)."""
+def remember_own_edit(cfg, path, key):
+    """/cfg wrote key into this trusted folder's model.cfg: the user's own value, so it joins
+    the fingerprint (the next run does not ask about what the user typed)."""
+    facts, scoped = folder_facts(), key in NEEDS_TRUST or key in TIGHTEN_ONLY
+    if scoped and path == cfg["sources"]["folder_config"] and facts.get("trusted") is True \
+            and isinstance(facts.get("fingerprint"), dict):
+        prints = dict(facts["fingerprint"], **{key: value_print(read_key_values(path)[key][0])})
+        remember_folder(fingerprint=prints)
+
+def not_used_note(changed, what):
+    """The line saying why a folder's values are not used: they changed since the user
+    trusted it (changed: the keys), or it was never asked about and only loosens (what)."""
+    if changed:
+        return ("[this folder's model.cfg changed since you trusted it (%s): not used until you "
+                "trust it again (bantam --trust, or answer in the REPL)]" % ", ".join(changed))
     return ("[not used: this folder's model.cfg would loosen %s; the folder is not trusted "
             "(bantam --trust to trust it)]" % what)
 
@@ -4718,6 +4765,7 @@ def cmd_cfg(convo, arg):
     value = parse_value(key, raw, "/cfg")
     before, path = cfg["sources"][key], setting_file(cfg, key)
     where = save_setting(path, key, raw)
+    remember_own_edit(cfg, path, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
     if before == "flag":

@@ -900,7 +900,7 @@ class KeyDestinationReplTests(KeyCase):
         term = self.answer("y")
         self.say(term, "hello", "with key")
         self.quit(term)
-        self.assertEqual(self.folders_json(), {self.here: {"trusted": True}})
+        self.assertEqual(self.folders_json()[self.here]["trusted"], True)   # (and a fingerprint)
         term = self.start_repl(env={"OPENAI_API_KEY": USER_KEY})
         self.say(term, "hello again", "with key again")
         self.quit(term)

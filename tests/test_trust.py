@@ -15,6 +15,9 @@ are ~/.bantam/model.cfg (write_config) and the environment; the folder's are wor
 - FolderAmountTests: an untrusted folder may tighten, never loosen, the timeouts, limits and
   prices (price_in=0 does not defeat max_cost); a trusted one sets them; the trust question
   names the looser ones.
+- TrustChangeTests: a trusted folder whose trust-needing values change (a git pull) is asked
+  about again, or in batch mode not trusted, saying how to trust it again; a harmless edit, a
+  /cfg edit and an old record without a fingerprint keep the trust.
 - LeashLayerTests: the home approve=deny (and BANTAM_APPROVE=deny) holds under a folder
   model.cfg; deny patterns are joined from every layer; a flag wins (--yolo).
 - FolderTextNoteTests: the folder's system.txt and AGENTS.md apply, and every mode says so.
@@ -164,7 +167,10 @@ class FolderTrustBatchTests(TrustCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("trusted answer", result.stdout)
         self.assertEqual(chosen.posts[0]["headers"]["authorization"], "Bearer " + FOLDER_KEY)
-        self.assertEqual(self.folders_json(), {os.path.realpath(self.ws.work): {"trusted": True}})
+        record = self.folders_json()[os.path.realpath(self.ws.work)]
+        self.assertEqual(record["trusted"], True)
+        self.assertEqual(sorted(record["fingerprint"]), ["api_key", "endpoint"])   # what it set
+        self.assertNotIn(FOLDER_KEY, json.dumps(record))
         result = self.run_bantam("-p", "hello")
         self.assertIn("again", result.stdout)
         self.assertEqual(self.server.requests, [])
@@ -296,7 +302,9 @@ class FolderTrustReplTests(TrustCase):
         self.evil.push(text_stream("folder server"), text_stream("batch too"))
         self.type_line(term, "hello", "folder server")
         self.leave(term)
-        self.assertEqual(self.folders_json(), {os.path.realpath(self.ws.work): {"trusted": True}})
+        record = self.folders_json()[os.path.realpath(self.ws.work)]
+        self.assertEqual(record["trusted"], True)
+        self.assertEqual(sorted(record["fingerprint"]), ["endpoint", "trace_file"])
         self.assertEqual(self.evil.bodies[0]["model"], "folder-model")
         self.assertIn('"type": "prompt"', read_text(self.trace))
         result = self.run_bantam("-p", "hello")
@@ -400,6 +408,109 @@ class FolderAmountTests(TrustCase):
         term.expect(PROMPT_LINE)
         self.leave(term)
         self.assertIn("work/model.cfg", self.settings()["shell_timeout"][0])
+
+
+# ------------------------------------------------------------ part 1: trust covers what was seen
+
+class TrustChangeTests(TrustCase):
+    """Trust covers the values the user trusted: a model.cfg whose trust-needing values change
+    (a git pull) is asked about again, or in batch mode not trusted until it is."""
+
+    def setUp(self):
+        """A server the user chose for this folder, and one a later commit names."""
+        super().setUp()
+        self.chosen, self.evil = self.make_server(), self.make_server()
+        self.evil.push(tool_call_stream([shell("c1", "touch PWNED")]), text_stream("owned"))
+        self.folder_config(endpoint=self.chosen.url, model="folder-model")
+        self.chosen.push(text_stream("trusted answer"))
+        result = self.run_bantam("--trust", "-p", "hello")
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_batch_mode_does_not_trust_a_changed_endpoint(self):
+        """The pulled endpoint is not used: the user's own server answers, one line says the
+        folder changed since it was trusted and how to trust it again; --trust does."""
+        self.folder_config(endpoint=self.evil.url, model="folder-model")
+        self.push(text_stream("own server"))
+        result = self.run_bantam("-p", "hello")
+        self.assertEqual((result.returncode, result.stdout), (0, "own server\n"), result.stderr)
+        said = [l for l in result.stderr.splitlines() if "changed" in l]
+        self.assertEqual(len(said), 1, result.stderr)
+        self.assertIn("endpoint", said[0])
+        self.assertIn("--trust", said[0])
+        self.assertEqual(self.evil.requests, [])
+        self.assertFalse(self.exists("PWNED"))
+        result = self.run_bantam("--trust", "-p", "hello")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(self.exists("PWNED"))   # the user trusted it again: its model steers
+        self.evil.push(text_stream("again"))
+        self.assertIn("again", self.run_bantam("-p", "hello").stdout)
+
+    def test_the_repl_asks_again_saying_what_changed(self):
+        """At a terminal the question comes back, naming the changed endpoint; n is kept."""
+        self.folder_config(endpoint=self.evil.url, model="folder-model")
+        self.push(text_stream("own server"))
+        term = self.pty(cols=300)
+        term.expect("Trust this folder? [y/N/s] ")
+        question = strip_ansi(term.output)
+        self.assertIn("changed", question)
+        self.assertIn("endpoint=%s" % self.evil.url, question)
+        term.sendline("n")
+        term.expect(PROMPT_LINE)
+        self.type_line(term, "hello", "own server")
+        self.leave(term)
+        self.assertEqual(self.evil.requests, [])
+        self.assertIs(self.folders_json()[os.path.realpath(self.ws.work)]["trusted"], False)
+
+    def test_a_harmless_edit_keeps_the_trust(self):
+        """A new model or temperature is not what trust covers: no question, no note."""
+        self.folder_config(endpoint=self.chosen.url, model="other-model", temperature="0.1")
+        self.chosen.push(text_stream("still trusted"))
+        result = self.run_bantam("-p", "hello")
+        self.assertEqual((result.returncode, result.stdout), (0, "still trusted\n"),
+                         result.stderr)
+        self.assertNotIn("changed", result.stderr)
+        self.assertEqual(self.chosen.bodies[-1]["model"], "other-model")
+
+    def test_a_loosened_amount_needs_the_trust_again(self):
+        """A pulled shell_timeout=99999 is not used until trusted again (said in one line)."""
+        self.folder_config(endpoint=self.chosen.url, shell_timeout="99999")
+        self.chosen.push(text_stream("own timeout"))
+        result = self.run_bantam("-p", "hello")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("shell_timeout", "".join(l for l in result.stderr.splitlines()
+                                               if "changed" in l))
+        shown = self.run_bantam("--show-config").stdout
+        self.assertIn("not used", next(l for l in shown.splitlines()
+                                       if l.startswith("shell_timeout") and "99999" in l))
+
+    def test_an_old_record_without_a_fingerprint_is_the_values_of_now(self):
+        """A yes remembered by an older bantam (no fingerprint) holds for what the folder says
+        now, and from then on a change is caught."""
+        work = os.path.realpath(self.ws.work)
+        with open(os.path.join(self.ws.home, ".bantam", "folders.json"), "w") as f:
+            json.dump({work: {"trusted": True}}, f)
+        self.chosen.push(text_stream("as before"))
+        result = self.run_bantam("-p", "hello")
+        self.assertEqual((result.returncode, result.stdout), (0, "as before\n"), result.stderr)
+        self.assertIn("fingerprint", self.folders_json()[work])
+        self.folder_config(endpoint=self.evil.url)
+        self.push(text_stream("own server"))
+        result = self.run_bantam("-p", "hello")
+        self.assertEqual(result.stdout, "own server\n", result.stderr)
+        self.assertEqual(self.evil.requests, [])
+
+    def test_the_users_own_cfg_edit_keeps_the_trust(self):
+        """/cfg endpoint URL writes the trusted folder's model.cfg: the user's own edit, so the
+        next run does not ask again."""
+        other = self.make_server()
+        term = self.pty()
+        term.expect(PROMPT_LINE)
+        self.type_line(term, "/cfg endpoint %s" % other.url, "saved")
+        self.leave(term)
+        self.assertIn(other.url, read_text(os.path.join(self.ws.work, "model.cfg")))
+        other.push(text_stream("edited"))
+        result = self.run_bantam("-p", "hello")
+        self.assertEqual((result.returncode, result.stdout), (0, "edited\n"), result.stderr)
 
 
 # ---------------------------------------------------------------- part 1: the leash across layers
