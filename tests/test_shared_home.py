@@ -179,8 +179,8 @@ class TrustWriteTests(BantamTestCase):
             start_new_session=True) for folder in folders])
         with open(os.path.join(self.ws.home, ".bantam", "folders.json"), encoding="utf-8") as f:
             memory = json.load(f)
-        self.assertEqual({folder: memory.get(folder) for folder in folders},
-                         {folder: {"trusted": True} for folder in folders})
+        self.assertEqual({folder: (memory.get(folder) or {}).get("trusted") for folder in folders},
+                         {folder: True for folder in folders})
 
 
 def wait_for(path, timeout=20):
