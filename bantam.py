@@ -4018,8 +4018,8 @@ def approval(cfg, call_id, name, args):
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
-    if decision == "always":   # as decide() looks it up: stripped
-        cfg["run"].setdefault("approved", set()).add(name + ":" + path if path else command.strip())
+    if decision == "always":   # as decide() looks it up: by tool (a path is no command), stripped
+        cfg["run"].setdefault("approved", set()).add(name + ":" + (path or command.strip()))
     if decision == "edit":
         cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
         return dict(args, command=edited)
@@ -4063,7 +4063,7 @@ def decide(cfg, command):
     hits = [next((p for p in allow if pattern_hit(words, p)), None) for words in found]
     if found and all(hits) and not unknown:
         return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
-    if command in cfg["run"].setdefault("approved", set()):
+    if "shell_exec:" + command in cfg["run"].setdefault("approved", set()):
         return "run", "always", None
     if cfg["approve"] == "ask" and not cfg["run"].get("approver"):
         note_once(cfg, "no terminal", "[approve=ask, but there is no terminal to ask: commands "

@@ -3,6 +3,8 @@ commands, beyond analysis?) cases a port can reuse), and the attacks on deny and
 for real: bantam as a subprocess, the scripted model making the call, the file checked after.
 """
 
+import contextlib
+import io
 import os
 import shlex
 import unittest
@@ -112,6 +114,22 @@ class SplitterTests(unittest.TestCase):
         for _ in range(6):
             command = "sh -c " + shlex.quote(command)
         self.assertIn(["rm", "x"], bantam.shell_commands(command)[0])
+
+
+class AlwaysTests(unittest.TestCase):
+    """The approvals remembered by an answer of a(lways), called as a library caller does."""
+
+    def test_always_for_a_path_is_not_always_for_a_command_of_that_text(self):
+        """`a` to writing PATH must not approve the shell command `write:PATH` (bash runs it
+        as ./write:PATH, a file the model may have made)."""
+        answers = ["a", "n"]
+        cfg = dict(bantam.DEFAULTS, approve="ask", run={"approver": lambda q, t: answers.pop(0)})
+        path = os.path.abspath("notes.txt")
+        with contextlib.redirect_stderr(io.StringIO()):
+            bantam.approval(cfg, "c1", "write", {"path": path, "content": "x"})
+            result = bantam.approval(cfg, "c2", "shell_exec", {"command": "write:" + path})
+        self.assertEqual(answers, [], "the command was not asked about")
+        self.assertIn("did not let", result)
 
 
 def shell(call_id, command):
