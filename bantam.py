@@ -4053,7 +4053,8 @@ def patterns(cfg, key, tool=None):
 def decide(cfg, command):
     """(decision, rule, reason) for a command: deny patterns refuse it if any simple command
     matches; allow ones run it if every one does and all is within analysis; else approve."""
-    found, unknown = shell_commands(command)
+    split = shell_split(command)
+    found, unknown = split.found, list(split.unknown)
     deny, allow = patterns(cfg, "deny"), patterns(cfg, "allow")
     for pattern in deny:
         for words in found + [[command]]:   # the line as written, too
@@ -4092,19 +4093,32 @@ def pattern_hit(words, pattern):
 # The shell-command splitter: what the patterns are matched against. Not a shell: it finds the
 # programs a command line runs, and says when it cannot know (then the patterns cannot either).
 # Its patterns are compiled when first used (re caches them), not at every start.
-SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish"}
-INTERPRETER = r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|tclsh|Rscript)[\d.]*$"
+SHELL_NAME = r"(ba|rba|da|z|k|mk|lk|pdk|a|ya|po|tc|c|fi|o|y)?sh[\d.]*$"   # sh, bash5.2, rbash...
+INTERPRETER = (r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|luajit|tclsh|wish|expect|julia"
+               r"|guile|osascript|Rscript|R)[\d.]*$")
+INTERPRETER_VALUES = {"-I", "-M", "-r", "--require", "--import", "--loader"}   # python's: -W, -X
+STDIN_SCRIPT = r"(-|/dev/stdin|/dev/fd/\d+|/proc/self/fd/\d+|<\(.*)$"   # a script from a pipe
 KEYWORDS = set("if then else elif fi do done while until esac ! { }".split())
 DELETERS = {"unlink", "shred", "rmdir"}   # they delete files: a deny pattern for rm covers them
+SED_RUNS = (   # GNU sed's e command (`1e rm x`) and the e flag of s (`s/a/rm x/e`)
+    r"(?:^|[;\n{}!=])\s*(?:(?:\d+|\$|/[^/]*/)\s*(?:,\s*(?:\d+|\$|/[^/]*/)\s*)?!?\s*)?e(?:\s|;|}|$)"
+    r"|s([^\\\n])(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1[gpiImM0-9]*e")
 
-WRAPPERS = {   # program: (its short options that take a value, words before the command it runs)
-    "env": ("uCS", 0), "command": ("", 0), "builtin": ("", 0), "exec": ("a", 0), "nice": ("n", 0),
-    "nohup": ("", 0), "timeout": ("sk", 1), "sudo": ("ugpCDrtUT", 0), "doas": ("uC", 0),
-    "xargs": ("aEdILnPs", 0), "time": ("fo", 0), "stdbuf": ("ioe", 0), "setsid": ("", 0),
-    "ionice": ("cnp", 0)}
+WRAPPERS = {   # program: (its short options that take a value, its long ones, words before the
+    # command it runs). A long option may be cut short (--adj is --adjustment), as getopt allows.
+    "env": ("uCSaP", "unset chdir split-string argv0", 0), "command": ("", "", 0),
+    "builtin": ("", "", 0), "exec": ("a", "", 0), "nice": ("n", "adjustment", 0),
+    "nohup": ("", "", 0), "timeout": ("sk", "signal kill-after", 1),
+    "sudo": ("ugpCDrtUThR", "user group prompt close-from chdir role type other-user "
+             "command-timeout host chroot", 0), "doas": ("uC", "", 0),
+    "xargs": ("aEdILnPs", "arg-file delimiter max-args max-procs max-chars process-slot-var", 0),
+    "time": ("fo", "format output", 0), "stdbuf": ("ioe", "input output error", 0),
+    "setsid": ("", "", 0), "ionice": ("cnpPu", "class classdata pid pgid uid", 0),
+    "busybox": ("", "", 0), "toybox": ("", "", 0)}
 
 SHELL_TOKEN = (   # one token outside double quotes; "plain" ends at anything special
-    r"(?s)(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)"
+    r"(?s)(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<ansi>\$'(?:[^'\\]|\\.)*'?)|(?P<dq>\")"
+    r"|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)"
     r"|(?P<redir>\d*(?:&>>?|<<<|<<-|<<|<>|>>|>\||>&|<&|>|<))|(?P<op>&&|\|\||;;&?|;&|\|&|[;&|\n()])"
     r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)")
 
@@ -4114,39 +4128,56 @@ QUOTED_TOKEN = (   # inside double quotes
 ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?="
 MAX_NESTING = 16   # shells in shells, substitutions in substitutions: deeper is beyond analysis
 
+class Split:
+    """What a command line runs, as shell_split() finds it. found: its simple commands (word
+    lists); unknown: why some of it is beyond analysis; maybe: commands a variable's value holds
+    (GIT_SSH_COMMAND='rm x' git fetch may run them); unallowed: why allow may not run it though
+    every command matches (PATH=. ls is not ls); redirs: those of compound commands ({ ls; } >x)."""
+
+    def __init__(self):
+        self.found, self.unknown, self.maybe, self.unallowed, self.redirs = [], [], [], [], []
+
 def shell_commands(text):
     """The simple commands a shell command line runs, as word lists (quotes and backslashes
     resolved, the program by its base name, leading assignments dropped, redirections last,
     a wrapper and the command it runs each listed), and the reasons it is beyond analysis."""
-    found, unknown = [], []
-    shell_parse(text, 0, 0, found, unknown)
-    return found, unknown
+    split = shell_split(text)
+    return split.found, split.unknown
 
-def shell_parse(text, i, depth, found, unknown, closer=False):
-    """Split text[i:] into simple commands (added to found; what bantam cannot know, to
-    unknown), up to an unmatched ")" when closer: the index after it."""
+def shell_split(text):
+    """The Split of a shell command line (above)."""
+    split = Split()
+    shell_parse(text, 0, 0, split)
+    return split
+
+def shell_parse(text, i, depth, out, closer=False):
+    """Split text[i:] into simple commands (added to out.found; what bantam cannot know, to
+    out.unknown), up to an unmatched ")" when closer: the index after it."""
     if depth > MAX_NESTING:
-        unknown.append("commands nested too deep")
+        out.unknown.append("commands nested too deep")
         return len(text)
     words, redirs, heredocs, parens, word, redir, quoted, dq = [], [], [], 0, None, None, 0, 0
+    cases = []   # the case commands open here: is a pattern next (up to its ")")?
     while i <= len(text):   # the end of the text acts as one last operator
         m = re.compile(QUOTED_TOKEN if dq else SHELL_TOKEN).match(text, i)   # None at the end
         kind, token, start = m.lastgroup if m else "op", m.group() if m else "", i
         i = m.end() if m else i + 1
         if kind == "plain" and token[0] == "#" and word is None and not dq:   # a comment
             i = text.find("\n", start) % (len(text) + 1)
-        elif kind in ("sq", "dq", "esc", "plain", "sub"):   # a piece of a word
+        elif kind in ("sq", "ansi", "dq", "esc", "plain", "sub"):   # a piece of a word
             after = token[1:]
-            if kind == "sub":
-                token, i = substitution(text, start, token, depth, found, unknown)
+            if kind == "ansi":
+                token = ansi_c(token, out)
+            elif kind == "sub":
+                token, i = substitution(text, start, token, depth, out)
             elif kind == "sq":
                 closed = len(token) > 1 and token[-1] == "'"
                 token = after[:-1] if closed else after
                 if not closed:
-                    unknown.append("an unclosed quote")
+                    out.unknown.append("an unclosed quote")
             elif kind == "esc":
                 token = "" if after == "\n" else after if not dq or after in '$`"\\' else token
-            dq, quoted = dq != (kind == "dq"), quoted or kind in ("sq", "dq", "esc")
+            dq, quoted = dq != (kind == "dq"), quoted or kind in ("sq", "ansi", "dq", "esc")
             word = [] if word is None else word
             word.append("" if kind == "dq" else token)
         else:
@@ -4157,8 +4188,10 @@ def shell_parse(text, i, depth, found, unknown, closer=False):
                 word, redir, quoted = None, None, False
             if kind == "redir":
                 redir = token
+            elif kind == "op" and case_pattern(cases, words, token):   # (no command)
+                words, redirs, redir = [], [], None
             elif kind == "op":
-                simple_command(words, redirs, depth, found, unknown)
+                simple_command(words, redirs, depth, out)
                 words, redirs, redir = [], [], None
                 if token == ")" and closer and not parens:
                     return i
@@ -4170,72 +4203,187 @@ def shell_parse(text, i, depth, found, unknown, closer=False):
                         if (line.lstrip("\t") if tabs else line) == delimiter:
                             break
                         if expands and ("$(" in line or "`" in line):
-                            unknown.append("a heredoc with a command substitution")
+                            out.unknown.append("a heredoc with a command substitution")
                 heredocs = heredocs if token != "\n" else []
     if dq or closer:
-        unknown.append("an unclosed quote" if dq else "an unclosed $(")
+        out.unknown.append("an unclosed quote" if dq else "an unclosed $(")
     return len(text)
 
-def substitution(text, start, opener, depth, found, unknown):
+ANSI_C = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
+          "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+def ansi_c(token, out):
+    """The text of a $'...' string as bash decodes it ($'\\x72m' is rm); an escape it does not
+    know exactly (\\c, \\u) is beyond analysis."""
+    closed = len(token) > 2 and token[-1] == "'"
+    if not closed:
+        out.unknown.append("an unclosed quote")
+
+    def decode(m):
+        text = m.group(1)
+        if text[0] in "01234567":
+            return chr(int(text, 8) & 255)
+        if text[0] == "x" and len(text) > 1:
+            return chr(int(text[1:], 16))
+        if text in ANSI_C:
+            return ANSI_C[text]
+        out.unknown.append("a $'...' escape bantam does not decode: \\%s" % text)
+        return text
+    body = token[2:-1] if closed else token[2:]
+    return re.sub(r"\\([0-7]{1,3}|x[0-9A-Fa-f]{1,2}|.)", decode, body, flags=re.S)
+
+def case_pattern(cases, words, token):
+    """Does the operator token after words belong to a case pattern (`a|b)`, `(c)`), not end a
+    command? Keeps cases (one flag for each case open: is a pattern next?): a pattern's ")"
+    must not close a $( around it."""
+    head = words[next((k for k, w in enumerate(words) if w not in KEYWORDS), len(words)):]
+    if head[:1] == ["case"] and head[2:3] == ["in"]:
+        cases.append(True)   # (its first pattern may follow on the same line)
+    elif cases and words[:1] == ["esac"]:
+        cases.pop()
+        return False
+    if not cases or token in (";;", ";&", ";;&"):
+        cases[-1:] = [True] * len(cases[-1:])
+        return False
+    if cases[-1] and token in (")", "|", "(", "\n"):
+        cases[-1] = token != ")"
+        return True
+    return False
+
+def substitution(text, start, opener, depth, out):
     """The $(...), <(...), >(...), `...` or $((...)) opening at start, its commands added to
-    found: (its text, the index after it)."""
-    if opener == "$((":
-        end = text.find("))", start) % (len(text) + 1) + 2
+    out: (its text, the index after it)."""
+    end = arithmetic_end(text, start + 3) if opener == "$((" else None
+    if end:
         if "$(" in text[start + 3:end] or "`" in text[start + 3:end]:
-            unknown.append("a command substitution inside arithmetic")
+            out.unknown.append("a command substitution inside arithmetic")
     elif opener == "`":
         m = re.compile(r"`((?:[^`\\]|\\.)*)(`?)", re.S).match(text, start)
-        shell_parse(re.sub(r"\\([`$\\])", r"\1", m.group(1)), 0, depth + 1, found, unknown)
+        shell_parse(re.sub(r"\\([`$\\])", r"\1", m.group(1)), 0, depth + 1, out)
         if not m.group(2):
-            unknown.append("an unclosed backtick")
+            out.unknown.append("an unclosed backtick")
         end = m.end()
-    else:
-        end = shell_parse(text, start + 2, depth + 1, found, unknown, closer=True)
+    else:   # $( and $(( that is $( with a subshell in it: `$((cd x); rm y)`, as bash reads it
+        end = shell_parse(text, start + 2, depth + 1, out, closer=True)
     return text[start:end], end
 
-def simple_command(words, redirs, depth, found, unknown):
-    """Add a simple command to found, then what it runs when it is a wrapper, a shell given
-    -c or find -exec; say in unknown what it runs beyond analysis."""
-    while words and (words[0] in KEYWORDS or re.match(ASSIGNMENT, words[0])):
-        words = words[1:]
-    if not words or words[0] in ("for", "select", "case", "function"):
+def arithmetic_end(text, i):
+    """The index after the )) closing the $(( before i, or None when its inner ( closes
+    without a ) right after it (then it is not arithmetic)."""
+    depth = 2
+    for n in range(i, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[n], 0)
+        if depth == 1:
+            return n + 2 if text[n + 1:n + 2] == ")" else None
+    return None
+
+def simple_command(words, redirs, depth, out):
+    """Add a simple command to out.found, then what it runs when it is a wrapper, a shell given
+    -c, find -exec, trap or alias; say in out.unknown what it runs beyond analysis."""
+    words = command_words(words, depth, out)
+    if not words:
+        return out.redirs.extend(redirs)   # a compound command's: `{ ls; } >x`
+    if words[0] in ("for", "select", "case"):
         return   # a loop's or a case's head: its substitutions are already found
     if depth > MAX_NESTING:
-        return unknown.append("commands nested too deep")
+        return out.unknown.append("commands nested too deep")
     program, args = os.path.basename(words[0]) or words[0], words[1:]
-    found.append([program] + args + redirs)
-    operand = next((n for n, arg in enumerate(args) if arg[:1] != "-"), len(args))   # past options
+    out.found.append([program] + args + redirs)
     if re.search(r"[$`*?{]|\[.", words[0]) and words[0] != "[[":
-        unknown.append("the program is computed: %s" % words[0])
+        out.unknown.append("the program is computed: %s" % words[0])
     elif program in ("eval", "source", "."):
-        unknown.append("%s runs code bantam cannot see" % program)
-    elif program in SHELLS and shell_script(args) is not None:
-        shell_parse(shell_script(args), 0, depth + 1, found, unknown)
-    elif program in SHELLS:
-        unknown.append("%s runs a script or what it reads" % program)
+        out.unknown.append("%s runs code bantam cannot see" % program)
+    elif re.match(SHELL_NAME, program) and shell_script(args) is not None:
+        shell_parse(shell_script(args), 0, depth + 1, out)
+    elif re.match(SHELL_NAME, program):
+        out.unknown.append("%s runs a script or what it reads" % program)
     elif re.match(INTERPRETER, program):
-        code = [a for a in args[:operand] if re.match(r"-[^-]*[ceEpr]|--eval|--print", a)]
-        if code or operand == len(args) or any(r.lstrip("0")[:1] == "<" for r in redirs):
-            unknown.append("%s %s runs code given inline" % (program, code[0]) if code else
-                           "%s runs code from its input" % program)
-    elif program in ("awk", "gawk", "mawk") and any("system" in a or "|" in a for a in args):
-        unknown.append("%s runs commands" % program)
+        interpreter(program, args, redirs, out)
+    elif re.match(r"[gmn]?awk$", program) and any("system" in a or "|" in a for a in args):
+        out.unknown.append("%s runs commands" % program)
+    elif re.match(r"g?sed$", program) and any(re.search(SED_RUNS, a) for a in args):
+        out.unknown.append("sed runs commands (its e command)")
+    elif program in ("mapfile", "readarray") and any(re.match(r"-[^-]*C", a) for a in args):
+        out.unknown.append("%s -C runs a command given as a string" % program)
+    elif program in ("export", "declare", "typeset", "local", "readonly"):
+        for arg in args:
+            if re.match(ASSIGNMENT, arg):
+                assignment(arg, depth, out)
+    elif program == "trap":   # its first word is a command line, run at the signal
+        code = [a for a in args if a != "--"][:1]
+        if code and code[0][:1] != "-":
+            shell_parse(code[0], 0, depth + 1, out)
+    elif program == "alias" and any("=" in a for a in args):   # a new name for a command
+        out.unknown.append("alias makes a new name for a command")
+        for arg in args:
+            shell_parse(arg.partition("=")[2], 0, depth + 1, out)
     elif program == "find":
         for n, arg in enumerate(args):
             if arg in ("-exec", "-execdir", "-ok", "-okdir"):
                 end = next((k for k in range(n + 1, len(args)) if args[k] in (";", "+")), len(args))
-                simple_command(args[n + 1:end], [], depth + 1, found, unknown)
+                simple_command(args[n + 1:end], [], depth + 1, out)
     elif program in WRAPPERS:
-        takes, skip = WRAPPERS[program]
-        n = 0
-        while n < len(args) and args[n][:1] == "-" and args[n] not in ("-", "--"):
-            if program == "env" and re.match(r"-[^-]*S|--split", args[n]):
-                unknown.append("env -S splits a string into a command")
-            cluster = "" if args[n][:2] == "--" else args[n][1:]
-            taken = next((k for k, letter in enumerate(cluster) if letter in takes), None)
-            n += 2 if taken == len(cluster) - 1 else 1   # the option's value is the next word
-        n += args[n:n + 1] == ["--"]
-        simple_command(args[n + skip:], redirs, depth + 1, found, unknown)
+        simple_command(args[wrapped(program, args, out):], redirs, depth + 1, out)
+
+def command_words(words, depth, out):
+    """The words of a simple command from its program on: past keywords, a function's or a
+    coprocess's name (`function f { rm x; }`), and assignments (a value may hold a command:
+    out.maybe; and they change what runs, PATH=. ls: out.unallowed)."""
+    while words:
+        if words[0] in KEYWORDS:
+            words = words[1:]
+        elif re.match(ASSIGNMENT, words[0]):
+            assignment(words[0], depth, out)
+            words = words[1:]
+        elif words[0] == "function":
+            words = words[2:]
+        elif words[0] == "coproc":
+            words = words[2:] if words[2:3] == ["{"] else words[1:]
+        else:
+            break
+    return words
+
+def assignment(word, depth, out):
+    """Note what an assignment (NAME=VALUE) may make run: its value's commands in out.maybe;
+    for allow, that it changes what runs (PATH=. ls); BASH_ENV and ENV make a shell run a
+    script."""
+    name, _, value = word.partition("=")
+    out.unallowed.append("%s sets a variable" % word)
+    if name in ("BASH_ENV", "ENV"):
+        out.unknown.append("%s makes a shell run a script" % name)
+    inner = Split()
+    shell_parse(value, 0, depth + 1, inner)
+    out.maybe.extend(inner.found + inner.maybe)
+
+def interpreter(program, args, redirs, out):
+    """Say in out.unknown when an interpreter runs code given inline or from its input."""
+    values = {"-W", "-X"} if re.match("python|pypy", program) else INTERPRETER_VALUES
+    n = 0   # its script: past its options and their values (python3 -W ignore -c CODE)
+    while n < len(args) and args[n][:1] == "-" and args[n] != "-":
+        n += 2 if args[n] in values else 1
+    code = [a for a in args[:n] if re.match(r"-[^-]*[ceEpr]|--eval|--print", a)]
+    script = args[n] if n < len(args) else "-"
+    if code:
+        out.unknown.append("%s %s runs code given inline" % (program, code[0]))
+    elif re.match(STDIN_SCRIPT, script) or any(r.lstrip("0")[:1] == "<" for r in redirs):
+        out.unknown.append("%s runs code from its input" % program)
+
+def wrapped(program, args, out):
+    """Where the command a wrapper runs starts in its args: past its options, their values
+    and the words before the command (timeout's duration)."""
+    short, long, skip = WRAPPERS[program]
+    n = 0
+    while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
+        if program == "env" and re.match(r"-[^-]*S|--s", args[n]):
+            out.unknown.append("env -S splits a string into a command")
+        option = args[n]
+        if option[:2] == "--":
+            takes = "=" not in option and any(o.startswith(option[2:]) for o in long.split())
+        else:
+            taken = [letter in short for letter in option[1:]] + [False]
+            takes = taken.index(True) == len(option) - 2 if True in taken else False
+        n += 2 if takes else 1   # the option's value is the next word
+    return n + (args[n:n + 1] == ["--"]) + skip
 
 def shell_script(args):
     """The command string of `sh [options] -c STRING`, else None (a script file, or stdin)."""
