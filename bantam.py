@@ -4052,7 +4052,8 @@ def patterns(cfg, key, tool=None):
 
 def decide(cfg, command):
     """(decision, rule, reason) for a command: deny patterns refuse it if any simple command
-    matches; allow ones run it if every one does and all is within analysis; else approve."""
+    matches, and make it beyond analysis if what it may run does; allow ones run it if every
+    one matches and all is within analysis; else approve."""
     split = shell_split(command)
     found, unknown = split.found, list(split.unknown)
     deny, allow = patterns(cfg, "deny"), patterns(cfg, "allow")
@@ -4061,6 +4062,7 @@ def decide(cfg, command):
             why = pattern_hit(words, pattern)
             if why:
                 return "refuse", "deny " + pattern, why if why != command else None
+    unknown[:0] = [why for why in [deny and possible_hit(split, deny)] if why]
     hits = [next((p for p in allow if pattern_hit(words, p)), None) for words in found]
     if found and all(hits) and not unknown:
         return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
@@ -4089,6 +4091,67 @@ def pattern_hit(words, pattern):
         forms[" ".join(["rm"] + words[1:])] = "%s deletes files, as rm does" % words[0]
     return next((why for text, why in forms.items() if fnmatch.fnmatchcase(text, pattern)
                  or fnmatch.fnmatchcase(text + " ", pattern)), None)
+
+# What a line may run beyond its simple commands, for deny to fail closed: a deny pattern that
+# matches it makes the line beyond analysis (asked about at a terminal, refused without one).
+COMPUTED = r"[$`]"   # an argument bantam cannot know: it may be any word
+
+def possible_hit(split, deny):
+    """Why a line may run what a deny pattern names though no simple command matches it:
+    after a program bantam does not know (`chrt 1 rm x`, `git rm x`), in an argument
+    (`ssh host 'rm x'`) or a variable (`GIT_SSH_COMMAND='rm x' git fetch`), or with computed
+    arguments that may spell it (`git $x` for `git push *`); else None."""
+    starts = {pattern.split(" ")[0] for pattern in deny}
+    for words, where in possible_commands(split, starts):
+        if words is None:
+            return where
+        for pattern in deny:
+            if pattern_hit(words, pattern) and where is not words:
+                return "%s may run %s, which deny %r refuses" % (
+                    " ".join(where), " ".join(words), pattern)
+            if computed_hit(words, pattern):
+                return "%s has computed arguments that may spell what deny %r refuses" % (
+                    " ".join(words), pattern)
+    return None
+
+def possible_commands(split, starts, depth=0):
+    """(words, the words of the command they are in) of what split may run (see possible_hit):
+    its simple commands, each one's arguments from a word that may be a program (it matches
+    the start of a deny pattern, or is a wrapper, shell or deleter), the command lines in its
+    arguments (a value after = too: tar --to-command=CMD) and in its variables' values;
+    (None, why) when there are too many to check."""
+    import fnmatch
+    for words in split.found:
+        where, tried = words, 0
+        yield words, where
+        for k in range(1, len(words)):
+            name = os.path.basename(words[k]) or words[k]
+            if (name in WRAPPERS or name in DELETERS or name == "find" or re.match(SHELL_NAME, name)
+                    or any(fnmatch.fnmatchcase(name, start) for start in starts)):
+                tried += 1
+                inner = Split()
+                simple_command(words[k:], [], 1, inner)   # as if the program ran the rest
+                yield from ((w, where) for w in inner.found)
+            lines = [re.sub(r"^\d*[<>&|]+|^!", "", words[k])] * bool(   # <<<'rm x', vi -c '!rm x'
+                re.search(r"[\s;&|`]|\$\(", words[k])) + re.findall(r"^[^=]+=!?(.+)", words[k])
+            for line in lines if depth < 2 else ():   # (git -c alias.x='!rm x': ! runs a shell)
+                tried += 1
+                yield from ((w, where) for w, _ in
+                            possible_commands(shell_split(line), starts, depth + 1) if w)
+            if tried > 64:
+                yield None, "%s has too many arguments to check" % words[0]
+                return
+    yield from ((words, ["a", "variable's", "value"]) for words in split.maybe)
+
+def computed_hit(words, pattern):
+    """Why words with computed arguments (`git $x`, `"$@"`) may match a pattern: each such
+    word is taken as the pattern's word in its place (`git push` for `git push *`); else None."""
+    tokens = pattern.split(" ")
+    if not any(re.search(COMPUTED, w) for w in words[1:]):
+        return None
+    spelled = [tokens[n] if n and n < len(tokens) and re.search(COMPUTED, w) else w
+               for n, w in enumerate(words)]
+    return pattern_hit(spelled, pattern)
 
 # The shell-command splitter: what the patterns are matched against. Not a shell: it finds the
 # programs a command line runs, and says when it cannot know (then the patterns cannot either).

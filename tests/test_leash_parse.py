@@ -227,6 +227,15 @@ DENY_BYPASSES = [
     ("sed's s///e", "echo a | sed 's/a/rm {f}/e'"),
     ("readarray -C", "readarray -C 'rm {f} #' -c 1 <<< a"),
     ("rbash -c", "rbash -c 'rm {f}'"),
+    ("an unknown wrapper", "./run rm {f}"),
+    ("an unknown wrapper of a shell", "./run sh -c 'rm {f}'"),
+    ("a command in an argument", "./run-string 'true; rm {f}'"),
+    ("a $'...' command in an argument", "./run-string $'rm {f}'"),
+    ("a command in a variable", "GIT_SSH_COMMAND='rm {f}' git ls-remote ssh://example.invalid/r"),
+    ("a command in an exported variable",
+     "export GIT_SSH_COMMAND='rm {f}'; git ls-remote ssh://example.invalid/r"),
+    ("a command in an option's value", "git -c core.sshCommand='rm {f}' ls-remote ssh://x.invalid/r"),
+    ("git's ! alias", "git -c alias.zap='!rm {f}' zap"),
     ("BASH_ENV", "printf '\\162m {f}' > e.sh; BASH_ENV=./e.sh bash -c true"),
 ]
 
@@ -282,6 +291,37 @@ class AttackTests(BantamTestCase):
                 text = results[call_id]
                 self.assertTrue(text.startswith("[not run: "), text)
                 self.assertTrue("'rm *'" in text or "cannot check" in text, text)
+
+    def test_computed_arguments_may_spell_a_denied_command(self):
+        """deny='rm -rf *': `rm $o x` (o=-rf) and `rm "$@" x` may be `rm -rf x`: refused in
+        batch mode, saying the arguments are computed."""
+        self.ws.write("x1", "precious")
+        self.ws.write("x2", "precious")
+        self.push(tool_call_stream([shell("c1", "o=-rf; rm $o x1"),
+                                    shell("c2", "set -- -rf; rm \"$@\" x2")]), text_stream("done"))
+        self.run_bantam("-p", "clean up", "--set", "deny=rm -rf *")
+        results = self.tool_results()
+        self.assertTrue(self.exists("x1") and self.exists("x2"), results)
+        self.assertIn("computed arguments", results["c1"])
+        self.assertIn("'rm -rf *'", results["c2"])
+
+    def test_what_may_run_a_denied_command_is_asked_about_not_refused(self):
+        """An argument that may be run (`./run rm x`, `git rm x`) is only possibly rm: in the
+        REPL the user is asked, and the question says what matched; y runs it."""
+        self.ws.write("x", "precious")
+        self.ws.write_config(self.server, deny="rm *")
+        self.push(tool_call_stream([shell("c1", "echo rm x")]), text_stream("fine"))
+        term = self.pty()
+        term.expect("> ")
+        term.sendline("say it")
+        term.expect("Run? [y/N/a/e] ")
+        term.send("y\r")
+        term.expect("fine")
+        term.expect(PROMPT_LINE)
+        self.assertIn("may run", term.output)
+        self.assertIn("rm x", self.tool_results()["c1"])
+        self.assertTrue(self.exists("x"))
+        self.leave(term)
 
     def test_deny_names_the_part_that_matched(self):
         """The refusal of `cd . && rm x` says which simple command matched; `unlink` is named as
