@@ -4053,7 +4053,7 @@ def patterns(cfg, key, tool=None):
 def decide(cfg, command):
     """(decision, rule, reason) for a command: deny patterns refuse it if any simple command
     matches, and make it beyond analysis if what it may run does; allow ones run it if every
-    one matches and all is within analysis; else approve."""
+    one matches and all is within analysis (and allowed: allow_bar); else approve."""
     split = shell_split(command)
     found, unknown = split.found, list(split.unknown)
     deny, allow = patterns(cfg, "deny"), patterns(cfg, "allow")
@@ -4064,7 +4064,8 @@ def decide(cfg, command):
                 return "refuse", "deny " + pattern, why if why != command else None
     unknown[:0] = [why for why in [deny and possible_hit(split, deny)] if why]
     hits = [next((p for p in allow if pattern_hit(words, p)), None) for words in found]
-    if found and all(hits) and not unknown:
+    barred = allow and allow_bar(cfg, split)
+    if found and all(hits) and not unknown and not barred:
         return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
     if "shell_exec:" + command in cfg["run"].setdefault("approved", set()):
         return "run", "always", None
@@ -4078,7 +4079,7 @@ def decide(cfg, command):
         return ("ask", "approve=auto", why) if asked else ("refuse", "unchecked", why)
     if cfg["approve"] == "deny" and not why and allow:
         why = next(("%s matches no allow pattern" % " ".join(w) for w, hit in zip(found, hits)
-                    if not hit), None)
+                    if not hit), barred or None)
     decision = {"auto": "run", "ask": "ask", "deny": "refuse"}[cfg["approve"]]
     return decision, "approve=" + cfg["approve"], None if decision == "run" else why
 
@@ -4152,6 +4153,30 @@ def computed_hit(words, pattern):
     spelled = [tokens[n] if n and n < len(tokens) and re.search(COMPUTED, w) else w
                for n, w in enumerate(words)]
     return pattern_hit(spelled, pattern)
+
+WRITE_REDIRECTION = r"\d*(&>>?|>>|>\||>&|>|<>)"
+UNWRITTEN = r"/dev/(null|stdout|stderr|tty|fd/\d+)$|[<>]\("   # (a process substitution: seen)
+
+def allow_bar(cfg, split):
+    """Why allow may not run a line though each simple command matches: it sets a variable
+    (PATH=. ls is not ls), or a redirection writes outside the working folder, into .git/ or
+    to a computed path, where no allow=write:PATH pattern lets it; else None."""
+    import fnmatch
+    if split.unallowed:
+        return split.unallowed[0] + ", which allow patterns do not cover"
+    writable = [glob for _, glob in patterns(cfg, "allow", "write")]
+    for word in [w for words in split.found for w in words[1:]] + split.redirs:
+        m = re.match(WRITE_REDIRECTION, word)
+        target = word[m.end():] if m else ""
+        copy = m and m.group(1) == ">&" and re.match(r"\d*-?$", target)   # 2>&1, >&-
+        if not m or copy or re.match(UNWRITTEN, target):
+            continue   # not a redirection that writes a file
+        path = os.path.realpath(os.path.expanduser(target))
+        if re.search(r"[$`*?[{]|^~[^/]", target) or not (
+                within(path, [os.getcwd()]) and ".git" not in path.split(os.sep)
+                or any(fnmatch.fnmatchcase(path, glob) for glob in writable)):
+            return "%s writes outside the working folder, which allow patterns do not cover" % word
+    return None
 
 # The shell-command splitter: what the patterns are matched against. Not a shell: it finds the
 # programs a command line runs, and says when it cannot know (then the patterns cannot either).

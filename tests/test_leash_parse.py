@@ -323,6 +323,35 @@ class AttackTests(BantamTestCase):
         self.assertTrue(self.exists("x"))
         self.leave(term)
 
+    def test_allow_cannot_be_stretched_to_run_something_else(self):
+        """approve=deny, allow='ls *, echo *, git *': what runs more than an allowed command, or
+        writes outside the working folder, does not run; plain uses still do."""
+        self.ws.write("ls", "#!/bin/sh\ntouch P3\n")
+        os.chmod(os.path.join(self.ws.work, "ls"), 0o755)
+        os.mkdir(os.path.join(self.ws.work, ".git"))
+        outside = os.path.dirname(self.ws.work)
+        attacks = [("c1", "echo $(case a in a) touch P1;; esac)", "P1"),
+                   ("c2", "function ls { touch P2; }; ls", "P2"),
+                   ("c3", "PATH=.:$PATH ls", "P3"),
+                   ("c4", "echo pwned > ../P4", os.path.join(outside, "P4")),
+                   ("c5", "echo pwned >> .git/P5", os.path.join(".git", "P5")),
+                   ("c6", "{ echo pwned; } > ../P6", os.path.join(outside, "P6")),
+                   ("c7", "GIT_SSH_COMMAND='touch P7' git ls-remote ssh://example.invalid/r", "P7"),
+                   ("c8", "ls > ~/P8", os.path.join(self.ws.home, "P8")),
+                   ("c9", "echo pwned >$HOME/P9", os.path.join(self.ws.home, "P9"))]
+        fine = [("k1", "ls >/dev/null 2>&1 && echo ok > ok.txt", "ok.txt"),
+                ("k2", "ls 2>&1 | git --version >&2", None)]
+        self.push(tool_call_stream([shell(i, c) for i, c, _ in attacks + fine]), text_stream("done"))
+        result = self.run_bantam("-p", "go", "--set", "approve=deny", "--set", "allow=ls *, echo *, git *")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        results = self.tool_results()
+        for call_id, command, made in attacks:
+            with self.subTest(command=command):
+                self.assertFalse(self.exists(made), "%s ran: %s" % (command, results[call_id]))
+                self.assertIn("approve=deny", results[call_id])
+        self.assertTrue(self.exists("ok.txt"), results["k1"])
+        self.assertIn("exit: 0", results["k2"])
+
     def test_deny_names_the_part_that_matched(self):
         """The refusal of `cd . && rm x` says which simple command matched; `unlink` is named as
         deleting like rm."""
