@@ -4096,6 +4096,7 @@ def pattern_hit(words, pattern):
 # What a line may run beyond its simple commands, for deny to fail closed: a deny pattern that
 # matches it makes the line beyond analysis (asked about at a terminal, refused without one).
 COMPUTED = r"[$`]"   # an argument bantam cannot know: it may be any word
+POSSIBLE_TEXT, POSSIBLE_TRIES = 200000, 16   # how much is split again; how often in a command
 
 def possible_hit(split, deny):
     """Why a line may run what a deny pattern names though no simple command matches it:
@@ -4103,7 +4104,7 @@ def possible_hit(split, deny):
     (`ssh host 'rm x'`) or a variable (`GIT_SSH_COMMAND='rm x' git fetch`), or with computed
     arguments that may spell it (`git $x` for `git push *`); else None."""
     starts = {pattern.split(" ")[0] for pattern in deny}
-    for words, where in possible_commands(split, starts):
+    for words, where in possible_commands(split, starts, [POSSIBLE_TEXT]):
         if words is None:
             return where
         for pattern in deny:
@@ -4115,12 +4116,12 @@ def possible_hit(split, deny):
                     " ".join(words), pattern)
     return None
 
-def possible_commands(split, starts, depth=0):
+def possible_commands(split, starts, budget, depth=0):
     """(words, the words of the command they are in) of what split may run (see possible_hit):
     its simple commands, each one's arguments from a word that may be a program (it matches
     the start of a deny pattern, or is a wrapper, shell or deleter), the command lines in its
     arguments (a value after = too: tar --to-command=CMD) and in its variables' values;
-    (None, why) when there are too many to check."""
+    (None, why) when there is too much to check (budget: the characters left to split)."""
     import fnmatch
     for words in split.found:
         where, tried = words, 0
@@ -4136,10 +4137,13 @@ def possible_commands(split, starts, depth=0):
             lines = [re.sub(r"^\d*[<>&|]+|^!", "", words[k])] * bool(   # <<<'rm x', vi -c '!rm x'
                 re.search(r"[\s;&|`]|\$\(", words[k])) + re.findall(r"^[^=]+=!?(.+)", words[k])
             for line in lines if depth < 2 else ():   # (git -c alias.x='!rm x': ! runs a shell)
-                tried += 1
-                yield from ((w, where) for w, _ in
-                            possible_commands(shell_split(line), starts, depth + 1) if w)
-            if tried > 64:
+                tried, budget[0] = tried + 1, budget[0] - len(line)
+                if budget[0] < 0:
+                    yield None, "%s is too long to check" % words[0]
+                    return
+                for w, why in possible_commands(shell_split(line), starts, budget, depth + 1):
+                    yield (w, where) if w else (None, why)
+            if tried > POSSIBLE_TRIES:
                 yield None, "%s has too many arguments to check" % words[0]
                 return
     yield from ((words, ["a", "variable's", "value"]) for words in split.maybe)
@@ -4357,12 +4361,13 @@ def substitution(text, start, opener, depth, out):
 
 def arithmetic_end(text, i):
     """The index after the )) closing the $(( before i, or None when its inner ( closes
-    without a ) right after it (then it is not arithmetic)."""
+    without a ) right after it (then it is not arithmetic). Quotes hide parentheses, as
+    bash reads $((echo "))"); rm x)."""
     depth = 2
-    for n in range(i, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[n], 0)
+    for m in re.compile(r"""[()]|'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.""", re.S).finditer(text, i):
+        depth += {"(": 1, ")": -1}.get(m.group(), 0)
         if depth == 1:
-            return n + 2 if text[n + 1:n + 2] == ")" else None
+            return m.end() + 1 if text[m.end():m.end() + 1] == ")" else None
     return None
 
 def simple_command(words, redirs, depth, out):

@@ -7,6 +7,7 @@ import contextlib
 import io
 import os
 import shlex
+import time
 import unittest
 
 import bantam
@@ -99,6 +100,8 @@ SPLITS = [
         ("case over lines", "case a in\n a) rm x\nesac; ls", [["rm", "x"], ["ls"]], False),
         ("$(( as a subshell", "echo $((echo 1); rm x)", [["echo", "1"], ["rm", "x"],
                                                          ["echo", "$((echo 1); rm x)"]], False),
+        ("$(( with quoted ))", "echo $((echo \"))\"); rm x)",
+         [["echo", "))"], ["rm", "x"], ["echo", "$((echo \"))\"); rm x)"]], False),
         ("arithmetic", "echo $(( (1 + 2) * 3 )) ok", [["echo", "$(( (1 + 2) * 3 ))", "ok"]], False),
         ("trap", "trap 'rm x' EXIT", [["trap", "rm x", "EXIT"], ["rm", "x"]], False),
         ("alias", "alias r='rm -f' l=ls", [["alias", "r=rm -f", "l=ls"], ["rm", "-f"], ["ls"]], True),
@@ -169,6 +172,19 @@ class SplitterTests(unittest.TestCase):
         for _ in range(6):
             command = "sh -c " + shlex.quote(command)
         self.assertIn(["rm", "x"], bantam.shell_commands(command)[0])
+
+
+class DecideTests(unittest.TestCase):
+    """decide() called as approval() does, without a terminal."""
+
+    def test_a_line_too_big_to_check_is_refused_quickly(self):
+        """2000 nested `$((echo`: what it may run is too much to split again (it took 12 s):
+        under a deny pattern it is refused, in well under the time a turn can wait."""
+        cfg = dict(bantam.DEFAULTS, deny="rm -rf *", run={})
+        started = time.monotonic()
+        decision, rule, reason = bantam.decide(cfg, "echo $((" * 2000)
+        self.assertLess(time.monotonic() - started, 4)
+        self.assertEqual((decision, rule), ("refuse", "unchecked"), reason)
 
 
 class AlwaysTests(unittest.TestCase):
