@@ -4210,12 +4210,16 @@ WRAPPERS = {   # program: (its short options that take a value, its long ones, w
 
 SHELL_TOKEN = (   # one token outside double quotes; "plain" ends at anything special
     r"(?s)(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<ansi>\$'(?:[^'\\]|\\.)*'?)|(?P<dq>\")"
-    r"|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)"
+    r"|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)|(?P<param>\$\{|\$\[)"
     r"|(?P<redir>\d*(?:&>>?|<<<|<<-|<<|<>|>>|>\||>&|<&|>|<))|(?P<op>&&|\|\||;;&?|;&|\|&|[;&|\n()])"
     r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)")
 
 QUOTED_TOKEN = (   # inside double quotes
-    r"(?s)(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<plain>[^\"\\$`]+|.)")
+    r"(?s)(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<param>\$\{|\$\[)"
+    r"|(?P<plain>[^\"\\$`]+|.)")
+
+PARAMETER_PIECE = r"""(?s)\$\(\(|\$\(|`|\$\{|\$\[|'[^']*'?|"|\\.|[]}[]"""   # in ${...}, $[...]
+QUOTED_PIECE = r'(?s)"|\\.|\$\(\(|\$\(|`|\$\{|\$\['   # in "..." within them
 
 ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?="
 MAX_NESTING = 16   # shells in shells, substitutions in substitutions: deeper is beyond analysis
@@ -4256,10 +4260,14 @@ def shell_parse(text, i, depth, out, closer=False):
         i = m.end() if m else i + 1
         if kind == "plain" and token[0] == "#" and word is None and not dq:   # a comment
             i = text.find("\n", start) % (len(text) + 1)
-        elif kind in ("sq", "ansi", "dq", "esc", "plain", "sub"):   # a piece of a word
+        elif token == "(" and text[i:i + 1] == "(" and not dq and arithmetic_command(words):
+            i = arithmetic(text, start, i + 1, out)   # (( x << 2 )): no heredoc, no command
+        elif kind in ("sq", "ansi", "dq", "esc", "plain", "sub", "param"):   # a piece of a word
             after = token[1:]
             if kind == "ansi":
                 token = ansi_c(token, out)
+            elif kind == "param":
+                token, i = parameter(text, start, depth + 1, out)
             elif kind == "sub":
                 token, i = substitution(text, start, token, depth, out)
             elif kind == "sq":
@@ -4341,6 +4349,58 @@ def case_pattern(cases, words, token):
         cases[-1] = token != ")"
         return True
     return False
+
+def arithmetic_command(words):
+    """Is a (( here an arithmetic command: where a command starts, or after for?"""
+    return all(w in KEYWORDS for w in words) or words == ["for"]
+
+def arithmetic(text, start, i, out):
+    """The index after the (( ... )) opening at start (its inside from i), or start + 1 when
+    it is no arithmetic but a subshell in a subshell (then the ( is read as usual)."""
+    end = arithmetic_end(text, i)
+    if end and ("$(" in text[i:end] or "`" in text[i:end]):
+        out.unknown.append("a command substitution inside arithmetic")
+    return end or start + 1
+
+def parameter(text, start, depth, out):
+    """The ${...} or $[...] opening at start, its substitutions' commands added to out: (its
+    text, the index after it). Nothing in it ends the word or starts a heredoc (${x:-a;b},
+    ${x:-<<2}); quotes hide its closer, and ${ nests, { does not (as bash reads it)."""
+    close, level, i = "}" if text[start + 1] == "{" else "]", 1, start + 2
+    if depth > MAX_NESTING:
+        out.unknown.append("commands nested too deep")
+        return text[start:], len(text)
+    while level:
+        m = re.compile(PARAMETER_PIECE).search(text, i)
+        if not m:
+            out.unknown.append("an unclosed $%s" % "{["[close == "]"])
+            return text[start:], len(text)
+        token, i = m.group(), m.end()
+        if token in ("$((", "$(", "`"):
+            i = substitution(text, m.start(), token, depth, out)[1]
+        elif token in ("${", "$["):
+            i = parameter(text, m.start(), depth + 1, out)[1]
+        elif token == '"':
+            i = quoted_end(text, i, depth, out)
+        elif token in (close, "["):
+            level += 1 if token == "[" and close == "]" else -(token == close)
+    return text[start:i], i
+
+def quoted_end(text, i, depth, out):
+    """The index after the " that closes a double-quoted string (from i) inside ${...}; its
+    substitutions' commands added to out."""
+    while True:
+        m = re.compile(QUOTED_PIECE).search(text, i)
+        if not m:
+            out.unknown.append("an unclosed quote")
+            return len(text)
+        token, i = m.group(), m.end()
+        if token == '"':
+            return i
+        if token in ("$((", "$(", "`"):
+            i = substitution(text, m.start(), token, depth, out)[1]
+        elif token in ("${", "$["):
+            i = parameter(text, m.start(), depth + 1, out)[1]
 
 def substitution(text, start, opener, depth, out):
     """The $(...), <(...), >(...), `...` or $((...)) opening at start, its commands added to
