@@ -4260,6 +4260,10 @@ def shell_parse(text, i, depth, out, closer=False):
         i = m.end() if m else i + 1
         if kind == "plain" and token[0] == "#" and word is None and not dq:   # a comment
             i = text.find("\n", start) % (len(text) + 1)
+        elif token == "\\\n":   # a line continuation: gone, no word of its own (r\<newline>m is rm)
+            before, after = text[start - 1:start], text[i:i + 1]
+            if before and after and before in "$<>&|;(" and after in "$<>&|;({['\"-":
+                out.unknown.append("a line continuation inside an operator")   # $\<newline>(
         elif token == "(" and text[i:i + 1] == "(" and not dq and arithmetic_command(words):
             i = arithmetic(text, start, i + 1, out)   # (( x << 2 )): no heredoc, no command
         elif kind in ("sq", "ansi", "dq", "esc", "plain", "sub", "param"):   # a piece of a word
@@ -4300,6 +4304,9 @@ def shell_parse(text, i, depth, out, closer=False):
                     while i < len(text):
                         end = text.find("\n", i) % (len(text) + 1)
                         line, i = text[i:end], end + 1
+                        while expands and continued(line) and i < len(text):   # as bash joins
+                            end = text.find("\n", i) % (len(text) + 1)
+                            line, i = line[:-1] + text[i:end], end + 1
                         if (line.lstrip("\t") if tabs else line) == delimiter:
                             break
                         if expands and ("$(" in line or "`" in line):
@@ -4331,6 +4338,10 @@ def ansi_c(token, out):
         return text
     body = token[2:-1] if closed else token[2:]
     return re.sub(r"\\([0-7]{1,3}|x[0-9A-Fa-f]{1,2}|.)", decode, body, flags=re.S)
+
+def continued(line):
+    """Does a line end with a backslash that escapes its newline (not an escaped backslash)?"""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
 
 def case_pattern(cases, words, token):
     """Does the operator token after words belong to a case pattern (`a|b)`, `(c)`), not end a
