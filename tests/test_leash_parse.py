@@ -380,9 +380,11 @@ class AttackTests(BantamTestCase):
                    ("c8", "ls > ~/P8", os.path.join(self.ws.home, "P8")),
                    ("c9", "echo pwned >$HOME/P9", os.path.join(self.ws.home, "P9"))]
         fine = [("k1", "ls >/dev/null 2>&1 && echo ok > ok.txt", "ok.txt"),
-                ("k2", "ls 2>&1 | git --version >&2", None)]
+                ("k2", "ls 2>&1 | git --version >&2", None),
+                ("k3", "echo ok >> ../K3", None)]   # allow=write:../K3 lets it
         self.push(tool_call_stream([shell(i, c) for i, c, _ in attacks + fine]), text_stream("done"))
-        result = self.run_bantam("-p", "go", "--set", "approve=deny", "--set", "allow=ls *, echo *, git *")
+        result = self.run_bantam("-p", "go", "--set", "approve=deny",
+                                 "--set", "allow=ls *, echo *, git *, write:../K3")
         self.assertEqual(result.returncode, 0, result.stderr)
         results = self.tool_results()
         for call_id, command, made in attacks:
@@ -391,6 +393,7 @@ class AttackTests(BantamTestCase):
                 self.assertIn("approve=deny", results[call_id])
         self.assertTrue(self.exists("ok.txt"), results["k1"])
         self.assertIn("exit: 0", results["k2"])
+        self.assertTrue(os.path.exists(os.path.join(outside, "K3")), results["k3"])
 
     def test_deny_names_the_part_that_matched(self):
         """The refusal of `cd . && rm x` says which simple command matched; `unlink` is named as
