@@ -7,7 +7,6 @@ import contextlib
 import io
 import os
 import shlex
-import time
 import unittest
 
 import bantam
@@ -195,13 +194,26 @@ class DecideTests(unittest.TestCase):
     """decide() called as approval() does, without a terminal."""
 
     def test_a_line_too_big_to_check_is_refused_quickly(self):
-        """2000 nested `$((echo`: what it may run is too much to split again (it took 12 s):
-        under a deny pattern it is refused, in well under the time a turn can wait."""
+        """2000 nested `$((echo` (it took 12 s to check): what it may run is more than the
+        checking budget allows, so under a deny pattern it is refused as unchecked, saying
+        why (the budget bounds the time; bench/ measures speed, not this test)."""
         cfg = dict(bantam.DEFAULTS, deny="rm -rf *", run={})
-        started = time.monotonic()
-        decision, rule, reason = bantam.decide(cfg, "echo $((" * 2000)
-        self.assertLess(time.monotonic() - started, 4)
-        self.assertEqual((decision, rule), ("refuse", "unchecked"), reason)
+        for command in ("echo $((" * 2000, "git $((" * 2000, "xx " + "'a b' " * 30000):
+            decision, rule, reason = bantam.decide(cfg, command)
+            self.assertEqual((decision, rule), ("refuse", "unchecked"), reason)
+            self.assertRegex(reason, "too (long|deep|many)")
+
+    def test_the_words_given_to_programs_that_run_none_are_data(self):
+        """deny=rm *: grep, echo, cat and the like run no word they are given, so `grep rm`,
+        `echo rm x` run (an agent greps for rm all day); a runner bantam does not know
+        (`chrt 1 rm x`) or a command line inside their words (`echo $(rm x)`) does not."""
+        cfg = dict(bantam.DEFAULTS, deny="rm *", run={})
+        for command in ("grep -rn rm .", "echo rm x", "cat notes | grep 'rm -rf'",
+                        "sudo echo rm x", "/bin/echo rm x", "chrt 1 echo rm x"):
+            self.assertEqual(bantam.decide(cfg, command)[:2], ("run", "approve=auto"), command)
+        for command in ("chrt 1 rm x", "echo $(rm x)", "grep x <(rm y)", "git rm x",
+                        "echo x | xargs rm"):
+            self.assertEqual(bantam.decide(cfg, command)[0], "refuse", command)
 
 
 class AlwaysTests(unittest.TestCase):
@@ -346,11 +358,13 @@ class AttackTests(BantamTestCase):
         self.assertIn("'rm -rf *'", results["c2"])
 
     def test_what_may_run_a_denied_command_is_asked_about_not_refused(self):
-        """An argument that may be run (`./run rm x`, `git rm x`) is only possibly rm: in the
+        """An argument that may be run (`./say rm x`, `git rm x`) is only possibly rm: in the
         REPL the user is asked, and the question says what matched; y runs it."""
         self.ws.write("x", "precious")
+        self.ws.write("say", "#!/bin/sh\necho \"$@\"\n")   # a program bantam does not know
+        os.chmod(os.path.join(self.ws.work, "say"), 0o755)
         self.ws.write_config(self.server, deny="rm *")
-        self.push(tool_call_stream([shell("c1", "echo rm x")]), text_stream("fine"))
+        self.push(tool_call_stream([shell("c1", "./say rm x")]), text_stream("fine"))
         term = self.pty()
         term.expect("> ")
         term.sendline("say it")
