@@ -3149,13 +3149,16 @@ def add_prompt_extras(cfg):
     if cfg["bantam_skills_dir"]:
         extras.append("Skills may be discovered and invoked from %s" % cfg["bantam_skills_dir"])
     path = cfg["project_instructions"] and folder_file("AGENTS.md")
-    cfg["sources"].update(project_instructions_file=None, hidden={})
+    cfg["sources"].update(project_instructions_file=None, project_instructions_cut=None, hidden={})
     if path:
         try:
             with open(path, encoding="utf-8-sig", errors="replace") as f:
-                extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
-                              % (os.getcwd(), folder_text(cfg, "AGENTS.md", f.read().strip())))
+                text = f.read(PROJECT_DOC_LIMIT)
+            extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
+                          % (os.getcwd(), folder_text(cfg, "AGENTS.md", text.strip())))
             cfg["sources"]["project_instructions_file"] = path
+            if len(text) == PROJECT_DOC_LIMIT and os.path.getsize(path) > PROJECT_DOC_LIMIT:
+                cfg["sources"]["project_instructions_cut"] = os.path.getsize(path)
         except OSError as e:
             note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
     base = cfg["sources"]["base_system_prompt"]
@@ -3163,6 +3166,8 @@ def add_prompt_extras(cfg):
         base = folder_text(cfg, "system.txt", base)
     cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
         if extras else base
+
+PROJECT_DOC_LIMIT = 65536   # characters of AGENTS.md used: every request carries them
 
 def folder_text(cfg, name, text):
     """A folder's text for the system prompt, without the characters that can hide
@@ -6344,6 +6349,10 @@ def note_folder_texts(cfg):
         cfg["sources"]["system_prompt"] == os.path.join(os.getcwd(), "system.txt"))
     if cfg["sources"].get("project_instructions_file"):
         said.append("using this folder's AGENTS.md (project_instructions=false turns it off)")
+    cut = cfg["sources"].get("project_instructions_cut")
+    if cut:
+        said.append("its AGENTS.md is %.1f MB: only its first %dK characters are used"
+                    % (cut / 2 ** 20, PROJECT_DOC_LIMIT // 1024))
     said += ["its %s held hidden characters (%s): removed" % (name, ", ".join(found))
              for name, found in cfg["sources"].get("hidden", {}).items()]
     if said:

@@ -174,6 +174,17 @@ class FolderTextTests(RedTeamCase):
         self.batch()
         self.assertIn("Use tabs.", self.server.bodies[0]["messages"][0]["content"])
 
+    def test_a_huge_agents_md_is_cut_and_said(self):
+        """An AGENTS.md of 3 MB (a generated file, or one meant to flood every request): the
+        system prompt gets its first 65,536 characters, and the note that the file is used says so."""
+        self.ws.write("AGENTS.md", "Rule one.\n" + "filler line of the flood\n" * 120000)
+        self.push(text_stream("hi"))
+        result = self.batch()
+        system = self.server.bodies[0]["messages"][0]["content"]
+        self.assertIn("Rule one.", system)
+        self.assertLess(len(system), 80000)
+        self.assertIn("AGENTS.md is 2.9 MB: only its first 64K characters are used", result.stderr)
+
     def test_hidden_characters_are_removed_and_said(self):
         """A bidi override and zero-width characters in AGENTS.md are not sent; the note that
         the file is used says so."""
