@@ -478,7 +478,8 @@ def folder_file(name):
              % (path, real), "warning")
     return None
 
-LINKS_SAID = set()   # the folder files folder_file refused and said so
+LINKS_SAID = set()   # the folder files refused and said so: the process's, on purpose (its
+                     # folder is the process's, and a config loaded again must not say it twice)
 
 
 INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of the value
