@@ -4105,6 +4105,9 @@ COMPUTED = r"[$`]"   # an argument bantam cannot know: it may be any word
 INERT = set("echo printf grep egrep fgrep cat head tail wc cut tr uniq nl comm ls stat du df "
             "file basename dirname realpath readlink pwd which type test [ true false touch "
             "mkdir diff cmp jq".split())   # they run no word they are given: `grep rm x` is data
+GIT_DATA = set("status diff log show shortlog commit tag merge stash notes revert cherry-pick add "
+               "branch switch checkout restore reset blame ls-files rev-parse describe mv".split())
+GIT_VALUES = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env"}
 POSSIBLE_TEXT, POSSIBLE_TRIES = 200000, 16   # how much is split again; how often in a command
 
 def possible_hit(split, deny):
@@ -4119,7 +4122,7 @@ def possible_hit(split, deny):
         for pattern in deny:
             if pattern_hit(words, pattern) and where is not words:
                 return "%s may run %s, which deny %r refuses" % (
-                    " ".join(where), " ".join(words), pattern)
+                    shell_text(where), shell_text(words), pattern)
             if computed_hit(words, pattern):
                 return "%s has computed arguments that may spell what deny %r refuses" % (
                     " ".join(words), pattern)
@@ -4135,7 +4138,7 @@ def possible_commands(split, starts, budget, depth=0):
     for words in split.found:
         where, tried = words, 0
         yield words, where
-        for k in range(1, len(words) * (os.path.basename(words[0]) not in INERT)):
+        for k in range(1, data_from(words)):
             name = os.path.basename(words[k]) or words[k]
             if name in INERT:
                 break   # what it runs (chrt 1 echo rm x) is data from here on
@@ -4158,6 +4161,23 @@ def possible_commands(split, starts, budget, depth=0):
                 yield None, "%s has too many arguments to check" % words[0]
                 return
     yield from ((words, ["a", "variable's", "value"]) for words in split.maybe)
+
+def data_from(words):
+    """Where a simple command's words become data, to what it runs: at once for a program that
+    runs none (INERT) and for find (what its -exec runs is a simple command of its own), after
+    the subcommand for git's that run none (`git commit -m 'rm x'`, `git log --grep rm`)."""
+    if os.path.basename(words[0]) in INERT or words[0] == "find":
+        return 1
+    n = 1
+    while words[0] == "git" and n < len(words) and words[n][:1] == "-":
+        n += 2 if words[n] in GIT_VALUES else 1   # git -C DIR -c KEY=VALUE log
+    return n + 1 if words[0] == "git" and words[n:n + 1] and words[n] in GIT_DATA else len(words)
+
+def shell_text(words):
+    """Words as they read in a command line: one with a space or a quote quoted (`-m 'rm x'`),
+    the others as they are (`$X` stays `$X`)."""
+    import shlex
+    return " ".join(shlex.quote(w) if re.search(r"[\s'\"]|^$", w) else w for w in words)
 
 def computed_hit(words, pattern):
     """Why words with computed arguments (`git $x`, `"$@"`) may match a pattern: each such

@@ -216,6 +216,32 @@ class DecideTests(unittest.TestCase):
             self.assertEqual(bantam.decide(cfg, command)[0], "refuse", command)
 
 
+    def test_find_and_git_messages_are_data(self):
+        """deny=rm *: find's words are data (what its -exec runs is a command of its own), and
+        so are those given to git subcommands that run none (`git commit -m 'rm x'`,
+        `git log --grep rm`); an agent's daily work runs. git rm, git rebase -x, an -exec
+        and what a -c alias runs are still checked."""
+        cfg = dict(bantam.DEFAULTS, deny="rm *", run={})
+        for command in ("find . -name rm", "find . -name '*.py' -newer rm -print",
+                        "git commit --allow-empty -qm 'rm the old helper'",
+                        "git commit -m 'rm x' --author 'rm <a@b>'", "git log --grep rm",
+                        "git -C . log --grep=rm --oneline", "git tag -a v1 -m 'rm x'",
+                        "git stash push -m 'rm x'", "git show rm", "git diff -- rm"):
+            self.assertEqual(bantam.decide(cfg, command)[:2], ("run", "approve=auto"), command)
+        for command in ("git rm x", "git rebase -x 'rm x' HEAD~2", "find . -exec rm {} +",
+                        "find . -exec chrt 1 rm {} +", "chrt 1 find . -exec rm {} +",
+                        "git -c alias.log='!rm x' log", "git -c core.pager='rm x' log",
+                        "find . -name x -delete", "git commit -m \"$(rm x)\""):
+            self.assertEqual(bantam.decide(cfg, command)[0], "refuse", command)
+
+    def test_what_may_run_is_said_with_its_quotes(self):
+        """The reason keeps the words apart as the shell does: `-m 'rm the old helper'`, not
+        `-m rm the old helper`, so the question reads as the command does."""
+        cfg = dict(bantam.DEFAULTS, deny="rm *", run={})
+        reason = bantam.decide(cfg, "./say -v 'rm the old helper'")[2]
+        self.assertIn("say -v 'rm the old helper' may run", reason)
+
+
 class AlwaysTests(unittest.TestCase):
     """The approvals remembered by an answer of a(lways), called as a library caller does."""
 
@@ -356,6 +382,26 @@ class AttackTests(BantamTestCase):
         self.assertTrue(self.exists("x1") and self.exists("x2"), results)
         self.assertIn("computed arguments", results["c1"])
         self.assertIn("'rm -rf *'", results["c2"])
+
+    def test_daily_git_and_find_run_under_deny_rm(self):
+        """deny='rm *' in batch mode: a commit whose message says rm, git log --grep rm and
+        find -name rm run (they were refused as unchecked); git rm is still refused."""
+        import subprocess
+        for argv in (["init", "-q"], ["config", "user.email", "a@b"], ["config", "user.name", "a"]):
+            subprocess.run(["git"] + argv, cwd=self.ws.work, check=True)
+        self.ws.write("old.py", "x = 1\n")
+        calls = [shell("c1", "git add old.py && git commit -qm 'rm the old helper'"),
+                 shell("c2", "git log --grep rm --oneline"), shell("c3", "find . -name rm"),
+                 shell("c4", "git rm -q old.py")]
+        self.push(tool_call_stream(calls), text_stream("done"))
+        result = self.run_bantam("-p", "commit it", "--set", "deny=rm *")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        results = self.tool_results()
+        for call_id in ("c1", "c2", "c3"):
+            self.assertFalse(results[call_id].startswith("[not run"), results[call_id])
+        self.assertIn("rm the old helper", results["c2"])
+        self.assertIn("cannot check", results["c4"])
+        self.assertTrue(self.exists("old.py"))
 
     def test_what_may_run_a_denied_command_is_asked_about_not_refused(self):
         """An argument that may be run (`./say rm x`, `git rm x`) is only possibly rm: in the
