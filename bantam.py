@@ -4168,10 +4168,15 @@ def data_from(words):
     the subcommand for git's that run none (`git commit -m 'rm x'`, `git log --grep rm`)."""
     if os.path.basename(words[0]) in INERT or words[0] == "find":
         return 1
+    n = git_subcommand(words)
+    return n + 1 if n and words[n] in GIT_DATA else len(words)
+
+def git_subcommand(words):
+    """Where the subcommand of a git command is in its words (git -C DIR -c K=V log), else 0."""
     n = 1
     while words[0] == "git" and n < len(words) and words[n][:1] == "-":
-        n += 2 if words[n] in GIT_VALUES else 1   # git -C DIR -c KEY=VALUE log
-    return n + 1 if words[0] == "git" and words[n:n + 1] and words[n] in GIT_DATA else len(words)
+        n += 2 if words[n] in GIT_VALUES else 1
+    return n if words[0] == "git" and n < len(words) else 0
 
 def shell_text(words):
     """Words as they read in a command line: one with a space or a quote quoted (`-m 'rm x'`),
@@ -4519,6 +4524,9 @@ def simple_command(words, redirs, depth, out):
                 simple_command(args[n + 1:end], [], depth + 1, out)
     elif program in WRAPPERS:
         simple_command(args[wrapped(program, args, out):], redirs, depth + 1, out)
+    elif program == "git" and any(re.match(r"-[^-]*O|--o", a) for a in args) and (
+            [program] + args)[git_subcommand([program] + args)] == "grep":
+        out.unknown.append("git grep -O runs the pager it is given")
 
 def command_words(words, depth, out):
     """The words of a simple command from its program on: past keywords, a function's or a

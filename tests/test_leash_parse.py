@@ -242,6 +242,17 @@ class DecideTests(unittest.TestCase):
         self.assertIn("say -v 'rm the old helper' may run", reason)
 
 
+    def test_git_grep_given_a_pager_is_beyond_analysis(self):
+        """git grep -O<pager> runs the pager on the files that match (`git grep -Orm foo`
+        deleted them under deny=rm *): it is beyond analysis, while git grep rm runs."""
+        cfg = dict(bantam.DEFAULTS, deny="rm *", run={})
+        for command in ("git grep -Orm foo", "git grep -nOrm foo", "git grep -O'rm' foo",
+                        "git grep --open-files-in-pager=rm foo", "git -C . grep --open rm x",
+                        "/usr/bin/git grep -Orm x"):
+            self.assertEqual(bantam.decide(cfg, command)[:2], ("refuse", "unchecked"), command)
+        self.assertEqual(bantam.decide(cfg, "git grep -n rm")[:2], ("run", "approve=auto"))
+
+
 class AlwaysTests(unittest.TestCase):
     """The approvals remembered by an answer of a(lways), called as a library caller does."""
 
