@@ -4212,10 +4212,12 @@ def allow_bar(cfg, split):
         if not m or copy or re.match(UNWRITTEN, target):
             continue   # not a redirection that writes a file
         path = os.path.realpath(os.path.expanduser(target))
-        if re.search(r"[$`*?[{]|^~[^/]", target) or not (
-                within(path, [os.getcwd()]) and ".git" not in path.split(os.sep)
-                or any(fnmatch.fnmatchcase(path, glob) for glob in writable)):
-            return "%s writes outside the working folder, which allow patterns do not cover" % word
+        computed = re.search(r"[$`*?[{]|^~[^/]", target)
+        where = ("to a computed path" if computed else
+                 "outside the working folder" if not within(path, [os.getcwd()]) else
+                 "into a .git folder" if ".git" in path.split(os.sep) else None)
+        if where and (computed or not any(fnmatch.fnmatchcase(path, g) for g in writable)):
+            return "%s writes %s, which allow patterns do not cover" % (word, where)
     return None
 
 # The shell-command splitter: what the patterns are matched against. Not a shell: it finds the

@@ -253,6 +253,16 @@ class DecideTests(unittest.TestCase):
         self.assertEqual(bantam.decide(cfg, "git grep -n rm")[:2], ("run", "approve=auto"))
 
 
+    def test_why_allow_does_not_run_a_redirection_says_where_it_writes(self):
+        """allow=git * with approve=deny: the reason names what is wrong with the target, a
+        .git/ folder inside the working folder is not called outside it."""
+        cfg = dict(bantam.DEFAULTS, allow="git *", approve="deny", run={})
+        for command, why in (("git log > .git/x", ">.git/x writes into a .git folder"),
+                             ("git log > ../x", ">../x writes outside the working folder"),
+                             ("git log >$HOME/x", ">$HOME/x writes to a computed path")):
+            self.assertIn(why, bantam.decide(cfg, command)[2], command)
+
+
 class AlwaysTests(unittest.TestCase):
     """The approvals remembered by an answer of a(lways), called as a library caller does."""
 
