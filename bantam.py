@@ -6316,7 +6316,9 @@ def show_config(cfg):
                  sources["system_prompt"]))
     if sources.get("project_instructions_file"):
         rows.append(("", "+ project instructions", sources["project_instructions_file"]))
-    rows += [(key, shown_untrusted(key, value), where + " (not used: the folder is not trusted)")
+    why = ("the folder's model.cfg changed since you trusted it (%s)" % ", ".join(sources["changed"])
+           if sources.get("changed") else "the folder is not trusted")
+    rows += [(key, shown_untrusted(key, value), where + " (not used: %s)" % why)
              for key, (value, where) in sources["untrusted"].items()]
     rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
                  "kept from commands"))

@@ -483,6 +483,15 @@ class TrustChangeTests(TrustCase):
         self.assertIn("not used", next(l for l in shown.splitlines()
                                        if l.startswith("shell_timeout") and "99999" in l))
 
+    def test_show_config_says_a_trusted_folder_changed_not_that_it_is_not_trusted(self):
+        """--show-config in a folder the user trusted whose endpoint was pulled: the values
+        not used are said to have changed since it was trusted (the user did trust it)."""
+        self.folder_config(endpoint=self.evil.url, model="folder-model")
+        shown = self.run_bantam("--show-config").stdout
+        line = next(l for l in shown.splitlines() if l.startswith("endpoint") and "not used" in l)
+        self.assertIn("the folder's model.cfg changed since you trusted it (endpoint)", line)
+        self.assertNotIn("is not trusted", shown)
+
     def test_an_old_record_without_a_fingerprint_is_the_values_of_now(self):
         """A yes remembered by an older bantam (no fingerprint) holds for what the folder says
         now, and from then on a change is caught."""
