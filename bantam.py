@@ -6316,8 +6316,9 @@ def show_config(cfg):
                  sources["system_prompt"]))
     if sources.get("project_instructions_file"):
         rows.append(("", "+ project instructions", sources["project_instructions_file"]))
-    why = ("the folder's model.cfg changed since you trusted it (%s)" % ", ".join(sources["changed"])
-           if sources.get("changed") else "the folder is not trusted")
+    changed = ", ".join(sources.get("changed") or [])
+    why = ("the folder's model.cfg changed since you trusted it (%s)" % changed
+           if changed else "the folder is not trusted")
     rows += [(key, shown_untrusted(key, value), where + " (not used: %s)" % why)
              for key, (value, where) in sources["untrusted"].items()]
     rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
