@@ -4014,10 +4014,10 @@ def approval(cfg, call_id, name, args):
     decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
     edited = None
     if decision == "ask":
-        if name == "write" or reason:   # what is asked about, and why
+        if name == "write" or reason:   # what is asked about, and why (in a line or three)
             note(cfg, write_preview(path, args, reason) if name == "write" else "[%s: %s]" % (
-                path or "bantam cannot check this command against its patterns", reason),
-                 "warning")
+                path or "bantam cannot check this command against its patterns",
+                cut_middle(" ".join(reason.split("\n")), 240)), "warning")
         decision, reason, edited = user_decision(cfg, command,
                                                  path and name.title() + "? [y/N/a] ")
         rule = "asked"
@@ -4030,6 +4030,13 @@ def approval(cfg, call_id, name, args):
         cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
         return dict(args, command=edited)
     return refusal(name, rule, reason) if decision == "refuse" else args
+
+def cut_middle(text, most):
+    """text, or its start and end around the number of characters cut when longer than most."""
+    if len(text) <= most:
+        return text
+    keep = (most - 30) // 2
+    return "%s [... %d more characters] %s" % (text[:keep], len(text) - 2 * keep, text[-keep:])
 
 def refusal(name, rule, reason):
     """The tool result of a refused call: who refused it and why, for the model to adjust."""

@@ -10,7 +10,8 @@ import shlex
 import unittest
 
 import bantam
-from tests.support import PROMPT_LINE, BantamTestCase, text_stream, tool_call_stream
+from tests.support import (PROMPT_LINE, BantamTestCase, strip_ansi, text_stream,
+                           tool_call_stream)
 
 # (command, the simple commands it runs as word lists, is something in it beyond analysis?)
 # A wrapper is a simple command of its own, and so is what it runs.
@@ -442,6 +443,25 @@ class AttackTests(BantamTestCase):
         self.assertIn("may run", term.output)
         self.assertIn("rm x", self.tool_results()["c1"])
         self.assertTrue(self.exists("x"))
+        self.leave(term)
+
+    def test_a_long_reason_at_the_question_is_cut_to_a_line(self):
+        """A 3,000-character command that may run rm: the question's reason is cut short (it
+        filled the screen and scrolled the bounded command away); the model reads it whole."""
+        self.ws.write_config(self.server, deny="rm *")
+        command = "./say --config=%s rm" % ("abcdefghij" * 300)
+        self.push(tool_call_stream([shell("c1", command)]), text_stream("fine"))
+        term = self.pty(rows=30, cols=100)
+        term.expect("> ")
+        term.sendline("say it")
+        term.expect("Run? [y/N/a/e] ")
+        term.send("n\r")
+        term.expect(PROMPT_LINE)
+        shown = strip_ansi(term.output)
+        reason = shown[shown.index("[bantam cannot check"):shown.index("Run? [y/N/a/e]")]
+        self.assertLess(len(reason), 400, reason)
+        self.assertIn("more characters", reason)
+        self.assertIn("which deny", reason)   # what matched, still said
         self.leave(term)
 
     def test_allow_cannot_be_stretched_to_run_something_else(self):
