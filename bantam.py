@@ -4111,9 +4111,10 @@ def pattern_hit(words, pattern):
 COMPUTED = r"[$`]"   # an argument bantam cannot know: it may be any word
 INERT = set("echo printf grep egrep fgrep cat head tail wc cut tr uniq nl comm ls stat du df "
             "file basename dirname realpath readlink pwd which type test [ true false touch "
-            "mkdir diff cmp jq".split())   # they run no word they are given: `grep rm x` is data
+            "mkdir diff cmp jq pytest".split())   # they run no word they are given: `grep rm x` is data
 GIT_DATA = set("status diff log show shortlog commit tag merge stash notes revert cherry-pick add "
-               "branch switch checkout restore reset blame ls-files rev-parse describe mv".split())
+               "branch switch checkout restore reset blame ls-files rev-parse describe mv grep"
+               .split())   # (git grep -O runs a pager: beyond analysis, see simple_command)
 GIT_VALUES = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env"}
 POSSIBLE_TEXT, POSSIBLE_TRIES = 200000, 16   # how much is split again; how often in a command
 
@@ -4147,8 +4148,6 @@ def possible_commands(split, starts, budget, depth=0):
         yield words, where
         for k in range(1, data_from(words)):
             name = os.path.basename(words[k]) or words[k]
-            if name in INERT:
-                break   # what it runs (chrt 1 echo rm x) is data from here on
             if (name in WRAPPERS or name in DELETERS or name == "find" or re.match(SHELL_NAME, name)
                     or any(fnmatch.fnmatchcase(name, start) for start in starts)):
                 tried += 1
@@ -4172,9 +4171,14 @@ def possible_commands(split, starts, budget, depth=0):
 def data_from(words):
     """Where a simple command's words become data, to what it runs: at once for a program that
     runs none (INERT) and for find (what its -exec runs is a simple command of its own), after
-    the subcommand for git's that run none (`git commit -m 'rm x'`, `git log --grep rm`)."""
-    if os.path.basename(words[0]) in INERT or words[0] == "find":
+    the subcommand for git's that run none (`git commit -m 'rm x'`, `git log --grep rm`), and
+    where they do for the command a wrapper runs."""
+    name = os.path.basename(words[0])
+    if name in INERT or words[0] == "find":
         return 1
+    if name in WRAPPERS:   # from where what it runs does (`sudo echo rm x`, not `flock echo rm x`)
+        n = 1 + wrapped(name, words[1:], Split())
+        return n + data_from(words[n:]) if n < len(words) else len(words)
     n = git_subcommand(words)
     return n + 1 if n and words[n] in GIT_DATA else len(words)
 

@@ -207,12 +207,15 @@ class DecideTests(unittest.TestCase):
     def test_the_words_given_to_programs_that_run_none_are_data(self):
         """deny=rm *: grep, echo, cat and the like run no word they are given, so `grep rm`,
         `echo rm x` run (an agent greps for rm all day); a runner bantam does not know
-        (`chrt 1 rm x`) or a command line inside their words (`echo $(rm x)`) does not."""
+        (`chrt 1 rm x`, `flock echo rm x`: echo is its lock file) or a command line inside
+        their words (`echo $(rm x)`) does not."""
         cfg = dict(bantam.DEFAULTS, deny="rm *", run={})
         for command in ("grep -rn rm .", "echo rm x", "cat notes | grep 'rm -rf'",
-                        "sudo echo rm x", "/bin/echo rm x", "chrt 1 echo rm x"):
+                        "sudo echo rm x", "/bin/echo rm x", "pytest -k rm",
+                        "nice -n 5 grep rm f"):
             self.assertEqual(bantam.decide(cfg, command)[:2], ("run", "approve=auto"), command)
         for command in ("chrt 1 rm x", "echo $(rm x)", "grep x <(rm y)", "git rm x",
+                        "flock echo rm x", "ssh echo rm x",   # (a lock file, a host: named echo)
                         "echo x | xargs rm"):
             self.assertEqual(bantam.decide(cfg, command)[0], "refuse", command)
 
@@ -311,6 +314,7 @@ DENY_BYPASSES = [
     ("${ with <<", "echo ${x:-<<2}\nrm {f}"),
     ("$[ with <<", "echo $[1<<2]\nrm {f}"),
     ("trap", "trap 'rm {f}' EXIT"),
+    ("a runner's argument named like a program that runs none", "flock echo rm {f}"),
     ("an alias", "shopt -s expand_aliases\nalias r=rm\nr {f}"),
     ("env -", "env - rm {f}"),
     ("env --chdir DIR", "env --chdir / rm \"$PWD/{f}\""),
