@@ -4115,7 +4115,11 @@ INERT = set("echo printf grep egrep fgrep cat head tail wc cut tr uniq nl comm l
 GIT_DATA = set("status diff log show shortlog commit tag merge stash notes revert cherry-pick add "
                "branch switch checkout restore reset blame ls-files rev-parse describe mv grep"
                .split())   # (git grep -O runs a pager: beyond analysis, see simple_command)
-GIT_VALUES = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env"}
+GIT_VALUES = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env",
+              "--super-prefix", "--attr-source"}   # git's options that take the next word
+GIT_FLAGS = set("-p -P --paginate --no-pager --bare --no-replace-objects --literal-pathspecs "
+                "--glob-pathspecs --noglob-pathspecs --icase-pathspecs --no-optional-locks "
+                "--no-lazy-fetch --no-advice --exec-path".split())   # and those that take none
 POSSIBLE_TEXT, POSSIBLE_TRIES = 200000, 16   # how much is split again; how often in a command
 
 def possible_hit(split, deny):
@@ -4180,7 +4184,9 @@ def data_from(words):
         n = 1 + wrapped(name, words[1:], Split())
         return n + data_from(words[n:]) if n < len(words) else len(words)
     n = git_subcommand(words)
-    return n + 1 if n and words[n] in GIT_DATA else len(words)
+    known = all(w in GIT_VALUES or w in GIT_FLAGS or "=" in w   # (an option bantam does not
+                for w in words[1:n] if w[:1] == "-")         # know may take log as its value)
+    return n + 1 if n and known and words[n] in GIT_DATA else len(words)
 
 def git_subcommand(words):
     """Where the subcommand of a git command is in its words (git -C DIR -c K=V log), else 0."""
@@ -4188,6 +4194,20 @@ def git_subcommand(words):
     while words[0] == "git" and n < len(words) and words[n][:1] == "-":
         n += 2 if words[n] in GIT_VALUES else 1
     return n if words[0] == "git" and n < len(words) else 0
+
+GIT_PAGER_OPTION = r"(^|[\s=])-[^-\s]*O|[\s=]--o"   # -Orm, alias.g='grep -Orm', 'g --open=rm'
+
+def git_pager(words):
+    """Whether a git command may be a git grep given a pager (-O, --open-files-in-pager), as
+    itself or through an alias: `git -c alias.g=grep g -Orm x`, `git config alias.g 'grep -Orm'`,
+    an alias from a variable (--config-env). Git ignores an alias named like a git command, so
+    the other GIT_DATA ones are no grep."""
+    n = git_subcommand(words)
+    if not n or words[n] in GIT_DATA - {"grep"}:
+        return False
+    if words[n] == "grep":
+        return any(re.match(r"-[^-]*O|--o", a) for a in words[n + 1:])
+    return any(re.search(GIT_PAGER_OPTION, a) or a.startswith("--config-env") for a in words[1:])
 
 def shell_text(words):
     """Words as they read in a command line: one with a space or a quote quoted (`-m 'rm x'`),
@@ -4250,8 +4270,8 @@ WRAPPERS = {   # program: (its short options that take a value, its long ones, w
     "env": ("uCSaP", "unset chdir split-string argv0", 0), "command": ("", "", 0),
     "builtin": ("", "", 0), "exec": ("a", "", 0), "nice": ("n", "adjustment", 0),
     "nohup": ("", "", 0), "timeout": ("sk", "signal kill-after", 1),
-    "sudo": ("ugpCDrtUThR", "user group prompt close-from chdir role type other-user "
-             "command-timeout host chroot", 0), "doas": ("uC", "", 0),
+    "sudo": ("ugpCDrtUThRac", "user group prompt close-from chdir role type other-user "
+             "command-timeout host chroot auth-type", 0), "doas": ("uCa", "", 0),
     "xargs": ("aEdILnPs", "arg-file delimiter max-args max-procs max-chars process-slot-var", 0),
     "time": ("fo", "format output", 0), "stdbuf": ("ioe", "input output error", 0),
     "setsid": ("", "", 0), "ionice": ("cnpPu", "class classdata pid pgid uid", 0),
@@ -4537,8 +4557,7 @@ def simple_command(words, redirs, depth, out):
                 simple_command(args[n + 1:end], [], depth + 1, out)
     elif program in WRAPPERS:
         simple_command(args[wrapped(program, args, out):], redirs, depth + 1, out)
-    elif program == "git" and any(re.match(r"-[^-]*O|--o", a) for a in args) and (
-            [program] + args)[git_subcommand([program] + args)] == "grep":
+    elif program == "git" and git_pager([program] + args):
         out.unknown.append("git grep -O runs the pager it is given")
 
 def command_words(words, depth, out):
@@ -4567,6 +4586,8 @@ def assignment(word, depth, out):
     out.unallowed.append("%s sets a variable" % word)
     if name in ("BASH_ENV", "ENV"):
         out.unknown.append("%s makes a shell run a script" % name)
+    if name.startswith("GIT_CONFIG") and re.search(GIT_PAGER_OPTION, value):
+        out.unknown.append("%s may make a git alias for grep -O, which runs a pager" % name)
     inner = Split()
     shell_parse(value, 0, depth + 1, inner)
     out.maybe.extend(inner.found + inner.maybe)

@@ -256,6 +256,25 @@ class DecideTests(unittest.TestCase):
             self.assertEqual(bantam.decide(cfg, command)[:2], ("refuse", "unchecked"), command)
         self.assertEqual(bantam.decide(cfg, "git grep -n rm")[:2], ("run", "approve=auto"))
 
+    def test_after_a_git_option_bantam_does_not_know_nothing_is_data(self):
+        """deny=rm *: such an option may take the next word as its value, `log` too:
+        `git --attr-source log rm x` is `git rm x`; sudo -a and doas -a take one. A git alias
+        may be grep given a pager (-O), made by -c, git config or a variable."""
+        cfg = dict(bantam.DEFAULTS, deny="rm *", run={})
+        for command in ("git --attr-source log rm x", "git --super-prefix log rm x",
+                        "git --some-new-option log rm x", "doas -a echo rm x",
+                        "sudo -a echo rm x", "git config alias.g 'grep -O rm'",
+                        "git config alias.g 'grep --open-files-in-pager=rm'",
+                        "git -c alias.g='!git grep -Orm' g x",
+                        "git -c alias.g=grep -c alias.h='g -Orm' h x",
+                        "git --config-env=alias.g=V g x",
+                        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.g GIT_CONFIG_VALUE_0='grep -Orm' "
+                        "git g x"):
+            self.assertEqual(bantam.decide(cfg, command)[0], "refuse", command)
+        for command in ("git -C . --no-pager -c a.b=c --git-dir=.git log --grep rm",
+                        "git -P log --oneline --grep rm", "git rebase --onto main x",
+                        "CFLAGS=-O2 make", "git diff -Oorder.txt", "sudo -u root echo rm x"):
+            self.assertEqual(bantam.decide(cfg, command)[:2], ("run", "approve=auto"), command)
 
     def test_why_allow_does_not_run_a_redirection_says_where_it_writes(self):
         """allow=git * with approve=deny: the reason names what is wrong with the target, a
@@ -341,6 +360,9 @@ DENY_BYPASSES = [
     ("a command in an option's value", "git -c core.sshCommand='rm {f}' ls-remote ssh://x.invalid/r"),
     ("git's ! alias", "git -c alias.zap='!rm {f}' zap"),
     ("BASH_ENV", "printf '\\162m {f}' > e.sh; BASH_ENV=./e.sh bash -c true"),
+    # git grep -O through an alias (git ignores only those named like a git command)
+    ("git grep -O through an alias", "git -c alias.g=grep g --no-index -Orm precious -- {f}"),
+    ("an alias for git grep -O", "git -c alias.g='grep -Orm' g --no-index precious -- {f}"),
 ]
 
 
