@@ -4538,6 +4538,16 @@ def simple_command(words, redirs, depth, out):
         out.unknown.append("sed runs commands (its e command)")
     elif program in ("mapfile", "readarray") and any(re.match(r"-[^-]*C", a) for a in args):
         out.unknown.append("%s -C runs a command given as a string" % program)
+    elif program in ("test", "[", "printf") and any(re.match(r"-v", a) for a in args):
+        if program == "printf":   # (printf -v PATH . is PATH=.)
+            out.unallowed.append("printf -v sets a variable")
+        if any(re.search(r"[\[$`]", a) for a in args):   # test -v 'a[$(rm x)]' runs rm x
+            out.unknown.append("%s -v evaluates an array index, which may run commands" % program)
+    elif program == "hash" and any(re.match(r"-[^-]*p", a) for a in args) or program == "enable" \
+            and any(re.match(r"-[^-]*f", a) for a in args):   # hash -p /bin/r[m] cat: cat is rm
+        out.unknown.append("%s makes a new name for a command" % program)
+    elif program in ("pytest", "py.test") and any(re.match(r"--(pdb|trace)", a) for a in args):
+        out.unknown.append("pytest %s runs the Python code its input gives" % "--pdb/--trace")
     elif program in ("export", "declare", "typeset", "local", "readonly"):
         for arg in args:
             if re.match(ASSIGNMENT, arg):
@@ -4588,6 +4598,8 @@ def assignment(word, depth, out):
         out.unknown.append("%s makes a shell run a script" % name)
     if name.startswith("GIT_CONFIG") and re.search(GIT_PAGER_OPTION, value):
         out.unknown.append("%s may make a git alias for grep -O, which runs a pager" % name)
+    if name == "PYTEST_ADDOPTS" and re.search(r"--(pdb|trace)", value):
+        out.unknown.append("%s makes pytest run the Python code its input gives" % word)
     inner = Split()
     shell_parse(value, 0, depth + 1, inner)
     out.maybe.extend(inner.found + inner.maybe)
@@ -4604,6 +4616,8 @@ def interpreter(program, args, redirs, out):
         out.unknown.append("%s %s runs code given inline" % (program, code[0]))
     elif re.match(STDIN_SCRIPT, script) or any(r.lstrip("0")[:1] == "<" for r in redirs):
         out.unknown.append("%s runs code from its input" % program)
+    elif re.search(r"(^| )-m (pdb|pytest .*--(pdb|trace))", " ".join(args)):   # a debugger
+        out.unknown.append("%s runs the Python code its input gives (pdb)" % program)
 
 def wrapped(program, args, out):
     """Where the command a wrapper runs starts in its args: past its options, their values

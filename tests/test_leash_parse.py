@@ -276,6 +276,19 @@ class DecideTests(unittest.TestCase):
                         "CFLAGS=-O2 make", "git diff -Oorder.txt", "sudo -u root echo rm x"):
             self.assertEqual(bantam.decide(cfg, command)[:2], ("run", "approve=auto"), command)
 
+    def test_builtins_that_evaluate_an_index_or_rename_a_program_are_beyond_analysis(self):
+        """deny=rm *: test -v and printf -v evaluate an array index (`a[$(rm x)]` runs rm),
+        hash -p and enable -f give a program a new name, a debugger runs the Python its input
+        gives; allow does not run printf -v (it sets a variable, PATH too)."""
+        cfg = dict(bantam.DEFAULTS, deny="rm *", run={})
+        for command in ("test -v \"$i\"", "enable -f ./rm.so echo", "PYTEST_ADDOPTS=--pdb pytest",
+                        "python3 -m pdb x.py", "python3 -m pytest --trace"):
+            self.assertEqual(bantam.decide(cfg, command)[0], "refuse", command)
+        for command in ("test -v HOME", "printf '%s\\n' rm", "pytest -k rm -x", "hash -r"):
+            self.assertEqual(bantam.decide(cfg, command)[:2], ("run", "approve=auto"), command)
+        cfg = dict(bantam.DEFAULTS, allow="printf *, ls *", approve="deny", run={})
+        self.assertEqual(bantam.decide(cfg, "printf -v PATH %s .; ls")[0], "refuse")
+
     def test_why_allow_does_not_run_a_redirection_says_where_it_writes(self):
         """allow=git * with approve=deny: the reason names what is wrong with the target, a
         .git/ folder inside the working folder is not called outside it."""
@@ -363,6 +376,14 @@ DENY_BYPASSES = [
     # git grep -O through an alias (git ignores only those named like a git command)
     ("git grep -O through an alias", "git -c alias.g=grep g --no-index -Orm precious -- {f}"),
     ("an alias for git grep -O", "git -c alias.g='grep -Orm' g --no-index precious -- {f}"),
+    # words given to programs that run none, run: a bash builtin evaluating an array index,
+    # a program given a new name, pytest's debugger reading its input
+    ("test -v evaluating an index", "test -v 'a[$(rm {f})]'"),
+    ("[ -v evaluating an index", "[ -v 'a[$(rm {f})]' ]"),
+    ("printf -v evaluating an index", "printf -v 'a[$(rm {f})]' x"),
+    ("hash -p a glob", "hash -p /bin/r[m] cat; cat {f}"),
+    ("pytest --trace reading stdin", "printf 'def test_a(): pass\\n' > test_p.py; "
+     "printf 'import os; os.system(\"rm {f}\")\\nc\\n' | pytest --trace -q test_p.py"),
 ]
 
 
