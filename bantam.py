@@ -4561,12 +4561,25 @@ def simple_command(words, redirs, depth, out):
         for arg in args:
             shell_parse(arg.partition("=")[2], 0, depth + 1, out)
     elif program == "find":
-        for n, arg in enumerate(args):
-            if arg in ("-exec", "-execdir", "-ok", "-okdir"):
-                end = next((k for k in range(n + 1, len(args)) if args[k] in (";", "+")), len(args))
+        n = 0
+        while n < len(args):   # (an -exec in what an -exec runs is its word: seen once, there)
+            arg = args[n]
+            if arg in ("-exec", "-execdir", "-ok", "-okdir"):   # (+ ends -exec only after {})
+                end = next((k for k in range(n + 1, len(args)) if args[k] == ";" or args[k] == "+"
+                            and args[k - 1] == "{}" and arg[:5] == "-exec"), len(args))
+                start = len(out.found)
                 simple_command(args[n + 1:end], [], depth + 1, out)
+                why = input_named(out.found[start:], "{}")   # (-exec sh -c 'echo {}')
+                if why:
+                    out.unknown.append("find %s runs a file name: %s" % (arg, why))
+                n = end
+            n += 1
     elif program in WRAPPERS:
+        start = len(out.found)
         simple_command(args[wrapped(program, args, out):], redirs, depth + 1, out)
+        why = program == "xargs" and xargs_input(args, out.found[start:])
+        if why:
+            out.unknown.append("xargs runs a command its input names: %s" % why)
     elif program == "git" and git_pager([program] + args):
         out.unknown.append("git grep -O runs the pager it is given")
 
@@ -4635,6 +4648,34 @@ def wrapped(program, args, out):
             takes = taken.index(True) == len(option) - 2 if True in taken else False
         n += 2 if takes else 1   # the option's value is the next word
     return n + (args[n:n + 1] == ["--"]) + skip
+
+def xargs_input(args, found):
+    """Why its input may name what xargs runs (found: those commands' words), else None: a
+    wrapper given no command (`echo rm x | xargs env` runs env rm x), or the string it replaces
+    in a program's place or a shell's command line (`xargs -I X env X`, `sh -c 'echo {}'`)."""
+    n, replace = wrapped("xargs", args, Split()), None
+    for k, option in enumerate(args[:n]):   # -I STR, -ISTR, -i, -iSTR, --replace[=STR]
+        m = re.match(r"-[0prtxo]*([iI])(.*)$", option)
+        name, _, value = option[2:].partition("=")
+        if m and m.group(1) == "i":
+            replace = m.group(2) or "{}"
+        elif m:   # (-I takes the next word when none is attached)
+            replace = m.group(2) or " ".join(args[k + 1:k + 2])
+        elif option[:2] == "--" and name and "replace".startswith(name):
+            replace = value or "{}"
+    return input_named(found, replace)
+
+def input_named(found, replace):
+    """What of the commands xargs or find runs (found) comes from their input (xargs_input):
+    find's {} is a file name, which the model may have made (`touch 'a;rm x'`)."""
+    for words in found:
+        words = [w for w in words if not re.match(r"\d*(<|>|&>)", w)] or [""]   # (redirections)
+        if words[0] in WRAPPERS and len(words) - 1 <= wrapped(words[0], words[1:], Split()):
+            return "the command of %s" % words[0]
+        if replace and (replace in words[0] or re.match(SHELL_NAME, words[0])
+                        and replace in (shell_script(words[1:]) or "")):
+            return "%s replaced in %s" % (replace, shell_text(words))
+    return None
 
 def shell_script(args):
     """The command string of `sh [options] -c STRING`, else None (a script file, or stdin)."""

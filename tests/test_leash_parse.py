@@ -289,6 +289,22 @@ class DecideTests(unittest.TestCase):
         cfg = dict(bantam.DEFAULTS, allow="printf *, ls *", approve="deny", run={})
         self.assertEqual(bantam.decide(cfg, "printf -v PATH %s .; ls")[0], "refuse")
 
+    def test_what_xargs_and_find_give_a_plain_command_runs(self):
+        """deny=rm *: the daily forms of xargs and find -exec run (their input named in no
+        program's place nor in a shell's command line); an -exec in what -exec runs is its
+        word, seen once (each -exec was split again at every level: 20 took 30 s)."""
+        import time
+        cfg = dict(bantam.DEFAULTS, deny="rm *", run={})
+        for command in ("find . -name '*.py' -exec grep -l rm {} +", "echo a b | xargs",
+                        "find . -name '*.txt' | xargs -I{} mv {} {}.bak",
+                        "find . | xargs -I{} sh -c 'wc -l \"$1\"' _ {}",
+                        "find . -exec sh -c 'wc -l \"$1\"' _ {} \\;",
+                        "find . -exec echo -exec rm x \\;"):
+            self.assertEqual(bantam.decide(cfg, command)[:2], ("run", "approve=auto"), command)
+        began = time.monotonic()
+        bantam.decide(cfg, "find -exec " * 22 + "ls")
+        self.assertLess(time.monotonic() - began, 2)
+
     def test_why_allow_does_not_run_a_redirection_says_where_it_writes(self):
         """allow=git * with approve=deny: the reason names what is wrong with the target, a
         .git/ folder inside the working folder is not called outside it."""
@@ -384,6 +400,15 @@ DENY_BYPASSES = [
     ("hash -p a glob", "hash -p /bin/r[m] cat; cat {f}"),
     ("pytest --trace reading stdin", "printf 'def test_a(): pass\\n' > test_p.py; "
      "printf 'import os; os.system(\"rm {f}\")\\nc\\n' | pytest --trace -q test_p.py"),
+    # find's words after what its -exec runs, and echo's made a command by what reads them:
+    # xargs appending them to a wrapper or putting them in a shell's command line, find
+    # putting a file name touch made in one
+    ("find -exec's + not after {}", "find . -maxdepth 0 -exec env -u + rm {f} \\;"),
+    ("xargs env", "echo rm {f} | xargs env"),
+    ("xargs -I into sh -c", "echo 'y; rm {f}' | xargs -I{} sh -c 'echo {}'"),
+    ("xargs -I as the program", "echo rm | xargs -I X env X {f}"),
+    ("find -exec sh -c with {}",
+     "touch 'a;rm {f}'; find . -name 'a;rm {f}' -exec sh -c 'echo {}' \\;"),
 ]
 
 
