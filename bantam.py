@@ -4178,8 +4178,8 @@ def data_from(words):
     the subcommand for git's that run none (`git commit -m 'rm x'`, `git log --grep rm`), and
     where they do for the command a wrapper runs."""
     name = os.path.basename(words[0])
-    if name in INERT or words[0] == "find":
-        return 1
+    if name in INERT or words[0] == "find" and not any(re.search(COMPUTED, w) for w in words):
+        return 1   # (a computed word of find's may be -exec: x=-exec; find . $x rm y ';')
     if name in WRAPPERS:   # from where what it runs does (`sudo echo rm x`, not `flock echo rm x`)
         n = 1 + wrapped(name, words[1:], Split())
         return n + data_from(words[n:]) if n < len(words) else len(words)
@@ -4672,7 +4672,10 @@ def input_named(found, replace):
         words = [w for w in words if not re.match(r"\d*(<|>|&>)", w)] or [""]   # (redirections)
         if words[0] in WRAPPERS and len(words) - 1 <= wrapped(words[0], words[1:], Split()):
             return "the command of %s" % words[0]
-        if replace and (replace in words[0] or re.match(SHELL_NAME, words[0])
+        primaries = next((k for k, w in enumerate(words) if k and w[:1] in "-(!"), len(words))
+        named = {"find": words[primaries:], "git": words[:git_subcommand(words) + 1]}.get(
+            words[0], words[:1])   # a program, find's -exec, git's subcommand: `git X f`
+        if replace and (any(replace in w for w in named) or re.match(SHELL_NAME, words[0])
                         and replace in (shell_script(words[1:]) or "")):
             return "%s replaced in %s" % (replace, shell_text(words))
     return None

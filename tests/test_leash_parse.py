@@ -299,8 +299,10 @@ class DecideTests(unittest.TestCase):
                         "find . -name '*.txt' | xargs -I{} mv {} {}.bak",
                         "find . | xargs -I{} sh -c 'wc -l \"$1\"' _ {}",
                         "find . -exec sh -c 'wc -l \"$1\"' _ {} \\;",
-                        "find . -exec echo -exec rm x \\;"):
+                        "find . -exec echo -exec rm x \\;", "find . -name \"$x\" -print",
+                        "ls | xargs -I{} git add {}", "xargs -I{} find {} -newer x"):
             self.assertEqual(bantam.decide(cfg, command)[:2], ("run", "approve=auto"), command)
+        self.assertEqual(bantam.decide(cfg, "echo rm | xargs -I X git X f")[0], "refuse")
         began = time.monotonic()
         bantam.decide(cfg, "find -exec " * 22 + "ls")
         self.assertLess(time.monotonic() - began, 2)
@@ -409,6 +411,8 @@ DENY_BYPASSES = [
     ("xargs -I as the program", "echo rm | xargs -I X env X {f}"),
     ("find -exec sh -c with {}",
      "touch 'a;rm {f}'; find . -name 'a;rm {f}' -exec sh -c 'echo {}' \\;"),
+    ("find given a computed -exec", "x=-exec; find . -maxdepth 0 $x rm {f} \\;"),
+    ("xargs -I as find's -exec", "echo -exec | xargs -I X find . -maxdepth 0 X rm {f} \\;"),
 ]
 
 
