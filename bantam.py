@@ -4109,9 +4109,10 @@ def pattern_hit(words, pattern):
 # What a line may run beyond its simple commands, for deny to fail closed: a deny pattern that
 # matches it makes the line beyond analysis (asked about at a terminal, refused without one).
 COMPUTED = r"[$`]"   # an argument bantam cannot know: it may be any word
-INERT = set("echo printf grep egrep fgrep cat head tail wc cut tr uniq nl comm ls stat du df "
-            "file basename dirname realpath readlink pwd which type test [ true false touch "
-            "mkdir diff cmp jq pytest".split())   # they run no word they are given: `grep rm x` is data
+INERT = set(   # they run no word they are given: `grep rm x` is data
+    "echo printf grep egrep fgrep cat head tail wc cut tr uniq nl comm ls stat du df file "
+    "basename dirname realpath readlink pwd which type test [ true false touch mkdir diff cmp "
+    "jq pytest".split())
 GIT_DATA = set("status diff log show shortlog commit tag merge stash notes revert cherry-pick add "
                "branch switch checkout restore reset blame ls-files rev-parse describe mv grep"
                .split())   # (git grep -O runs a pager: beyond analysis, see simple_command)

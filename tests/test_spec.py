@@ -58,6 +58,18 @@ class PartOneCases(unittest.TestCase):
             self.assertLess(f.read().count("\n"), whole // 2)
 
 
+class FileShapeTests(unittest.TestCase):
+    """What a reader of bantam.py is promised about its lines."""
+
+    def test_no_line_is_over_100_columns(self):
+        """Every line of bantam.py fits in 100 columns (the file is read in an editor and a
+        terminal side by side with the README)."""
+        with open(support.BANTAM, encoding="utf-8") as f:
+            wide = ["%d: %d columns" % (n, len(line.rstrip("\n")))
+                    for n, line in enumerate(f, 1) if len(line.rstrip("\n")) > 100]
+        self.assertEqual(wide, [])
+
+
 for _case in spec.load_cases():
     setattr(SpecCases, "test_" + _case["name"], case_test(_case, lambda self: support.bantam_argv()))
     setattr(PartOneCases, "test_" + _case["name"], case_test(
