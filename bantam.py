@@ -4237,7 +4237,8 @@ def allow_bar(cfg, split):
     if split.unallowed:
         return split.unallowed[0] + ", which allow patterns do not cover"
     writable = [glob for _, glob in patterns(cfg, "allow", "write")]
-    for word in [w for words in split.found for w in words[1:]] + split.redirs:
+    written = [">" + path for words in split.found for path in option_writes(words)]
+    for word in [w for words in split.found for w in words[1:]] + split.redirs + written:
         m = re.match(WRITE_REDIRECTION, word)
         target = word[m.end():] if m else ""
         copy = m and m.group(1) == ">&" and re.match(r"\d*-?$", target)   # 2>&1, >&-
@@ -4251,6 +4252,17 @@ def allow_bar(cfg, split):
         if where and (computed or not any(fnmatch.fnmatchcase(path, g) for g in writable)):
             return "%s writes %s, which allow patterns do not cover" % (word, where)
     return None
+
+def option_writes(words):
+    """The files a git command writes by its options, as a redirection would: --output=FILE
+    (log, diff, show...), and -o FILE for archive and format-patch (commit's -o is --only)."""
+    n = git_subcommand(words)
+    if not n:
+        return []
+    short = words[n] in ("archive", "format-patch")
+    return [word[9:] for word in words[n:] if word.startswith("--output=")] + [
+        words[k + 1] for k in range(n, len(words) - 1)
+        if words[k] == "--output" or short and words[k] == "-o"]
 
 # The shell-command splitter: what the patterns are matched against. Not a shell: it finds the
 # programs a command line runs, and says when it cannot know (then the patterns cannot either).

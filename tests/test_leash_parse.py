@@ -316,6 +316,21 @@ class DecideTests(unittest.TestCase):
                              ("git log >$HOME/x", ">$HOME/x writes to a computed path")):
             self.assertIn(why, bantam.decide(cfg, command)[2], command)
 
+    def test_allow_does_not_let_git_write_outside_the_folder_by_its_options(self):
+        """allow=git * with approve=deny: git's --output (log, diff, show) and -o (archive,
+        format-patch) write files as a redirection does, so they are held to the same rule;
+        inside the working folder, and git commit -o (--only), they run."""
+        cfg = dict(bantam.DEFAULTS, allow="git *", approve="deny", run={})
+        for command in ("git log -p --output=" + os.path.expanduser("~/.bashrc"),
+                        "git diff --output ../x", "git archive -o ~/x HEAD",
+                        "git format-patch -o .git/hooks HEAD~1"):
+            decision, rule, reason = bantam.decide(cfg, command)
+            self.assertEqual(decision, "refuse", command)
+            self.assertRegex(reason or "", "writes (outside|into|to)", command)
+        for command in ("git log --output=log.txt", "git commit -o notes.txt -m x",
+                        "git format-patch -o patches HEAD~1"):
+            self.assertEqual(bantam.decide(cfg, command)[0], "run", command)
+
 
 class AlwaysTests(unittest.TestCase):
     """The approvals remembered by an answer of a(lways), called as a library caller does."""
