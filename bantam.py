@@ -1608,10 +1608,14 @@ def write_session(cfg, session, messages):
 def save_step(cfg, session, messages):
     """Save the messages added since the last save, cheaply: appended to the journal, one
     line each ({"n": position, "m": message}); any other change means a whole save, and so
-    does a file gone (another run's keep_sessions pruned it while this one ran)."""
+    does a file gone (another run's keep_sessions pruned it while this one ran). A file of
+    another conversation under its id (pruned, and the id taken by a run of the same second)
+    is left to it: this one gets a new id."""
     written = session["written"]
-    if not written or messages[:len(written)] != written or not os.path.exists(
-            session_path(session["id"])):   # (identity first: cheap)
+    owner = session_head(session["id"]).get("uid") if written else None   # (None: gone)
+    if owner not in (None, session["uid"]):
+        session["id"] = None   # (its first save takes a free id)
+    if not written or messages[:len(written)] != written or owner != session["uid"]:
         return save_session(cfg, session, messages, link=not session["id"])
     try:
         fd = os.open(session_path(session["id"], ".steps"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,

@@ -235,6 +235,48 @@ class PruneTests(BantamTestCase):
                          ["system", "user", "assistant", "tool"])
         self.assertIn("waited", saved["the long job"][-1]["content"])
 
+    def test_an_id_taken_by_another_run_after_pruning_is_left_to_it(self):
+        """Run A's file is pruned while its command waits, and another conversation is saved
+        under the same id (runs started in the same second): A's next step goes to a new
+        file of its own; the other conversation's file and journal stay as they were."""
+        command = "touch running; while [ ! -f go ]; do sleep 0.05; done; echo waited"
+
+        def respond(record):
+            if record["body"]["messages"][-1]["role"] == "tool":
+                return hang(30)
+            return tool_call_stream([("c1", "shell_exec", {"command": command})])
+
+        self.push(respond, respond)
+        long_run = start_bantam(self.ws, "-p", "the long job")
+        self.addCleanup(stop_process, long_run)
+        wait_for(os.path.join(self.ws.work, "running"))
+        folder = self.ws.sessions_dir()
+        sid = [n for n in os.listdir(folder) if n.endswith(".json") and n != "autosave.json"]
+        self.assertEqual(len(sid), 1, sid)
+        for name in os.listdir(folder):   # pruned, then the id taken by another conversation
+            if name != "autosave.json":
+                os.unlink(os.path.join(folder, name))
+        other = json.dumps({"id": sid[0][:-5], "uid": "another-run", "summary": "other",
+                            "messages": [{"role": "user", "content": "other"}]})
+        with open(os.path.join(folder, sid[0]), "w", encoding="utf-8") as f:
+            f.write(other)
+        open(os.path.join(self.ws.work, "go"), "w").close()
+        self.server.wait_requests(2)
+        time.sleep(0.2)
+        os.killpg(long_run.pid, signal.SIGKILL)
+        long_run.wait(5)
+        with open(os.path.join(folder, sid[0]), encoding="utf-8") as f:
+            self.assertEqual(f.read(), other)
+        self.assertFalse(os.path.exists(os.path.join(folder, sid[0][:-5] + ".steps")))
+        saved = {}
+        for name in os.listdir(folder):
+            if name.endswith(".json") and name not in ("autosave.json", sid[0]):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    messages = json.load(f)["messages"]
+                saved[messages[1]["content"]] = messages
+        self.assertEqual([m["role"] for m in saved["the long job"]],
+                         ["system", "user", "assistant", "tool"])
+
 
 if __name__ == "__main__":
     unittest.main()
