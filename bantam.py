@@ -1613,9 +1613,9 @@ def save_step(cfg, session, messages):
     is left to it: this one gets a new id."""
     written = session["written"]
     owner = session_head(session["id"]).get("uid") if written else None   # (None: gone)
-    if owner not in (None, session["uid"]):
-        session["id"] = None   # (its first save takes a free id)
     if not written or messages[:len(written)] != written or owner != session["uid"]:
+        if owner not in (None, session["uid"]):   # pruned, its id taken by a run of the same
+            session["id"] = None                  # second: a new id, never write into that
         return save_session(cfg, session, messages, link=not session["id"])
     try:
         fd = os.open(session_path(session["id"], ".steps"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
