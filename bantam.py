@@ -21,6 +21,7 @@ Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
         bantam --help        every option
 """
+import functools
 import io
 import json
 import os
@@ -205,10 +206,11 @@ def redact(cfg, text):
     for secret in secrets_of(cfg):
         text = text.replace(secret, "***")
         if "\\" in text:
-            text = re.sub(escaped(secret), "***", text)
+            text = escaped(secret).sub("***", text)
     return text
 
 
+@functools.lru_cache(maxsize=64)   # (redact runs on every streamed piece: built once a secret)
 def escaped(secret):
     """A pattern of secret as JSON may write it: any character as \\u0073, a / or " after a
     backslash, each backslash doubled as often as the JSON was put in JSON again."""
@@ -216,7 +218,7 @@ def escaped(secret):
         hexes = "".join("[%s%s]" % (h, h.upper()) for h in "%04x" % ord(c))
         return "(?:%s%s%s)" % (re.escape(c), r"|\\+u" + hexes if ord(c) < 0x10000 else "",
                                r"|\\+" + re.escape(c) if c in '/"\\' else "")
-    return "".join(forms(c) for c in secret)
+    return re.compile("".join(forms(c) for c in secret))
 
 
 def stream_piece(cfg, held, text):
@@ -3664,8 +3666,9 @@ def count_lines(data):
 def read_tool(cfg, args):
     """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries,
     at most limit of them and max_tool_res bytes (less room for the hint of what follows)."""
-    if sandbox_refusal(cfg, args, reading=True):
-        return sandbox_refusal(cfg, args, reading=True)
+    refused = sandbox_refusal(cfg, args, reading=True)
+    if refused:
+        return refused
     try:
         path = path_argument(args)
         offset = int_argument(args, ("offset",), 0) or 1   # 0 is taken as 1: harmless for a read
