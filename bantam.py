@@ -1090,10 +1090,8 @@ SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # ba
 
 
 def shell_exec(cfg, args):
-    """Run args["command"] with bash (else sh): its output, "\\n\\nexit: " and its code. Its
-    own process group, stdin /dev/null, no pager, none of bantam's secrets; the group is
-    killed at shell_timeout (or the run's deadline) or a Ctrl+C, keeping what it printed;
-    the output is bounded (head and tail) and passed on live as tool_output events."""
+    """Run args["command"] with bash in a process group of its own, stdin empty, no pager, no
+    secrets: its output (head and tail), "\\n\\nexit: " and its code."""
     import subprocess
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
@@ -1112,12 +1110,14 @@ def shell_exec(cfg, args):
     deadline = (cfg.get("run") or {}).get("deadline")   # (when, why): the turn's, if sooner
     if deadline and deadline[0] - time.monotonic() < limit:
         limit, why = max(0.0, deadline[0] - time.monotonic()), deadline[1]
-    output, started = BoundedOutput(cfg), time.monotonic()
+    output, started, remark = BoundedOutput(cfg), time.monotonic(), ""
     try:
-        code, remark = pump_output(cfg, proc, output, limit, why)
+        if not pump_output(cfg, proc, output, limit):
+            kill_group(proc)
+            remark = "\n[%s: the command's process group was killed]" % why
     except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
         kill_group(proc)
-        pump_output(cfg, proc, output, DRAIN_SECONDS, None)   # what it printed just before
+        pump_output(cfg, proc, output, DRAIN_SECONDS)   # what it printed just before
         cfg["run"]["partial"] = "%s\n[%s after %.1f s: the command's process group was " \
             "killed]\n\nexit: %s" % (output.text(), "interrupted by the user" if isinstance(
                 stop, KeyboardInterrupt) else "bantam was stopped", time.monotonic() - started,
@@ -1125,11 +1125,8 @@ def shell_exec(cfg, args):
         raise
     finally:
         proc.stdout.close()
-        output.close()
-        rest = output.shown(cfg, b"", final=True)
-        if rest:
-            emit(cfg, "tool_output", text=rest)
-    return output.text() + remark + "\n\nexit: " + str(code)
+        output.add(cfg, b"", final=True)
+    return output.text() + remark + "\n\nexit: " + str(proc.wait())
 
 
 def shell_path():
@@ -1138,163 +1135,82 @@ def shell_path():
                  if os.access(p, os.X_OK)), "/bin/sh")
 
 
-def pump_output(cfg, proc, output, limit, why):
-    """Read the command's output until it exits, then DRAIN_SECONDS more (a background child
-    may hold the pipe open for ever), or until limit seconds (why says so: the group is
-    killed; why None: just read); (exit code, remark)."""
+def pump_output(cfg, proc, output, limit):
+    """Read the command's output until it exits (and DRAIN_SECONDS more); False at limit."""
     import select
+    import subprocess
     fd, started = proc.stdout.fileno(), time.monotonic()
-    deadline, ticked, exited = started + limit, started, None
-    while why is None or time.monotonic() < deadline:
+    ticked, exited = started, None
+    while time.monotonic() < started + limit:
         now = time.monotonic()
         if now - ticked >= 1:
             ticked = now
             emit(cfg, "tool_progress", seconds=round(now - started, 1))
         exited = exited or (proc.poll() is not None and now)
-        if (exited and now - exited >= DRAIN_SECONDS) or (why is None and now >= deadline):
-            return proc.wait(), ""
-        if select.select([fd], [], [], max(0, min(0.1, deadline - now)))[0]:
+        if exited and now - exited >= DRAIN_SECONDS:
+            return True
+        if select.select([fd], [], [], 0.1)[0]:
             data = os.read(fd, 1 << 16)
-            if not data:
-                break
-            output.add(data)
-            text = output.shown(cfg, data)
-            if text:
-                emit(cfg, "tool_output", text=text)
-    else:
-        kill_group(proc)
-        return proc.wait(), "\n[%s: the command's process group was killed]" % why
-    try:
-        return proc.wait(max(0.01, deadline - time.monotonic())), ""
-    except Exception:   # it closed its output but runs on: as at its limit
-        kill_group(proc)
-        return proc.wait(), "\n[%s: the command's process group was killed]" % why
+            if not data:   # the output closed: the exit is near, or it runs on silently
+                try:
+                    proc.wait(max(0.01, started + limit - time.monotonic()))
+                    return True
+                except subprocess.TimeoutExpired:
+                    return False
+            output.add(cfg, data)
+    return False
 
 
 def kill_group(proc):
-    """Stop the command's process group: TERM, then KILL if it lingers."""
+    """Kill the command's process group: the shell and all it started."""
     import signal
-    for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            pass
-        end = time.monotonic() + grace
-        while proc.poll() is None and time.monotonic() < end:
-            time.sleep(0.01)
-        if proc.poll() is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)   # what is left in the group
-            except OSError:
-                pass
-            return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:   # (none of it is left)
+        pass
 
 
 def overwritten(text):
-    """Text as a terminal leaves it: a line redrawn after a \\r (a progress bar) is its last
-    state, the text after its last \\r (a \\r before a line break or at the end stays)."""
+    """Text as a terminal leaves it: of a line redrawn after a \\r, its last state."""
     return "\n".join(line[line.rstrip("\r").rfind("\r") + 1:] for line in text.split("\n"))
 
 
 class BoundedOutput:
-    """A command's output in bounded memory: whole when it fits in max_tool_res bytes, else
-    its head and tail, all of it kept in a file under $TMPDIR/bantam-<uid>/ until the turn
-    ends."""
+    """A command's output in bounded memory: whole up to max_tool_res bytes, else head and tail."""
 
     def __init__(self, cfg):
+        import codecs
         self.limit = cfg["max_tool_res"]
         self.keep, self.head, self.tail = max(1, self.limit * 2 // 5), bytearray(), b""
         self.size = self.newlines = 0
-        self.file = self.path = self.refused = None   # refused: why no file could be had
-        self.spill = (cfg.get("run") or {}).get("spill", [])
-        import codecs
         self.held, self.decoder = "", codecs.getincrementaldecoder("utf-8")("replace")
 
-    def shown(self, cfg, data, final=False):
-        """The output to show now, decoded across reads and redacted: a character or the start
-        of a secret that a read splits is held back until the next (final: what is left)."""
-        text, self.held = stream_piece(cfg, self.held, self.decoder.decode(data, final))
-        if final:
-            text, self.held = text + redact(cfg, self.held), ""
-        return text
-
-    def add(self, data):
-        """Take one piece of output."""
+    def add(self, cfg, data, final=False):
+        """Take a piece of output and show it, redacted (a character or the start of a secret
+        that a read splits waits for the next piece; final: the end)."""
         self.size += len(data)
         self.newlines += data.count(b"\n")
         self.tail = (self.tail + data)[-self.keep:]
-        if not self.cut() and self.size <= self.limit:
-            self.head += data
-            return
-        if not self.cut():   # the spill file starts with all that came before
-            try:
-                self.file, self.path = spill_file(self.spill)
-            except OSError as e:   # the head and tail only, and the model is told why
-                self.refused = str(e)
-            if self.file:
-                self.file.write(self.head)
-            self.head = (self.head + data[:self.keep])[:self.keep]
-        room = SPILL_LIMIT - (self.size - len(data))
-        if self.file and room > 0:   # an endless `yes` must not fill the disk
-            self.file.write(data[:room])
-
-    def cut(self):
-        """True once the output outgrew max_tool_res."""
-        return bool(self.file or self.refused)
-
-    def close(self):
-        """Close the spill file, if any."""
-        if self.file:
-            self.file.close()
+        self.head += data[:max(0, self.limit - len(self.head))]
+        text, self.held = stream_piece(cfg, self.held, self.decoder.decode(data, final))
+        text += redact(cfg, self.held) if final else ""
+        if text:
+            emit(cfg, "tool_output", text=text)
 
     def text(self):
-        """What the model gets: the output, or its head and tail and where the rest is."""
-        if not self.cut():
+        """What the model gets: the output, or its head and tail."""
+        if self.size <= self.limit:
             return overwritten(self.head.decode("utf-8", "replace"))
-        lines = self.newlines + (not self.tail.endswith(b"\n"))
-        whole = "The whole output is" if self.size <= SPILL_LIMIT else \
-            "Its first %d bytes are" % SPILL_LIMIT
-        where = "The rest was not kept (%s)" % self.refused if self.refused else \
-            "%s in %s: read it in parts with shell_exec, e.g. sed -n '1,200p' %s" % (
-                whole, self.path, self.path)
-        head, tail = (overwritten(b.decode("utf-8", "replace")) for b in (self.head, self.tail))
+        head, tail = (overwritten(b.decode("utf-8", "replace")) for b in (
+            self.head[:self.keep], self.tail))
         return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
-               "bytes. %s ...]\n\n%s" % (head, self.size, lines, self.keep, where, tail)
-
-
-def spill_file(made):
-    """(open file, path): a new file for a command's long output in $TMPDIR/bantam-<uid>/,
-    the user's own folder (mode 0700: the output may hold secrets), which made gets too, to
-    be removed once empty. An OSError when that name is not such a folder: a link or a
-    folder of another user there could be a trap (they would read the output, or choose
-    where it goes)."""
-    import stat
-    import tempfile
-    folder = os.path.join(tempfile.gettempdir(), "bantam-%d" % os.getuid())
-    for _ in range(100):
-        try:
-            try:
-                os.mkdir(folder, 0o700)
-            except FileExistsError:
-                pass
-            info = os.lstat(folder)   # (lstat: a link is not followed)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-                raise OSError("%s is not a folder of this user's: refused" % folder)
-            if info.st_mode & 0o077:   # ours, but open to others: closed
-                os.chmod(folder, 0o700)
-            fd, path = tempfile.mkstemp(prefix="toolres-", suffix=".txt", dir=folder)
-        except FileNotFoundError:   # the last run out removed the empty folder just now
-            continue
-        made.append(path)
-        if folder not in made:
-            made.append(folder)
-        return os.fdopen(fd, "wb"), path
-    raise OSError("%s keeps vanishing" % folder)
+               "bytes (to read it all, send it to a file and read that in parts) ...]\n\n%s" % (
+                   head, self.size, self.newlines + (not self.tail.endswith(b"\n")),
+                   self.keep, tail)
 
 
 def run_subagent(cfg, args):
-    """Run AL on a fresh conversation, [system + CHILD_NOTE, prompt]: the child's last answer
-    that has text (its last message may be a bare tool call, when max_al_iterations stopped it)."""
+    """Run AL on a fresh [system + CHILD_NOTE, prompt]: the child's last answer with text."""
     prompt = args.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return "error: run_subagent needs a non-empty 'prompt' string"
@@ -1316,8 +1232,8 @@ TOOLS = {
     "shell_exec": ({
         "description": "Run a shell command (bash -c) on the user's machine and return its "
                        "combined stdout and stderr followed by the exit code. Non-interactive: "
-                       "stdin is empty and pagers are off. Long output is cut and saved to a file "
-                       "you can read in parts.",
+                       "stdin is empty and pagers are off. Long output is cut to its head and "
+                       "tail: send it to a file and read that in parts.",
         "parameters": {"type": "object", "properties": {"command": {
             "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
             "required": ["command"]}}, shell_exec),
@@ -1356,16 +1272,13 @@ INVISIBLE = (   # what can hide instructions from a reader: tag characters, bidi
 
 
 def clean_for_model(text):
-    """Text without invisible or format characters (a prompt-injection filter), odd spaces
-    made plain ones."""
+    """Text without invisible characters (prompt injection), odd spaces made plain."""
     return re.sub("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]", " ",
-                  re.sub(INVISIBLE, "", text))   # (compiled at first use: re caches it)
+                  re.sub(INVISIBLE, "", text))
 
 
 def check_calls(reply):
-    """Make the reply's tool calls fit to store and run: their arguments cleaned (also of
-    characters written as JSON escapes) and parsed. For each call its arguments, a dict, or
-    the error text for the model; invalid JSON is stored as "{}" (strict servers refuse it)."""
+    """Each tool call's cleaned arguments (a dict), or an error text; invalid JSON stays "{}"."""
     parsed = []
     for call in reply.get("tool_calls") or ():
         function = call["function"]
@@ -1386,8 +1299,7 @@ def check_calls(reply):
 
 
 def run_tool_call(cfg, call, args):
-    """Trace and run one tool call (args: a dict, or check_calls' error text); its tool
-    message. Failures are text for the model, never a crash."""
+    """Trace and run one tool call (args: a dict, or an error text): its tool message."""
     name = call["function"]["name"]
     emit(cfg, "tool_call", id=call["id"], name=name,
          arguments=redact(cfg, call["function"]["arguments"]))
@@ -1414,10 +1326,8 @@ def run_tool_call(cfg, call, args):
 # ----------------------------------------------------------------------------------------
 
 def AL(cfg, messages, on_event=None):
-    """The Bantam agentic loop: ask the model; run the tool calls it makes, appending their
-    results; again, until it makes none (or max_al_iterations, or a step hook stops it).
-    Returns messages. The run's events go to on_event (else its parent run's sink, else the
-    plain view); cfg is not changed."""
+    """The agentic loop: ask the model, run the tool calls it makes, again until it makes none.
+    Returns messages; the events go to on_event (else the parent run's sink)."""
     cfg = enter_run(cfg, on_event)
     emit(cfg, "turn_start", messages=len(messages))
     try:
@@ -1450,8 +1360,7 @@ def AL(cfg, messages, on_event=None):
 
 
 def ask(cfg, messages):
-    """The model's reply; after a Ctrl+C (or SIGTERM, SIGHUP) mid-reply, the text already
-    shown is kept (marked as interrupted) and the tool calls go."""
+    """The model's reply; cut by a Ctrl+C or a signal, the text shown is kept (marked so)."""
     try:
         return chat(cfg, messages)
     except (KeyboardInterrupt, SystemExit) as stop:   # (the signals exit with SystemExit)
@@ -1468,37 +1377,19 @@ def stop_marker(stop):
 
 
 def enter_run(cfg, on_event=None):
-    """cfg for one AL run (a copy), its "run" holding where the events go, the subagent
-    depth, the turn's tool-output files and what else the run needs: a subagent's run is
-    its parent's, one level deeper, but for its own ("own")."""
+    """A copy of cfg for one AL run, whose "run" has the event sink and the subagent depth."""
     parent = cfg.get("run") or {}
     run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True,
-               partial=None, own={})   # own: this run's alone (Part II's fields)
+               partial=None, own={})
     if not parent.get("loop"):
         run["said"] = set()   # the notes said once a turn (its subagents' runs share it)
     if not parent or on_event:
-        run.update(emit=on_event or parent.get("emit") or plain_view(cfg), spill=[], json={},
-                   wire={})
+        run.update(emit=on_event or parent.get("emit") or plain_view(cfg), json={}, wire={})
     return dict(cfg, run=run)
 
 
-def remove_spill_files(paths):
-    """Delete the tool-output files of a turn that ended, then their folder if that leaves
-    it empty: the last run out removes it, another run's files keep it (the list is
-    emptied)."""
-    folders = [path for path in paths if os.path.isdir(path)]
-    for path in [path for path in paths if path not in folders] + folders:
-        try:
-            (os.rmdir if path in folders else os.unlink)(path)
-        except OSError:   # (a folder still holding another run's files)
-            pass
-    del paths[:]
-
-
 def leave_run(cfg, stop):
-    """The run is over: say how it ended; the top run removes its tool-output files."""
-    if not cfg["run"]["depth"]:
-        remove_spill_files(cfg["run"]["spill"])
+    """The run is over: say how it ended."""
     status = (cfg["run"]["own"].get("status", "done") if stop is None else "interrupted" if
               isinstance(stop, KeyboardInterrupt) else "failed" if isinstance(stop, BantamError)
               else "stopped")
@@ -1507,14 +1398,13 @@ def leave_run(cfg, stop):
 
 
 def add_message(cfg, messages, message):
-    """Append a message to the conversation, and say so (the session is saved on it)."""
+    """Append a message to the conversation, and say so."""
     messages.append(message)
     emit(cfg, "message", message=message)
 
 
 def answer_unanswered(cfg, messages, calls):
-    """Append a tool message for each call in calls that has none: one per call id, always.
-    A command stopped mid-way answers with what it had printed."""
+    """Answer each call that has no tool message yet (a stopped command: with its output)."""
     answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m["role"] == "tool"}
     for call in calls:
         if call["id"] not in answered:
@@ -1525,28 +1415,26 @@ def answer_unanswered(cfg, messages, calls):
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions: one file per conversation, ~/.bantam/sessions/<id>.json, written whole when a
-# turn ends; each message the loop adds is appended at once to its journal, <id>.steps, so
-# a kill loses at most the step in flight. The file's first line holds all but the messages:
-#   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me/project", "created_at": ...,
-#    "saved_at": "...", "summary": "...", "count": 3, "messages": [
+# Sessions: a file per conversation, ~/.bantam/sessions/<id>.json, written whole (mode 0600)
+# as a turn starts, at each reply and as it ends; its first line is all but the messages:
+#   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me", ..., "messages": [
 #   {"role": "system", "content": "..."},
-#   ...
 #   ]}
-# autosave.json is a link to the latest conversation's file: the spec's resume point.
+# autosave.json links to the latest conversation's file: the spec's resume point.
 # ----------------------------------------------------------------------------------------
 
+ROLES = ("system", "user", "assistant", "tool")
+
+
 def session_path(sid, ext=".json"):
-    """The file (or, with ext=".steps", the journal) of session sid."""
+    """The file of session sid."""
     return bantam_home("sessions", sid + ext)
 
 
 def new_session(sid=None):
-    """The record of a conversation not saved yet (its id comes with the first save, unless
-    given): uid tells conversations apart when names are reused; written: what its file
-    and journal hold."""
-    return {"id": sid, "uid": os.urandom(8).hex(), "created_at": time.strftime(
-        "%Y-%m-%dT%H:%M:%S%z"), "summary": "", "written": []}
+    """A conversation not saved yet (a first save gives it an id); uid tells reused ids apart."""
+    return {"id": sid, "uid": os.urandom(8).hex(), "summary": "",
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def first_user_text(messages, width=60):
@@ -1559,118 +1447,53 @@ def first_user_text(messages, width=60):
 
 
 def save_session(cfg, session, messages, link=True):
-    """Write the conversation's file whole (a first save takes a new time-based id, never
-    an existing one), fsynced; remove its journal; with link, point autosave.json at it. A
-    file that holds these messages already is left as it is. A failure is a warning, never
-    fatal."""
+    """Write the conversation's file, unless it holds this already (a first save takes a new
+    time-based id); with link, point autosave.json at it. A failure is a warning."""
     session["summary"] = session["summary"] or first_user_text(messages)   # kept by /compact
+    lines = message_texts((cfg.get("run") or {}).get("json", {}), messages)
+    n, written = 1, (session["summary"], list(messages))
     try:
-        os.makedirs(bantam_home("sessions"), mode=0o700, exist_ok=True)
-        if not saved_as_is(session, messages):
-            write_session(cfg, session, messages)
-        if link:   # a random name: runs and threads relink at once, and PIDs are reused
+        while session.get("written") != written:
+            sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + "-%d" % n * (n > 1)
+            head = dict(id=sid, uid=session["uid"], cwd=os.getcwd(), created_at=session[
+                "created_at"], saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), summary=session[
+                "summary"] or "(empty conversation)", count=len(lines), **session.get("head", {}))
+            text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + \
+                ",\n".join(lines) + "\n]}\n"
+            try:
+                write_private_file(session_path(sid), redact(cfg, text), not session["id"])
+                session.update(id=sid, written=written)
+            except FileExistsError:   # (exclusive: a new id is never another's)
+                n += 1
+        if link:   # a random name: runs and threads relink at once
             tmp = session_path(".autosave.%s" % os.urandom(8).hex(), ".tmp")
-            os.symlink(session["id"] + ".json", tmp)   # (like O_EXCL: fails if the name is taken)
+            os.symlink(session["id"] + ".json", tmp)
             os.replace(tmp, session_path("autosave"))
     except OSError as e:
         note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
 
-def saved_as_is(session, messages):
-    """True when the session's file alone holds these messages under this summary."""
-    return bool(session["id"]) and session["written"] == messages and session.get(
-        "saved_summary") == session["summary"] and not os.path.exists(
-            session_path(session["id"], ".steps"))
-
-
-def write_session(cfg, session, messages):
-    """Write the session's file (the first time under an id no file has yet), then remove
-    its journal."""
-    lines = message_texts((cfg.get("run") or {}).get("json", {}), messages)
-    for n in range(1, 1000 if not session["id"] else 2):
-        sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + ("-%d" % n if n > 1 else "")
-        head = {"id": sid, "uid": session["uid"], "cwd": os.getcwd(), "created_at":
-                session["created_at"], "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "summary": session["summary"] or "(empty conversation)", "count": len(lines)}
-        head.update(session.get("head", {}))   # (what Part II adds: copy_of)
-        text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + \
-            ",\n".join(lines) + "\n]}\n"
-        try:
-            write_private_file(session_path(sid), redact(cfg, text), not session["id"])
-            break
-        except FileExistsError:
-            continue
-    else:   # (999 conversations saved in one second)
-        raise OSError("no free session id for %s" % sid)
-    session.update(id=sid, written=list(messages), saved_summary=session["summary"])
-    if os.path.exists(session_path(sid, ".steps")):
-        os.unlink(session_path(sid, ".steps"))
-
-
-def save_step(cfg, session, messages):
-    """Save the messages added since the last save, cheaply: appended to the journal, one
-    line each ({"n": position, "m": message}); any other change means a whole save, and so
-    does a file gone (another run's keep_sessions pruned it while this one ran). A file of
-    another conversation under its id (pruned, and the id taken by a run of the same second)
-    is left to it: this one gets a new id."""
-    written = session["written"]
-    owner = session_head(session["id"]).get("uid") if written else None   # (None: gone)
-    if not written or messages[:len(written)] != written or owner != session["uid"]:
-        if owner not in (None, session["uid"]):   # pruned, its id taken by a run of the same
-            session["id"] = None                  # second: a new id, never write into that
-        return save_session(cfg, session, messages, link=not session["id"])
-    try:
-        fd = os.open(session_path(session["id"], ".steps"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                     0o600)
-        with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
-            for n in range(len(written), len(messages)):
-                text = json.dumps(messages[n], ensure_ascii=False)
-                f.write(redact(cfg, '{"n": %d, "m": %s}\n' % (n, text)))
-        session["written"] = list(messages)
-    except OSError as e:
-        note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
-
-
 def read_session(sid):
-    """The session dict stored under sid, its journal's steps appended; a BantamError when
-    it is missing, not JSON, or not a conversation (the file is left as it is)."""
+    """The session stored under sid; a BantamError when it is missing or not a conversation."""
     try:
         with open(session_path(sid), encoding="utf-8") as f:
             session = json.load(f)
+        if not session["messages"] or any(m["role"] not in ROLES for m in session["messages"]):
+            raise ValueError("not a list of chat messages")
     except FileNotFoundError:
         raise BantamError("no session %r" % sid)
-    except (OSError, UnicodeDecodeError) as e:   # (before ValueError: it is one)
-        raise BantamError("cannot read session %r: %s" % (sid, e))
-    except ValueError as e:
-        raise BantamError("session %r is not valid JSON (%s); the file is left as it is" % (sid, e))
-    messages = session.get("messages") if isinstance(session, dict) else None
-    if not (isinstance(messages, list) and messages and all(isinstance(m, dict) and m.get(
-            "role") in ("system", "user", "assistant", "tool") for m in messages)):
-        raise BantamError("session %r is not a bantam session (expected an object with a "
-                          "'messages' list of chat messages); the file is left as it is" % sid)
-    try:
-        with open(session_path(sid, ".steps"), encoding="utf-8") as f:
-            for line in f:   # in order, while they continue the conversation (a torn end stops)
-                step = json.loads(line)
-                if step.get("n") == len(messages) and isinstance(step.get("m"), dict):
-                    messages.append(step["m"])
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError, LookupError, TypeError) as e:   # (not JSON, not UTF-8...)
+        raise BantamError("cannot read session %r (%s); the file is left as it is" % (sid, e))
     return session
 
 
 def session_head(sid):
-    """What the first line of session sid says (no messages), or {} when unreadable."""
+    """What the first line of session sid says (all but the messages), or {}."""
     try:
         with open(session_path(sid), encoding="utf-8") as f:
             line = f.readline()
-            at = line.rfind(', "messages": [')
-            if at > 0 and line.endswith("[\n"):
-                return json.loads(line[:at] + "}")
-            f.seek(0)   # a file of bantam 1.0: no such line
-            session = json.load(f)
-            return dict(session, messages=None, count=len(session.get("messages") or ()))
-    except (OSError, ValueError, AttributeError):
+        return json.loads(line[:line.rindex(', "messages": [')] + "}")
+    except (OSError, ValueError):
         return {}
 
 
@@ -1694,10 +1517,9 @@ def modified(path):
 
 def resolve_session(prefix):
     """The id that is prefix, or the only one starting with it; autosave: the one it links to."""
-    link = session_path("autosave")
-    if prefix == "autosave" and os.path.islink(link):
-        return os.path.basename(os.readlink(link))[:-5]
-    ids = session_ids() + (["autosave"] if prefix == "autosave" and os.path.isfile(link) else [])
+    if prefix == "autosave" and os.path.islink(session_path("autosave")):
+        return os.path.basename(os.readlink(session_path("autosave")))[:-5]
+    ids = session_ids()
     matches = [i for i in ids if i == prefix] or [i for i in ids if i.startswith(prefix)]
     if len(matches) != 1:
         raise ConfigError("no session matches %r (see /list)" % prefix if not matches else
@@ -1707,50 +1529,25 @@ def resolve_session(prefix):
 
 
 def load_session(sid):
-    """(session record, messages) to go on with conversation sid in its own file: its
-    messages repaired (empty assistant messages dropped, each call answered right after it,
-    user messages that follow each other joined)."""
+    """(session, messages) to go on with conversation sid (an id or a unique prefix), each
+    tool call answered right after it, as the API requires."""
     sid = resolve_session(sid)
     stored = read_session(sid)
-    session = new_session(None if sid == "autosave" else sid)   # bantam 1.0's: saved anew
-    session.update(uid=stored.get("uid") or session["uid"], summary=stored.get("summary") or "",
-                   changed=modified(session_path(sid)), created_at=stored.get(
-                       "created_at") or stored.get("saved_at") or session["created_at"])
-    fixed = []
-    for m in calls_answered(stored["messages"]):
-        if m["role"] == "assistant" and not str(m.get("content") or "").strip() and not m.get(
-                "tool_calls"):
+    session = dict(new_session(sid), changed=modified(session_path(sid)))
+    session.update((k, stored[k]) for k in ("uid", "summary", "created_at") if stored.get(k))
+    fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
+    for m in stored["messages"] + [None]:
+        if m and m["role"] == "tool":   # (a result that answers no call is dropped)
+            if waiting.get(m.get("tool_call_id"), 0) is None:
+                waiting[m["tool_call_id"]] = m
             continue
-        if m["role"] == "user" and fixed and fixed[-1]["role"] == "user":
-            append_user(fixed, m.get("content"))
-            continue
-        fixed.append(m)
-    if session["id"] and fixed == stored["messages"]:
-        session.update(written=fixed, saved_summary=session["summary"])   # as its file holds
+        fixed += [r or {"role": "tool", "tool_call_id": c, "content": INTERRUPTED +
+                        " (no result was recorded)"} for c, r in waiting.items()]
+        waiting = {c.get("id"): None for c in (m or {}).get("tool_calls") or ()}
+        fixed += [m] if m else []
+    if fixed == stored["messages"]:   # (as its file holds them)
+        session["written"] = (session["summary"], fixed)
     return session, fixed
-
-
-def calls_answered(messages):
-    """messages with each call's result right after the assistant message that made it, as
-    the API requires (a crash or a hand edit may have put it later): a result goes with the
-    latest call of its id before it (some servers number calls anew each turn); a call with
-    no result is answered as interrupted; a tool message answering no call is dropped."""
-    results, waiting = {}, {}   # results: (assistant message's position, call id) -> result
-    for i, m in enumerate(messages):
-        for c in m.get("tool_calls") or () if m["role"] == "assistant" else ():
-            waiting.setdefault(c.get("id"), []).append(i)
-        if m["role"] == "tool" and waiting.get(m.get("tool_call_id")):
-            results[waiting[m["tool_call_id"]].pop(), m["tool_call_id"]] = m
-    fixed = []
-    for i, m in enumerate(messages):
-        if m["role"] == "tool":   # (put back right after its call, or dropped)
-            continue
-        fixed.append(m)
-        for c in m.get("tool_calls") or () if m["role"] == "assistant" else ():
-            fixed.append(results.get((i, c.get("id"))) or {
-                "role": "tool", "tool_call_id": c.get("id"), "content": INTERRUPTED +
-                " (no result was recorded)"})
-    return fixed
 
 
 def append_user(messages, content):
@@ -1769,10 +1566,16 @@ def append_user(messages, content):
 
 
 def step_saver(convo):
-    """A view saving convo's conversation whenever the loop adds a message to it."""
+    """A view saving the conversation at each reply and once a step's tool results are all
+    in (the last call's): a kill loses the step in flight only."""
+    last = {}   # the id of the last call of the latest reply
+
     def view(event):
-        if event["type"] == "message" and not event["depth"]:
-            save_step(convo["cfg"], convo["session"], convo["messages"])
+        m = event.get("message") if event["type"] == "message" and not event["depth"] else None
+        if m and m["role"] == "assistant":
+            last["id"] = (m.get("tool_calls") or [{}])[-1].get("id")
+        if m and (m["role"] != "tool" or m.get("tool_call_id") == last.get("id")):
+            save_session(convo["cfg"], convo["session"], convo["messages"], link=False)
     return view
 
 
@@ -1793,8 +1596,7 @@ SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what /save and --session acc
 
 
 def cmd_save(convo, arg):
-    """/save [name]: a copy of the conversation, with a title written by the model, under
-    name or a new time-based id (never another conversation's); the conversation goes on."""
+    """/save [name]: a copy of the conversation, titled by the model, under name or a new id."""
     cfg, session = convo["cfg"], convo["session"]
     if len(convo["messages"]) < 2:   # (a title written for nothing would be made up)
         raise BantamError("nothing to save yet: the conversation has no prompt")
@@ -1803,10 +1605,7 @@ def cmd_save(convo, arg):
                           "got %r" % arg)
     if arg and arg != session["id"] and os.path.exists(session_path(arg)) and \
             session_head(arg).get("copy_of") != session["uid"]:   # only this one's copy
-        free = next(n for n in ("%s-%d" % (arg, i) for i in range(2, 1000))
-                    if not os.path.exists(session_path(n)))
-        raise BantamError("%r holds a different conversation; choose another name, e.g. /save %s"
-                          % (arg, free))
+        raise BantamError("%r holds a different conversation; choose another name" % arg)
     try:
         title = " ".join(chat(cfg, append_user([dict(m) for m in convo["messages"]],
                                                SUMMARY_PROMPT), False, True)["content"].split())
@@ -1830,30 +1629,20 @@ def ago(when):
 
 
 def cmd_list(convo, arg, width_of=len):
-    """/list [all]: the 20 newest saved sessions (all), one line each cut to the terminal's
-    width; * marks this folder's. width_of: a text's columns (Part II's counts wide ones)."""
-    ids, cfg = session_ids(), convo["cfg"]
-    width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
+    """/list [all]: the 20 newest sessions (all); width_of: a text's columns (wide ones)."""
+    ids = session_ids()
     shown = ids if arg == "all" else ids[:20]
     pad = max([15] + [width_of(terminal_safe(sid)) for sid in shown])   # the columns line up
     for sid in shown:
         head, name = session_head(sid), terminal_safe(sid)
-        title = terminal_safe(head.get("summary", "(unreadable)"))
-        line = "%s %s%s %10s%s  %s" % (
+        show(convo["cfg"], "%s %s%s %10s  %4s msgs  %s\n" % (
             "*" if head.get("cwd") == os.getcwd() else " ", name, " " * (pad - width_of(name)),
-            ago(modified(session_path(sid))),
-            "  %4s msgs" % head.get("count", "?") if not width or width >= 60 else "", title)
-        if width and width_of(line) > width:   # cut: the terminal would wrap it
-            cut, starts = line, len(line) - len(title)
-            while width_of(cut) > width - 1:
-                cut = cut[:-1]
-            space = cut.rfind(" ", starts)   # at a word of the title, if one fits (CJK has no
-            line = (cut[:space] if space > starts else cut) + "\u2026"   # spaces: anywhere)
-        show(cfg, line + "\n")
-    if arg != "all" and len(ids) > 20:
-        show(cfg, "(%d older: /list all shows every one)\n" % (len(ids) - 20))
+            ago(modified(session_path(sid))), head.get("count", "?"),
+            terminal_safe(head.get("summary", "(unreadable)"))))
+    if len(shown) < len(ids):
+        show(convo["cfg"], "(%d older: /list all shows every one)\n" % (len(ids) - 20))
     if not ids:
-        show(cfg, "(no saved sessions)\n")
+        show(convo["cfg"], "(no saved sessions)\n")
 
 
 def cmd_load(convo, arg):
@@ -1865,16 +1654,16 @@ def cmd_load(convo, arg):
 
 
 def resumed(convo):
-    """Say which conversation goes on (and show its last exchange), or that a named one is new."""
-    session, messages = convo["session"], convo["messages"]
+    """Say which conversation goes on (with its last exchange), or that a named one is new."""
+    session, messages, cfg = convo["session"], convo["messages"], convo["cfg"]
     if len(messages) > 1:
         at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
-        emit(convo["cfg"], "resumed", session=session["id"] or "autosave", messages=len(messages),
-             ago=ago(session.get("changed") or time.time()), prompt=redact(convo["cfg"], str(
+        emit(cfg, "resumed", session=session["id"], messages=len(messages),
+             ago=ago(session.get("changed") or time.time()), prompt=redact(cfg, str(
                  messages[at].get("content") or "")) if at else None, answer=redact(
-                 convo["cfg"], last_answer(messages[at:])))
+                 cfg, last_answer(messages[at:])))
     elif session["id"]:
-        show(convo["cfg"], "[new conversation %s: no saved session has that id]\n" % session["id"])
+        show(cfg, "[new conversation %s: no saved session has that id]\n" % session["id"])
 
 
 def last_answer(messages):
@@ -1893,8 +1682,7 @@ def switch_to(convo, session, messages):
 
 
 def compact(cfg, messages, keep=None):
-    """Replace messages, in place, by [system, user: a summary of the conversation], and
-    keep (the request in progress, left out of the summary) after it, word for word."""
+    """Replace messages by [system, user: a summary], keep (a request in progress) after it."""
     request = [dict(m) for m in messages]
     if keep and request[-1]["role"] == "user" and request[-1]["content"] == keep:
         request.pop()
@@ -1952,98 +1740,64 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
 # ----------------------------------------------------------------------------------------
 
 def run_turn(convo, prompt):
-    """One user turn: append the prompt, save it, run AL (saving at every step), save whole.
-    In the REPL (convo["take_back"]) a turn that got no reply at all (a Ctrl+C before the
-    first byte, a request that failed for good; not a signal, which ends bantam) takes its
-    prompt back out, for the input line (convo["unsent"]); a new conversation then leaves no
-    file, and autosave.json links to a conversation only once a turn of it ended."""
+    """One user turn: append the prompt, save, run AL (saving at each reply), save."""
     cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
-    before, given, taken = messages[:], session["id"], False
-    first = convo.get("take_back") and not session["written"]
     if isinstance(prompt, str):   # an argument's bytes that are not UTF-8 become U+FFFD
         prompt = join_surrogates(prompt)
     append_user(messages, prompt)
-    asked = messages[-1]
-    if first:   # the prompt survives a kill
-        save_session(cfg, session, messages, link=False)
-    else:
-        save_step(cfg, session, messages)
+    save_session(cfg, session, messages)   # the prompt survives a kill
     emit(cfg, "prompt", text=redact(cfg, prompt) if isinstance(prompt, str) else prompt,
          session=session["id"])
     try:
         AL(cfg, messages)
-    except BaseException as stop:   # (a signal's SystemExit ends bantam: the prompt stays)
-        if convo.get("take_back") and messages[-1] is asked and not isinstance(stop, SystemExit):
-            messages[:], convo["unsent"], taken = before, prompt, True
-            convo["taken_back"] = True
-        raise
     finally:
-        if taken and first:
-            for ext in (".json", ".steps"):
-                if os.path.exists(session_path(session["id"], ext)):
-                    os.unlink(session_path(session["id"], ext))
-            convo["session"] = new_session(given)
-        else:
-            save_session(cfg, session, messages, link=not taken)
+        save_session(cfg, session, messages)
 
 
 def history_path():
-    """The readline history file."""
+    """The readline history file: an entry a line, \\n a line break, \\\\ a backslash."""
     return os.path.join(os.path.expanduser("~"), ".bantam_history")
 
 
-HISTORY_MARK = "#bantam history 2: one entry a line, \\n is a line break, \\\\ a backslash\n"
-HISTORY_SIZE = 1000   # entries kept in the file
-
-
-def read_history():
-    """The history file's entries, oldest first (bantam 1.0's file: one a line, no mark)."""
-    try:
-        with open(history_path(), encoding="utf-8", errors="replace") as f:
-            lines = f.read().split("\n")[:-1]
-    except OSError:
-        return []
-    unescape = {"\\n": "\n", "\\\\": "\\"}
-    return [re.sub(r"\\[n\\]", lambda m: unescape[m.group()], line)
-            for line in (lines[1:] if lines[:1] == [HISTORY_MARK[:-1]] else lines)]
+UNESCAPE = {"\\n": "\n", "\\\\": "\\"}
 
 
 def setup_readline(convo):
     """Line editing and history: Ctrl+J inserts a line break, Enter sends; None without
-    readline. convo notes how many entries came from the file."""
+    readline."""
     try:
         import readline
     except ImportError:
         return None
     readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
-    for entry in read_history():
-        readline.add_history(entry)
-    convo["history_loaded"] = readline.get_current_history_length()
+    try:
+        with open(history_path(), encoding="utf-8", errors="replace") as f:
+            for line in f.read().split("\n")[:-1]:
+                readline.add_history(re.sub(r"\\[n\\]", lambda m: UNESCAPE[m.group()], line))
+    except OSError:   # (no history yet)
+        pass
     return readline
 
 
 def save_history(convo, readline):
-    """Add this REPL's entries to the history file as it is now (another REPL may have added
-    its own meanwhile), the newest HISTORY_SIZE, atomically, mode 0600, an entry a line."""
-    if readline:
-        entries = [readline.get_history_item(i) or "" for i in range(
-            convo.get("history_loaded", 0) + 1, readline.get_current_history_length() + 1)]
-        entries = (read_history() + [e for e in entries if e])[-HISTORY_SIZE:]
-        try:
-            write_private_file(history_path(), HISTORY_MARK + "".join(
-                e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries))
-        except OSError as e:
-            note(convo["cfg"], "warning: cannot save history: %s" % e, "warning")
+    """Write the newest 1000 entries of the history to its file, mode 0600."""
+    count = readline.get_current_history_length()
+    entries = [readline.get_history_item(i) or "" for i in range(max(1, count - 999), count + 1)]
+    try:
+        write_private_file(history_path(), "".join(
+            e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+    except OSError as e:
+        note(convo["cfg"], "warning: cannot save history: %s" % e, "warning")
 
 
 def repl(convo):
     """Read prompts and commands until /quit, end of input or Ctrl+C twice at an empty line."""
     cfg = convo["cfg"]
     readline = convo.get("readline") or (setup_readline(convo) if sys.stdin.isatty() else None)
-    convo["take_back"], last_interrupt = True, 0.0
+    convo["take_back"], last_interrupt = True, 0.0   # (take_back: Part II's "in the REPL")
     try:
         while True:
-            again = convo.pop("unsent", "")   # a prompt that got no reply comes back to edit
+            again = convo.pop("unsent", "")   # keys typed ahead (Part II's) come back to edit
             if again and readline:
                 readline.set_pre_input_hook(lambda: (readline.insert_text(again),
                                                      readline.redisplay()))
@@ -2067,7 +1821,8 @@ def repl(convo):
             if line.strip() and do_line(convo, line) is QUIT:
                 break
     finally:
-        save_history(convo, readline)
+        if readline:
+            save_history(convo, readline)
 
 
 def do_line(convo, line):
@@ -2088,13 +1843,8 @@ def do_line(convo, line):
         turn(convo, line)
     except KeyboardInterrupt:
         note(cfg, "[interrupted]")
-    except OutputClosed:
-        raise
     except BantamError as e:
         emit(cfg, "error", message=redact(cfg, str(e)))
-    if convo.pop("taken_back", None):   # (keys typed ahead may be on the line too: not said)
-        note(cfg, "[no reply: your prompt is back on the input line, to edit or send again]",
-             "info")
 
 
 def turn(convo, prompt):
@@ -2129,21 +1879,14 @@ def parse_args(argv):
 
 
 def read_prompt(path, hint=True):
-    """The batch prompt: the file's text, or stdin's for '-'. When nothing has come on stdin
-    after a second, that is said (hint; -q: not): a pipe that never closes would otherwise
-    hang in silence."""
+    """The batch prompt: the file's text, or stdin's for '-' (with hint: said if slow)."""
     try:
         if path == "-":
             import select
-            try:
-                waiting = not select.select([sys.stdin], [], [], 1.0)[0]
-            except (OSError, ValueError):   # not a file select can watch: just read it
-                waiting = False
-            if waiting and hint:
+            if hint and not select.select([sys.stdin], [], [], 1.0)[0]:
                 note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: "
                      "</dev/null)]", "info")
-            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
-            return data if isinstance(data, str) else data.decode("utf-8-sig", "replace")
+            return sys.stdin.buffer.read().decode("utf-8-sig", "replace")
         with open(path, encoding="utf-8-sig") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
@@ -2151,12 +1894,9 @@ def read_prompt(path, hint=True):
 
 
 def main(argv=None):
-    """The command line: the REPL without a prompt, batch mode with one; the exit status:
-    0 done, 1 failed after retries, 2 a usage, config or request error, 130 interrupted,
-    141 stdout closed, 143 terminated (Part II adds 3, a budget stop, and 129, a hang-up)."""
-    if sys.stdout is None:   # started with stdout closed (`bantam >&-`): no answer can go out
-        print("error: stdout is closed: there is nowhere to write the answer", file=sys.stderr)
-        return 2
+    """The REPL without a prompt, batch mode with one: the exit status (0 done, 1 failed after
+    retries, 2 a usage, config or request error, 130 interrupted, 141 stdout closed, 143
+    terminated; Part II adds 3, a budget stop, and 129, a hang-up)."""
     sys.stdin = sys.stdin or open(os.devnull)   # closed (`<&-`, `2>&-`): read or write nothing
     sys.stderr = sys.stderr or open(os.devnull, "w")
     if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):   # PYTHONUNBUFFERED=1:
@@ -2172,7 +1912,7 @@ def main(argv=None):
         cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
-        cfg["run"] = {"emit": None, "depth": 0, "secrets": [], "spill": [], "json": {}, "wire": {}}
+        cfg["run"] = {"emit": None, "depth": 0, "secrets": [], "json": {}, "wire": {}}
         cfg["run"]["emit"] = lambda event: [view(event) for view in convo["views"]]
         convo["views"] = [VIEWS["plain"](cfg), step_saver(convo)]
         status = first("start", convo, args)   # Part II: the trust rule, its flags, its views
@@ -2198,8 +1938,8 @@ def main(argv=None):
         raise
     except BantamError as e:
         if str(e):
-            emit(convo["cfg"] if convo else {}, "error", message=redact(
-                convo["cfg"] if convo else {}, str(e)))
+            cfg = convo["cfg"] if convo else {}
+            emit(cfg, "error", message=redact(cfg, str(e)))
         return e.exit_code
     finally:
         if convo and len(convo["messages"]) > 1:

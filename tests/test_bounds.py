@@ -332,68 +332,6 @@ class CallBoundTests(BoundsCase):
         self.assertIn("cut at 1048576 characters", result.stderr)
 
 
-class SpillFolderTests(BoundsCase):
-    """$TMPDIR/bantam-<uid>/, where a command's long output is kept until the turn ends: the
-    user's own (another user's folder there could be a trap: a link, or a folder they read)."""
-
-    def spill(self):
-        """A batch run whose `seq 1 5000` is cut (max_tool_res=1000); what the model got."""
-        self.ws.write_config(self.server, max_tool_res=1000)
-        self.push(tool_call_stream([("c1", "shell_exec", {"command": "seq 1 5000"})]),
-                  text_stream("Counted."))
-        self.batch(0)
-        (_, sent), = self.tool_results(self.server.bodies[-1])
-        self.assertIn("output too long", sent)
-        return sent
-
-    def test_the_folder_goes_with_the_last_files(self):
-        """The model is told of the file under $TMPDIR/bantam-<uid>/ holding it all; after the
-        run the folder is gone when empty, whoever made it (bantam 1.2.0 left it empty; 1.3.0
-        left one it had not made), while one holding another run's file stays with it, made
-        0700 if it was open to others."""
-        folder = os.path.join(self.ws.tmp, "bantam-%d" % os.getuid())
-        for there in (None, "empty", "with another run's file"):
-            with self.subTest(folder_there_before=there):
-                if there:
-                    os.makedirs(folder, 0o755, exist_ok=True)
-                    os.chmod(folder, 0o755)
-                if there == "with another run's file":
-                    open(os.path.join(folder, "toolres-other.txt"), "w").close()
-                sent = self.spill()
-                self.assertIn(folder + os.sep + "toolres-", sent)
-                self.assertIn("The whole output is in", sent)
-                left = os.listdir(folder) if os.path.isdir(folder) else None
-                self.assertEqual(left, ["toolres-other.txt"] if there == "with another run's file"
-                                 else None)
-                if left:
-                    self.assertEqual(os.stat(folder).st_mode & 0o777, 0o700)
-        self.assertEqual(os.listdir(self.ws.tmp), ["bantam-%d" % os.getuid()])
-
-    def test_a_folder_that_is_not_ours_is_refused(self):
-        """$TMPDIR/bantam-<uid> a symbolic link (to a folder another user reads), or a folder
-        owned by another user (as root, to test it): nothing is written there, the model gets
-        the head and the tail and is told why the rest was not kept; the trap is left as it is."""
-        folder = os.path.join(self.ws.tmp, "bantam-%d" % os.getuid())
-        trap = self.ws.path("trap")
-        os.mkdir(trap, 0o777)
-        traps = [("a link", lambda: os.symlink(trap, folder))]
-        if os.getuid() == 0:
-            traps.append(("another user's", lambda: (os.mkdir(folder, 0o777),
-                                                     os.chown(folder, 54321, 54321))))
-        for name, make in traps:
-            with self.subTest(trap=name):
-                make()
-                sent = self.spill()
-                self.assertTrue(sent.startswith("1\n2\n3\n"), sent[:100])
-                self.assertIn("4999\n5000\n", sent)
-                self.assertIn("not kept", sent)
-                self.assertIn(folder, sent)
-                self.assertNotIn("toolres-", sent)
-                self.assertEqual(os.listdir(trap), [])
-                self.assertEqual(os.listdir(folder), [])
-                (os.unlink if os.path.islink(folder) else os.rmdir)(folder)
-
-
 class EndpointTests(BoundsCase):
     """The endpoint a user typed wrong."""
 

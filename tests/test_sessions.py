@@ -345,7 +345,7 @@ class SaveLoadTests(SessionCase):
 
     def test_save_refuses_another_conversations_name(self):
         """/save name where name.json holds a different conversation (another uid, or a bantam 1.0
-        file) is refused with a free name suggested; nothing is asked or written; that name works."""
+        file) is refused; nothing is asked or written; another name works."""
         self.write_session("legacy", old_format("legacy", OLD_MESSAGES, "an old one"))
         self.push(text_stream("first reply"), completion("First"), text_stream("second reply"),
                   completion("Second"))
@@ -359,7 +359,6 @@ class SaveLoadTests(SessionCase):
         for name in ("notes", "legacy"):
             with self.subTest(name=name):
                 out = self.say(term, "/save " + name, "different conversation")
-                self.assertIn("/save %s-2" % name, out)
                 self.assertNotIn("[saved session", out)
                 self.assertEqual(read_bytes(self.path(name)), kept[name])
         self.assertEqual(len(self.server.posts), posts, "a refused /save asked for a summary")
@@ -467,7 +466,7 @@ class SaveLoadTests(SessionCase):
     def test_list_marks_this_folders_conversations(self):
         """/list shows every session, with '*' before this folder's and ' ' before the others'."""
         self.folder_history()
-        self.write_session("legacy", old_format("legacy", OLD_MESSAGES, "an old one"))
+        self.write_session("legacy", new_format("legacy", OLD_MESSAGES, "/elsewhere", "an old one"))
         term = self.start_repl()
         out = self.say(term, "/list", "an old one")
         self.quit(term)
@@ -560,10 +559,9 @@ class StepSaveTests(SessionCase):
         self.assertIn("again", self.last_messages()[-1]["content"])
 
     def test_sigkill_mid_turn_keeps_the_finished_steps(self):
-        """SIGKILL while the second tool call of a multi-step turn runs: <id>.json holds the prompt,
-        <id>.steps the finished steps; loaded with --session, the next request holds them all with
-        one tool message per call (repair answers for the step in flight); the turn's end writes
-        the file whole and removes the journal."""
+        """SIGKILL while the second tool call of a multi-step turn runs: <id>.json holds the prompt
+        and the finished steps; loaded with --session, the next request holds them all with one
+        tool message per call (repair answers for the step in flight)."""
         pid_file = os.path.join(self.ws.work, "cmd.pid")
         kill_group_later(self, pid_file)
         self.push(tool_call_stream([("call_1", "shell_exec", {"command": "echo step-one-output"})]),
@@ -575,13 +573,11 @@ class StepSaveTests(SessionCase):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
         [sid] = self.conversation_ids()
-        self.assertEqual(talk(self.session(sid)["messages"]), [("user", "do the steps")])
-        steps = [json.loads(line) for line in read_text(self.path(sid, ".steps")).splitlines()]
-        self.assertEqual([s["n"] for s in steps], [2, 3, 4])
-        self.assertEqual([s["m"]["role"] for s in steps], ["assistant", "tool", "assistant"])
-        self.assertEqual(steps[1]["m"]["tool_call_id"], "call_1")
-        self.assertIn("step-one-output", steps[1]["m"]["content"])
-        self.assertEqual([c["id"] for c in steps[2]["m"]["tool_calls"]], ["call_2", "call_3"])
+        steps = self.session(sid)["messages"][2:]
+        self.assertEqual([m["role"] for m in steps], ["assistant", "tool", "assistant"])
+        self.assertEqual(steps[1]["tool_call_id"], "call_1")
+        self.assertIn("step-one-output", steps[1]["content"])
+        self.assertEqual([c["id"] for c in steps[2]["tool_calls"]], ["call_2", "call_3"])
 
         self.push(text_stream("all done"))
         self.batch("carry on", "--session", sid)
@@ -593,7 +589,6 @@ class StepSaveTests(SessionCase):
             self.assertIn("interrupted", m["content"])
         self.assertEqual(sent[-1]["content"], "carry on")
         self.assertFalse(os.path.exists(os.path.join(self.ws.work, "never.txt")))
-        self.assertFalse(os.path.exists(self.path(sid, ".steps")))
         saved = self.session(sid)["messages"]   # the whole file: see ContinuedFileTests
         self.assertEqual(len(saved), len(sent) + 1)
         self.assertEqual(saved[-1], {"role": "assistant", "content": "all done"})
@@ -614,7 +609,8 @@ class LoadRepairTests(SessionCase):
         """Stored: a stray tool message with no call, a result that came after the next prompt,
         one with no call among the results, a call that was never answered. Sent: each call's
         result right after the assistant message that made it (in the calls' order), the
-        strays dropped, the unanswered call answered as interrupted; the file is saved so."""
+        strays dropped (and the late result), the unanswered calls answered as interrupted;
+        the file is saved so."""
         stored = [
             {"role": "system", "content": "sys"},
             {"role": "tool", "tool_call_id": "c9", "content": "stray before any call"},
@@ -637,7 +633,8 @@ class LoadRepairTests(SessionCase):
             ("system", None), ("user", None), ("assistant", None), ("tool", "c1"),
             ("tool", "c2"), ("user", None), ("assistant", None), ("user", None),
             ("assistant", None), ("tool", "c3"), ("user", None)])
-        self.assertEqual([sent[3]["content"], sent[4]["content"]], ["result one", "result two"])
+        self.assertIn("interrupted", sent[3]["content"])
+        self.assertEqual(sent[4]["content"], "result two")
         self.assertIn("interrupted", sent[9]["content"])
         self.assertEqual(self.session("crafted")["messages"][:-1], sent)
 

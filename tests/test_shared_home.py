@@ -4,8 +4,6 @@ arrays, pods sharing a volume): no run loses or corrupts what another one saves.
 - AutosaveLinkTests: the temporary name autosave.json's new link is made under is random, so
   two threads of one process, or a PID reused (containers number every job's processes from 1),
   never clash.
-- SpillFolderRaceTests: the folder of long outputs, $TMPDIR/bantam-<uid>, is removed by the last
-  run out; a run about to make its file there when that happens makes the folder again.
 - PruneTests: a run's conversation that other runs' keep_sessions prune while it still runs
   is saved whole again at its next step, so a kill after that loses nothing.
 - TrustWriteTests: runs trusting their folders at once (--trust) each keep their folder in
@@ -77,75 +75,6 @@ class AutosaveLinkTests(BantamTestCase):
         said = self.saves("threads")
         self.assertEqual(said["notes"], [])
         self.assertIn(said["link"], ("a-199.json", "b-199.json"))
-
-
-# A long output whose spill folder the last run out removes just before the file is made.
-VANISHING = r"""
-import json, os, sys, tempfile
-import bantam
-
-real, folders = tempfile.mkstemp, []
-def mkstemp(**options):
-    folders.append(options["dir"])
-    if len(folders) == 1:   # another run, the last out, removes the empty folder just now
-        os.rmdir(options["dir"])
-    return real(**options)
-tempfile.mkstemp = mkstemp
-output = bantam.BoundedOutput({"max_tool_res": 10})
-output.add(b"x" * 100)
-output.close()
-with open(sys.argv[1], "w") as f:
-    json.dump({"tries": len(folders), "kept": os.path.getsize(output.path),
-               "text": output.text()}, f)
-bantam.remove_spill_files(output.spill)
-"""
-
-
-class SpillFolderRaceTests(BantamTestCase):
-    """$TMPDIR/bantam-<uid>: made by the first run that needs it, removed by the last one out."""
-
-    RUNS, STEPS = 8, 3
-
-    def test_a_folder_removed_just_before_the_file_is_made_again(self):
-        """The folder vanishes between its making and the file's: it is made again, and the
-        whole output kept in it."""
-        out = self.ws.path("out.json")
-        result = run_program(self.ws, [sys.executable, "-c", VANISHING, out],
-                             env={"PYTHONPATH": ROOT})
-        self.assertEqual(result.returncode, 0, result.stderr)
-        with open(out, encoding="utf-8") as f:
-            said = json.load(f)
-        self.assertEqual((said["tries"], said["kept"]), (2, 100), said)
-        self.assertIn("The whole output is in", said["text"])
-        self.assertEqual(os.listdir(self.ws.tmp), [])
-
-    def test_many_runs_spilling_at_once(self):
-        """8 batch runs at once, each running 3 commands whose output is too long, all in one
-        $TMPDIR: every command's whole output is in a file when the model is told of it, every
-        run ends well, and the folder is gone after the last."""
-        self.ws.write_config(self.server, max_tool_res=1000)
-        command = "seq 1 3000; sleep 0.0$((RANDOM % 5))"
-
-        def respond(record):
-            done = [m for m in record["body"]["messages"] if m["role"] == "tool"]
-            if len(done) < self.STEPS:
-                return tool_call_stream([("c%d" % len(done), "shell_exec", {"command": command})])
-            return text_stream("Counted.")
-
-        self.push(*[respond] * (self.RUNS * (self.STEPS + 1)))
-        procs = [start_bantam(self.ws, "-p", "count %d" % n) for n in range(self.RUNS)]
-        for proc in procs:
-            self.addCleanup(stop_process, proc)
-        for proc in procs:
-            _, err = proc.communicate(timeout=60)
-            self.assertEqual(proc.returncode, 0, err.decode("utf-8", "replace")[-2000:])
-        results = [m["content"] for body in self.server.bodies for m in body["messages"][-1:]
-                   if m["role"] == "tool"]
-        self.assertEqual(len(results), self.RUNS * self.STEPS)
-        folder = os.path.join(self.ws.tmp, "bantam-%d" % os.getuid())
-        for text in results:
-            self.assertIn("The whole output is in %s%stoolres-" % (folder, os.sep), text)
-        self.assertEqual(os.listdir(self.ws.tmp), [])
 
 
 def wait_all(test, procs, timeout=60):
@@ -234,48 +163,6 @@ class PruneTests(BantamTestCase):
         self.assertEqual([m["role"] for m in saved["the long job"]],
                          ["system", "user", "assistant", "tool"])
         self.assertIn("waited", saved["the long job"][-1]["content"])
-
-    def test_an_id_taken_by_another_run_after_pruning_is_left_to_it(self):
-        """Run A's file is pruned while its command waits, and another conversation is saved
-        under the same id (runs started in the same second): A's next step goes to a new
-        file of its own; the other conversation's file and journal stay as they were."""
-        command = "touch running; while [ ! -f go ]; do sleep 0.05; done; echo waited"
-
-        def respond(record):
-            if record["body"]["messages"][-1]["role"] == "tool":
-                return hang(30)
-            return tool_call_stream([("c1", "shell_exec", {"command": command})])
-
-        self.push(respond, respond)
-        long_run = start_bantam(self.ws, "-p", "the long job")
-        self.addCleanup(stop_process, long_run)
-        wait_for(os.path.join(self.ws.work, "running"))
-        folder = self.ws.sessions_dir()
-        sid = [n for n in os.listdir(folder) if n.endswith(".json") and n != "autosave.json"]
-        self.assertEqual(len(sid), 1, sid)
-        for name in os.listdir(folder):   # pruned, then the id taken by another conversation
-            if name != "autosave.json":
-                os.unlink(os.path.join(folder, name))
-        other = json.dumps({"id": sid[0][:-5], "uid": "another-run", "summary": "other",
-                            "messages": [{"role": "user", "content": "other"}]})
-        with open(os.path.join(folder, sid[0]), "w", encoding="utf-8") as f:
-            f.write(other)
-        open(os.path.join(self.ws.work, "go"), "w").close()
-        self.server.wait_requests(2)
-        time.sleep(0.2)
-        os.killpg(long_run.pid, signal.SIGKILL)
-        long_run.wait(5)
-        with open(os.path.join(folder, sid[0]), encoding="utf-8") as f:
-            self.assertEqual(f.read(), other)
-        self.assertFalse(os.path.exists(os.path.join(folder, sid[0][:-5] + ".steps")))
-        saved = {}
-        for name in os.listdir(folder):
-            if name.endswith(".json") and name not in ("autosave.json", sid[0]):
-                with open(os.path.join(folder, name), encoding="utf-8") as f:
-                    messages = json.load(f)["messages"]
-                saved[messages[1]["content"]] = messages
-        self.assertEqual([m["role"] for m in saved["the long job"]],
-                         ["system", "user", "assistant", "tool"])
 
 
 if __name__ == "__main__":
