@@ -1218,10 +1218,7 @@ def run_subagent(cfg, args):
         return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
     child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
              {"role": "user", "content": prompt}]
-    try:
-        AL(cfg, child)
-    except ApiError as e:
-        return "error: the subagent failed: %s" % e
+    AL(cfg, child)   # (its failure is the tool's: "error: run_subagent failed: ...")
     answers = [m["content"] for m in child if m["role"] == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
 
