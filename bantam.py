@@ -1112,12 +1112,14 @@ def shell_exec(cfg, args):
         limit, why = max(0.0, deadline[0] - time.monotonic()), deadline[1]
     output, started, remark = BoundedOutput(cfg), time.monotonic(), ""
     try:
-        if not pump_output(cfg, proc, output, limit):
-            kill_group(proc)
-            remark = "\n[%s: the command's process group was killed]" % why
+        pump_output(cfg, proc, output, started + limit)
+        proc.wait(max(0.01, started + limit - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        remark = "\n[%s: the command's process group was killed]" % why
     except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
         kill_group(proc)
-        pump_output(cfg, proc, output, DRAIN_SECONDS)   # what it printed just before
+        pump_output(cfg, proc, output, time.monotonic() + DRAIN_SECONDS)   # printed just before
         cfg["run"]["partial"] = "%s\n[%s after %.1f s: the command's process group was " \
             "killed]\n\nexit: %s" % (output.text(), "interrupted by the user" if isinstance(
                 stop, KeyboardInterrupt) else "bantam was stopped", time.monotonic() - started,
@@ -1135,30 +1137,25 @@ def shell_path():
                  if os.access(p, os.X_OK)), "/bin/sh")
 
 
-def pump_output(cfg, proc, output, limit):
-    """Read the command's output until it exits (and DRAIN_SECONDS more); False at limit."""
+def pump_output(cfg, proc, output, until):
+    """Read the command's output until it closes, or DRAIN_SECONDS after the shell exits (a
+    background child may hold it open), or the time until."""
     import select
-    import subprocess
     fd, started = proc.stdout.fileno(), time.monotonic()
     ticked, exited = started, None
-    while time.monotonic() < started + limit:
+    while time.monotonic() < until:
         now = time.monotonic()
         if now - ticked >= 1:
             ticked = now
             emit(cfg, "tool_progress", seconds=round(now - started, 1))
         exited = exited or (proc.poll() is not None and now)
         if exited and now - exited >= DRAIN_SECONDS:
-            return True
+            return
         if select.select([fd], [], [], 0.1)[0]:
             data = os.read(fd, 1 << 16)
-            if not data:   # the output closed: the exit is near, or it runs on silently
-                try:
-                    proc.wait(max(0.01, started + limit - time.monotonic()))
-                    return True
-                except subprocess.TimeoutExpired:
-                    return False
+            if not data:
+                return
             output.add(cfg, data)
-    return False
 
 
 def kill_group(proc):
@@ -1450,6 +1447,7 @@ def save_session(cfg, session, messages, link=True):
     lines = message_texts((cfg.get("run") or {}).get("json", {}), messages)
     n, written = 1, (session["summary"], list(messages))
     try:
+        os.makedirs(bantam_home("sessions"), mode=0o700, exist_ok=True)   # (a file there: fails)
         while session.get("written") != written:
             sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + "-%d" % n * (n > 1)
             head = dict(id=sid, uid=session["uid"], cwd=os.getcwd(), created_at=session[
@@ -1756,12 +1754,8 @@ def history_path():
     return os.path.join(os.path.expanduser("~"), ".bantam_history")
 
 
-UNESCAPE = {"\\n": "\n", "\\\\": "\\"}
-
-
 def setup_readline(convo):
-    """Line editing and history: Ctrl+J inserts a line break, Enter sends; None without
-    readline."""
+    """Line editing and history (Ctrl+J: a line break; Enter sends); None without readline."""
     try:
         import readline
     except ImportError:
@@ -1770,7 +1764,8 @@ def setup_readline(convo):
     try:
         with open(history_path(), encoding="utf-8", errors="replace") as f:
             for line in f.read().split("\n")[:-1]:
-                readline.add_history(re.sub(r"\\[n\\]", lambda m: UNESCAPE[m.group()], line))
+                readline.add_history(re.sub(r"\\[n\\]", lambda m: "\n" if m.group() == "\\n"
+                                            else "\\", line))
     except OSError:   # (no history yet)
         pass
     return readline
