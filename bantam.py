@@ -1410,7 +1410,7 @@ def answer_unanswered(cfg, messages, calls):
 
 # ----------------------------------------------------------------------------------------
 # Sessions: a file per conversation, ~/.bantam/sessions/<id>.json, written whole (mode 0600)
-# as a turn starts, at each reply and as it ends; its first line is all but the messages:
+# as a turn starts, after each step and as it ends; its first line is all but the messages:
 #   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me", ..., "messages": [
 #   {"role": "system", "content": "..."},
 #   ]}
@@ -1524,8 +1524,8 @@ def resolve_session(prefix):
 
 
 def load_session(sid):
-    """(session, messages) to go on with conversation sid (an id or a unique prefix), each
-    tool call answered right after it, as the API requires."""
+    """(session, messages) to go on with conversation sid (an id or a unique prefix), repaired
+    as the API requires: each tool call answered right after it, no blank reply."""
     sid = resolve_session(sid)
     stored = read_session(sid)
     session = dict(new_session(sid), changed=modified(session_path(sid)))
@@ -1539,7 +1539,10 @@ def load_session(sid):
         fixed += [r or {"role": "tool", "tool_call_id": c, "content": INTERRUPTED +
                         " (no result was recorded)"} for c, r in waiting.items()]
         waiting = {c.get("id"): None for c in (m or {}).get("tool_calls") or ()}
-        fixed += [m] if m else []
+        if m and m["role"] == "user":   # (after a prompt that got no answer: joined to it)
+            append_user(fixed, m.get("content"))
+        elif m and (m["role"] != "assistant" or waiting or str(m.get("content") or "").strip()):
+            fixed.append(m)   # (a blank reply is dropped: strict servers refuse it)
     if fixed == stored["messages"]:   # (as its file holds them)
         session["written"] = (session["summary"], fixed)
     return session, fixed
