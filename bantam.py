@@ -1894,6 +1894,9 @@ def main(argv=None):
     terminated; Part II adds 3, a budget stop, and 129, a hang-up)."""
     sys.stdin = sys.stdin or open(os.devnull)   # closed (`<&-`, `2>&-`): read or write nothing
     sys.stderr = sys.stderr or open(os.devnull, "w")
+    if sys.stdout is None:   # `>&-`: the same run would fail the same way again
+        sys.stderr.write("error: stdout is closed: there is nowhere to write the answer\n")
+        return 2
     if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):   # PYTHONUNBUFFERED=1:
         sys.stdout = io.TextIOWrapper(   # a short write to a pipe would lose the rest unsaid
             io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding, write_through=True)

@@ -46,6 +46,14 @@ class StreamTests(BantamTestCase):
                 self.assertEqual((result.returncode, result.stdout), (0, "answered\n"))
                 self.assertNotIn("Traceback", result.stderr)
 
+    def test_a_closed_stdout_stops_before_any_request(self):
+        """>&-: exit 2 (the same run fails the same way again), one line, nothing sent."""
+        result = self.shell(">&-", "-q", "-p", "hi")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "error: stdout is closed: there is nowhere to write the "
+                                        "answer\n")
+        self.assertEqual(self.server.requests, [])
+
     def test_unbuffered_output_to_a_reader_that_leaves_is_exit_141(self):
         """PYTHONUNBUFFERED=1 (set in many container images): a long answer piped to a reader
         that stops early gives 141, as without it; a short write once lost the rest, exit 0."""
