@@ -388,9 +388,9 @@ def bantam_home(*parts):
 
 
 def write_private_file(path, data, exclusive=False, keep_mode=False):
-    """Replace path with data (text, bytes, or a function writing to the open file: its
-    result is returned) at once: a temp file, fsynced, renamed. Mode 0600 (keep_mode: the
-    file's own, or 0666 - umask); exclusive: FileExistsError rather than replace a file."""
+    """Replace path with data (text, bytes, or a function writing to the file: its result is
+    returned) at once, mode 0600 (keep_mode: the file's, or 0666 - umask); exclusive: an
+    existing file is not replaced (FileExistsError)."""
     folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     mode = os.stat(path).st_mode & 0o7777 if keep_mode and os.path.exists(path) else None
@@ -401,7 +401,7 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
             data = data.encode("utf-8", "replace") if isinstance(data, str) else data
             result = data(f) if callable(data) else f.write(data)
             f.flush()
-            os.fsync(f.fileno())   # the data is on disk before the name points at it
+            os.fsync(f.fileno())   # on disk before the name points at it: never a torn file
         if mode is not None:
             os.chmod(temp, mode)
         os.link(temp, path) if exclusive else os.replace(temp, path)   # link: fails if it exists
@@ -412,8 +412,8 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
 
 
 def folder_file(name):
-    """The path of the file name in the current folder; None when there is none, or when it
-    is a symlink out of the folder or into ~/.bantam (AGENTS.md -> ~/.ssh/id_rsa: said)."""
+    """The path of the file name here; None if there is none or it is a symlink out of the
+    folder or into ~/.bantam (AGENTS.md -> ~/.ssh/id_rsa: said)."""
     path = os.path.abspath(name)
     if not os.path.isfile(path):
         return None
@@ -458,8 +458,8 @@ def read_key_values(path):
 
 
 def parse_value(key, raw, where):
-    """raw parsed by the type of DEFAULTS[key], then checked (CHOICES, POSITIVE, endpoint,
-    PARSERS); otherwise a ConfigError naming where, the key and what was expected."""
+    """raw parsed by the type of DEFAULTS[key] and checked (CHOICES, POSITIVE, PARSERS);
+    else a ConfigError naming where, the key and what was expected."""
     kind, value = type(DEFAULTS[key]), raw
     what = {bool: "true or false", int: "a whole number", float: "a number", list:
             "a comma-separated list of seconds", dict: "a JSON object of strings"}.get(kind)
@@ -500,23 +500,16 @@ def load_config(overrides=None, config_file=None, env=None):
     variable, "default"), "layers" [(name, {key: (raw, where)})] and "config_file", the
     user's own; cfg["system_prompt"]: system.txt here or in ~/.bantam, else DEFAULT_SYSTEM."""
     env = os.environ if env is None else env
-    unknown = [k for k in overrides or () if k not in DEFAULTS]
-    if unknown:
-        raise ConfigError("unknown config key %r (the keys: %s)"
-                          % (unknown[0], ", ".join(DEFAULTS)))
-    if config_file and not os.path.isfile(config_file):
-        raise ConfigError("%s: no such config file" % config_file)
     own = config_file or bantam_home("model.cfg")
     files = [("folder", os.path.abspath("model.cfg"))] * (not config_file) + [("own", own)]
-    names = [(key, key.upper() if key.startswith("bantam_") else "BANTAM_" + key.upper())
-             for key in DEFAULTS] + [("api_key", "OPENAI_API_KEY")]   # the first set wins
     environ = {}
-    for key, name in names:
+    for key, name in [(key, key.upper() if key.startswith("bantam_") else "BANTAM_" +
+                       key.upper()) for key in DEFAULTS] + [("api_key", "OPENAI_API_KEY")]:
         if env.get(name):
-            environ.setdefault(key, (env[name], name))
+            environ.setdefault(key, (env[name], name))   # (BANTAM_API_KEY over OPENAI_...)
     layers = [("flag", {k: (v, "flag") for k, v in (overrides or {}).items()})] + [
-        (name, read_key_values(path)) for name, path in files if os.path.isfile(path)] + [
-        ("env", environ)]
+        (name, read_key_values(path)) for name, path in files
+        if path == config_file or os.path.isfile(path)] + [("env", environ)]
     cfg = {"sources": {"layers": layers, "config_file": own}}
     for key in DEFAULTS:
         found = [v for _, layer in layers for v in [layer.get(key)] if v and v[0] not in ("", "-")]
@@ -538,11 +531,6 @@ def load_config(overrides=None, config_file=None, env=None):
 # ----------------------------------------------------------------------------------------
 
 CONNECTIONS = {}   # endpoint -> {"conn", "sock", "response", "cfg" (whose request it is)}
-
-
-def connections():
-    """The kept-alive connections, by endpoint."""
-    return CONNECTIONS
 
 
 def drop_connection(cfg):
@@ -569,8 +557,8 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     if cfg["api_key"]:
         headers["Authorization"] = "Bearer " + cfg["api_key"]
     extra = cfg.get("headers") or {}   # (Part II's key: an Azure api-key replaces the Bearer)
-    names = {k.lower() for k in extra} | ({"authorization"} if any(
-        k.lower() == "api-key" for k in extra) else set())
+    names = {k.lower() for k in extra}
+    names |= {"authorization"} if "api-key" in names else set()
     headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     for attempt in (1, 2):
@@ -707,16 +695,6 @@ def exchange(cfg, body, quiet):
         raise
     finally:
         end_reply(cfg, reply)
-
-
-def message_texts(cache, messages, ascii=False):
-    """The JSON texts of messages, each made once while it lives (a message never changes):
-    cache, id -> (message, text), keeps these messages only."""
-    known = {id(m): cache[id(m)] if cache.get(id(m), (None,))[0] is m else (
-        m, json.dumps(m, ensure_ascii=ascii)) for m in messages}
-    cache.clear()
-    cache.update(known)
-    return [known[id(m)][1] for m in messages]
 
 
 def error_from_response(cfg, response):
@@ -1437,7 +1415,7 @@ def saved_as_is(session, messages):
 def write_session(cfg, session, messages):
     """Write the session's file (the first time under an id no file has yet), then remove
     its journal."""
-    lines = message_texts((cfg.get("run") or {}).get("json", {}), messages)
+    lines = [json.dumps(m, ensure_ascii=False) for m in messages]
     for n in range(1, 1000 if not session["id"] else 2):
         sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + ("-%d" % n if n > 1 else "")
         head = {"id": sid, "uid": session["uid"], "cwd": os.getcwd(), "created_at":
@@ -2778,12 +2756,12 @@ def waiting_response(endpoint):
 
     class Response(http.client.HTTPResponse):
         def begin(self):
-            await_reply(connections()[endpoint], self.fp)
+            await_reply(CONNECTIONS[endpoint], self.fp)
             return http.client.HTTPResponse.begin(self)
 
         def read1(self, n=-1):
             if not self.isclosed() and self.length != 0:   # (0: its Content-Length is used up)
-                await_reply(connections()[endpoint], self.fp)
+                await_reply(CONNECTIONS[endpoint], self.fp)
             return http.client.HTTPResponse.read1(self, n)
     return Response
 
