@@ -113,8 +113,7 @@ class OutputClosed(BantamError):
 
 
 class ApiError(BantamError):
-    """A failed model request. kind: retry (waiting may help), fatal, or one of Part II's
-    (overflow, bad_request...); body and headers: the server's answer."""
+    """A failed model request; kind: retry (waiting may help), fatal, or one of Part II's."""
 
     def __init__(self, message, kind="fatal", status=None, body="", headers=None):
         BantamError.__init__(self, message)
@@ -388,9 +387,8 @@ def bantam_home(*parts):
 
 
 def write_private_file(path, data, exclusive=False, keep_mode=False):
-    """Replace path with data (text, bytes, or a function writing to the file: its result is
-    returned) at once, mode 0600 (keep_mode: the file's, or 0666 - umask); exclusive: an
-    existing file is not replaced (FileExistsError)."""
+    """Replace path with data (text, bytes, or a function writing to the file) at once, mode
+    0600 (keep_mode: the file's, or 0666 - umask); exclusive: FileExistsError, not replace."""
     folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     mode = os.stat(path).st_mode & 0o7777 if keep_mode and os.path.exists(path) else None
@@ -495,10 +493,8 @@ def parse_value(key, raw, where):
 
 
 def load_config(overrides=None, config_file=None, env=None):
-    """The configuration, a plain dict: each key of DEFAULTS from the first layer that sets
-    it, parsed by type. cfg["sources"]: where each came from ("flag", "path:line", a
-    variable, "default"), "layers" [(name, {key: (raw, where)})] and "config_file", the
-    user's own; cfg["system_prompt"]: system.txt here or in ~/.bantam, else DEFAULT_SYSTEM."""
+    """The configuration, a dict: each key of DEFAULTS from the first layer setting it; under
+    "sources" where each came from, the "layers" [(name, {key: (raw, where)})], "config_file"."""
     env = os.environ if env is None else env
     own = config_file or bantam_home("model.cfg")
     files = [("folder", os.path.abspath("model.cfg"))] * (not config_file) + [("own", own)]
@@ -546,9 +542,8 @@ def default_port(url):
 
 
 def http_request(cfg, method, path, body=None, wait=None, root=False):
-    """Send one request on the endpoint's kept-alive connection (the connect hook's, else
-    direct; one the server closed while idle is reopened once); the response. path: under
-    the endpoint (its ?query kept), or root's; wait: seconds for the first byte."""
+    """The response to one request on the endpoint's kept-alive connection (reopened once if
+    the server closed it while idle). path: under the endpoint, or from root; wait: seconds."""
     import http.client
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
@@ -601,9 +596,8 @@ def release(cfg, response):
 
 
 def chat(cfg, messages, tools=True, quiet=False):
-    """The model's reply to messages, an assistant message, shown as it arrives unless
-    quiet. A failure goes to the request hook, then is retried after the backoff delays when
-    waiting may help (kind retry); an ApiError when no reply can be had."""
+    """The model's reply to messages (an assistant message), shown unless quiet. A failure goes
+    to the request hook, then is retried after the backoff delays if kind retry, else raised."""
     retries, delays = 0, cfg["backoff"]
     while True:
         body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
@@ -642,9 +636,8 @@ def chat(cfg, messages, tools=True, quiet=False):
 
 
 def exchange(cfg, body, quiet):
-    """One request and its reply: (the assistant message, the reply it was made from). A
-    network fault is a retryable ApiError (its cause the OSError); the reply in progress is
-    the run's "reply" (what was shown of it, when a Ctrl+C comes)."""
+    """One request: (the assistant message, the reply it was made from; the run's "reply"
+    while it comes). A network fault is a retryable ApiError caused by the OSError."""
     import http.client
     now, response = time.monotonic(), None
     reply = {"content": [], "reasoning": [], "calls": {}, "pieces": {}, "quiet": quiet,
@@ -859,10 +852,8 @@ def join_surrogates(text):
 
 
 def merge_tool_call(reply, fragment, position):
-    """Merge one tool-call fragment by its index: id and name in the first fragment or in
-    each, arguments in pieces or all so far in each (Qianfan, proxies). A new id and name at
-    a taken index starts a call of its own (Ollama sends each call whole at index 0). Other
-    fields are kept, to send back (Gemini's thought_signature)."""
+    """Merge a tool-call fragment by its index (a new id and name at a taken index is a new
+    call: Ollama's are all at 0); other fields are kept to send back (Gemini's signature)."""
     if not isinstance(fragment, dict):
         return
     calls, function = reply["calls"], fragment.get("function") or {}
