@@ -668,11 +668,12 @@ def exchange(cfg, body, quiet):
         release(cfg, response)
         pass_on(cfg, reply)
         usage = reply["usage"] if isinstance(reply["usage"], dict) else {}
-        if usage:   # tokens: prompt, cached (DeepSeek's name too), completion, estimated
+        if usage:   # tokens: prompt, cached (also DeepSeek's, Anthropic's), completion, estimated
             cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-            reply["tokens"] = (usage.get("prompt_tokens") or 0, usage.get(
-                "prompt_cache_hit_tokens") if cached is None else cached,
-                usage.get("completion_tokens") or 0, False)
+            for key in ("prompt_cache_hit_tokens", "cache_read_input_tokens"):
+                cached = usage.get(key) if cached is None else cached
+            reply["tokens"] = (usage.get("prompt_tokens") or 0, cached,
+                               usage.get("completion_tokens") or 0, False)
         else:   # estimated: about four bytes a token
             reply["tokens"] = ((len(payload) + 3) // 4, None, (reply["size"] + 3) // 4, True)
         hooked("delta", None, cfg, reply)
