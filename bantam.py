@@ -1,27 +1,15 @@
 #!/usr/bin/env python3
 """bantam: a tiny command-line AI agent in one standard-library Python file.
 
-Part I is Bantam, the agent of the Bantam spec, complete and runnable on its own: a list of
-chat messages goes to an OpenAI-compatible /chat/completions endpoint, the reply is shown as
-it streams, the tool calls it asks for (shell_exec, run_subagent) run, their results are
-appended, and the loop, AL(cfg, messages), goes on until the model calls no tool. In order:
-the config schema (DEFAULTS); events and the plain view; config (flags, ./model.cfg over
-~/.bantam/model.cfg, BANTAM_<KEY>); the HTTP client (one keep-alive connection, Fibonacci
-retries, SSE); the tools (TOOLS); the agentic loop, AL; sessions (a file per conversation,
-saved at every step); the commands (COMMANDS), the REPL and main.
-
-Part II makes it a daily tool: providers' quirks; the transport (proxies, SOCKS5, waiting);
-trust and secrets; the sandbox; the file tools; approvals and budgets; the context window
-and compaction; sessions kept tidy; settings and more commands; Markdown; the terminal view;
-the REPL at a terminal; the command line; replay. It joins Part I only through the tables it
-extends (DEFAULTS, CHOICES, POSITIVE, PARSERS, TOOLS, COMMANDS, EVENTS, PLAIN, VIEWS, FLAGS,
-HELP) and the eight hooks it fills, HOOKS, whose contracts are listed where they are defined.
+Part I is the agent of the Bantam spec, complete on its own: the loop AL(cfg, messages) sends
+the messages to an OpenAI-compatible /chat/completions endpoint, shows the reply as it streams,
+runs the tools it calls and appends their results, until the model calls none. Part II makes it
+a daily tool; it joins Part I only through the tables it extends and the hooks of HOOKS.
 
 Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
         bantam --help        every option
 """
-import functools
 import io
 import json
 import os
@@ -94,18 +82,17 @@ HOOKS = {
 
 
 def hooked(name, value, *args):
-    """value passed through hook name's functions, f(*args, value), each getting what the
-    one before returned."""
+    """value passed through hook name's functions in turn: f(*args, value)."""
     for function in HOOKS[name]:
         value = function(*args + (value,))
     return value
 
 
 def first(name, *args):
-    """The first result of hook name's functions that is not None or False."""
+    """The first result of hook name's functions that is not None or False (0 is one)."""
     for function in HOOKS[name]:
         result = function(*args)
-        if result is not None and result is not False:   # (0 is an exit status)
+        if result is not None and result is not False:
             return result
     return None
 
@@ -126,8 +113,7 @@ class OutputClosed(BantamError):
 
 
 class ApiError(BantamError):
-    """A failed model request. kind: retry (waiting may help), fatal, or one of Part II's
-    (overflow, bad_request, budget...); body: the server's answer; headers: its headers."""
+    """A failed model request; kind: retry (waiting may help), fatal, or one of Part II's."""
 
     def __init__(self, message, kind="fatal", status=None, body="", headers=None):
         BantamError.__init__(self, message)
@@ -135,7 +121,7 @@ class ApiError(BantamError):
 
     @property
     def exit_code(self):
-        """1 when retrying later may work (it failed after its retries), else 2."""
+        """1 when retrying later may work, else 2."""
         return 1 if self.kind == "retry" else 2
 
 
@@ -157,13 +143,10 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
 
 
 def emit(cfg, kind, **fields):
-    """Pass one event to the run's sink (outside a run: a plain view). The callers redact the
-    text fields; the reply and message events carry the message as stored (the session writer
-    and the JSON views redact those)."""
+    """Pass one event to the run's sink (outside a run: a plain view); callers redact it."""
     run = cfg.get("run") or {}
-    event = dict(type=kind, t=round(time.monotonic() - STARTED, 3), depth=run.get("depth", 0))
-    event.update(fields)
-    (run.get("emit") or plain_view(cfg))(event)
+    (run.get("emit") or plain_view(cfg))(dict(
+        type=kind, t=round(time.monotonic() - STARTED, 3), depth=run.get("depth", 0), **fields))
 
 
 def note(cfg, text, level="error"):
@@ -172,8 +155,7 @@ def note(cfg, text, level="error"):
 
 
 def note_once(cfg, key, text, level="warning"):
-    """A note said once a turn (a broken server must not flood the screen); outside a
-    turn, each time."""
+    """A note said once a turn (outside a turn: each time)."""
     said = (cfg.get("run") or {}).get("said", set())
     if key not in said:
         said.add(key)
@@ -186,50 +168,34 @@ def show(cfg, text):
 
 
 def terminal_safe(text):
-    """Text with the control characters a terminal would obey (ESC, BEL...) shown instead:
-    ^[ for ESC, nothing for CR and BEL; tab and newline stay."""
+    """Text with the control characters a terminal obeys shown (^[ for ESC); no CR or BEL."""
     return re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda m: "" if m.group() in "\r\a" else
                   "^" + chr(ord(m.group()) + 64) if m.group() < " " else "^?" if
                   m.group() == "\x7f" else "\\x%02x" % ord(m.group()), text)
 
 
 def secrets_of(cfg):
-    """The values never to show or save: the API key, the headers' values and the run's
-    other secrets (Part II adds them)."""
+    """The values never to show or save, longest first: the key, the headers' values, more."""
     found = [cfg.get("api_key") or ""] + list((cfg.get("headers") or {}).values()) + (
         cfg.get("run") or {}).get("secrets", [])
     return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 
 def redact(cfg, text):
-    """Text with every secret of cfg replaced by ***, also one written with JSON escapes."""
+    """Text with every secret of cfg replaced by ***."""
     for secret in secrets_of(cfg):
         text = text.replace(secret, "***")
-        if "\\" in text:
-            text = escaped(secret).sub("***", text)
     return text
 
 
-@functools.lru_cache(maxsize=64)   # (redact runs on every streamed piece: built once a secret)
-def escaped(secret):
-    """A pattern of secret as JSON may write it: any character as \\u0073, a / or " after a
-    backslash, each backslash doubled as often as the JSON was put in JSON again."""
-    def forms(c):
-        hexes = "".join("[%s%s]" % (h, h.upper()) for h in "%04x" % ord(c))
-        return "(?:%s%s%s)" % (re.escape(c), r"|\\+u" + hexes if ord(c) < 0x10000 else "",
-                               r"|\\+" + re.escape(c) if c in '/"\\' else "")
-    return re.compile("".join(forms(c) for c in secret))
-
-
 def stream_piece(cfg, held, text):
-    """(what of held + text can be shown now, what to hold back): a tail that may begin a
-    secret waits for the next piece (a model that read the key must not print it)."""
+    """(held + text to show now, redacted; an end that may begin a secret, held back)."""
     text = redact(cfg, held + text)
-    keep = 1 if "\ud800" <= text[-1:] <= "\udbff" else 0   # half a character: the rest follows
+    cut = len(text) - ("\ud800" <= text[-1:] <= "\udbff")
     for secret in secrets_of(cfg):
-        keep = max([keep] + [n for n in range(min(len(secret) - 1, len(text)), 0, -1)
-                             if text.endswith(secret[:n])][:1])
-    return join_surrogates(text[:len(text) - keep]), text[len(text) - keep:]
+        cut = min([cut] + [len(text) - n for n in range(1, len(secret)) if text.endswith(
+            secret[:n])])
+    return join_surrogates(text[:cut]), text[cut:]
 
 
 COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m", "dim": "\033[2m",
@@ -237,29 +203,22 @@ COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m", 
 RESET = "\033[0m"
 
 
-def color_wanted(cfg, stream):
-    """Whether to color a stream: the color key, NO_COLOR, and whether it is a terminal."""
-    if cfg.get("color") == "never" or os.environ.get("NO_COLOR") or os.environ.get(
-            "BANTAM_NO_COLOR"):
-        return False
-    return cfg.get("color") == "always" or stream.isatty()
-
-
 def plain_view(cfg, handlers=None, out=None, err=None, **more):
-    """A view printing the spec's traces: the answer, the traces and the commands' output on
-    out (stdout), diagnostics on err (stderr); colors when wanted (color, NO_COLOR, a tty).
-    Another view passes its handlers and the state they keep besides (more)."""
-    out, err, handlers = out or sys.stdout, err or sys.stderr, handlers or PLAIN
-    state = {"out": out, "err": err, "color": color_wanted(cfg, out), "depth": 0,
-             "err_color": color_wanted(cfg, err),
-             "tty": out.isatty(), "bol": True, "block": None, "status": 0, "flushed": 0.0,
-             "cfg": cfg, **more}
+    """A view printing the spec's traces on out, diagnostics on err; another view passes its
+    handlers and its own state (more)."""
+    out, err = out or sys.stdout, err or sys.stderr
+    plain = cfg.get("color") == "never" or os.environ.get("NO_COLOR") or os.environ.get(
+        "BANTAM_NO_COLOR")
+    state = {"out": out, "err": err, "tty": out.isatty(), "bol": True, "block": None,
+             "color": not plain and (cfg.get("color") == "always" or out.isatty()),
+             "err_color": not plain and (cfg.get("color") == "always" or err.isatty()),
+             "depth": 0, "status": 0, "flushed": 0.0, "cfg": cfg, **more}
+    handlers = handlers or PLAIN
     return lambda event: handlers.get(event["type"], lambda *_: None)(state, event)
 
 
 def write(state, text, style=None, depth=0, raw=False):
-    """Conversation text on out: terminal-safe (unless raw), a subagent's behind a rail,
-    colored; the status line is cleared first."""
+    """Text on out: terminal-safe (unless raw), colored, a subagent's behind a rail."""
     if state["status"]:
         clear_status(state)
     text = text if raw else terminal_safe(text)
@@ -275,9 +234,8 @@ def write(state, text, style=None, depth=0, raw=False):
 
 
 def guarded(state, stream, text, flush=False):
-    """Write to a view's stream. stdout failing stops the run (see output_failed); the
-    terminal gone (a hang-up) sends the rest of both streams to /dev/null; a stderr that
-    fails (the answer still goes out) or another file (a trace: its view says so), its own."""
+    """Write to a view's stream: a failing stdout pipe or file ends the run; another failing
+    stream (stderr, a terminal hung up, a trace file) goes to /dev/null."""
     try:
         state[stream].write(text)
         if flush:
@@ -285,26 +243,16 @@ def guarded(state, stream, text, flush=False):
     except OSError as e:
         if stream == "out" and state[stream] is sys.stdout and not state.get("tty"):
             raise output_failed(e)
-        for name in ("out", "err") if stream == "out" and state.get("tty") else (stream,):
-            if state[name] in (sys.stdout, sys.stderr):   # Python's flush at exit must not fail
-                to_devnull(state[name])
-            state[name] = open(os.devnull, "w")
-
-
-def to_devnull(stream):
-    """Point a standard stream's file descriptor at /dev/null (if it has one)."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-    except (OSError, ValueError):   # (a library caller's StringIO)
-        pass
+        if state[stream] in (sys.stdout, sys.stderr):   # Python's flush at exit must not fail
+            os.dup2(os.open(os.devnull, os.O_WRONLY), state[stream].fileno())
+        state[stream] = open(os.devnull, "w")
 
 
 def output_failed(error):
-    """The error that ends a run whose stdout cannot be written: a reader gone (a closed pipe:
-    exit 141, quietly) or a full disk. stdout goes to /dev/null, so no later write fails."""
-    to_devnull(sys.stdout)
-    if isinstance(error.__context__, SystemExit):   # stopping on a signal (that took the reader
-        return error.__context__                    # too, a hang-up): its exit status, 129
+    """The error ending a run whose stdout fails (a reader gone: 141, quietly; a full disk)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if isinstance(error.__context__, SystemExit):   # (a hang-up took the reader too: 129)
+        return error.__context__
     if isinstance(error, BrokenPipeError):
         return OutputClosed("")
     return BantamError("cannot write the output: %s" % (error.strerror or error))
@@ -340,8 +288,7 @@ def clear_status(state):
 
 
 def show_status(state, event):
-    """...requesting... while the model has not answered (on a terminal, with color); the
-    seconds waited once there are 2 (an event of Part II's has them)."""
+    """...requesting... on a colored terminal (with the seconds waited, from 2 on)."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
         waited = " %d s" % event["seconds"] if event.get("seconds", 0) >= 2 else ""
         guarded(state, "out", "\r" + COLORS["status"] + "...requesting..." + waited + RESET, True)
@@ -362,7 +309,7 @@ def show_piece(state, event):
 
 
 def show_reply_end(state, event):
-    """A model call ended (answered, failed, interrupted), or the turn: close what it opened."""
+    """A model call or the turn ended: close what it opened."""
     if state["status"]:
         clear_status(state)
     close_block(state, event)
@@ -384,12 +331,12 @@ def show_tool(state, event):
 
 
 def short_arguments(event):
-    """A call's arguments for its trace: a long "content" (a file to write) as its size."""
-    if len(event["arguments"]) < 400 or '"content"' not in event["arguments"]:
-        return event["arguments"]
+    """A call's arguments for its trace, a long "content" (a file to write) as its size."""
     try:
         args = json.loads(event["arguments"])
         content = args["content"]
+        if len(event["arguments"]) < 400:
+            return event["arguments"]
         args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")),
                                                     content.count("\n") + (content[-1:] != "\n"))
         return json.dumps(args, ensure_ascii=False)
@@ -398,7 +345,7 @@ def short_arguments(event):
 
 
 def show_on_stderr(state, text, style="error"):
-    """One line on stderr (the stdout line finished first, on a shared terminal)."""
+    """One line on stderr (a terminal's open stdout line finished first)."""
     if state["status"]:
         clear_status(state)
     if not state["bol"] and state["tty"]:
@@ -440,10 +387,8 @@ def bantam_home(*parts):
 
 
 def write_private_file(path, data, exclusive=False, keep_mode=False):
-    """Replace path with data (text, bytes, or a function writing to the open file: its
-    result is returned) in one step, a temp file fsynced, then renamed: never a torn file.
-    A new file gets mode 0600; with keep_mode an existing file keeps its mode and a new one
-    gets 0666 - umask. exclusive: an existing path is not replaced (FileExistsError)."""
+    """Replace path with data (text, bytes, or a function writing to the file) at once, mode
+    0600 (keep_mode: the file's, or 0666 - umask); exclusive: FileExistsError, not replace."""
     folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     mode = os.stat(path).st_mode & 0o7777 if keep_mode and os.path.exists(path) else None
@@ -454,7 +399,7 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
             data = data.encode("utf-8", "replace") if isinstance(data, str) else data
             result = data(f) if callable(data) else f.write(data)
             f.flush()
-            os.fsync(f.fileno())   # the data is on disk before the name points at it
+            os.fsync(f.fileno())   # on disk before the name points at it: never a torn file
         if mode is not None:
             os.chmod(temp, mode)
         os.link(temp, path) if exclusive else os.replace(temp, path)   # link: fails if it exists
@@ -465,23 +410,26 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
 
 
 def folder_file(name):
-    """The path of the file name in the current folder, None when there is none, or when it
-    is a symlink that leads out of the folder or into ~/.bantam (a cloned repository's
-    AGENTS.md -> ~/.ssh/id_rsa): that is said, once, and the file is not read."""
+    """The path of the file name here; None if there is none or it is a symlink out of the
+    folder or into ~/.bantam (AGENTS.md -> ~/.ssh/id_rsa: said)."""
     path = os.path.abspath(name)
     if not os.path.isfile(path):
         return None
     real, here = os.path.realpath(path), os.path.realpath(os.getcwd()).rstrip("/") + "/"
     if real.startswith(here) and not real.startswith(os.path.realpath(bantam_home()) + "/"):
         return path
-    if path not in LINKS_SAID:
-        LINKS_SAID.add(path)
-        note({}, "warning: %s is a symlink that leads outside this folder (to %s): not read"
-             % (path, real), "warning")
+    note({}, "warning: %s is a symlink that leads outside this folder (to %s): not read"
+         % (path, real), "warning")
     return None
 
-LINKS_SAID = set()   # the folder files refused and said so: the process's, on purpose (its
-                     # folder is the process's, and a config loaded again must not say it twice)
+
+def read_text(path, what):
+    """A text file's contents (a byte-order mark dropped); a ConfigError if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("%s: cannot read %s: %s" % (path, what, getattr(e, "strerror", 0) or e))
 
 
 INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of the value
@@ -489,13 +437,8 @@ INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of th
 
 def read_key_values(path):
     """The key=value lines of a config file: {key: (value, "path:line")}."""
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("%s: cannot read config: %s" % (path, getattr(e, "strerror", 0) or e))
     values = {}
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(read_text(path, "config").splitlines(), 1):
         key, sep, value = line.strip().partition("=")
         key, where = key.strip().lower(), "%s:%d" % (path, number)
         if not line.strip() or line.strip().startswith("#"):
@@ -513,109 +456,82 @@ def read_key_values(path):
 
 
 def parse_value(key, raw, where):
-    """raw parsed by the type of DEFAULTS[key]; a ConfigError naming where otherwise."""
-    default = DEFAULTS[key]
-    kind = type(default).__name__
+    """raw parsed by the type of DEFAULTS[key] and checked (CHOICES, POSITIVE, PARSERS);
+    else a ConfigError naming where, the key and what was expected."""
+    kind, value = type(DEFAULTS[key]), raw
+    what = {bool: "true or false", int: "a whole number", float: "a number", list:
+            "a comma-separated list of seconds", dict: "a JSON object of strings"}.get(kind)
     try:
-        if kind == "bool":
+        if kind is bool:
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                raise ValueError("expected true or false")
-            return raw.lower() in ("true", "1", "yes", "on")
-        if kind in ("int", "float"):
-            value = type(default)(raw)
-            if not value - value == 0 or value < 0 or key in POSITIVE and value == 0:   # (NaN, inf)
-                raise ValueError("expected a %s %s" % ("whole number" if kind == "int" else
-                                 "number", "above 0" if key in POSITIVE else "of 0 or more"))
-            return value
-        if kind == "list":
+                raise ValueError
+            value = raw.lower() in ("true", "1", "yes", "on")
+        elif kind in (int, float):
+            value = kind(raw)
+            what += " above 0" if key in POSITIVE else " of 0 or more"
+            if not 0 <= value < float("inf") or key in POSITIVE and not value:   # (NaN too)
+                raise ValueError
+        elif kind is list:
             value = [float(part) for part in raw.split(",") if part.strip()]
-            if any(v < 0 for v in value):
-                raise ValueError("expected seconds of 0 or more")
-            return value
-        if kind == "dict":
+            if not all(0 <= v < float("inf") for v in value):
+                raise ValueError
+        elif kind is dict:
             value = json.loads(raw)
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ValueError('expected a JSON object of strings, like {"api-key": "..."}')
-            return value
-    except ValueError as e:
-        raise ConfigError("%s: %s: %s, got %r" % (where, key, str(e) if str(e).startswith(
-            "expected") else "expected a %s" % {"int": "whole number", "dict": "JSON object of "
-            "strings", "list": "comma-separated list of seconds"}.get(kind, "number"), raw))
-    if key in CHOICES and raw.lower() not in CHOICES[key]:
-        raise ConfigError("%s: %s: expected one of %s, got %r" % (
-            where, key, ", ".join(CHOICES[key]), raw))
-    if key == "endpoint" and not re.match(r"https?://[^/]", raw):
-        raise ConfigError("%s: endpoint: expected an http:// or https:// URL, got %r"
-                          % (where, raw))
-    value = raw.lower() if key in CHOICES else raw.rstrip("/") if key == "endpoint" else raw
+                raise ValueError
+        if key in CHOICES:
+            what, value = "one of " + ", ".join(CHOICES[key]), raw.lower()
+            if value not in CHOICES[key]:
+                raise ValueError
+        if key == "endpoint":
+            what, value = "an http:// or https:// URL", raw.rstrip("/")
+            if not re.match(r"https?://[^/]", raw):
+                raise ValueError
+    except ValueError:
+        raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
     return PARSERS[key](value, where) if key in PARSERS else value
 
 
-def env_name(key):
-    """The variable of a key: BANTAM_<KEY> (BANTAM_TOOLS_DIR for bantam_tools_dir)."""
-    return key.upper() if key.startswith("bantam_") else "BANTAM_" + key.upper()
-
-
 def load_config(overrides=None, config_file=None, env=None):
-    """The configuration, a plain dict: each key of DEFAULTS from the first layer that sets
-    it, parsed by type. cfg["sources"] names where each came from ("flag", "path:line", a
-    variable, "default"), under "layers" the layers, [(name, {key: (raw, where)})], and
-    under "config_file" the user's own file (--config, else ~/.bantam/model.cfg);
-    cfg["system_prompt"]: system.txt here or in ~/.bantam, else the built-in prompt."""
+    """The configuration, a dict: each key of DEFAULTS from the first layer setting it; under
+    "sources" where each came from, the "layers" [(name, {key: (raw, where)})], "config_file"."""
     env = os.environ if env is None else env
-    unknown = [k for k in overrides or () if k not in DEFAULTS]
-    if unknown:
-        raise ConfigError("unknown config key %r (the keys: %s)"
-                          % (unknown[0], ", ".join(DEFAULTS)))
-    if config_file and not os.path.isfile(config_file):
-        raise ConfigError("%s: no such config file" % config_file)
-    files = [("own", config_file)] if config_file else [("folder", os.path.abspath("model.cfg")),
-                                                        ("own", bantam_home("model.cfg"))]
-    if not config_file and os.path.isfile(files[1][1]) and os.path.isfile(files[0][1]) and \
-            os.path.samefile(files[0][1], files[1][1]):
-        del files[0]   # the folder is ~/.bantam itself
-    environ = {key: (env[name], name) for key in DEFAULTS for name in reversed(
-        (env_name(key), "OPENAI_API_KEY")[:2 if key == "api_key" else 1]) if env.get(name)}
+    own = config_file or bantam_home("model.cfg")
+    files = [("folder", os.path.abspath("model.cfg"))] * (not config_file) + [("own", own)]
+    environ = {}
+    for key, name in [(key, key.upper() if key.startswith("bantam_") else "BANTAM_" +
+                       key.upper()) for key in DEFAULTS] + [("api_key", "OPENAI_API_KEY")]:
+        if env.get(name):
+            environ.setdefault(key, (env[name], name))   # (BANTAM_API_KEY over OPENAI_...)
     layers = [("flag", {k: (v, "flag") for k, v in (overrides or {}).items()})] + [
-        (name, read_key_values(path)) for name, path in files if os.path.isfile(path)] + [
-        ("env", environ)]
-    cfg = {"sources": {"layers": layers, "config_file": config_file or files[-1][1]}}
+        (name, read_key_values(path)) for name, path in files
+        if path == config_file or os.path.isfile(path)] + [("env", environ)]
+    cfg = {"sources": {"layers": layers, "config_file": own}}
     for key in DEFAULTS:
-        raw, where = next(((raw, where) for _, layer in layers for raw, where in
-                           [layer.get(key, ("", ""))] if raw not in ("", "-")), (None, "default"))
+        found = [v for _, layer in layers for v in [layer.get(key)] if v and v[0] not in ("", "-")]
+        raw, where = found[0] if found else (None, "default")
         cfg[key] = DEFAULTS[key] if raw is None else parse_value(key, raw, where) if isinstance(
             raw, str) else raw
         cfg["sources"][key] = where
     cfg["system_prompt"], cfg["sources"]["system_prompt"] = DEFAULT_SYSTEM, "built-in"
-    for path in (folder_file("system.txt"), bantam_home("system.txt")):
-        if path and os.path.isfile(path):
-            try:
-                with open(path, encoding="utf-8-sig") as f:
-                    cfg["system_prompt"], cfg["sources"]["system_prompt"] = f.read(), path
-                break
-            except (OSError, UnicodeDecodeError) as e:
-                raise ConfigError("%s: cannot read system prompt: %s" % (path, e))
+    path = folder_file("system.txt") or bantam_home("system.txt")
+    if os.path.isfile(path):
+        cfg["system_prompt"] = read_text(path, "system prompt")
+        cfg["sources"]["system_prompt"] = path
     return cfg
 
 
 # ----------------------------------------------------------------------------------------
-# The HTTP client: one keep-alive connection per endpoint and thread, Fibonacci retries,
-# the reply read as it streams (SSE) and assembled into the message the API expects back
+# The HTTP client: one kept-alive connection per endpoint, Fibonacci retries, the reply read
+# as it streams (SSE) and assembled into the message the API expects back
 # ----------------------------------------------------------------------------------------
 
-LOCAL = []   # [a thread-local store]: each thread's connections, {endpoint: {"conn", ...}}
-
-
-def connections():
-    """This thread's connections by endpoint (two threads never share one)."""
-    import _thread
-    LOCAL[:] = LOCAL or [_thread._local()]   # gone with its thread
-    return LOCAL[0].__dict__.setdefault("pool", {})
+CONNECTIONS = {}   # endpoint -> {"conn", "sock", "response", "cfg" (whose request it is)}
 
 
 def drop_connection(cfg):
-    """Close the endpoint's connection (after an error or an abandoned reply)."""
-    entry = connections().pop(cfg["endpoint"], None)
+    """Close the endpoint's connection (after an error, or a reply not read to its end)."""
+    entry = CONNECTIONS.pop(cfg["endpoint"], None)
     if entry:
         entry["conn"].close()
 
@@ -625,97 +541,69 @@ def default_port(url):
     return url.port or (443 if url.scheme == "https" else 80)
 
 
-def open_connection(cfg):
-    """A new http.client connection to the endpoint's host: the connect hook's, or direct."""
-    import http.client
-    from urllib.parse import urlsplit
-    conn = first("connect", cfg)
-    if conn is None:
-        url = urlsplit(cfg["endpoint"])
-        plain = url.scheme == "http"
-        conn = (http.client.HTTPConnection if plain else http.client.HTTPSConnection)(
-            url.hostname, default_port(url), timeout=cfg["timeout"])
-    return conn
-
-
 def http_request(cfg, method, path, body=None, wait=None, root=False):
-    """Send one request on the endpoint's kept-alive connection; the response. A connection
-    the server closed while idle is reopened once; one whose last reply was not read to its
-    end is replaced (http.client would refuse to read the next answer). path: under the
-    endpoint (its ?query kept), or the server's root; wait: seconds for the first byte."""
+    """The response to one request on the endpoint's kept-alive connection (reopened once if
+    the server closed it while idle). path: under the endpoint, or from root; wait: seconds."""
     import http.client
     from urllib.parse import urlsplit
-    extra = cfg.get("headers") or {}   # (Part II's key: an Azure api-key, a gateway's)
+    url = urlsplit(cfg["endpoint"])
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream",
                "Content-Type": "application/json"}
     if cfg["api_key"]:
         headers["Authorization"] = "Bearer " + cfg["api_key"]
-    names = {k.lower() for k in extra} | ({"authorization"} if "api-key" in {
-        k.lower() for k in extra} else set())
+    extra = cfg.get("headers") or {}   # (Part II's key: an Azure api-key replaces the Bearer)
+    names = {k.lower() for k in extra}
+    names |= {"authorization"} if "api-key" in names else set()
     headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
-    url = urlsplit(cfg["endpoint"])
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
-    pool = connections()
     for attempt in (1, 2):
-        entry = pool.get(cfg["endpoint"])
+        entry = CONNECTIONS.get(cfg["endpoint"])
         if entry and entry["response"] and not entry["response"].isclosed():
-            drop_connection(cfg)
+            drop_connection(cfg)   # its last reply is unread: http.client would refuse
             entry = None
-        if entry is None:
-            entry = pool[cfg["endpoint"]] = {"conn": open_connection(cfg), "response": None,
-                                             "fresh": True}
-        entry["cfg"] = cfg   # whose request it is (what a connect hook's responses read)
+        fresh = entry is None
+        if fresh:
+            kind = http.client.HTTPConnection if url.scheme == "http" else \
+                http.client.HTTPSConnection
+            conn = first("connect", cfg) or kind(url.hostname, default_port(url),
+                                                 timeout=cfg["timeout"])
+            entry = CONNECTIONS[cfg["endpoint"]] = {"conn": conn, "response": None}
+        entry["cfg"] = cfg
         try:
             entry["conn"].request(method, target, body, headers)
-            entry["sock"] = entry["conn"].sock   # (None after a close-delimited reply)
+            entry["sock"] = entry["conn"].sock
             entry["sock"].settimeout(wait or cfg["timeout"])
             entry["response"] = entry["conn"].getresponse()
-            entry["fresh"] = False
             return entry["response"]
-        except (ConnectionError, http.client.BadStatusLine):
+        except BaseException as e:
             drop_connection(cfg)
-            if entry["fresh"] or attempt == 2:
+            if fresh or attempt == 2 or not isinstance(e, (ConnectionError,
+                                                           http.client.BadStatusLine)):
                 raise
-        except BaseException:
-            drop_connection(cfg)
-            raise
 
 
 def release(cfg, response):
-    """Finish with a reply so its connection can carry the next request: read what is left
-    of its body for at most 2 s, else close the connection."""
-    if response.will_close:   # close-delimited or `Connection: close`: nothing to reuse
-        return drop_connection(cfg)
-    sock = connections()[cfg["endpoint"]]["sock"]
+    """Read what is left of a reply (2 s at most), so that its connection can carry the next
+    request; else close the connection."""
     try:
-        sock.settimeout(2.0)
-        deadline = time.monotonic() + 2.0
-        while not response.isclosed() and time.monotonic() < deadline:
-            if not response.read(65536):   # read(), unlike read1(), marks the end on 3.8-3.12
-                break
-        sock.settimeout(cfg["timeout"])
+        if not response.will_close:   # (close-delimited or `Connection: close`: not reused)
+            CONNECTIONS[cfg["endpoint"]]["sock"].settimeout(2.0)
+            response.read()
     except Exception:
         pass
-    if not response.isclosed():
+    if response.will_close or not response.isclosed():
         drop_connection(cfg)
 
 
-def request_body(cfg, messages, tools=True, stream=True):
-    """The JSON body of a chat completion request."""
-    body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
-            "stream": stream}
-    if tools:
-        body["tools"] = tool_definitions(cfg)
-    return body
-
-
 def chat(cfg, messages, tools=True, quiet=False):
-    """The model's reply to messages, an assistant message, shown as it arrives unless
-    quiet. A failure goes to the request hook, then is retried by the backoff ladder when
-    waiting may help (kind retry); an ApiError when no reply can be had."""
+    """The model's reply to messages (an assistant message), shown unless quiet. A failure goes
+    to the request hook, then is retried after the backoff delays if kind retry, else raised."""
     retries, delays = 0, cfg["backoff"]
     while True:
-        body = request_body(cfg, messages, tools, cfg["stream"] and not quiet)
+        body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
+                "stream": cfg["stream"] and not quiet}
+        if tools:
+            body["tools"] = tool_definitions(cfg)
         body = hooked("request", body, cfg, messages)
         try:
             message, reply = exchange(cfg, body, quiet)
@@ -748,19 +636,20 @@ def chat(cfg, messages, tools=True, quiet=False):
 
 
 def exchange(cfg, body, quiet):
-    """One request and its reply: (the assistant message, the reply it was made from). A
-    network fault is a retryable ApiError (its cause the OSError); the reply in progress is
-    the run's "reply" (what was shown of it, when a Ctrl+C comes)."""
+    """One request: (the assistant message, the reply it was made from; the run's "reply"
+    while it comes). A network fault is a retryable ApiError caused by the OSError."""
     import http.client
-    reply, response = new_reply(quiet), None
+    now, response = time.monotonic(), None
+    reply = {"content": [], "reasoning": [], "calls": {}, "pieces": {}, "quiet": quiet,
+             "finish": None, "usage": None, "extra": {}, "first": None, "pending": [],
+             "ended": False, "echo_reasoning": False, "asked": now, "progress": now, "size": 0}
     if cfg.get("run") is not None:
         cfg["run"]["reply"] = reply
     try:
         if not quiet:
             emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
                  stream=body["stream"])
-        payload = encode_body(cfg, body).encode()
-        reply["sent"] = len(payload)
+        payload = json.dumps(body).encode()
         response = http_request(cfg, "POST", "/chat/completions", payload,
                                 cfg["first_byte_timeout"])
         if response.status != 200:
@@ -771,23 +660,29 @@ def exchange(cfg, body, quiet):
         else:   # not streamed, or a server that ignores stream=true
             data = response.read()
             try:
-                chunk = json.JSONDecoder().raw_decode(data.decode("utf-8", "replace").strip())[0]
+                chunk = json.loads(data.decode("utf-8", "replace"))
             except ValueError:
                 raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry",
                                body=data[:4000].decode("utf-8", "replace"))
             merge_chunk(cfg, reply, chunk, whole=True)
         release(cfg, response)
         pass_on(cfg, reply)
-        reply["tokens"] = tokens(reply)
+        usage = reply["usage"] if isinstance(reply["usage"], dict) else {}
+        if usage:   # tokens: prompt, cached (also DeepSeek's, Anthropic's), completion, estimated
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            for key in ("prompt_cache_hit_tokens", "cache_read_input_tokens"):
+                cached = usage.get(key) if cached is None else cached
+            reply["tokens"] = (usage.get("prompt_tokens") or 0, cached,
+                               usage.get("completion_tokens") or 0, False)
+        else:   # estimated: about four bytes a token
+            reply["tokens"] = ((len(payload) + 3) // 4, None, (reply["size"] + 3) // 4, True)
         hooked("delta", None, cfg, reply)
         message = finish_reply(reply)
         end_reply(cfg, reply)
         return message, reply
     except (OSError, http.client.HTTPException) as e:
         drop_connection(cfg)
-        raise ApiError("network error: " + (("no answer for %g s" % cfg[
-            "timeout" if reply["first"] else "first_byte_timeout"]) if "timed out" in str(e)
-            else str(e) or type(e).__name__), "retry") from e
+        raise ApiError("network error: %s" % (str(e) or type(e).__name__), "retry") from e
     except BaseException:   # an ApiError, Ctrl+C, SIGTERM: the rest of the reply goes unread
         if response is None or not response.isclosed():
             drop_connection(cfg)
@@ -796,56 +691,18 @@ def exchange(cfg, body, quiet):
         end_reply(cfg, reply)
 
 
-def tokens(reply):
-    """(prompt, cached or None, completion, estimated) tokens of a reply: the server's usage
-    (in any provider's names), else estimated from the bytes sent and the characters of the
-    answer and its calls (about four a token)."""
-    usage = reply["usage"]
-    if not isinstance(usage, dict):
-        calls = [c for c in reply["calls"].values() if c["function"]["name"]]
-        size = 16 + sum(map(len, reply["content"])) + sum(
-            32 + sum(map(len, reply["pieces"][id(c)])) for c in calls)
-        return (reply["sent"] + 3) // 4, None, (size + 3) // 4, True
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    for key in ("prompt_cache_hit_tokens", "cached_tokens", "cache_read_input_tokens"):
-        cached = usage[key] if cached is None and isinstance(usage.get(key), int) else cached
-    return (usage.get("prompt_tokens") or usage.get("input_tokens") or 0, cached,
-            usage.get("completion_tokens") or usage.get("output_tokens") or 0, False)
-
-
-def encode_body(cfg, body):
-    """The request's JSON text, each message encoded once per run: a long turn resends the
-    whole conversation at every step, and encoding it all again made that quadratic."""
-    texts = message_texts((cfg.get("run") or {}).get("wire", {}), body["messages"], True)
-    head = json.dumps(dict(body, messages=0))   # keys in their order
-    return head.replace('"messages": 0', '"messages": [%s]' % ", ".join(texts), 1)
-
-
-def message_texts(cache, messages, ascii=False):
-    """The JSON texts of messages, each made once while the message lives (it is never
-    changed in place): cache, id -> (message, text), keeps these messages only (ASCII for the
-    wire, as json.dumps writes it)."""
-    known = {id(m): cache[id(m)] if id(m) in cache and cache[id(m)][0] is m else (
-        m, json.dumps(m, ensure_ascii=ascii)) for m in messages}
-    cache.clear()
-    cache.update(known)
-    return [known[id(m)][1] for m in messages]
-
-
 def error_from_response(cfg, response):
     """The ApiError for a non-200 response: retried for 408, 409, 429 and 5xx, else final."""
     text = response.read(1 << 20).decode("utf-8", "replace")
     if not response.isclosed():
         drop_connection(cfg)
     message = text.strip()[:300] or response.reason
-    try:
+    try:   # {"error": {"message": "..."}}, {"error": "..."}, or a list of those (Gemini)
         error = json.loads(text)
-        error = error[0] if isinstance(error, list) and error else error   # Gemini's is a list
-        error = error.get("error", error) if isinstance(error, dict) else error
-        message = str(error.get("message") or message) if isinstance(error, dict) else \
-            error if isinstance(error, str) else message
-    except ValueError:
+        error = (error[0] if isinstance(error, list) else error).get("error", error)
+        error = error.get("message") if isinstance(error, dict) else error
+        message = error if isinstance(error, str) and error else message
+    except (ValueError, LookupError, AttributeError):
         pass
     status = response.status
     return ApiError("HTTP %d: %s%s" % (status, " ".join(message.split()), " (check api_key in "
@@ -857,8 +714,8 @@ def error_from_response(cfg, response):
 def sse_events(read):
     """Yield, after each network read, the list of events it completed (each event's data,
     bytes). Lines look like  data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
-    or ": keep-alive" (a comment), "event: name"; a blank line ends an event. A line that
-    is not SSE, `error: {...}` (older llama.cpp) or bare JSON (a proxy's error), is one."""
+    or ": keep-alive", "event: name"; a blank line ends an event. A line `error: {...}`
+    (older llama.cpp) or of bare JSON (a proxy's error) is an event of its own."""
     partial, data, ended = b"", [], False
     while not ended:
         block = read(65536)
@@ -866,7 +723,7 @@ def sse_events(read):
         lines = (partial + (block or b"\n\n")).split(b"\n")
         partial, events = lines.pop(), []
         for line in lines:
-            line = line[:-1] if line[-1:] == b"\r" else line
+            line = line.rstrip(b"\r")
             if not line and data:
                 events.append(b"\n".join(data))
                 data = []
@@ -878,78 +735,54 @@ def sse_events(read):
 
 
 def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply until [DONE] or the end, passing the text on once
-    per network read. Comments, blank lines and empty deltas are no progress: a reply with
-    none for timeout seconds (first_byte_timeout before its first output) has stalled."""
+    """Merge a streamed reply into reply until [DONE] or its end, passing the text on after
+    each network read. Keep-alives are no progress: none for timeout seconds
+    (first_byte_timeout before the first output) is a stalled reply."""
     for events in sse_events(response.read1):
         moved = False
         for data in events:
             if data[:6] == b"[DONE]":
                 return
-            for chunk in json_values(cfg, data):
-                if chunk.get("error"):   # OpenRouter sends it next to choices
-                    raise stream_error(chunk["error"])
-                moved = merge_chunk(cfg, reply, chunk) or moved
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
+                          % data[:80])
+                continue
+            if not isinstance(chunk, dict):   # (a relay's `data: null`)
+                continue
+            if chunk.get("error"):   # (OpenRouter sends it beside the choices)
+                raise stream_error(chunk["error"])
+            moved = merge_chunk(cfg, reply, chunk) or moved
         pass_on(cfg, reply)
-        now = time.monotonic()
-        if moved and not reply["first"]:   # the output has begun: a gap of timeout is a stall
-            sock = (connections().get(cfg["endpoint"]) or {}).get("sock")
-            if sock:
-                sock.settimeout(cfg["timeout"])
+        now, key = time.monotonic(), "timeout" if reply["first"] else "first_byte_timeout"
+        entry = CONNECTIONS.get(cfg["endpoint"])
+        if moved and not reply["first"] and entry:   # output has begun: a gap of timeout stalls
+            entry["sock"].settimeout(cfg["timeout"])
         if moved:
             reply["progress"], reply["first"] = now, reply["first"] or now
-        elif now - reply["progress"] > cfg["timeout" if reply["first"] else "first_byte_timeout"]:
-            key = "timeout" if reply["first"] else "first_byte_timeout"
+        elif now - reply["progress"] > cfg[key]:
             raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (
                 cfg[key], key), "retry")
         hooked("delta", {}, cfg, reply)
-    if response.length:   # read1() returns b"" on a short Content-Length body, without an error
-        raise ApiError("the connection closed in the middle of the reply", "retry")
     if not (reply["finish"] or reply["size"]):
         raise ApiError("the server ended the reply without sending anything", "retry",
                        body="empty stream")
-    if not reply["finish"] and not response.chunked and response.length is None:
-        # closed before [DONE] or a finish_reason: dropped (a chunked reply cut short raises
-        # IncompleteRead instead)
+    if response.length or response.length is None and not (reply["finish"] or response.chunked):
+        # (read1() returns b"" on a short Content-Length body; a chunked one cut short raises)
         raise ApiError("the connection closed in the middle of the reply", "retry")
 
 
-def json_values(cfg, data):
-    """The JSON objects in one event's data (some servers omit the blank line between
-    events); what is not JSON is skipped, and said."""
-    try:
-        values = [json.loads(data)]   # (a relay's `data: null` is no chunk either)
-    except ValueError:
-        values = []
-        for line in data.split(b"\n"):
-            try:
-                values.append(json.loads(line))
-            except ValueError:
-                note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
-                          % line[:80])
-    return [v for v in values if isinstance(v, dict)]
-
-
 def stream_error(error):
-    """The ApiError for an error object sent inside a stream (retried: it may be a slip)."""
+    """The ApiError for an error sent inside a stream (retried: it may be a slip)."""
     message = error.get("message") if isinstance(error, dict) else str(error)
     return ApiError("error in stream: %s" % " ".join(str(message).split()), "retry",
                     body=json.dumps(error)[:4000])
 
 
-def new_reply(quiet):
-    """A reply under construction: text and reasoning pieces, tool calls (and the pieces of
-    their arguments) by index, what is still to pass on as events (pending: [(kind,
-    [pieces])]), fields to send back on the message (extra; Part II's), its times and size."""
-    now = time.monotonic()
-    return {"content": [], "reasoning": [], "calls": {}, "pieces": {}, "quiet": quiet,
-            "finish": None, "usage": None, "extra": {}, "first": None, "pending": [],
-            "ended": False, "echo_reasoning": False, "asked": now, "progress": now, "size": 0}
-
-
 def merge_chunk(cfg, reply, chunk, whole=False):
-    """Merge one streamed chunk (or a whole non-streamed response) into reply; True when it
-    brought output: text, reasoning, a tool call's name or arguments.
+    """Merge one streamed chunk (whole: a non-streamed response) into reply; True when it
+    brought output: text, reasoning, a tool call's name or arguments. A chunk:
     {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[{"index":0,"id":"call_1",
      "function":{"name":"shell_exec","arguments":"{\\"comm"}}]}}],"usage":{...}}"""
     reply["usage"], size = chunk.get("usage") or reply["usage"], reply["size"]
@@ -961,8 +794,8 @@ def merge_chunk(cfg, reply, chunk, whole=False):
             continue
         delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
         reply["finish"] = choice.get("finish_reason") or reply["finish"]
-        reply["usage"] = choice.get("usage") or reply["usage"]   # Moonshot's place for it
-        delta = hooked("delta", delta, cfg, reply) if HOOKS["delta"] else delta
+        reply["usage"] = choice.get("usage") or reply["usage"]   # (Moonshot's place for it)
+        delta = hooked("delta", delta, cfg, reply)
         thought = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(thought, str) and thought:
             reply["echo_reasoning"] |= "reasoning_content" in delta
@@ -975,37 +808,30 @@ def merge_chunk(cfg, reply, chunk, whole=False):
 
 
 def add_piece(reply, kind, text):
-    """Record a piece of the answer (kind text) or of reasoning; it is passed on as an event
-    after this network read."""
+    """Record a piece of the answer (kind text) or of reasoning, and queue it to pass on."""
     reply["content" if kind == "text" else "reasoning"].append(text)
     reply["size"] += len(text)
     queue(reply, kind, text)
 
 
 def queue(reply, kind, text):
-    """Queue a piece to pass on, joined to the run of its kind before it."""
-    pending = reply["pending"]
-    if reply["quiet"]:
-        return
-    if pending and pending[-1][0] == kind:
-        pending[-1][1].append(text)
-    else:
-        pending.append((kind, [text]))
+    """Queue a piece to pass on (unless quiet), joined to the run of its kind before it."""
+    if reply["pending"] and reply["pending"][-1][0] == kind:
+        reply["pending"][-1][1].append(text)
+    elif not reply["quiet"]:
+        reply["pending"].append((kind, [text]))
 
 
 def pass_on(cfg, reply, final=False):
-    """Emit what is queued, one event per run of text or reasoning, in the order it came.
-    Unless final, the end of the last run stays queued while it may begin a secret (a model
-    that read the key must not print it, even split across chunks) or is half a character."""
+    """Emit what is queued, one event per run of text or reasoning, in order; unless final,
+    the end of the last run stays queued while it may begin a secret."""
     pending, reply["pending"] = reply["pending"], []
     for n, (kind, pieces) in enumerate(pending):
-        text = "".join(pieces)
+        text, held = stream_piece(cfg, "", "".join(pieces))
         if final or n < len(pending) - 1:   # its run has ended: nothing of it is held back
-            text = join_surrogates(redact(cfg, text))
-        else:
-            text, held = stream_piece(cfg, "", text)
-            if held:
-                reply["pending"].append((kind, [held]))
+            text, held = text + join_surrogates(held), ""
+        if held:
+            reply["pending"].append((kind, [held]))
         if text:
             emit(cfg, kind, text=text)
 
@@ -1019,25 +845,20 @@ def end_reply(cfg, reply):
 
 
 def join_surrogates(text):
-    """Text with UTF-16 halves joined into the characters they encode (JSON's "\\ud83d\\ude00",
-    split across two chunks, is one emoji); a lone half becomes U+FFFD, which UTF-8 can store."""
+    """Text with UTF-16 halves joined into their characters (an emoji split across two
+    chunks as "\\ud83d" and "\\ude00"); a lone half becomes U+FFFD."""
     if not re.search("[\ud800-\udfff]", text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def merge_tool_call(reply, fragment, position):
-    """Merge one tool-call fragment by its index, as servers send them: id and name in the
-    first fragment or repeated in each, arguments split anywhere (kept as pieces, joined
-    once) or all so far in each fragment (DeepSeek through Qianfan, some proxies). A new id
-    with a name at an index another call holds starts a call of its own (Ollama sends each
-    call whole at index 0). Other fields of a call are kept, to be sent back: Gemini signs
-    calls ({"extra_content": {"google": {"thought_signature": ...}}})."""
-    calls = reply["calls"]
+    """Merge a tool-call fragment by its index (a new id and name at a taken index is a new
+    call: Ollama's are all at 0); other fields are kept to send back (Gemini's signature)."""
     if not isinstance(fragment, dict):
         return
-    index, function = fragment.get("index"), fragment.get("function") or {}
-    index = index if isinstance(index, int) else position
+    calls, function = reply["calls"], fragment.get("function") or {}
+    index = fragment["index"] if isinstance(fragment.get("index"), int) else position
     call, new_id = calls.get(index), str(fragment.get("id") or "")
     if call and call["id"] and new_id and new_id != call["id"] and (
             function.get("name") or not isinstance(fragment.get("index"), int)):
@@ -1056,8 +877,8 @@ def merge_tool_call(reply, fragment, position):
     if isinstance(arguments, str) and arguments:
         pieces = reply["pieces"][id(call)]
         if 0 < len(pieces) <= len(arguments) and arguments.startswith(pieces[0]) and (
-                arguments.startswith("".join(pieces))):   # (joined only when they may fit)
-            del pieces[:]   # all the arguments so far, sent again: they replace what came
+                arguments.startswith("".join(pieces))):   # all so far, sent again: replaced
+            del pieces[:]
         pieces.append(arguments)
         reply["size"] += len(arguments)
     call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
@@ -1444,7 +1265,7 @@ def save_session(cfg, session, messages, link=True):
     """Write the conversation's file, unless it holds this already (a first save takes a new
     time-based id); with link, point autosave.json at it. A failure is a warning."""
     session["summary"] = session["summary"] or first_user_text(messages)   # kept by /compact
-    lines = message_texts((cfg.get("run") or {}).get("json", {}), messages)
+    lines = [json.dumps(m, ensure_ascii=False) for m in messages]
     n, written = 1, (session["summary"], list(messages))
     try:
         os.makedirs(bantam_home("sessions"), mode=0o700, exist_ok=True)   # (a file there: fails)
@@ -2665,12 +2486,12 @@ def waiting_response(endpoint):
 
     class Response(http.client.HTTPResponse):
         def begin(self):
-            await_reply(connections()[endpoint], self.fp)
+            await_reply(CONNECTIONS[endpoint], self.fp)
             return http.client.HTTPResponse.begin(self)
 
         def read1(self, n=-1):
             if not self.isclosed() and self.length != 0:   # (0: its Content-Length is used up)
-                await_reply(connections()[endpoint], self.fp)
+                await_reply(CONNECTIONS[endpoint], self.fp)
             return http.client.HTTPResponse.read1(self, n)
     return Response
 

@@ -14,8 +14,7 @@ FakeServer; each checks what a user sees, what is sent or what is saved.
 - TrustQuestionTests: the trust question shows the folder's text terminal-safe, hidden
   characters made visible.
 - SecretTests: a short credential in BANTAM_ENDPOINT (a password, ?key=, a user name
-  alone; ?code=, ?api-key=, ?access_token=...) stays out of commands; a key written
-  with JSON escapes is *** in the views, the trace and the session; -o FILE is redacted.
+  alone; ?code=, ?api-key=, ?access_token=...) stays out of commands; -o FILE is redacted.
 - ReplyShapeTests: two tool calls with one id get one tool message each, under unique ids.
 - TallCommandTests: a command taller than the screen is shown bounded at "Run?", the hidden
   lines named, in the plain view at a terminal (render=never) too.
@@ -222,7 +221,7 @@ class TrustQuestionTests(RedTeamCase):
 
 
 class SecretTests(RedTeamCase):
-    """Secrets in the endpoint, in JSON escapes, in the answer written to a file."""
+    """Secrets in the endpoint, in the answer written to a file."""
 
     def test_a_short_credential_in_bantam_endpoint_stays_out_of_commands(self):
         """BANTAM_ENDPOINT with user:password and ?key= of a few characters: the command's
@@ -249,21 +248,6 @@ class SecretTests(RedTeamCase):
         shown = self.run_bantam("--show-config", env={"BANTAM_ENDPOINT": url}).stdout
         self.assertNotIn("tok-8899", shown)
         self.assertIn("***@127.0.0.1", shown)
-
-    def test_a_key_written_with_json_escapes_is_redacted(self):
-        """The model writes the key as JSON escapes (\\u0073k, \\/) in a call's arguments: the
-        rendered call, the trace and the session show ***."""
-        self.ws.write_config(self.server, api_key=USER_KEY)
-        trace = os.path.join(self.ws.tmp, "trace.jsonl")
-        args = '{"command": "echo \\u0073k-red\\/team-0123456789"}'
-        self.push(tool_call_stream([("c1", "shell_exec", args)]), text_stream("done"))
-        result = self.batch("--trace", trace, "--set", "render=always")
-        sessions = "".join(read_text(os.path.join(self.ws.sessions_dir(), name))
-                           for name in os.listdir(self.ws.sessions_dir()))
-        for where, text in (("stdout", result.stdout), ("trace", read_text(trace)),
-                            ("session", sessions)):
-            self.assertNotIn("team-0123456789", text, where)
-            self.assertIn("***", text, where)
 
     def test_the_answer_written_with_o_is_redacted(self):
         """-o FILE holds the answer with the key as ***, as stdout does."""

@@ -2,7 +2,6 @@
 
 - SaidOnceTests: the notes bantam says once (a broken stream, the text-tool-call hint) are
   said once in each of two runs of one process, not once for the process.
-- ThreadConnectionTests: a thread's keep-alive connection goes away with the thread.
 - StreamQueueTests: a secret split across chunks, with reasoning and text taking turns around
   it, reaches the screen as *** and in the order it was sent.
 """
@@ -29,30 +28,6 @@ for n in (1, 2):
     runs.append([e["text"] for e in events if e["type"] == "note"])
 with open(sys.argv[2], "w") as f:
     json.dump(runs, f)
-"""
-
-THREAD_CONNECTION = r"""
-import gc, json, os, sys, threading
-import bantam
-
-def sockets():
-    found = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            found += os.readlink("/proc/self/fd/" + fd).startswith("socket:")
-        except OSError:   # the listing's own descriptor, closed by now
-            pass
-    return found
-
-cfg = bantam.load_config(overrides={"endpoint": sys.argv[1], "model": "m"})
-before = sockets()
-thread = threading.Thread(target=bantam.AL, args=(cfg, [{"role": "user", "content": "hi"}]),
-                          kwargs={"on_event": lambda event: None})
-thread.start()
-thread.join()
-gc.collect()
-with open(sys.argv[2], "w") as f:
-    json.dump({"before": before, "after": sockets()}, f)
 """
 
 
@@ -92,17 +67,6 @@ class SaidOnceTests(LibraryCase):
 
 
 @unittest.skipUnless(os.path.isdir("/proc/self/fd"), "needs /proc to count sockets")
-class ThreadConnectionTests(LibraryCase):
-
-    def test_a_threads_connection_goes_with_it(self):
-        """An AL run in a thread keeps its connection alive while it runs; once the thread
-        has ended, no socket of it is left open in the process."""
-        self.push(text_stream("hello"))
-        counts = self.run_library(THREAD_CONNECTION, self.server.url)
-        self.assertEqual(self.server.connections, 1)
-        self.assertEqual(counts["after"], counts["before"], counts)
-
-
 class StreamQueueTests(BantamTestCase):
 
     def test_a_split_secret_between_reasoning_and_text(self):
