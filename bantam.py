@@ -4773,43 +4773,37 @@ HOOKS["request"].append(nudged)
 
 # ----------------------------------------------------------------------------------------
 # The context window and compaction: the window the server reports (or an overflow error
-# names), the token line after a turn, and a conversation that no longer fits compacted
-# (the request hook)
+# names), the token line after a turn, a conversation that no longer fits compacted
 # ----------------------------------------------------------------------------------------
 
 def context_window(cfg):
-    """The model's context window in tokens: what the server reports, else the context_window
-    key. Asked once per process and only when needed; an overflow error teaches it too."""
+    """The model's context window: the server's (asked once per process, only when needed),
+    else the context_window key."""
     key = (cfg["endpoint"], cfg["model"])
     if key not in LEARNED["windows"]:
         LEARNED["windows"][key] = discover_window(cfg) or cfg["context_window"]
     return LEARNED["windows"][key]
 
 def discover_window(cfg):
-    """The window the server reports for the model, or None: its GET /models entry, else (a
-    server on this machine or network) llama.cpp's GET /props or Ollama's POST /api/show."""
-    from urllib.parse import urlsplit
+    """The window the server reports for the model, or None: in its GET /models entry, else
+    llama.cpp's GET /props, else Ollama's POST /api/show."""
     for entry in list_models(cfg, quiet=True):
         window = first_count(*map(entry.get, ("context_length", "context_window", "max_model_len")),
                              dig(entry, "top_provider", "context_length"),
                              dig(entry, "meta", "n_ctx"))   # llama-server's (not n_ctx_train)
         if entry.get("id") == cfg["model"] and window:
             return window
-    if not private_host(urlsplit(cfg["endpoint"]).hostname or ""):
-        return None   # a cloud API: the local servers' APIs below do not exist
     # llama.cpp: GET /props {"default_generation_settings": {"n_ctx": 2048, ...}, ...}
-    window = first_count(dig(get_json(cfg, "GET", "/props", root=True),
-                             "default_generation_settings", "n_ctx"))
-    if window:
-        return window
+    props = get_json(cfg, "GET", "/props", root=True)
+    if first_count(dig(props, "default_generation_settings", "n_ctx")):
+        return props["default_generation_settings"]["n_ctx"]
     # Ollama: POST /api/show {"model": m} -> {"parameters": "num_ctx 8192\n...", "model_info":
     # {"llama.context_length": 131072, ...}}: the window it runs with, else the model's limit
     shown = get_json(cfg, "POST", "/api/show", {"model": cfg["model"]}, root=True)
     num_ctx = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(dig(shown, "parameters") or ""))
-    about = dig(shown, "model_info")
-    about = about.items() if isinstance(about, dict) else ()
+    about = dig(shown, "model_info") if isinstance(dig(shown, "model_info"), dict) else {}
     return first_count(int(num_ctx.group(1)) if num_ctx else None,
-                       *[v for k, v in about if k.endswith(".context_length")])
+                       *[v for k, v in about.items() if k.endswith(".context_length")])
 
 def dig(value, *keys):
     """value[key][key]...: None where a level is not a JSON object."""
@@ -4819,21 +4813,11 @@ def dig(value, *keys):
 
 def first_count(*values):
     """The first value that is a positive whole number, or None."""
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0),
-                None)
-
-def private_host(host):
-    """True for a host on this machine or a private network (where local servers run)."""
-    import ipaddress
-    try:
-        return not ipaddress.ip_address(host).is_global
-    except ValueError:
-        return "." not in host or host.endswith((".localhost", ".local", ".lan", ".internal"))
+    return next((v for v in values if type(v) is int and v > 0), None)
 
 # What overflow errors say of the window: "maximum context length is 2048 tokens" (OpenAI,
-# vLLM, DeepSeek), "maximum prompt length is 2048" (xAI), "available context size (2048
-# tokens)" and "n_ctx": 2048 (llama.cpp), "with 2048 maximum context length" (Mistral),
-# "maximum number of tokens allowed (2048)" (Gemini), "> 2048 maximum" (Anthropic)...
+# vLLM, DeepSeek), "available context size (2048 tokens)" and "n_ctx": 2048 (llama.cpp),
+# "with 2048 maximum context length" (Mistral), "> 2048 maximum" (Anthropic)...
 WINDOW_IN_ERROR = (
     r"(?:maximum (?:context|prompt) length is|context window of|context length of(?: only)?"
     r"|available context size \(|maximum number of tokens allowed \(|tokens? > |model token limit:"
@@ -4843,8 +4827,7 @@ def learn_window(cfg, text):
     """Remember the window an overflow error names, for the rest of the process (never larger)."""
     match = re.search(WINDOW_IN_ERROR, text, re.I)
     if match:
-        key = (cfg["endpoint"], cfg["model"])
-        window = int(match.group(1) or match.group(2))
+        key, window = (cfg["endpoint"], cfg["model"]), int(match.group(1) or match.group(2))
         LEARNED["windows"][key] = min(window, LEARNED["windows"].get(key) or window)
 
 def get_json(cfg, method, path, body=None, root=False, what=None):
@@ -4852,8 +4835,7 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
     saying that we could not `what`, when given)."""
     import http.client
     try:
-        response = http_request(cfg, method, path, json.dumps(body).encode() if body else None,
-                                root=root)
+        response = http_request(cfg, method, path, body and json.dumps(body).encode(), root=root)
         data = response.read()   # the whole answer: the connection stays usable
         if response.status != 200:
             raise LookupError("HTTP %d %s" % (response.status, response.reason))
@@ -4862,9 +4844,7 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
         if not isinstance(e, LookupError):
             drop_connection(cfg)
         if what:
-            note(cfg, "error: cannot %s at %s%s: %s" % (
-                what, "" if root else cfg["endpoint"], path, e))
-        return None
+            note(cfg, "error: cannot %s at %s%s: %s" % (what, cfg["endpoint"], path, e))
 
 def list_models(cfg, quiet=False):
     """The entries of GET {endpoint}/models ([] and a note on failure, unless quiet)."""
@@ -4899,12 +4879,11 @@ def overflowed(cfg, messages, body, error=None):
     return True
 
 def trim_for_summary(request):
-    """Make a summary request smaller: drop the older half of the conversation (and a tool
-    result whose call went with it). False when there is nothing left to drop."""
-    body = request[1:-1]   # (the system prompt, first, and the summary prompt, last, stay)
-    if not body:
+    """Drop the older half of a summary request's conversation (and a tool result whose call
+    went with it); False when nothing is left to drop."""
+    if len(request) < 3:   # [system, summary prompt]
         return False
-    kept = body[(len(body) + 1) // 2:]
+    kept = request[(len(request) + 1) // 2:-1]
     while kept and kept[0].get("role") == "tool":
         kept.pop(0)
     request[1:-1] = kept
@@ -4912,19 +4891,17 @@ def trim_for_summary(request):
 
 
 def token_line(convo, prompt, go):
-    """The turn hook of the token line: after a turn, the "context" event (shown unless
-    usage=false) for its last model call, with the turn's and the session's cost; in the
-    REPL, at COMPACT_AT of the window, the offer to compact. Batch mode asks the server
-    nothing for it: the window learned, else the context_window key."""
+    """The turn hook of the token line: after a turn, the "context" event of its last model
+    call, with the turn's and the session's cost; in the REPL, at COMPACT_AT of the window,
+    the offer to compact. Batch mode asks no server for it: the window learned, else the key's."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
     usage, cfg, cost = convo.get("usage"), convo["cfg"], convo.get("cost", 0.0)
     if not usage:
         return
-    window = LEARNED["windows"].get((cfg["endpoint"], cfg["model"]), cfg["context_window"]) \
-        if convo.get("batch") else context_window(cfg)
-    share = usage["prompt_tokens"] / window if window else 0.0
-    priced = usage["cost"] is not None
+    window = context_window(cfg) if not convo.get("batch") else LEARNED["windows"].get(
+        (cfg["endpoint"], cfg["model"]), cfg["context_window"])
+    share, priced = usage["prompt_tokens"] / window, usage["cost"] is not None
     emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
          cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
          estimated=usage["estimated"], window=window, share=share,
@@ -4939,7 +4916,6 @@ def token_line(convo, prompt, go):
             cmd_compact(convo, "")
         else:
             convo["declined"] = share
-
 
 def usage_meter(convo):
     """A view keeping what the token line needs: the last usage of the turn's main loop and
@@ -4963,9 +4939,8 @@ HOOKS["turn"].append(token_line)
 # ----------------------------------------------------------------------------------------
 
 def prune_sessions(cfg):
-    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions, by
-    their last change (file or journal); /save's copies stay, and so does one changed since
-    it was judged (its run saved it meanwhile)."""
+    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions (by
+    their last change); /save's copies stay, and so does one changed since it was judged."""
     made = {sid: last_change(sid) for sid in session_ids()
             if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
     for sid in sorted(made, key=made.get, reverse=True)[cfg["keep_sessions"]:]:
@@ -5008,17 +4983,14 @@ def cmd_delete(convo, arg):
 
 def cmd_continue(convo, arg):
     """/continue: resume the newest conversation of this folder."""
-    sid = latest_in_folder()
-    if not sid:
+    if not latest_in_folder():
         raise BantamError("no conversation of this folder to continue (see /list)")
-    cmd_load(convo, sid)
-
+    cmd_load(convo, latest_in_folder())
 
 def tidy_sessions(convo, prompt, go):
     """The turn hook of tidy sessions: a conversation given a made-up id by its first save
-    prunes the oldest beyond keep_sessions; bantam 1.0's regular autosave.json is kept under
-    an id of its own before a link replaces it; the temp files of writes killed mid-way
-    (SIGKILL leaves them) go once a minute old."""
+    prunes the oldest; bantam 1.0's regular autosave.json is kept under an id of its own
+    before a link replaces it; temp files of writes killed mid-way go once a minute old."""
     link, new = session_path("autosave"), not convo["session"]["id"]
     if os.path.isfile(link) and not os.path.islink(link):
         when = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
@@ -5030,23 +5002,19 @@ def tidy_sessions(convo, prompt, go):
             prune_sessions(convo["cfg"])
         folder = bantam_home("sessions")
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
-            path = os.path.join(folder, name)
             try:   # lstat: a temp link's age is its own, not that of the file it names
-                if name.endswith(".tmp") and time.time() - os.lstat(path).st_mtime > 60:
-                    os.unlink(path)
+                if name.endswith(".tmp") and time.time() - os.lstat(
+                        os.path.join(folder, name)).st_mtime > 60:
+                    os.unlink(os.path.join(folder, name))
             except OSError:   # (another run removed it first)
                 pass
 
-
 def start_conversation(cfg, args):
-    """The conversation to work on: this folder's latest (-c), a given one (--session), or
-    new: (session, messages)."""
-    if args.cont:
-        sid = latest_in_folder()
-        if not sid:
-            raise ConfigError("no conversation of this folder to continue")
-        return load_session(sid)
-    name = args.session   # the same names as /save's
+    """The conversation to work on, (session, messages): this folder's latest (-c), a given
+    one (--session), or a new one."""
+    if args.cont and not latest_in_folder():
+        raise ConfigError("no conversation of this folder to continue")
+    name = latest_in_folder() if args.cont else args.session   # (the same names as /save's)
     if name and (not re.match(SESSION_NAME, name) or name == "autosave"):
         raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
     if name and os.path.exists(session_path(name)):
@@ -5063,62 +5031,44 @@ HOOKS["turn"].append(tidy_sessions)
 # ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
-    """text with a key=value line appended (the last line of a key wins). ValueError for a
+    """text with a key=value line appended (the last line of a key wins); ValueError for a
     key or value that read_key_values would not read back exactly."""
-    read = re.sub(INLINE_COMMENT, "", value).strip()   # as read_key_values reads it
     if not isinstance(key, str) or key.lower() not in DEFAULTS:
         raise ValueError("bad config key %r" % (key,))
-    if read != value or value.splitlines() not in ([], [value]):
+    if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
         raise ValueError("cannot store %r as %s: a value is one line, read without surrounding "
                          "spaces or a ' #' comment" % (value, key))
     newline = "\r\n" if "\r\n" in text else "\n"
     return text + newline * (text[-1:] not in ("", "\n")) + key.lower() + "=" + value + newline
 
+def save_setting(path, key, raw):
+    """Append key=raw to the config file at path (through a symlink), with mode 0600 (it may
+    hold the API key, now or later); the 'path:line' it now comes from."""
+    try:
+        text = ""
+        if os.path.exists(path):
+            with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
+                text = f.read()
+        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
+    except ValueError as e:   # (a UnicodeDecodeError too)
+        raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
+    except OSError as e:
+        raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
+    return read_key_values(path)[key][1]
+
 def shown_value(cfg, key):
     """A setting as /cfg and --show-config print it: secrets as ***."""
-    value = cfg[key]
-    if key == "api_key" and value:
-        value = "***"
-    elif key == "headers":
-        value = {k: "***" for k in value}
+    value = {k: "***" for k in cfg[key]} if key == "headers" else cfg[key]
+    value = "***" if key == "api_key" and value else value
     text = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
     return redact(cfg, text)   # the credentials in an endpoint URL too
-
-def setting_file(cfg, key):
-    """The config file /cfg writes key to: this folder's model.cfg when key came from it, else
-    the user's own (--config, else ~/.bantam/model.cfg)."""
-    folder = cfg["sources"]["folder_config"]
-    if folder and cfg["sources"].get(key, "").startswith(folder + ":"):
-        return folder
-    return cfg["sources"]["config_file"]
 
 def in_git_work_tree(path):
     """True when a .git lies in path's folder or above it: a file there may be committed."""
     folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(os.path.join(folder, ".git")):
-        if os.path.dirname(folder) == folder:
-            return False
+    while not os.path.exists(os.path.join(folder, ".git")) and os.path.dirname(folder) != folder:
         folder = os.path.dirname(folder)
-    return True
-
-def save_setting(path, key, raw):
-    """Write key=raw into the config file at path (through a symlink), with mode 0600: it may
-    hold the API key, now or later; the 'path:line' it now comes from."""
-    try:
-        with open(path, encoding="utf-8", newline="") as f:   # newline="": CRLF files stay CRLF
-            text = f.read()
-    except FileNotFoundError:
-        text = ""
-    except (OSError, UnicodeDecodeError) as e:
-        raise BantamError("%s: cannot read config: %s" % (path, getattr(e, "strerror", None) or e))
-    try:
-        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
-    except ValueError as e:
-        raise BantamError("%s: %s" % (key, e))
-    except OSError as e:
-        raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
-    return read_key_values(path).get(key, ("", path))[1]
-
+    return os.path.exists(os.path.join(folder, ".git"))
 
 def apply_setting(convo, key, value, where):
     """Use a new value of key from now on, in this conversation too."""
@@ -5130,10 +5080,8 @@ def apply_setting(convo, key, value, where):
         settle_secrets(cfg)
     if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
         add_prompt_extras(cfg)   # the system prompt names them
-        first = convo["messages"][0] if convo["messages"] else {}
-        if first.get("role") == "system":
-            first["content"] = cfg["system_prompt"]
-
+        if convo["messages"] and convo["messages"][0]["role"] == "system":
+            convo["messages"][0]["content"] = cfg["system_prompt"]
 
 def cmd_models(convo, arg):
     """/models: the endpoint's model ids, the configured one marked with *."""
@@ -5143,12 +5091,12 @@ def cmd_models(convo, arg):
 
 def cmd_cfg(convo, arg):
     """/cfg [key [value]]: every setting, one with where it comes from, or set one live and
-    write it to its config file."""
+    write it to its config file (this folder's model.cfg when the key came from it)."""
     cfg = convo["cfg"]
-    if not arg:
-        return show_config(cfg)
     key, _, raw = arg.partition(" ")
-    key, raw = key.lower(), raw.strip()
+    key, raw, folder = key.lower(), raw.strip(), cfg["sources"]["folder_config"]
+    if not key:
+        return show_config(cfg)
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
@@ -5159,14 +5107,12 @@ def cmd_cfg(convo, arg):
         # a key (or a URL holding one) typed at the prompt stays out of ~/.bantam_history
         readline.remove_history_item(readline.get_current_history_length() - 1)
     value = parse_value(key, raw, "/cfg")
-    before, path = cfg["sources"][key], setting_file(cfg, key)
+    path = folder if folder and cfg["sources"].get(key, "").startswith(folder + ":") else \
+        cfg["sources"]["config_file"]
     where = save_setting(path, key, raw)
     remember_own_edit(cfg, path, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
-    if before == "flag":
-        show(cfg, "[note: the command line set %s; a flag still wins over the file at the next "
-             "start]\n" % key)
     if key in SECRET_KEYS and in_git_work_tree(path):
         show(cfg, "[note: %s is inside a git work tree: a commit may take the key with it; add it "
              "to .gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
@@ -5187,36 +5133,26 @@ def cmd_model(convo, arg):
 
 def skills(cfg):
     """{name: its SKILL.md} of the skills under bantam_skills_dir (folders holding one)."""
+    import glob
     root = os.path.expanduser(cfg["bantam_skills_dir"])
-    try:
-        names = sorted(os.listdir(root)) if root else []
-    except OSError:
-        return {}
-    paths = {n: os.path.join(root, n, "SKILL.md") for n in names}
-    return {n: path for n, path in paths.items() if os.path.isfile(path)}
-
-def read_skill(path):
-    """The text of a SKILL.md; a BantamError naming it when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8-sig", errors="replace") as f:
-            return f.read()
-    except OSError as e:
-        raise BantamError("cannot read skill %s: %s" % (path, e.strerror))
+    paths = sorted(glob.glob(os.path.join(glob.escape(root), "*", "SKILL.md"))) if root else []
+    return {os.path.basename(os.path.dirname(path)): path for path in paths}
 
 def cmd_skill(convo, arg):
-    """/skill [name [prompt]]: list the skills (with the description: line of each), or send
-    one's SKILL.md (and the prompt) as the next user turn."""
-    cfg = convo["cfg"]
-    found, folder = skills(cfg), cfg["bantam_skills_dir"]
+    """/skill [name [prompt]]: list the skills (the description: line of each), or send one's
+    SKILL.md (and the prompt) as the next user turn."""
+    cfg, found = convo["cfg"], skills(convo["cfg"])
     name, _, prompt = arg.partition(" ")
     if name and name not in found:
         raise BantamError("no skill %r (%s)" % (name, "the skills: " + ", ".join(found) if found
                                                 else "set bantam_skills_dir"))
     if name:
-        return read_skill(found[name]).rstrip("\n") + ("\n\n" + prompt.strip()) * bool(prompt)
+        prompt = prompt.strip()
+        return read_prompt(found[name]).rstrip("\n") + ("\n\n" + prompt if prompt else "")
     for name, path in found.items():
-        about = re.search(r"(?m)^description:(.*)", read_skill(path))
+        about = re.search(r"(?m)^description:(.*)", read_prompt(path))
         show(cfg, "%-20s %s\n" % (name, about.group(1).strip(" \"'") if about else ""))
+    folder = cfg["bantam_skills_dir"]
     if not found:
         show(cfg, "(no skills in %s: a skill is a folder with a SKILL.md)\n" % folder if folder
              else "(no skills folder: set one, e.g. /cfg bantam_skills_dir ~/skills)\n")
@@ -5231,8 +5167,7 @@ COMMANDS.update({
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/endpoint": (lambda convo, arg: cmd_cfg(convo, "endpoint " + arg),   # the API key goes to it
                   "/endpoint [url]: show or switch the API's base URL"),
-    "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its "
-                      "file)"),
+    "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved)"),
     "/list": (lambda convo, arg: cmd_list(convo, arg, display_width), COMMANDS["/list"][1]),
     "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
 })
@@ -6260,8 +6195,8 @@ def setting_flag(key, value=None):
             args.__dict__.setdefault("overrides", {})[name] = parse_value(
                 name, text, self.option_strings[-1])
             if key is None and name in SECRET_KEYS and text:
-                note({}, "warning: --set %s puts a secret in your shell's history and the process "
-                     "list; BANTAM_API_KEY or ~/.bantam/model.cfg keep it out" % name, "warning")
+                note({}, "warning: --set %s puts a secret in your shell's history; BANTAM_API_KEY "
+                     "or ~/.bantam/model.cfg keep it out" % name, "warning")
     return SetKey
 
 
@@ -6281,8 +6216,7 @@ def more_flags(parser):
     add("-q", "--quiet", action="store_true", help="stdout: only the answer; stderr: only problems")
     add("-o", "--output", metavar="FILE", help="also write the final answer to FILE")
     add("--jsonl", action="store_true", help="print the events as JSON lines")
-    add("--trace", metavar="FILE", action=setting("trace_file"),
-        help="append the events as JSON lines to FILE (config key trace_file)")
+    add("--trace", metavar="FILE", action=setting("trace_file"), help="append the events to FILE")
     add("--replay", metavar="TRACE", help="run a recorded trace again (its replies, real tools)")
     leash = parser.add_mutually_exclusive_group()
     leash.add_argument("--ask", nargs=0, action=setting("approve", "ask"),
@@ -6315,10 +6249,11 @@ def batch_prompt(args):
         args.prompt, args.prompt_file = text, None
     if args.prompt is None:
         return read_prompt(args.prompt_file, not args.quiet)
-    if args.prompt_file and not args.prompt.startswith("!"):
+    if args.prompt.startswith("!"):
+        return args.prompt
+    if args.prompt_file:
         raise ConfigError("give a prompt file or -p, not both")
-    piped = "" if args.prompt.startswith("!") or sys.stdin is None or sys.stdin.isatty() \
-        else read_prompt("-", not args.quiet)
+    piped = "" if sys.stdin.isatty() else read_prompt("-", not args.quiet)
     return args.prompt + ("\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")) * bool(piped.strip())
 
 def show_config(cfg):
@@ -6329,9 +6264,8 @@ def show_config(cfg):
                  sources["system_prompt"]))
     if sources.get("project_instructions_file"):
         rows.append(("", "+ project instructions", sources["project_instructions_file"]))
-    changed = ", ".join(sources.get("changed") or [])
-    why = ("the folder's model.cfg changed since you trusted it (%s)" % changed
-           if changed else "the folder is not trusted")
+    why = ("the folder's model.cfg changed since you trusted it (%s)" % ", ".join(
+        sources["changed"]) if sources.get("changed") else "the folder is not trusted")
     rows += [(key, shown_untrusted(key, value), where + " (not used: %s)" % why)
              for key, (value, where) in sources["untrusted"].items()]
     rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
@@ -6404,7 +6338,7 @@ def start(convo, args):
         return run_direct(cfg, prompt[1:])
     trust_folder(cfg, args, not batch and sys.stdin.isatty(), lambda trust: settle(cfg, trust))
     hide_secrets(cfg)
-    if batch and not args.replay and keyless(cfg):   # (a replay sends nothing)
+    if prompt is not None and keyless(cfg):   # (a replay sends nothing)
         raise ConfigError("no API key for %s, so nothing is sent: %s; or %s; or %s" % (
             (DEFAULTS["endpoint"],) + KEYLESS_FIXES))
     check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
@@ -6451,7 +6385,6 @@ def start(convo, args):
         do_line(convo, args.interactive)
     return None
 
-
 def chosen_view(cfg, args, batch):
     """The view of the run: --jsonl (in the REPL its prompt and commands on stderr: stdout is
     JSON only), -q in batch mode, the terminal view (render), else the plain one."""
@@ -6467,7 +6400,6 @@ def chosen_view(cfg, args, batch):
     rendered = cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty())
     return VIEWS["terminal" if rendered else "plain"](cfg)
 
-
 def trace_view(cfg):
     """The trace_file's view: the events as JSON lines, appended."""
     try:
@@ -6476,29 +6408,28 @@ def trace_view(cfg):
     except OSError as e:
         raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
 
-
 def batch_answer(convo, prompt, go):
     """The turn hook of batch mode: -q prints the final answer, -o writes it (each with a
     line break at its end); a turn stopped by a budget exits BUDGET_EXIT."""
     go(prompt)
     if not convo.get("batch"):
         return
-    args, messages = convo["args"], convo["messages"]
+    args, messages, cfg = convo["args"], convo["messages"], convo["cfg"]
     asked = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
     answer = re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", last_answer(messages[asked:]),
                     count=1, flags=re.S)   # (its reasoning, written into the content)
     answer += "\n" if answer and not answer.endswith("\n") else ""
     if args.quiet:
-        show(convo["cfg"], answer)
-    if args.output:
-        try:
+        show(cfg, answer)
+    try:
+        if args.output:
             with open(args.output, "w", encoding="utf-8") as f:
-                f.write(redact(convo["cfg"], answer))   # a file bantam writes: *** for secrets
-        except OSError as e:   # (a full disk: the answer is in the session all the same)
-            raise BantamError("cannot write %s: %s" % (args.output, e.strerror or e))
+                f.write(redact(cfg, answer))   # a file bantam writes: *** for secrets
+    except OSError as e:   # (a full disk: the answer is in the session all the same)
+        raise BantamError("cannot write %s: %s" % (args.output, e.strerror or e))
     convo["status"] = BUDGET_EXIT if convo.get("ended") == "budget" else 0 if answer else 1
     if not answer:   # an empty stdout with exit 0 would read as an answer to a script
-        note(convo["cfg"], "[no answer: the turn ended without one]")
+        note(cfg, "[no answer: the turn ended without one]")
 
 
 HOOKS["start"].append(start)
