@@ -4777,16 +4777,14 @@ HOOKS["request"].append(nudged)
 # ----------------------------------------------------------------------------------------
 
 def context_window(cfg):
-    """The model's context window: the server's (asked once per process, only when needed),
-    else the context_window key."""
+    """The model's context window: the server's (asked once, when needed), else the key's."""
     key = (cfg["endpoint"], cfg["model"])
     if key not in LEARNED["windows"]:
         LEARNED["windows"][key] = discover_window(cfg) or cfg["context_window"]
     return LEARNED["windows"][key]
 
 def discover_window(cfg):
-    """The window the server reports for the model, or None: in its GET /models entry, else
-    llama.cpp's GET /props, else Ollama's POST /api/show."""
+    """The window the server reports for the model (GET /models, /props, /api/show), or None."""
     for entry in list_models(cfg, quiet=True):
         window = first_count(*map(entry.get, ("context_length", "context_window", "max_model_len")),
                              dig(entry, "top_provider", "context_length"),
@@ -4831,8 +4829,7 @@ def learn_window(cfg, text):
         LEARNED["windows"][key] = min(window, LEARNED["windows"].get(key) or window)
 
 def get_json(cfg, method, path, body=None, root=False, what=None):
-    """The JSON answer to a small request to the server; None when it fails (with a note
-    saying that we could not `what`, when given)."""
+    """The JSON answer to a small request; None when it fails (noted when `what` it is for)."""
     import http.client
     try:
         response = http_request(cfg, method, path, body and json.dumps(body).encode(), root=root)
@@ -4858,9 +4855,8 @@ def estimate_tokens(chars):
 
 
 def overflowed(cfg, messages, body, error=None):
-    """The request hook of compaction, after an overflow: a summary's request is trimmed, a
-    turn's conversation compacted once (the request in progress kept word for word if it fits
-    in half the window), and either is sent again; overflowing still, the turn fails."""
+    """The request hook of compaction, after an overflow: a summary's request trimmed, or the
+    conversation compacted once (the prompt kept whole if it fits half the window); True: resend."""
     if error is None or error.kind != "overflow":
         return body if error is None else False
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
@@ -4879,8 +4875,7 @@ def overflowed(cfg, messages, body, error=None):
     return True
 
 def trim_for_summary(request):
-    """Drop the older half of a summary request's conversation (and a tool result whose call
-    went with it); False when nothing is left to drop."""
+    """Drop the older half of a summary request's conversation; False when nothing is left."""
     if len(request) < 3:   # [system, summary prompt]
         return False
     kept = request[(len(request) + 1) // 2:-1]
@@ -4891,9 +4886,8 @@ def trim_for_summary(request):
 
 
 def token_line(convo, prompt, go):
-    """The turn hook of the token line: after a turn, the "context" event of its last model
-    call, with the turn's and the session's cost; in the REPL, at COMPACT_AT of the window,
-    the offer to compact. Batch mode asks no server for it: the window learned, else the key's."""
+    """The turn hook of the token line: the "context" event after a turn; in the REPL, the
+    offer to compact at COMPACT_AT. Batch mode asks no server: the window learned, or the key's."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
     usage, cfg, cost = convo.get("usage"), convo["cfg"], convo.get("cost", 0.0)
@@ -4918,8 +4912,7 @@ def token_line(convo, prompt, go):
             convo["declined"] = share
 
 def usage_meter(convo):
-    """A view keeping what the token line needs: the last usage of the turn's main loop and
-    the cost of every call (subagents' too)."""
+    """A view keeping the turn's last usage, its end, and every call's cost (subagents' too)."""
     def view(event):
         if event["type"] == "usage":
             convo["cost"] = convo.get("cost", 0.0) + (event["cost"] or 0.0)
@@ -5010,8 +5003,7 @@ def tidy_sessions(convo, prompt, go):
                 pass
 
 def start_conversation(cfg, args):
-    """The conversation to work on, (session, messages): this folder's latest (-c), a given
-    one (--session), or a new one."""
+    """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
     if args.cont and not latest_in_folder():
         raise ConfigError("no conversation of this folder to continue")
     name = latest_in_folder() if args.cont else args.session   # (the same names as /save's)
@@ -5090,8 +5082,7 @@ def cmd_models(convo, arg):
         show(convo["cfg"], "%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
 
 def cmd_cfg(convo, arg):
-    """/cfg [key [value]]: every setting, one with where it comes from, or set one live and
-    write it to its config file (this folder's model.cfg when the key came from it)."""
+    """/cfg [key [value]]: the settings, one with its source, or set one live and save it."""
     cfg = convo["cfg"]
     key, _, raw = arg.partition(" ")
     key, raw, folder = key.lower(), raw.strip(), cfg["sources"]["folder_config"]
@@ -5118,8 +5109,7 @@ def cmd_cfg(convo, arg):
              "to .gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
 
 def cmd_model(convo, arg):
-    """/model [name]: switch the model (a name the server does not list: for this session
-    only, not saved); without a name, the endpoint's models to choose from."""
+    """/model [name]: switch the model (one the server does not list: not saved), or list them."""
     cfg = convo["cfg"]
     if not arg:
         cmd_models(convo, "")
@@ -5139,8 +5129,7 @@ def skills(cfg):
     return {os.path.basename(os.path.dirname(path)): path for path in paths}
 
 def cmd_skill(convo, arg):
-    """/skill [name [prompt]]: list the skills (the description: line of each), or send one's
-    SKILL.md (and the prompt) as the next user turn."""
+    """/skill [name [prompt]]: list the skills, or send one's SKILL.md as the next prompt."""
     cfg, found = convo["cfg"], skills(convo["cfg"])
     name, _, prompt = arg.partition(" ")
     if name and name not in found:
@@ -6274,8 +6263,7 @@ def show_config(cfg):
         show(cfg, "%-20s %-40s %s\n" % row)
 
 def keyless(cfg):
-    """True when a prompt would go to the default endpoint with no key: a third party the
-    user never set up, and a certain 401."""
+    """True when a prompt would go to the default endpoint, never set up, with no key."""
     return not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]
 
 KEYLESS_FIXES = ("set api_key in ~/.bantam/model.cfg (bantam's model.cfg.example shows every "
@@ -6290,8 +6278,7 @@ def refuse_keyless(convo, prompt, go):
     return go(prompt)
 
 def note_folder_texts(cfg):
-    """Say in one line that this folder's system.txt and AGENTS.md are in the system prompt:
-    text the model reads needs no trust, but it is never used unsaid."""
+    """Say that this folder's system.txt and AGENTS.md are in the system prompt (never unsaid)."""
     sources = cfg["sources"]
     said = ["this folder's system.txt replaces the system prompt"] * (
         sources["system_prompt"] == os.path.join(os.getcwd(), "system.txt"))
@@ -6386,8 +6373,7 @@ def start(convo, args):
     return None
 
 def chosen_view(cfg, args, batch):
-    """The view of the run: --jsonl (in the REPL its prompt and commands on stderr: stdout is
-    JSON only), -q in batch mode, the terminal view (render), else the plain one."""
+    """The run's view: --jsonl (stdout JSON only), -q's in batch mode, terminal, or plain."""
     if args.jsonl:
         stream = sys.stdout
         if not batch:
@@ -6409,8 +6395,7 @@ def trace_view(cfg):
         raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
 
 def batch_answer(convo, prompt, go):
-    """The turn hook of batch mode: -q prints the final answer, -o writes it (each with a
-    line break at its end); a turn stopped by a budget exits BUDGET_EXIT."""
+    """The turn hook of batch mode: -q prints the answer, -o writes it; the exit status."""
     go(prompt)
     if not convo.get("batch"):
         return
@@ -6459,8 +6444,7 @@ def last_run(path):
 
 
 def replay(convo, path):
-    """--replay: run the last run of a trace file again; exit status 1 when a tool result
-    differs from the recording (the first one is reported), else 0."""
+    """--replay: run a trace's last run again; 1 when a tool result differs (said), else 0."""
     events = last_run(path)
     prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
     if not prompts:
@@ -6481,9 +6465,8 @@ def replay(convo, path):
 
 
 def replayed_connection(cfg):
-    """The connect hook of --replay: an http.client connection whose socket is none: what is
-    sent to it is kept, and each response read is the next recorded reply to a chat request
-    (another request: 404)."""
+    """The connect hook of --replay: a connection on no socket, answering each chat request
+    with the next recorded reply (another request: 404)."""
     state = (cfg.get("run") or {}).get("replay")
     if state is None:
         return None
