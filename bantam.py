@@ -4331,69 +4331,36 @@ HOOKS["request"].append(nudged)
 
 
 # ----------------------------------------------------------------------------------------
-# The context window and compaction: the window the server reports (or says in an
-# overflow), the token line after a turn, and a conversation that no longer fits compacted
-# (the request hook)
+# The context window and compaction: the window the server reports (or an overflow error
+# names), the token line after a turn, a conversation that no longer fits compacted
 # ----------------------------------------------------------------------------------------
 
 def context_window(cfg):
-    """The model's context window in tokens: what the server reports, else the
-    context_window key. Looked up once per process (and learned from overflow errors)."""
+    """The model's context window: the server's (asked once, when needed), else the key's."""
     key = (cfg["endpoint"], cfg["model"])
     if key not in LEARNED["windows"]:
         LEARNED["windows"][key] = discover_window(cfg) or cfg["context_window"]
     return LEARNED["windows"][key]
 
 def discover_window(cfg):
-    """The window the server reports for the model, or None: its GET /models entry, else
-    LiteLLM's /model/info, else (a server on this machine or network) the local servers' APIs."""
-    model = cfg["model"]
-    for entry in entries(list_models(cfg, quiet=True), model, "id"):
-        window = first_count(*map(entry.get, ("context_length", "context_window", "max_model_len",
-                                               "max_context_length", "loaded_context_length")),
+    """The window the server reports for the model (GET /models, /props, /api/show), or None."""
+    for entry in list_models(cfg, quiet=True):
+        window = first_count(*map(entry.get, ("context_length", "context_window", "max_model_len")),
                              dig(entry, "top_provider", "context_length"),
                              dig(entry, "meta", "n_ctx"))   # llama-server's (not n_ctx_train)
-        if window:
+        if entry.get("id") == cfg["model"] and window:
             return window
-    # The LiteLLM proxy (often on a host of its own): GET {endpoint}/model/info {"data":
-    # [{"model_name": m, "model_info": {"max_input_tokens": 4096, ...}}]}; else a 404, once
-    info = entries(dig(get_json(cfg, "GET", "/model/info"), "data"), model, "model_name")
-    window = first_count(*(dig(entry, "model_info", "max_input_tokens") for entry in info))
-    if window:
-        return window
-    from urllib.parse import urlsplit
-    if not private_host(urlsplit(cfg["endpoint"]).hostname or ""):
-        return None   # a cloud API: its /models said nothing, the local APIs below do not exist
     # llama.cpp: GET /props {"default_generation_settings": {"n_ctx": 2048, ...}, ...}
     props = get_json(cfg, "GET", "/props", root=True)
-    window = first_count(dig(props, "n_ctx"), dig(props, "default_generation_settings", "n_ctx"))
-    if window:
-        return window
+    if first_count(dig(props, "default_generation_settings", "n_ctx")):
+        return props["default_generation_settings"]["n_ctx"]
     # Ollama: POST /api/show {"model": m} -> {"parameters": "num_ctx 8192\n...", "model_info":
-    # {"llama.context_length": 131072, ...}}; num_ctx is the window it runs with, else the one
-    # of the loaded model (GET /api/ps), else the model's own limit (the most it can run with).
-    shown = get_json(cfg, "POST", "/api/show", {"model": model, "name": model}, root=True)
-    if isinstance(shown, dict):
-        match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(shown.get("parameters") or ""))
-        if match:
-            return int(match.group(1))
-        loaded = entries(dig(get_json(cfg, "GET", "/api/ps", root=True), "models"), model,
-                         "name", "model")
-        about = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
-        window = first_count(*[e.get("context_length") for e in loaded],
-                             *[v for k, v in about.items() if k.endswith(".context_length")])
-        if window:
-            return window
-    # LM Studio: GET /api/v0/models {"data": [{"id": m, "loaded_context_length": 4096, ...}]}
-    studio = get_json(cfg, "GET", "/api/v0/models", root=True)
-    for entry in entries(dig(studio, "data"), model, "id"):
-        return first_count(entry.get("loaded_context_length"), entry.get("max_context_length"))
-    return None
-
-def entries(listed, value, *fields):
-    """The objects in a JSON list whose field (one of fields) is value ([] for a non-list)."""
-    listed = listed if isinstance(listed, list) else ()
-    return [e for e in listed if isinstance(e, dict) and value in map(e.get, fields)]
+    # {"llama.context_length": 131072, ...}}: the window it runs with, else the model's limit
+    shown = get_json(cfg, "POST", "/api/show", {"model": cfg["model"]}, root=True)
+    num_ctx = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(dig(shown, "parameters") or ""))
+    about = dig(shown, "model_info") if isinstance(dig(shown, "model_info"), dict) else {}
+    return first_count(int(num_ctx.group(1)) if num_ctx else None,
+                       *[v for k, v in about.items() if k.endswith(".context_length")])
 
 def dig(value, *keys):
     """value[key][key]...: None where a level is not a JSON object."""
@@ -4403,26 +4370,12 @@ def dig(value, *keys):
 
 def first_count(*values):
     """The first value that is a positive whole number, or None."""
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0),
-                None)
+    return next((v for v in values if type(v) is int and v > 0), None)
 
-def private_host(host):
-    """True for a host on this machine or a private network (where local servers run)."""
-    import ipaddress
-    try:
-        address = ipaddress.ip_address(host)
-        return address.is_private or address.is_loopback or address.is_link_local
-    except ValueError:
-        return "." not in host or host.endswith(
-            (".localhost", ".local", ".lan", ".internal", ".home.arpa"))
-
-# What overflow errors say about the window: "maximum context length is 2048 tokens" (OpenAI,
-# vLLM, DeepSeek, llama-cpp-python), "maximum prompt length is 2048" (xAI), "exceed context
-# window of 2048", "the available context size (2048 tokens)" and "n_ctx": 2048 (llama.cpp),
-# "context length of only 2048", "n_ctx: 2048)" (LM Studio), "with 2048 maximum context
-# length" (Mistral), "maximum number of tokens allowed (2048)" (Gemini), "> 2048 maximum"
-# (Anthropic), "model token limit: 2048" (Moonshot).
-WINDOW_IN_ERROR = (   # compiled when first used (re caches it), not at every start
+# What overflow errors say of the window: "maximum context length is 2048 tokens" (OpenAI,
+# vLLM, DeepSeek), "available context size (2048 tokens)" and "n_ctx": 2048 (llama.cpp),
+# "with 2048 maximum context length" (Mistral), "> 2048 maximum" (Anthropic)...
+WINDOW_IN_ERROR = (
     r"(?:maximum (?:context|prompt) length is|context window of|context length of(?: only)?"
     r"|available context size \(|maximum number of tokens allowed \(|tokens? > |model token limit:"
     r"|\bn_ctx\"?:)\s*(\d+)|(\d+) maximum context length")
@@ -4431,17 +4384,14 @@ def learn_window(cfg, text):
     """Remember the window an overflow error names, for the rest of the process (never larger)."""
     match = re.search(WINDOW_IN_ERROR, text, re.I)
     if match:
-        key = (cfg["endpoint"], cfg["model"])
-        window = int(match.group(1) or match.group(2))
+        key, window = (cfg["endpoint"], cfg["model"]), int(match.group(1) or match.group(2))
         LEARNED["windows"][key] = min(window, LEARNED["windows"].get(key) or window)
 
 def get_json(cfg, method, path, body=None, root=False, what=None):
-    """The JSON answer to a small request to the server; None when it fails (with a note
-    saying that we could not `what`, when given)."""
+    """The JSON answer to a small request; None when it fails (noted when `what` it is for)."""
     import http.client
     try:
-        data = json.dumps(body).encode() if body else None
-        response = http_request(cfg, method, path, data, root=root)
+        response = http_request(cfg, method, path, body and json.dumps(body).encode(), root=root)
         data = response.read()   # the whole answer: the connection stays usable
         if response.status != 200:
             raise LookupError("HTTP %d %s" % (response.status, response.reason))
@@ -4450,9 +4400,7 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
         if not isinstance(e, LookupError):
             drop_connection(cfg)
         if what:
-            note(cfg, "error: cannot %s at %s%s: %s" % (
-                what, "" if root else cfg["endpoint"], path, e))
-        return None
+            note(cfg, "error: cannot %s at %s%s: %s" % (what, cfg["endpoint"], path, e))
 
 def list_models(cfg, quiet=False):
     """The entries of GET {endpoint}/models ([] and a note on failure, unless quiet)."""
@@ -4466,13 +4414,12 @@ def estimate_tokens(chars):
 
 
 def overflowed(cfg, messages, body, error=None):
-    """The request hook of compaction, after an overflow: a summary's request is trimmed, a
-    turn's conversation compacted once (the request in progress kept word for word if it fits
-    in half the window), and either is sent again; overflowing still, the turn fails."""
+    """The request hook of compaction, after an overflow: a summary's request trimmed, or the
+    conversation compacted once (the prompt kept whole if it fits half the window); True: resend."""
     if error is None or error.kind != "overflow":
         return body if error is None else False
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
-        return trim_for_summary(messages, context_window(cfg) * 2)
+        return trim_for_summary(messages)
     if own(cfg).get("compacted"):
         error.args = ("%s (even after compacting the conversation)" % error,)
         return False
@@ -4482,53 +4429,32 @@ def overflowed(cfg, messages, body, error=None):
     fits = isinstance(prompt, str) and estimate_tokens(len(prompt)) <= context_window(cfg) // 2
     if not fits:   # the model answers a summary of the request: the user must know
         note(cfg, "[your prompt is more than half the context window: it is summarized with "
-             "the rest, not kept word for word (a shorter prompt, or a model with a larger "
-             "window, keeps it whole)]", "warning")
+             "the rest, not kept word for word]", "warning")
     compact(cfg, messages, prompt if fits else None)
     return True
 
-
-def trim_for_summary(request, room):
-    """Make a summary request smaller: blank the older half of the tool results, then drop
-    the older half of the conversation, then cut the longest message (its head and tail
-    stay) so the text fits in `room` characters (half the window), or to half its length.
-    Messages are replaced, never changed in place. False when there is nothing left to trim."""
-    results = [i for i, m in enumerate(request) if m.get("role") == "tool" and
-               m["content"] != "[omitted]"]
-    if results:
-        for i in results[:max(1, len(results) // 2)]:
-            request[i] = dict(request[i], content="[omitted]")
-        return True
-    body = request[1:-1]
-    users = [i for i, m in enumerate(body) if m.get("role") == "user" and i > 0]
-    if users:
-        request[1:-1] = body[users[len(users) // 2]:]
-        return True
-    texts = [i for i, m in enumerate(request) if isinstance(m.get("content"), str)]
-    longest = max(texts, key=lambda i: len(request[i]["content"]))   # the last one is a text
-    text, total = request[longest]["content"], sum(len(request[i]["content"]) for i in texts)
-    ask = COMPACT_PROMPT if text.endswith(COMPACT_PROMPT) else ""   # the question stays whole
-    text = text[:len(text) - len(ask)]
-    keep = max(100, min(len(text) // 4, (len(text) - (total - room)) // 2))
-    if len(text) <= 2 * keep + 100:
+def trim_for_summary(request):
+    """Drop the older half of a summary request's conversation; False when nothing is left."""
+    if len(request) < 3:   # [system, summary prompt]
         return False
-    request[longest] = dict(request[longest], content="%s\n[... %d characters left out ...]\n%s%s"
-                            % (text[:keep], len(text) - 2 * keep, text[-keep:], ask))
+    kept = request[(len(request) + 1) // 2:-1]
+    while kept and kept[0].get("role") == "tool":
+        kept.pop(0)
+    request[1:-1] = kept
     return True
 
 
 def token_line(convo, prompt, go):
-    """The turn hook of the token line: after a turn, the "context" event (shown unless
-    usage=false) for its last model call, with the turn's and the session's cost; in the
-    REPL, at COMPACT_AT of the window, the offer to compact."""
+    """The turn hook of the token line: the "context" event after a turn; in the REPL, the
+    offer to compact at COMPACT_AT. Batch mode asks no server: the window learned, or the key's."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
     usage, cfg, cost = convo.get("usage"), convo["cfg"], convo.get("cost", 0.0)
     if not usage:
         return
-    window = context_window(cfg)
-    share = usage["prompt_tokens"] / window if window else 0.0
-    priced = usage["cost"] is not None
+    window = context_window(cfg) if not convo.get("batch") else LEARNED["windows"].get(
+        (cfg["endpoint"], cfg["model"]), cfg["context_window"])
+    share, priced = usage["prompt_tokens"] / window, usage["cost"] is not None
     emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
          cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
          estimated=usage["estimated"], window=window, share=share,
@@ -4544,10 +4470,8 @@ def token_line(convo, prompt, go):
         else:
             convo["declined"] = share
 
-
 def usage_meter(convo):
-    """A view keeping what the token line needs: the last usage of the turn's main loop and
-    the cost of every call (subagents' too)."""
+    """A view keeping the turn's last usage, its end, and every call's cost (subagents' too)."""
     def view(event):
         if event["type"] == "usage":
             convo["cost"] = convo.get("cost", 0.0) + (event["cost"] or 0.0)
@@ -4567,9 +4491,8 @@ HOOKS["turn"].append(token_line)
 # ----------------------------------------------------------------------------------------
 
 def prune_sessions(cfg):
-    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions, by
-    their last change (a run still going adds its steps to the journal, not the file); /save's
-    copies stay, and so does one changed since it was judged (its run saved it meanwhile)."""
+    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions (by
+    their last change); /save's copies stay, and so does one changed since it was judged."""
     made = {sid: last_change(sid) for sid in session_ids()
             if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
     for sid in sorted(made, key=made.get, reverse=True)[cfg["keep_sessions"]:]:
@@ -4612,28 +4535,14 @@ def cmd_delete(convo, arg):
 
 def cmd_continue(convo, arg):
     """/continue: resume the newest conversation of this folder."""
-    sid = latest_in_folder()
-    if not sid:
+    if not latest_in_folder():
         raise BantamError("no conversation of this folder to continue (see /list)")
-    cmd_load(convo, sid)
-
-
-def remove_stale_temp_files(folder):
-    """Delete the temp files of writes killed mid-way (SIGKILL leaves them behind), a minute old."""
-    for name in os.listdir(folder) if os.path.isdir(folder) else ():
-        path = os.path.join(folder, name)
-        try:   # lstat: a temp link's age is its own, not that of the file it names
-            if name.startswith(".") and name.endswith(".tmp") and \
-                    time.time() - os.lstat(path).st_mtime > 60:
-                os.unlink(path)
-        except OSError:   # (another run removed it first)
-            pass
-
+    cmd_load(convo, latest_in_folder())
 
 def tidy_sessions(convo, prompt, go):
     """The turn hook of tidy sessions: a conversation given a made-up id by its first save
-    prunes the oldest beyond keep_sessions; bantam 1.0's regular autosave.json is kept under
-    an id of its own before a link replaces it; temp files of killed writes go."""
+    prunes the oldest; bantam 1.0's regular autosave.json is kept under an id of its own
+    before a link replaces it; temp files of writes killed mid-way go once a minute old."""
     link, new = session_path("autosave"), not convo["session"]["id"]
     if os.path.isfile(link) and not os.path.islink(link):
         when = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
@@ -4643,18 +4552,20 @@ def tidy_sessions(convo, prompt, go):
     finally:
         if new and convo["session"]["id"] and convo["cfg"]["keep_sessions"]:   # 0: keep all
             prune_sessions(convo["cfg"])
-        remove_stale_temp_files(bantam_home("sessions"))
-
+        folder = bantam_home("sessions")
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            try:   # lstat: a temp link's age is its own, not that of the file it names
+                if name.endswith(".tmp") and time.time() - os.lstat(
+                        os.path.join(folder, name)).st_mtime > 60:
+                    os.unlink(os.path.join(folder, name))
+            except OSError:   # (another run removed it first)
+                pass
 
 def start_conversation(cfg, args):
-    """The conversation to work on: this folder's latest (-c), a given one (--session), or
-    new: (session, messages)."""
-    if args.cont:
-        sid = latest_in_folder()
-        if not sid:
-            raise ConfigError("no conversation of this folder to continue")
-        return load_session(sid)
-    name = args.session   # the same names as /save's
+    """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
+    if args.cont and not latest_in_folder():
+        raise ConfigError("no conversation of this folder to continue")
+    name = latest_in_folder() if args.cont else args.session   # (the same names as /save's)
     if name and (not re.match(SESSION_NAME, name) or name == "autosave"):
         raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
     if name and os.path.exists(session_path(name)):
@@ -4671,80 +4582,44 @@ HOOKS["turn"].append(tidy_sessions)
 # ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
-    """text with key set to value: on the last line of key, its spacing, inline comment and
-    line break kept, else on a key=value line appended. ValueError for a key or value that
-    read_key_values would not read back exactly."""
+    """text with a key=value line appended (the last line of a key wins); ValueError for a
+    key or value that read_key_values would not read back exactly."""
     if not isinstance(key, str) or key.lower() not in DEFAULTS:
         raise ValueError("bad config key %r" % (key,))
-    if value.splitlines() not in ([], [value]):
-        raise ValueError("a config value must be a single line of text")
-    read = re.sub(INLINE_COMMENT, "", value).strip()   # as read_key_values reads it
-    if read != value:
-        raise ValueError("cannot store %r as %s: it would be read back as %r, because values "
-                         "lose surrounding spaces and a space followed by '#' starts a comment"
-                         % (value, key, read))
-    bom = "\ufeff" if text.startswith("\ufeff") else ""   # read_key_values reads utf-8-sig
-    lines = text[len(bom):].splitlines(True)   # the same line breaks as read_key_values sees
-    for n in reversed(range(len(lines))):
-        body = lines[n].splitlines()[0]
-        name, sep, _ = body.partition("=")
-        if sep and not body.strip().startswith("#") and name.strip().lower() == key.lower():
-            # "key = old  # note": the parts around the value stay
-            head, _, tail = re.match(r"([^=]*=\s*)(.*?)(\s*(?:\s#.*)?)$", body).groups()
-            if value.startswith("#"):   # "key = #x" would read as a comment, "key =#x" not
-                head = head.rstrip()
-            lines[n] = head + value + tail + lines[n][len(body):]
-            return bom + "".join(lines)
+    if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
+        raise ValueError("cannot store %r as %s: a value is one line, read without surrounding "
+                         "spaces or a ' #' comment" % (value, key))
     newline = "\r\n" if "\r\n" in text else "\n"
-    if lines and lines[-1] == lines[-1].splitlines()[0]:
-        lines[-1] += newline   # the old last line must stay a line of its own
-    return bom + "".join(lines) + key + "=" + value + newline
+    return text + newline * (text[-1:] not in ("", "\n")) + key.lower() + "=" + value + newline
+
+def save_setting(path, key, raw):
+    """Append key=raw to the config file at path (through a symlink), with mode 0600 (it may
+    hold the API key, now or later); the 'path:line' it now comes from."""
+    try:
+        text = ""
+        if os.path.exists(path):
+            with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
+                text = f.read()
+        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
+    except ValueError as e:   # (a UnicodeDecodeError too)
+        raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
+    except OSError as e:
+        raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
+    return read_key_values(path)[key][1]
 
 def shown_value(cfg, key):
     """A setting as /cfg and --show-config print it: secrets as ***."""
-    value = cfg[key]
-    if key == "api_key" and value:
-        value = "***"
-    elif key == "headers":
-        value = {k: "***" for k in value}
+    value = {k: "***" for k in cfg[key]} if key == "headers" else cfg[key]
+    value = "***" if key == "api_key" and value else value
     text = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
     return redact(cfg, text)   # the credentials in an endpoint URL too
-
-def setting_file(cfg, key):
-    """The config file /cfg writes key to: this folder's model.cfg when key came from it, else
-    the user's own (--config, else ~/.bantam/model.cfg)."""
-    folder = cfg["sources"]["folder_config"]
-    if folder and cfg["sources"].get(key, "").startswith(folder + ":"):
-        return folder
-    return cfg["sources"]["config_file"]
 
 def in_git_work_tree(path):
     """True when a .git lies in path's folder or above it: a file there may be committed."""
     folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(os.path.join(folder, ".git")):
-        if os.path.dirname(folder) == folder:
-            return False
+    while not os.path.exists(os.path.join(folder, ".git")) and os.path.dirname(folder) != folder:
         folder = os.path.dirname(folder)
-    return True
-
-def save_setting(path, key, raw):
-    """Write key=raw into the config file at path (through a symlink), with mode 0600: it may
-    hold the API key, now or later; the 'path:line' it now comes from."""
-    try:
-        with open(path, encoding="utf-8", newline="") as f:   # newline="": CRLF files stay CRLF
-            text = f.read()
-    except FileNotFoundError:
-        text = ""
-    except (OSError, UnicodeDecodeError) as e:
-        raise BantamError("%s: cannot read config: %s" % (path, getattr(e, "strerror", None) or e))
-    try:
-        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
-    except ValueError as e:
-        raise BantamError("%s: %s" % (key, e))
-    except OSError as e:
-        raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
-    return read_key_values(path).get(key, ("", path))[1]
-
+    return os.path.exists(os.path.join(folder, ".git"))
 
 def apply_setting(convo, key, value, where):
     """Use a new value of key from now on, in this conversation too."""
@@ -4756,10 +4631,8 @@ def apply_setting(convo, key, value, where):
         settle_secrets(cfg)
     if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
         add_prompt_extras(cfg)   # the system prompt names them
-        first = convo["messages"][0] if convo["messages"] else {}
-        if first.get("role") == "system":
-            first["content"] = cfg["system_prompt"]
-
+        if convo["messages"] and convo["messages"][0]["role"] == "system":
+            convo["messages"][0]["content"] = cfg["system_prompt"]
 
 def cmd_models(convo, arg):
     """/models: the endpoint's model ids, the configured one marked with *."""
@@ -4768,13 +4641,12 @@ def cmd_models(convo, arg):
         show(convo["cfg"], "%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
 
 def cmd_cfg(convo, arg):
-    """/cfg [key [value]]: every setting, one with where it comes from, or set one live and
-    write it to its config file."""
+    """/cfg [key [value]]: the settings, one with its source, or set one live and save it."""
     cfg = convo["cfg"]
-    if not arg:
-        return show_config(cfg)
     key, _, raw = arg.partition(" ")
-    key, raw = key.lower(), raw.strip()
+    key, raw, folder = key.lower(), raw.strip(), cfg["sources"]["folder_config"]
+    if not key:
+        return show_config(cfg)
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
@@ -4785,21 +4657,18 @@ def cmd_cfg(convo, arg):
         # a key (or a URL holding one) typed at the prompt stays out of ~/.bantam_history
         readline.remove_history_item(readline.get_current_history_length() - 1)
     value = parse_value(key, raw, "/cfg")
-    before, path = cfg["sources"][key], setting_file(cfg, key)
+    path = folder if folder and cfg["sources"].get(key, "").startswith(folder + ":") else \
+        cfg["sources"]["config_file"]
     where = save_setting(path, key, raw)
     remember_own_edit(cfg, path, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
-    if before == "flag":
-        show(cfg, "[note: the command line set %s; a flag still wins over the file at the next "
-             "start]\n" % key)
     if key in SECRET_KEYS and in_git_work_tree(path):
         show(cfg, "[note: %s is inside a git work tree: a commit may take the key with it; add it "
              "to .gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
 
 def cmd_model(convo, arg):
-    """/model [name]: switch the model (a name the server does not list: for this session
-    only, not saved); without a name, the endpoint's models to choose from."""
+    """/model [name]: switch the model (one the server does not list: not saved), or list them."""
     cfg = convo["cfg"]
     if not arg:
         cmd_models(convo, "")
@@ -4813,54 +4682,29 @@ def cmd_model(convo, arg):
 
 def skills(cfg):
     """{name: its SKILL.md} of the skills under bantam_skills_dir (folders holding one)."""
+    import glob
     root = os.path.expanduser(cfg["bantam_skills_dir"])
-    try:
-        names = sorted(os.listdir(root)) if root else []
-    except OSError:
-        return {}
-    paths = {n: os.path.join(root, n, "SKILL.md") for n in names}
-    return {n: path for n, path in paths.items() if os.path.isfile(path)}
-
-def front_matter(text):
-    """The key: value pairs of a Markdown file's leading --- block ({} when none)."""
-    match = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|$)", text, re.S)
-    pairs = (line.partition(":") for line in match.group(1).splitlines()) if match else ()
-    return {k.strip().lower(): v.strip().strip("\"'") for k, sep, v in pairs if sep}
-
-def read_skill(path):
-    """The text of a SKILL.md; a BantamError naming it when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8-sig", errors="replace") as f:
-            return f.read()
-    except OSError as e:
-        raise BantamError("cannot read skill %s: %s" % (path, e.strerror))
+    paths = sorted(glob.glob(os.path.join(glob.escape(root), "*", "SKILL.md"))) if root else []
+    return {os.path.basename(os.path.dirname(path)): path for path in paths}
 
 def cmd_skill(convo, arg):
-    """/skill [name [prompt]]: list the skills, or send one's SKILL.md (and the prompt) as the
-    next user turn."""
-    cfg = convo["cfg"]
-    found, folder = skills(cfg), cfg["bantam_skills_dir"]
-    if not arg:
-        if not folder:
-            show(cfg, "(no skills folder: set bantam_skills_dir, e.g. /cfg bantam_skills_dir "
-                 "~/skills)\n")
-        for name, path in found.items():
-            about = front_matter(read_skill(path))
-            show(cfg, "%-20s %s\n" % (about.get("name") or name, about.get("description", "")))
-        if folder and not found:
-            show(cfg, "(no skills in %s: a skill is a folder with a SKILL.md)\n" % folder)
-        return None
+    """/skill [name [prompt]]: list the skills, or send one's SKILL.md as the next prompt."""
+    cfg, found = convo["cfg"], skills(convo["cfg"])
     name, _, prompt = arg.partition(" ")
-    if name in found:
-        path = found[name]
-    elif os.path.isabs(os.path.expanduser(name)) and not folder:   # no folder: a skill's own path
-        path = os.path.expanduser(name)
-        path = os.path.join(path, "SKILL.md") if os.path.isdir(path) else path
-    else:
-        raise BantamError("no skill %r%s" % (name, " (the skills: %s)" % ", ".join(found) if found
-                                             else "" if folder else " (set bantam_skills_dir)"))
-    prompt = prompt.strip()
-    return read_skill(path).rstrip("\n") + ("\n\n" + prompt if prompt else "")
+    if name and name not in found:
+        raise BantamError("no skill %r (%s)" % (name, "the skills: " + ", ".join(found) if found
+                                                else "set bantam_skills_dir"))
+    if name:
+        prompt = prompt.strip()
+        return read_prompt(found[name]).rstrip("\n") + ("\n\n" + prompt if prompt else "")
+    for name, path in found.items():
+        about = re.search(r"(?m)^description:(.*)", read_prompt(path))
+        show(cfg, "%-20s %s\n" % (name, about.group(1).strip(" \"'") if about else ""))
+    folder = cfg["bantam_skills_dir"]
+    if not found:
+        show(cfg, "(no skills in %s: a skill is a folder with a SKILL.md)\n" % folder if folder
+             else "(no skills folder: set one, e.g. /cfg bantam_skills_dir ~/skills)\n")
+    return None
 
 
 COMMANDS.update({
@@ -4871,8 +4715,7 @@ COMMANDS.update({
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/endpoint": (lambda convo, arg: cmd_cfg(convo, "endpoint " + arg),   # the API key goes to it
                   "/endpoint [url]: show or switch the API's base URL"),
-    "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved to its "
-                      "file)"),
+    "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved)"),
     "/list": (lambda convo, arg: cmd_list(convo, arg, display_width), COMMANDS["/list"][1]),
     "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
 })
@@ -5900,61 +5743,47 @@ def setting_flag(key, value=None):
             args.__dict__.setdefault("overrides", {})[name] = parse_value(
                 name, text, self.option_strings[-1])
             if key is None and name in SECRET_KEYS and text:
-                note({}, "warning: --set %s puts a secret in your shell's history and, while "
-                     "bantam starts, in the process list; BANTAM_API_KEY or ~/.bantam/model.cfg "
-                     "keep it out" % name, "warning")
+                note({}, "warning: --set %s puts a secret in your shell's history; BANTAM_API_KEY "
+                     "or ~/.bantam/model.cfg keep it out" % name, "warning")
     return SetKey
 
 
 def more_flags(parser):
     """Part II's flags (made when the command line is read: argparse loads only then)."""
     add, setting = parser.add_argument, setting_flag
-    add("-p", "--prompt", metavar="TEXT",
-        help="run one turn with this prompt; piped stdin is added as context")
+    add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt (+ piped stdin)")
     add("-i", "--interactive", metavar="PROMPT", help="start the REPL with this first prompt")
     add("-m", "--model", action=setting("model"), help="the model (config key model)")
-    add("-e", "--endpoint", metavar="URL", action=setting("endpoint"),
-        help="the API's base URL (config key endpoint)")
+    add("-e", "--endpoint", metavar="URL", action=setting("endpoint"), help="the API's base URL")
     add("--set", metavar="KEY=VALUE", action=setting(None), help="set any config key (repeatable)")
-    add("--config", metavar="FILE", help="read this config file instead of looking for model.cfg")
+    add("--config", metavar="FILE", help="read this config file instead of model.cfg")
     add("-c", "--continue", dest="cont", action="store_true",
         help="continue this folder's latest conversation")
     add("--session", metavar="ID", help="continue conversation ID, or start one with that id")
     add("--delete", metavar="ID", help="delete saved conversation ID (or unique prefix), then exit")
     add("-q", "--quiet", action="store_true", help="stdout: only the answer; stderr: only problems")
     add("-o", "--output", metavar="FILE", help="also write the final answer to FILE")
-    add("--jsonl", action="store_true",
-        help="print the events as JSON lines instead of the human output")
-    add("--trace", metavar="FILE", action=setting("trace_file"),
-        help="append the events as JSON lines to FILE (config key trace_file)")
-    add("--replay", metavar="TRACE",
-        help="run a recorded trace again: its model replies, real tools")
+    add("--jsonl", action="store_true", help="print the events as JSON lines")
+    add("--trace", metavar="FILE", action=setting("trace_file"), help="append the events to FILE")
+    add("--replay", metavar="TRACE", help="run a recorded trace again (its replies, real tools)")
     leash = parser.add_mutually_exclusive_group()
     leash.add_argument("--ask", nargs=0, action=setting("approve", "ask"),
-                       help="ask before each shell command (approve=ask); without a terminal: "
-                            "refuse them")
+                       help="ask before each shell command (approve=ask)")
     leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"),
-                       help="run shell commands without asking (approve=auto); deny patterns "
-                            "still apply")
+                       help="run shell commands without asking (approve=auto)")
     add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"], action=setting("sandbox"),
-        help="off, workspace or read-only: where commands may write (config key sandbox)")
-    add("--trust", action="store_true", help="trust this folder (remembered): its model.cfg may "
-                                             "set endpoint, api_key, tools, trace_file... (README)")
-    add("--show-config", action="store_true",
-        help="print every setting and where it comes from, then exit")
+        help="off, workspace or read-only: where commands may write")
+    add("--trust", action="store_true", help="trust this folder: its model.cfg may steer bantam")
+    add("--show-config", action="store_true", help="print every setting and its source, then exit")
 
 
 FLAGS.insert(1, more_flags)
-HELP.extend("\n".join(wrap_words(" ".join(paragraph.split()), 92)) for paragraph in (
-    "config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg merged over it "
-    "(what steers bantam, such as endpoint, only once the folder is trusted: --trust); a key "
-    "left out comes from BANTAM_<KEY>, then the default. Flags beat the files, the files beat "
-    "the environment; the leash (deny, approve...) only tightens. Keys: " + ", ".join(DEFAULTS)
-    + ".", "bantam --show-config lists them with their values and sources.",
-    "exit status: 0 done, 1 failed after retries (transient: retrying later may work), 2 usage, "
-    "config or request error (final: the same run fails again), 3 stopped by a budget "
-    "(max_turn_tokens, max_cost, ...; the answer is the model's best from what it had), 130 "
-    "interrupted, 129 hang-up, 143 terminated, 141 stdout closed."))
+HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
+    "config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg over it (once "
+    "trusted: --trust), then BANTAM_<KEY>, then the default; flags beat them all. Keys: "
+    + ", ".join(DEFAULTS) + ".",
+    "exit status: 0 done, 1 failed after retries, 2 usage, config or request error, 3 stopped "
+    "by a budget, 130 interrupted, 129 hang-up, 143 terminated, 141 stdout closed."))
 
 
 def batch_prompt(args):
@@ -5966,16 +5795,14 @@ def batch_prompt(args):
     if text and text != "-" and args.prompt is None and not os.path.exists(text) and (
             len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
         args.prompt, args.prompt_file = text, None
-    if args.prompt is not None:
-        if args.prompt.startswith("!"):
-            return args.prompt
-        if args.prompt_file:
-            raise ConfigError("give a prompt file or -p, not both")
-        piped = "" if sys.stdin is None or sys.stdin.isatty() else read_prompt("-", not args.quiet)
-        if piped.strip():
-            return args.prompt + "\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")
+    if args.prompt is None:
+        return read_prompt(args.prompt_file, not args.quiet)
+    if args.prompt.startswith("!"):
         return args.prompt
-    return read_prompt(args.prompt_file, not args.quiet)
+    if args.prompt_file:
+        raise ConfigError("give a prompt file or -p, not both")
+    piped = "" if sys.stdin.isatty() else read_prompt("-", not args.quiet)
+    return args.prompt + ("\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")) * bool(piped.strip())
 
 def show_config(cfg):
     """--show-config: every setting, its value (secrets as ***) and where it came from."""
@@ -5985,49 +5812,22 @@ def show_config(cfg):
                  sources["system_prompt"]))
     if sources.get("project_instructions_file"):
         rows.append(("", "+ project instructions", sources["project_instructions_file"]))
-    changed = ", ".join(sources.get("changed") or [])
-    why = ("the folder's model.cfg changed since you trusted it (%s)" % changed
-           if changed else "the folder is not trusted")
+    why = ("the folder's model.cfg changed since you trusted it (%s)" % ", ".join(
+        sources["changed"]) if sources.get("changed") else "the folder is not trusted")
     rows += [(key, shown_untrusted(key, value), where + " (not used: %s)" % why)
              for key, (value, where) in sources["untrusted"].items()]
     rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
                  "kept from commands"))
-    width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
-    table = ["%-20s %-40s %s\n" % row for row in rows]
-    if width and max(map(display_width, table)) > width + 1:   # a setting a line, or two
-        table = [narrow_setting(row, width) for row in rows]
-    for line in table:
-        show(cfg, line)
-
-def narrow_setting(row, width):
-    """A setting on a narrow terminal: key = value, then (where from) below when it is long."""
-    said, where = "%s = %s" % row[:2] if row[0] else row[1], "(%s)" % row[2]
-    if display_width(said + "  " + where) <= width:
-        return said + "  " + where + "\n"
-    return hang(wrap_words(said, width - 4) + wrap_words(where, width - 4), "", "    ")
+    for row in rows:
+        show(cfg, "%-20s %-40s %s\n" % row)
 
 def keyless(cfg):
-    """True when a prompt would go to the default endpoint with no key: a third party the
-    user never set up, and a certain 401."""
+    """True when a prompt would go to the default endpoint, never set up, with no key."""
     return not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]
 
 KEYLESS_FIXES = ("set api_key in ~/.bantam/model.cfg (bantam's model.cfg.example shows every "
                  "key)", "export OPENAI_API_KEY=... (or BANTAM_API_KEY)",
                  "-e http://localhost:11434/v1 -m MODEL for a local server")
-
-def check_first_run(cfg, batch):
-    """No key for the default endpoint: batch mode stops (exit 2) before anything is sent."""
-    if batch and keyless(cfg):
-        raise ConfigError("no API key for %s, so nothing is sent: %s; or %s; or %s" % (
-            (DEFAULTS["endpoint"],) + KEYLESS_FIXES))
-
-def note_first_run(cfg):
-    """No key for the default endpoint at the REPL's start: what to set, one fix a line (it
-    sends no prompt until then: refuse_keyless); said in the view chosen, so it wraps."""
-    if keyless(cfg):
-        note(cfg, "[no API key for %s yet. One of these:\n  %s\n  %s\n  bantam %s\n  or here: "
-             "/cfg api_key KEY, or /endpoint URL]" % ((DEFAULTS["endpoint"],) + KEYLESS_FIXES),
-             "info")
 
 def refuse_keyless(convo, prompt, go):
     """The turn hook keeping a REPL prompt from the default endpoint while no key is set."""
@@ -6036,28 +5836,18 @@ def refuse_keyless(convo, prompt, go):
                           "/endpoint URL picks another server" % DEFAULTS["endpoint"])
     return go(prompt)
 
-def check_prompt_size(cfg, prompt):
-    """A batch prompt (a file, or piped input) larger than the model's context window is
-    refused before any request: the server would refuse it after the upload, or cut it."""
-    tokens = estimate_tokens(len(prompt or ""))
-    window = context_window(cfg) if tokens > 1000 else tokens   # a small prompt fits any window
-    if tokens > window:
-        raise ConfigError("the prompt is about %d tokens (%d characters), more than the model's "
-                          "context window of %d tokens" % (tokens, len(prompt), window))
-
 def note_folder_texts(cfg):
-    """Say in one line that this folder's system.txt and AGENTS.md are in the system prompt:
-    text the model reads needs no trust, but it is never used unsaid."""
+    """Say that this folder's system.txt and AGENTS.md are in the system prompt (never unsaid)."""
+    sources = cfg["sources"]
     said = ["this folder's system.txt replaces the system prompt"] * (
-        cfg["sources"]["system_prompt"] == os.path.join(os.getcwd(), "system.txt"))
-    if cfg["sources"].get("project_instructions_file"):
+        sources["system_prompt"] == os.path.join(os.getcwd(), "system.txt"))
+    if sources.get("project_instructions_file"):
         said.append("using this folder's AGENTS.md (project_instructions=false turns it off)")
-    cut = cfg["sources"].get("project_instructions_cut")
-    if cut:
+    if sources.get("project_instructions_cut"):
         said.append("its AGENTS.md is %.1f MB: only its first %dK characters are used"
-                    % (cut / 2 ** 20, PROJECT_DOC_LIMIT // 1024))
+                    % (sources["project_instructions_cut"] / 2 ** 20, PROJECT_DOC_LIMIT // 1024))
     said += ["its %s held hidden characters (%s): removed" % (name, ", ".join(found))
-             for name, found in cfg["sources"].get("hidden", {}).items()]
+             for name, found in sources.get("hidden", {}).items()]
     if said:
         note(cfg, "[%s]" % "; ".join(said), "info")
 
@@ -6088,14 +5878,15 @@ def start(convo, args):
         return show_config(cfg) or 0
     batch = args.prompt is not None or args.prompt_file is not None or args.replay is not None
     if args.interactive is not None and batch:
-        raise ConfigError("-i/--interactive starts the REPL: not with a prompt or --replay "
-                          "(see bantam --help)")
+        raise ConfigError("-i/--interactive starts the REPL: not with a prompt or --replay")
     prompt = batch_prompt(args) if batch and not args.replay else None
     if prompt is not None and prompt.startswith("!"):   # the user's own command: its status
         return run_direct(cfg, prompt[1:])
     trust_folder(cfg, args, not batch and sys.stdin.isatty(), lambda trust: settle(cfg, trust))
     hide_secrets(cfg)
-    check_first_run(cfg, batch and not args.replay)   # (a replay sends nothing)
+    if prompt is not None and keyless(cfg):   # (a replay sends nothing)
+        raise ConfigError("no API key for %s, so nothing is sent: %s; or %s; or %s" % (
+            (DEFAULTS["endpoint"],) + KEYLESS_FIXES))
     check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
     if args.output:   # before the model is paid: a file that cannot be written fails now
         try:
@@ -6104,7 +5895,11 @@ def start(convo, args):
             raise ConfigError("-o/--output: cannot write %s: %s" % (args.output, e.strerror))
     if prompt is not None and not prompt.strip():
         raise ConfigError("the prompt is empty")
-    check_prompt_size(cfg, prompt)
+    tokens = estimate_tokens(len(prompt or ""))   # near the key's window: the server's, asked
+    window = context_window(cfg) if tokens > cfg["context_window"] // 2 else tokens
+    if tokens > window:
+        raise ConfigError("the prompt is about %d tokens (%d characters), more than the model's "
+                          "context window of %d tokens" % (tokens, len(prompt), window))
     convo["session"], convo["messages"][:] = start_conversation(cfg, args)
     convo["views"][0] = chosen_view(cfg, args, batch)
     convo["views"] += [usage_meter(convo)] + ([trace_view(cfg)] if cfg["trace_file"] else [])
@@ -6113,8 +5908,10 @@ def start(convo, args):
     if cfg["sources"].get("trust_note"):   # said through the run's view (-q, --jsonl)
         note(cfg, cfg["sources"]["trust_note"], "info")
     note_folder_texts(cfg)
-    if not batch:
-        note_first_run(cfg)
+    if not batch and keyless(cfg):   # (refuse_keyless holds the prompts until a key is set)
+        note(cfg, "[no API key for %s yet. One of these:\n  %s\n  %s\n  bantam %s\n  or here: "
+             "/cfg api_key KEY, or /endpoint URL]" % ((DEFAULTS["endpoint"],) + KEYLESS_FIXES),
+             "info")
     convo.update(prompt=prompt, args=args, batch=batch)
     if args.replay:
         return replay(convo, args.replay)
@@ -6134,10 +5931,8 @@ def start(convo, args):
         do_line(convo, args.interactive)
     return None
 
-
 def chosen_view(cfg, args, batch):
-    """The view of the run: --jsonl (in the REPL its prompt and commands on stderr: stdout is
-    JSON only), -q in batch mode, the terminal view (render), else the plain one."""
+    """The run's view: --jsonl (stdout JSON only), -q's in batch mode, terminal, or plain."""
     if args.jsonl:
         stream = sys.stdout
         if not batch:
@@ -6150,38 +5945,35 @@ def chosen_view(cfg, args, batch):
     rendered = cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty())
     return VIEWS["terminal" if rendered else "plain"](cfg)
 
-
 def trace_view(cfg):
     """The trace_file's view: the events as JSON lines, appended."""
-    path = os.path.expanduser(cfg["trace_file"])
     try:
-        return jsonl_view(open(path, "a", encoding="utf-8", errors="replace"), cfg)
+        return jsonl_view(open(os.path.expanduser(cfg["trace_file"]), "a", encoding="utf-8",
+                               errors="replace"), cfg)
     except OSError as e:
         raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
 
-
 def batch_answer(convo, prompt, go):
-    """The turn hook of batch mode: -q prints the final answer, -o writes it (each with a
-    line break at its end); a turn stopped by a budget exits BUDGET_EXIT."""
+    """The turn hook of batch mode: -q prints the answer, -o writes it; the exit status."""
     go(prompt)
     if not convo.get("batch"):
         return
-    args, messages = convo["args"], convo["messages"]
+    args, messages, cfg = convo["args"], convo["messages"], convo["cfg"]
     asked = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
     answer = re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", last_answer(messages[asked:]),
                     count=1, flags=re.S)   # (its reasoning, written into the content)
     answer += "\n" if answer and not answer.endswith("\n") else ""
     if args.quiet:
-        show(convo["cfg"], answer)
-    if args.output:
-        try:
+        show(cfg, answer)
+    try:
+        if args.output:
             with open(args.output, "w", encoding="utf-8") as f:
-                f.write(redact(convo["cfg"], answer))   # a file bantam writes: *** for secrets
-        except OSError as e:   # (a full disk: the answer is in the session all the same)
-            raise BantamError("cannot write %s: %s" % (args.output, e.strerror or e))
+                f.write(redact(cfg, answer))   # a file bantam writes: *** for secrets
+    except OSError as e:   # (a full disk: the answer is in the session all the same)
+        raise BantamError("cannot write %s: %s" % (args.output, e.strerror or e))
     convo["status"] = BUDGET_EXIT if convo.get("ended") == "budget" else 0 if answer else 1
     if not answer:   # an empty stdout with exit 0 would read as an answer to a script
-        note(convo["cfg"], "[no answer: the turn ended without one]")
+        note(cfg, "[no answer: the turn ended without one]")
 
 
 HOOKS["start"].append(start)
@@ -6199,23 +5991,19 @@ def last_run(path):
     try:
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
                 try:
-                    event = json.loads(line)
+                    event = json.loads(line) if line.strip() else {}
                 except ValueError:
                     raise ConfigError("%s:%d: not a JSON line of a bantam trace" % (path, number))
-                if event.get("type") == "start":
-                    events = []
-                events.append(event)
+                events = [] if event.get("type") == "start" else events
+                events += [event] * bool(event)
     except OSError as e:
         raise ConfigError("cannot read trace %s: %s" % (path, e.strerror))
     return events
 
 
 def replay(convo, path):
-    """--replay: run the last run of a trace file again; exit status 1 when a tool result
-    differs from the recording (the first one is reported), else 0."""
+    """--replay: run a trace's last run again; 1 when a tool result differs (said), else 0."""
     events = last_run(path)
     prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
     if not prompts:
@@ -6224,7 +6012,7 @@ def replay(convo, path):
     state = cfg["run"]["replay"] = {
         "replies": [e["message"] for e in events if e["type"] == "reply"],
         "results": [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"],
-        "replied": 0, "checked": 0, "diverged": None}
+        "checked": 0, "diverged": None}
     convo["views"].append(replay_checker(state))
     for prompt in prompts:
         run_turn(convo, prompt)
@@ -6236,40 +6024,29 @@ def replay(convo, path):
 
 
 def replayed_connection(cfg):
-    """The connect hook of --replay: a connection whose server is a thread answering each
-    chat request with the next recorded reply (other requests: 404)."""
+    """The connect hook of --replay: a connection on no socket, answering each chat request
+    with the next recorded reply (another request: 404)."""
     state = (cfg.get("run") or {}).get("replay")
     if state is None:
         return None
     import http.client
-    import socket
-    import threading
-    conn = http.client.HTTPConnection("replay", 80, timeout=cfg["timeout"])
+    import types
+    sent = []
 
-    def serve(sock):
-        with sock, sock.makefile("rb") as requests:
-            for line in iter(requests.readline, b""):
-                requests.read(int(http.client.parse_headers(requests)["Content-Length"] or 0))
-                status, answer = b"404 Not Found", {"error": {"message": "not recorded"}}
-                if b"/chat/completions" in line and state["replied"] < len(state["replies"]):
-                    message = state["replies"][state["replied"]]
-                    state["replied"] += 1
-                    status, answer = b"200 OK", {"choices": [
-                        {"index": 0, "message": message, "finish_reason": None}]}
-                elif b"/chat/completions" in line:
-                    answer["error"]["message"] = "replay: the recording has no more model replies"
-                body = json.dumps(answer).encode()
-                sock.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d"
-                             b"\r\n\r\n%s" % (status, len(body), body))
-
-    def connect(address, timeout, source=None):
-        with socket.socket() as listener:   # (on this machine only; http.client wants TCP)
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(1)
-            mine = socket.create_connection(listener.getsockname(), timeout)
-            threading.Thread(target=serve, args=(listener.accept()[0],), daemon=True).start()
-        return mine
-    conn._create_connection = connect
+    def answer(mode):   # (http.client reads a response from sock.makefile("rb"))
+        request, status = b"".join(sent), b"404 Not Found"
+        body, sent[:] = {"error": {"message": "not recorded"}}, []
+        if b"/chat/completions" in request.split(b"\r\n", 1)[0]:
+            body["error"]["message"] = "replay: the recording has no more model replies"
+            if state["replies"]:
+                status, body = b"200 OK", {"choices": [
+                    {"index": 0, "message": state["replies"].pop(0), "finish_reason": None}]}
+        body = json.dumps(body).encode()
+        return io.BytesIO(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: "
+                          b"%d\r\n\r\n%s" % (status, len(body), body))
+    conn = http.client.HTTPConnection("replay", timeout=cfg["timeout"])
+    conn.connect = lambda: setattr(conn, "sock", types.SimpleNamespace(
+        sendall=sent.append, makefile=answer, settimeout=lambda seconds: None, close=lambda: None))
     return conn
 
 

@@ -201,7 +201,8 @@ class TokenLineTests(BantamTestCase):
 
 
 class ContextWindowTests(BantamTestCase):
-    """The window comes from GET {endpoint}/models, else the context_window key, else 262144."""
+    """The window comes from GET {endpoint}/models, else the context_window key, else 262144
+    (asked in the REPL: batch mode asks the server nothing for its token line)."""
 
     CASES = [
         # (what, /models answer, extra config, expected "context: ..." text)
@@ -236,7 +237,7 @@ class ContextWindowTests(BantamTestCase):
                 self.server.models = models
                 self.ws.write_config(self.server, **cfg)
                 self.push(text_stream("ok", usage=usage(1000, 1)))
-                proc = self.run_batch("hello")
+                proc = self.run_bantam(input="hello\n")
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 lines = token_lines(proc.stderr)
                 self.assertEqual(len(lines), 1, proc.stderr)
@@ -245,12 +246,26 @@ class ContextWindowTests(BantamTestCase):
                                     for r in self.server.requests))
                 self.assertNotIn("cannot list models", proc.stderr, "discovery failures are quiet")
 
+    def test_batch_run_makes_one_request_per_model_call(self):
+        """Batch mode asks the server nothing but its model calls (issue 28): no GET /models
+        for the token line, whose window is the context_window key's; one call and two."""
+        for calls in (1, 2):
+            with self.subTest(calls=calls):
+                self.server.requests.clear()
+                self.push(*[tool_call_stream([("call_1", "shell_exec", {"command": "echo hi"})])]
+                          * (calls - 1) + [text_stream("done", usage=usage(1000, 1))])
+                proc = self.run_batch("hello")
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual([(r["method"], r["path"]) for r in self.server.requests],
+                                 [("POST", "/v1/chat/completions")] * calls)
+                self.assertIn("context: 1000/262144 (0.4%)", proc.stderr)
+
     def test_window_not_cached_on_disk(self):
         """A second run asks /models again: a changed window shows at once."""
         for window, expected in ((32768, "context: 1000/32768 (3.1%)"), (4096, "context: 1000/4096 (24.4%)")):
             self.server.models = {"data": [{"id": "test-model", "context_length": window}]}
             self.push(text_stream("ok", usage=usage(1000, 1)))
-            proc = self.run_batch("hello")
+            proc = self.run_bantam(input="hello\n")
             self.assertIn(expected, proc.stderr)
 
 
@@ -330,7 +345,7 @@ class CompactionOfferTests(BantamTestCase):
         """At 90% in batch mode: no question, no summary request, even with an answer on stdin."""
         self.push(text_stream("done", usage=usage(90000, 5)))
         self.ws.write("prompt.txt", "hello")
-        proc = self.run_bantam("prompt.txt", input="\ny\n")
+        proc = self.run_bantam("prompt.txt", "--set", "context_window=100000", input="\ny\n")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("(90.0%)", proc.stderr)
         self.assertNotIn("Compact", proc.stdout + proc.stderr)
@@ -369,8 +384,9 @@ class OverflowTests(BantamTestCase):
                 self.assertIn(SUMMARY, saved[1]["content"])
 
     def test_summary_request_that_overflows_is_trimmed(self):
-        """When the summary request itself is too long, older tool results are left out and
-        it is sent again; the turn then goes on from the summary."""
+        """When the summary request itself is too long, the older half of the conversation is
+        left out (a tool result with its call) and it is sent again; the turn then goes on
+        from the summary."""
         self.push(tool_call_stream([("call_1", "shell_exec", {"command": "echo LONG-TOOL-OUTPUT"})]),
                   OPENAI_OVERFLOW,                 # the turn's second call
                   OPENAI_OVERFLOW,                 # the first summary request
@@ -382,13 +398,9 @@ class OverflowTests(BantamTestCase):
         bodies = self.server.bodies
         self.assertEqual(len(bodies), 5)
         whole, trimmed = bodies[2]["messages"], bodies[3]["messages"]
-        self.assertEqual([m["role"] for m in whole], [m["role"] for m in trimmed])
-        tool = [i for i, m in enumerate(whole) if m["role"] == "tool"]
-        self.assertEqual(len(tool), 1)
-        self.assertIn("LONG-TOOL-OUTPUT", whole[tool[0]]["content"])
-        self.assertNotIn("LONG-TOOL-OUTPUT", trimmed[tool[0]]["content"])
-        self.assertEqual(trimmed[tool[0]]["tool_call_id"], "call_1", "the conversation stays valid")
-        self.assertEqual(trimmed[-1], whole[-1], "the summary prompt is still last")
+        self.assertEqual([m["role"] for m in whole], ["system", "user", "assistant", "tool", "user"])
+        self.assertIn("LONG-TOOL-OUTPUT", json.dumps(whole))
+        self.assertEqual(trimmed, [whole[0], whole[-1]], "no tool result without its call")
         self.assertIn(SUMMARY, bodies[4]["messages"][1]["content"])
 
     def test_prompt_too_big_for_half_the_window_goes_into_the_summary(self):

@@ -308,7 +308,7 @@ class EventSchemaTests(EventCase):
         self.assertEqual(events[-1], event)
         self.assertEqual({k: event[k] for k in FIELDS["context"]},
                          {"model": "test-model", "prompt_tokens": 50, "cached_tokens": None,
-                          "completion_tokens": 4, "estimated": False, "window": 100000, "share": 0.0005,
+                          "completion_tokens": 4, "estimated": False, "window": 262144, "share": 50 / 262144,
                           "cost": None, "session_cost": None})
 
     def test_context_with_prices(self):
@@ -391,7 +391,7 @@ GOLDEN = [
     {"type": "message", "depth": 0, "message": {"role": "assistant", "content": "It printed hello."}},
     {"type": "turn_end", "depth": 0, "status": "done", "error": None},
     {"type": "context", "depth": 0, "model": "test-model", "prompt_tokens": 50, "cached_tokens": None,
-     "completion_tokens": 4, "estimated": False, "window": 100000, "share": 0.0005, "cost": None,
+     "completion_tokens": 4, "estimated": False, "window": 262144, "share": 50 / 262144, "cost": None,
      "session_cost": None},
 ]
 

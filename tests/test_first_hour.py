@@ -265,9 +265,11 @@ class PromptSizeTests(FirstHourCase):
     """A prompt larger than the model's context window stops before any request."""
 
     def setUp(self):
-        """The server reports a window of 1000 tokens for test-model."""
+        """The server reports a window of 1000 tokens for test-model; the key says 2000 (a
+        prompt over half of it makes bantam ask the server)."""
         super().setUp()
         self.server.models = {"object": "list", "data": [{"id": "test-model", "context_length": 1000}]}
+        self.ws.write_config(self.server, context_window=2000)
 
     def test_piped_input_larger_than_the_window(self):
         """-p with 8000 piped characters (about 2000 tokens) against 1000: exit 2, both sizes."""

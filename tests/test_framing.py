@@ -45,11 +45,12 @@ def plain(framing, trailing=b""):
 class FramingCase(BantamTestCase):
     """Run the three-step turn against a fresh server per framing."""
 
-    def run_turn(self, script, stream=True, models=None, **server_kw):
-        """Start a server with script, run one batch turn against it; (result, server)."""
+    def run_turn(self, script, stream=True, models=None, window=None, **server_kw):
+        """Start a server with script, run one batch turn against it (context_window: window);
+        (result, server)."""
         server = FakeServer(script, models, **server_kw).start()
         self.addCleanup(server.stop)
-        self.ws.write_config(server, stream=stream)
+        self.ws.write_config(server, stream=stream, context_window=window)
         started = time.monotonic()
         result = self.run_batch("count")
         return result, server, time.monotonic() - started
@@ -64,7 +65,7 @@ class FramingCase(BantamTestCase):
         self.assertEqual(len(server.posts), 3, "every request is sent exactly once")
         self.assertEqual(server.bodies[1]["messages"][-1]["content"], "one\n\n\nexit: 0")
         self.assertEqual(server.bodies[2]["messages"][-1]["content"], "two\n\n\nexit: 0")
-        requests = len(server.requests)   # 3 POSTs and GET /models
+        requests = len(server.requests)   # 3 POSTs (and GET /models when asked)
         self.assertEqual(server.connections, 1 if keep_alive else requests)
         self.assertLess(seconds, 8)
 
@@ -87,12 +88,13 @@ class StreamedFramingTests(FramingCase):
                     self.assertQuietTurn(result, server, keep, seconds)
 
     def test_models_list_in_every_framing(self):
-        """The GET /models answer in each framing keeps the connection usable."""
+        """The GET /models answer in each framing keeps the connection usable (asked before
+        the turn: the prompt is over half the context_window key's 2 tokens)."""
         for name, framing, keep in FRAMINGS:
             kw = {k: v for k, v in framing.items() if k in ("framing", "keep_alive", "http10")}
             models = json_reply({"object": "list", "data": [{"id": "test-model", "context_length": 4000}]}, **kw)
             with self.subTest(framing=name):
-                result, server, seconds = self.run_turn(streamed(framing), models=models)
+                result, server, seconds = self.run_turn(streamed(framing), models=models, window=2)
                 self.assertQuietTurn(result, server, keep, seconds)
                 self.assertIn("/4000", result.stderr)
 

@@ -1,6 +1,6 @@
 """What providers send this year (issue 19): fixes a server's error teaches (kept for that
-endpoint and model for the rest of the process), a model's slip retried, the window from the
-LiteLLM proxy and from llama-server's /v1/models, a failed attempt marked discarded in every
+endpoint and model for the rest of the process), a model's slip retried, the window from
+llama-server's /v1/models, a failed attempt marked discarded in every
 view, and reasoning shown in the order it came, in every view.
 
 The stream shapes of the same issue (Ollama's calls all at index 0, <think> in content, the
@@ -180,36 +180,17 @@ GROQ_FAILED = {"error": {"message": "Failed to call a function. Please adjust yo
 
 
 class WindowTests(BantamTestCase):
-    """The window through the LiteLLM proxy, and llama-server's own in /v1/models."""
+    """The window llama-server reports in /v1/models."""
 
     def window(self, routes, models=NO_WINDOW, **keys):
-        """Run a turn (keys: config); the window on the token line and the GET requests made."""
+        """Run a REPL turn (keys: config); the window on the token line and the GET requests made."""
         self.ws.write_config(self.server, **keys)
         self.server.models = models
         self.server.routes.update(routes)
         self.push(text_stream("hi", usage=usage(360, 2)))
-        result = self.run_batch("Say hi.")
+        result = self.run_bantam(input="Say hi.\n")
         self.assertEqual(result.returncode, 0, result.stderr)
         return window_of(result.stderr), [r["path"] for r in self.server.requests if r["method"] == "GET"]
-
-    def test_litellm_model_info(self):
-        """LiteLLM answers 404 to the local servers' APIs; /v1/model/info has the window."""
-        window, asked = self.window({("GET", "/v1/model/info"): LITELLM_INFO})
-        self.assertEqual(window, 4096)
-        self.assertEqual(asked, ["/v1/models", "/v1/model/info"])
-
-    def test_litellm_model_info_at_the_root(self):
-        """An endpoint without /v1 (LiteLLM serves both): GET /model/info."""
-        window, asked = self.window({("GET", "/model/info"): LITELLM_INFO},
-                                    endpoint=self.server.url[:-len("/v1")])
-        self.assertEqual(window, 4096)
-        self.assertEqual(asked, ["/models", "/model/info"])
-
-    def test_litellm_model_info_without_a_window(self):
-        """A model LiteLLM knows no window for (max_input_tokens null): the local APIs, then the key."""
-        info = {"data": [dict(LITELLM_INFO["data"][0], model_info={"max_input_tokens": None})]}
-        window, _ = self.window({("GET", "/v1/model/info"): info}, context_window=3000)
-        self.assertEqual(window, 3000)
 
     def test_llama_server_models_meta_n_ctx_before_props(self):
         """llama-server's /v1/models meta.n_ctx is the window it runs with: /props is not asked."""
@@ -219,13 +200,6 @@ class WindowTests(BantamTestCase):
                                     models=models)
         self.assertEqual(window, 4096)
         self.assertEqual(asked, ["/v1/models"])
-
-
-LITELLM_INFO = {"data": [
-    {"model_name": "other", "litellm_params": {"model": "openai/other"}, "model_info": {"max_input_tokens": 999}},
-    {"model_name": "test-model", "litellm_params": {"model": "openai/smollm2", "api_base": "http://127.0.0.1:8091/v1"},
-     "model_info": {"id": "a1b2", "db_model": False, "max_tokens": 4096, "max_input_tokens": 4096,
-                    "max_output_tokens": 4096, "litellm_provider": "openai", "mode": "chat"}}]}
 
 
 def failing_then_answer():

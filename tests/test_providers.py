@@ -116,11 +116,12 @@ class EndpointTests(BantamTestCase):
     """The endpoint as written, and the headers providers need."""
 
     def test_query_string_goes_on_every_request(self):
-        """Azure's classic URL: the ?api-version=... goes on chat and /models requests."""
+        """Azure's classic URL: the ?api-version=... goes on chat and /models requests (the REPL
+        asks /models for its token line)."""
         endpoint = self.server.url.replace("/v1", "/openai/deployments/gpt4o") + "?api-version=2024-10-21"
         self.ws.write_config(self.server, endpoint=endpoint)
         self.push(text_stream("azure answer"))
-        result = self.run_batch("hi")
+        result = self.run_bantam(input="hi\n")
         self.assertEqual(result.returncode, 0, result.stderr)
         paths = [r["path"] for r in self.server.requests]
         self.assertEqual(paths, ["/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21",

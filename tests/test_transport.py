@@ -25,7 +25,7 @@ from tests.support import (
 
 CHILD_MARK = "this is a child agent"        # bantam's note in a subagent's system prompt
 TITLE_MARK = "Write a title"                # bantam's /save summary request
-MODELS_WINDOW = "/100000"                    # FakeServer's default /models context_length
+MODELS_WINDOW = "/262144"                    # the context_window key's default: batch asks no server
 
 
 # ---------------------------------------------------------------- TCP helpers
@@ -246,7 +246,7 @@ class OneConnectionTests(TransportCase):
 
     def test_batch_run_with_tools_subagent_and_models_uses_one_connection(self):
         """A batch turn with two tool iterations, a subagent with its own tool call, and the
-        GET /models lookup for the token line all travel on one TCP connection."""
+        token line (which asks no GET /models in batch mode) travel on one TCP connection."""
         self.push(
             tool_call_stream([("call_1", "shell_exec", {"command": "echo one"})]),
             tool_call_stream([("call_2", "shell_exec", {"command": "echo two"})]),
@@ -256,8 +256,8 @@ class OneConnectionTests(TransportCase):
             text_stream("all done", usage=usage(120, 7)))
         result = self.run_batch("count to three")
         self.assertQuietSuccess(result, "all done")
-        self.assertIn(MODELS_WINDOW, result.stderr)   # the token line used GET /models
-        self.assertEqual(paths(self.server), ["POST /v1/chat/completions"] * 6 + ["GET /v1/models"])
+        self.assertIn(MODELS_WINDOW, result.stderr)
+        self.assertEqual(paths(self.server), ["POST /v1/chat/completions"] * 6)
         child = self.server.bodies[3]["messages"]
         self.assertIn(CHILD_MARK, child[0]["content"])
         self.assertEqual(child[1], {"role": "user", "content": "say three"})
@@ -353,7 +353,7 @@ class ReconnectTests(TransportCase):
 class ProxyTests(TransportCase):
 
     def run_turn_via(self, env):
-        """Run one batch turn (reply + GET /models) with env on a fresh server; (result, server)."""
+        """Run one batch turn with env on a fresh server; (result, server)."""
         server = self.make_server([text_stream("proxied hello", usage=usage(5, 2))])
         self.ws.write_config(server)
         return self.run_batch("hi", env=env), server
@@ -377,7 +377,7 @@ class ProxyTests(TransportCase):
                 env = {k: v.format(p=proxy.port) for k, v in env.items()}
                 result, server = self.run_turn_via(env)
                 self.assertQuietSuccess(result, "proxied hello")
-                self.assertEqual(paths(server), ["POST /v1/chat/completions", "GET /v1/models"])
+                self.assertEqual(paths(server), ["POST /v1/chat/completions"])
                 self.assertEqual(server.connections, 1)
                 if tunnelled:
                     self.assertEqual(len(proxy.tunnels), 1, proxy.tunnels)
