@@ -3852,21 +3852,17 @@ PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
 
 # ----------------------------------------------------------------------------------------
-# Approvals and budgets: what may run, and what a turn may spend (the tool, step and
-# request hooks). approve=auto runs every command (the spec), ask asks the user (the run's
-# approver, set at a terminal), deny runs none; before that, a deny pattern refuses and
-# allow ones run a plain line unasked. Budgets are per turn, shared with its subagents; a
-# stop makes one last call without tools for the best answer. Nudges after an empty reply
-# and that call have a budget of their own (max_repair_calls).
+# Approvals and budgets: what may run and what a turn may spend (the tool, step and request
+# hooks). A deny pattern refuses, allow ones run a plain line unasked, then approve decides.
+# Budgets are per turn, shared with its subagents; a stop makes one last call without tools
+# for the best answer. Nudges and that call have a budget of their own (max_repair_calls).
 # ----------------------------------------------------------------------------------------
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
                "or call a tool if you need one.")
-
 FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any "
                 "more. From what you have found so far, give your best final answer to the "
                 "user's request, and say briefly what is left undone.")
-
 BUDGETS = {   # key: how its use is said
     "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
     "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
@@ -3875,11 +3871,10 @@ BUDGETS = {   # key: how its use is said
 def spend(cfg, reply):
     """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
     prompt, cached, completion, _ = reply["tokens"]
-    cached, reply["cost"] = cached or 0, None
+    cached, reply["cost"], turn = cached or 0, None, turn_tally(cfg)
     if cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]:
         reply["cost"] = ((prompt - cached) * cfg["price_in"] + completion * cfg["price_out"]
                          + cached * (cfg["price_cached"] or cfg["price_in"])) / 1e6
-    turn = turn_tally(cfg)
     if turn:   # (calls outside AL have none)
         turn["tokens"] += prompt + completion
         turn["cost"] += reply["cost"] or 0.0
@@ -3891,8 +3886,7 @@ def time_up(cfg):
     return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
 
 def leash(cfg, call, args, result=None):
-    """The tool hook: a call beyond max_calls_per_reply or after the turn's time is not run;
-    else approval decides. After the call, the user's edit of it comes before its result."""
+    """The tool hook: limits on calls per reply and time, then approval; the user's edit first."""
     if result is not None:
         return cfg["run"].pop("told", "") + result
     mine, limit = own(cfg), cfg["max_calls_per_reply"]
@@ -3910,13 +3904,12 @@ def leash(cfg, call, args, result=None):
         if time.monotonic() >= end:
             return "error: not run: " + why
         cfg["run"]["deadline"] = (end, "stopped after %.1f s: %s" % (end - time.monotonic(), why))
-    name = call["function"]["name"]
     cfg["run"]["told"] = ""
+    name = call["function"]["name"]
     return approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
 
 def budgets(cfg, messages, calls):
-    """The step hook: a used-up budget, max_al_iterations (calls None) or the time running out
-    mid-reply (calls: an ApiError of kind budget) stops the loop, after one last call."""
+    """The step hook: a used-up budget stops the loop (calls None: max_al_iterations)."""
     if isinstance(calls, ApiError):
         return calls.kind == "budget" and final_answer(cfg, messages, *time_up(cfg))
     if calls is None:
@@ -3927,15 +3920,10 @@ def budgets(cfg, messages, calls):
     return bool(spent) and final_answer(cfg, messages, *spent)
 
 def over_budget(cfg, calls, messages):
-    """(key, limit, used) of the first budget the turn has used up, else None. A call repeats
-    only with the same arguments and result (a model polling a log sees new output)."""
+    """(key, limit, used) of the first budget the turn used up (a repeat: same result too)."""
     turn, mine = turn_tally(cfg), own(cfg)
     last, count = mine.get("streak", (None, 0))
-    results = {}
-    for m in reversed(messages):   # the tool messages of this step
-        if m.get("role") != "tool":
-            break
-        results[m.get("tool_call_id")] = m.get("content")
+    results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
     for call in calls:
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
@@ -3947,8 +3935,7 @@ def over_budget(cfg, calls, messages):
                  if cfg[key] and value >= cfg[key]), None)
 
 def final_answer(cfg, messages, key, limit, used):
-    """Say which budget stopped the loop, then ask once, without tools and with a short
-    timeout, for the best answer from what the model has. True."""
+    """Say which budget stopped the loop; ask once, without tools, for a final answer. True."""
     own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
     asking, words = repair_call(cfg), BUDGETS[key] % used
@@ -3981,8 +3968,7 @@ def repair_call(cfg):
     return turn["repairs"] <= cfg["max_repair_calls"]
 
 def nudged(cfg, messages, body, error=None):
-    """The request hook: after an empty reply, ask once more with a line for the model (sent,
-    never stored); before a request, that line is added."""
+    """The request hook: after an empty reply, ask once more with a line (sent, not stored)."""
     text, count = own(cfg).get("nudge") or (None, None)
     if error is not None:   # (asked once: a nudged request that is empty again is the end)
         if error.kind != "empty" or count == len(messages) or not repair_call(cfg):
@@ -3995,8 +3981,7 @@ def nudged(cfg, messages, body, error=None):
     return body
 
 def approval(cfg, call_id, name, args):
-    """May this tool call run? The args to run it with, or the refusal. Commands, reads and
-    writes are decided, an approval event each; other tools run."""
+    """The args to run a tool call with, or its refusal; an approval event for each decided."""
     command = args.get("command") if name == "shell_exec" else None
     try:
         path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
@@ -4010,9 +3995,8 @@ def approval(cfg, call_id, name, args):
         if name == "write" or reason:   # what is asked about, and why
             note(cfg, write_preview(path, args, reason) if name == "write" else
                  "[%s: %s]" % (path, reason), "warning")
-        decision, reason, edited = user_decision(cfg, command,
-                                                 path and name.title() + "? [y/N/a] ")
-        rule = "asked"
+        question = path and name.title() + "? [y/N/a] "
+        (decision, reason, edited), rule = user_decision(cfg, command, question), "asked"
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
@@ -4039,8 +4023,7 @@ def refusal(name, rule, reason):
     return "[not run: %s%s]" % (text, " (%s)" % reason if reason else "")
 
 def patterns(cfg, key, tool=None):
-    """The deny or allow patterns for commands (tool None), or those naming a file tool
-    (write:PATH, read:PATH) with their paths made absolute."""
+    """The deny or allow patterns for commands (tool None), or a file tool's: (text, path)."""
     found = [p.strip() for p in cfg[key].split(",") if p.strip()]
     if tool is None:
         return [p for p in found if not p.startswith(("read:", "write:"))]
@@ -4048,17 +4031,14 @@ def patterns(cfg, key, tool=None):
             for p in found if p.startswith(tool + ":")]
 
 def decide(cfg, command):
-    """(decision, rule, reason) for a command line: a deny pattern matching one of its simple
-    commands refuses it; allow runs a plain line whose every command matches; else approve."""
-    split = shell_commands(command)
+    """(decision, rule, reason) for a command line: deny, then allow, then approve."""
+    split, why = shell_commands(command), None
     deny, allow = patterns(cfg, "deny"), patterns(cfg, "allow")
-    for pattern in deny:
-        for words in split.found:   # a computed program may be any: it matches every pattern
-            why = pattern_hit(words, pattern) or re.search(r"[$`]|{.*[,.].*}", words[0]) and (
-                "the program is computed: " + words[0])
-            if why:
-                return "refuse", "deny " + pattern, why if why != command else None
-    why = None
+    for pattern, words in [(p, w) for p in deny for w in split.found]:
+        why = pattern_hit(words, pattern) or re.search(r"[$`]|{.*[,.].*}", words[0]) and (
+            "the program is computed: " + words[0])   # it may be any: it matches every pattern
+        if why:
+            return "refuse", "deny " + pattern, why if why != command else None
     if allow and split.found:
         hits = [next((p for p in allow if pattern_hit(words, p)), None) for words in split.found]
         why = next(("%s matches no allow pattern" % " ".join(words)
@@ -4086,8 +4066,7 @@ def pattern_hit(words, pattern):
                  or fnmatch.fnmatchcase(text + " ", pattern)), None)
 
 def allow_bar(cfg, split):
-    """Why allow may not run a line whose commands all match: a redirection writes elsewhere
-    than /dev/null or a literal path in the working folder outside .git/ (or allow=write:PATH)."""
+    """Why allow may not run a line whose commands all match (a redirection), else None."""
     import fnmatch
     writable = [glob for _, glob in patterns(cfg, "allow", "write")]
     for word in split.redirs:
@@ -4103,7 +4082,6 @@ def allow_bar(cfg, split):
         if where and (computed or not any(fnmatch.fnmatchcase(path, g) for g in writable)):
             return "%s writes %s, which allow patterns do not cover" % (word, where)
     return None
-
 # The splitter: bantam reads a command line plainly, not as a shell does. It finds the simple
 # commands (word lists: quotes resolved, the program by its base name, redirections last) and
 # says why a line is not plain (then allow does not run it).
@@ -4130,16 +4108,14 @@ LONG_VALUES = ("unset chdir argv0 adjustment signal kill-after user group prompt
                "max-procs max-chars process-slot-var format output input error").split()
 
 def shell_commands(text):
-    """A command line as bantam reads it: found, its simple commands; unplain, why allow may
-    not run it; redirs, all its redirections."""
+    """A command line as bantam reads it: found (simple commands), unplain, redirs."""
     import types
     out = types.SimpleNamespace(found=[], unplain=[], redirs=[])
     shell_parse(text, 0, 0, out)
     return out
 
 def shell_parse(text, i, depth, out, closer=False):
-    """Split text[i:] into simple commands (to out), up to an unmatched ")" when closer: the
-    index after it."""
+    """Read text[i:] into out, up to an unmatched ) when closer: the index after it."""
     if depth > MAX_NESTING:   # not read: taken as a computed program (it matches every deny)
         out.found.append(["$(...)"])
         out.unplain.append("commands nested too deep")
@@ -4189,8 +4165,7 @@ def shell_parse(text, i, depth, out, closer=False):
     return len(text)
 
 def substitution(text, start, opener, depth, out):
-    """The $(...), <(...), >(...) or `...` opening at start, its commands added to out: (its
-    text, the index after it). $((...)) of digits and + - * / % ( ) is plain arithmetic."""
+    """The $(...), <(...), >(...) or `...` at start read into out: (its text, its end)."""
     m = re.compile(r"\$\(\([\d\s+*/%()-]*\)\)").match(text, start)
     if not m:   # (a $(( of anything else is read as $( with a ( in it)
         out.unplain.append("a backtick" if opener == "`" else opener + "...)")
@@ -4201,8 +4176,7 @@ def substitution(text, start, opener, depth, out):
     return text[start:end], end
 
 def simple_command(words, redirs, depth, out):
-    """Add a simple command to out.found (past keywords and NAME=value words), then the one it
-    runs as a wrapper or as a shell given -c."""
+    """Add a simple command to out.found, then what it runs as a wrapper or sh -c."""
     while words:
         if words[0] in KEYWORDS or re.match(ASSIGNMENT, words[0]):
             if words[0] not in ("{", "}"):
@@ -4221,8 +4195,7 @@ def simple_command(words, redirs, depth, out):
         words = args[wrapped(program, args):] if program in WRAPPERS else []
 
 def wrapped(program, args):
-    """Where the command a wrapper runs starts in its args: past its options and their values
-    (a long one may be cut short: --adj), and timeout's duration."""
+    """Where the command a wrapper runs starts in its args (past options and their values)."""
     n = 0
     while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
         option = args[n]
@@ -4244,26 +4217,21 @@ def shell_script(args):
     return args[n] if with_c and n < len(args) else None
 
 def user_decision(cfg, command, question=None):
-    """Ask the user (cfg["run"]["approver"]) about a command, or a file tool's call (its question):
-    (decision, reason, edited command). y(es), a(lways), e(dit), n(o)/Enter; else a reason."""
-    answer = cfg["run"]["approver"](question or "Run? [y/N/a/e] ", "")
-    word, _, rest = (answer or "").strip().partition(" ")
+    """Ask the user about a command or a file (question): (decision, reason, edited)."""
+    answer = (cfg["run"]["approver"](question or "Run? [y/N/a/e] ", "") or "").strip()
+    word, _, rest = answer.partition(" ")
     word = word.lower().rstrip(",:")
-    if word in ("y", "yes"):
-        return "run", None, None
-    if word in ("a", "always"):
-        return "always", None, None
+    if word in ("y", "yes", "a", "always"):
+        return "run" if word[0] == "y" else "always", None, None
     if word in ("e", "edit") and not question:
         edited = cfg["run"]["approver"]("Command: ", command)
         if edited and edited.strip() and edited != command:
             return "edit", None, edited
-        return ("run", None, None) if edited == command else ("refuse", None, None)
-    reason = rest.strip() if word in ("n", "no") else (answer or "").strip()
-    return "refuse", reason or None, None
+        return ("run" if edited == command else "refuse"), None, None
+    return "refuse", (rest.strip() if word in ("n", "no") else answer) or None, None
 
 def decide_file(cfg, tool, path):
-    """(decision, rule, reason) for a read or write of an absolute path: its deny and allow
-    patterns, then where it leads (.git/, outside the working folder) and approve."""
+    """(decision, rule, reason) for a read or write of an absolute path."""
     import fnmatch
     real = os.path.realpath(path)
     for key, decision, names in (("deny", "refuse", [path, real]), ("allow", "run", [real])):
@@ -4274,6 +4242,7 @@ def decide_file(cfg, tool, path):
         return "run", "always", None
     # a symlink in the folder that leads out: write_tool refuses to follow it, and says so
     inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
+    where = None if inside else "outside the working folder"
     if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
     if inside and tool == "read" or cfg["approve"] == "auto" and (inside or tool == "read"):
@@ -4281,8 +4250,8 @@ def decide_file(cfg, tool, path):
     if cfg["approve"] == "deny":
         return "refuse", "approve=deny", None
     if not cfg["run"].get("approver"):
-        return "refuse", "no terminal", None if inside else "outside the working folder"
-    return "ask", "approve=" + cfg["approve"], None if inside else "outside the working folder"
+        return "refuse", "no terminal", where
+    return "ask", "approve=" + cfg["approve"], where
 
 def write_preview(path, args, reason):
     """What a write would do, for its question: the path (and why it is asked), a short diff."""

@@ -1,5 +1,5 @@
 """Approvals that parse the command: the shell-command splitter (a table of (command, simple
-commands, beyond analysis?) cases a port can reuse), and the attacks on deny and allow run
+commands, not plain?) cases a port can reuse), and the attacks on deny and allow run
 for real: bantam as a subprocess, the scripted model making the call, the file checked after.
 """
 
@@ -10,8 +10,7 @@ import shlex
 import unittest
 
 import bantam
-from tests.support import (PROMPT_LINE, BantamTestCase, strip_ansi, text_stream,
-                           tool_call_stream)
+from tests.support import BantamTestCase, text_stream, tool_call_stream
 
 # (command, the simple commands bantam reads in it as word lists, is it not plain?) A wrapper
 # is a simple command of its own, and so is what it runs; what a program does with its
