@@ -3943,22 +3943,19 @@ def final_answer(cfg, messages, key, limit, used):
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
         words, key, limit, "; asking for a final answer" if asking else ""), "warning")
-    if not asking:
-        return True
     wait = cfg["final_answer_timeout"]
     quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
                  timeout=min(cfg["timeout"], wait), max_turn_seconds=0)
     own(cfg)["nudge"] = (FINAL_PROMPT % words, len(messages))
     try:
-        reply = chat(quick, messages, tools=False)
+        reply = chat(quick, messages, tools=False) if asking else {}
+        reply.pop("tool_calls", None)   # nothing runs any more
+        if reply.get("content"):
+            add_message(cfg, messages, reply)
     except ApiError as e:
         note(cfg, "[no final answer: %s]" % e)
-        return True
     finally:
         own(cfg).pop("nudge", None)
-    reply.pop("tool_calls", None)   # nothing runs any more
-    if reply["content"]:
-        add_message(cfg, messages, reply)
     return True
 
 def repair_call(cfg):
@@ -4142,7 +4139,7 @@ def shell_parse(text, i, depth, out, closer=False):
             if word is not None:   # a word ends: an argument, or what a redirection names
                 (redirs if redir else words).append((redir or "") + "".join(word))
                 if redir and redir.lstrip("0123456789") in ("<<", "<<-"):
-                    heredocs.append(("".join(word), redir.endswith("-")))
+                    heredocs.append(("".join(word), "\t*" if redir.endswith("-") else ""))
                     out.unplain.extend(["an unquoted heredoc"] * (not quoted))
                 word, redir, quoted = None, None, False
             redir = token if kind == "redir" else redir
@@ -4154,11 +4151,8 @@ def shell_parse(text, i, depth, out, closer=False):
                     return i
                 parens = max(0, parens + (token == "(") - (token == ")"))
                 for delimiter, tabs in heredocs if token == "\n" else ():   # data: skipped
-                    while i < len(text):
-                        end = text.find("\n", i) % (len(text) + 1)
-                        line, i = text[i:end], end + 1
-                        if (line.lstrip("\t") if tabs else line) == delimiter:
-                            break
+                    end = re.compile("(?m)^%s%s$" % (tabs, re.escape(delimiter))).search(text, i)
+                    i = end.end() + 1 if end else len(text)
                 heredocs = [] if token == "\n" else heredocs
     if dq or closer:
         out.unplain.append("an unclosed quote" if dq else "an unclosed $(")
@@ -4256,14 +4250,14 @@ def decide_file(cfg, tool, path):
 def write_preview(path, args, reason):
     """What a write would do, for its question: the path (and why it is asked), a short diff."""
     import difflib
-    new, old = str(args.get("content", "")).splitlines(), []
-    whole = all(v is None or k in ("filePath", "path", "content") for k, v in args.items())
+    old, whole = [], all(v is None or k in ("filePath", "path", "content") for k, v in args.items())
     try:   # a splice shows only what it adds
         if whole and os.path.isfile(path) and os.path.getsize(path) < 1 << 20:
             with open(path, encoding="utf-8", errors="replace") as f:
                 old = f.read().splitlines()
     except OSError:
         pass
+    new = str(args.get("content", "")).splitlines()
     lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
     more = ["... %d more lines" % (len(lines) - 12)] if len(lines) > 12 else []
     return "\n".join(["write " + path + (" (%s)" % reason if reason else "")] + lines[:12] + more)
