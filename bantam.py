@@ -4130,7 +4130,7 @@ def shell_parse(text, i, depth, out, closer=False):
             if kind == "sub":
                 token, i = substitution(text, start, token, depth, out)
             elif kind == "param" or kind == "sq" and not token[1:].endswith("'"):
-                out.unplain.append("%s is computed" % token if kind == "param" else "a lone '")
+                out.unplain.append("%s is computed" % token if kind == "param" else "a lone quote")
             dq, quoted = dq != (kind == "dq"), quoted or kind in ("sq", "dq", "esc")
             if kind in ("sq", "dq", "esc"):   # (a '...' holds no ': its last one closes it)
                 token = token[1:].rstrip("'") if kind == "sq" else token[1:]
@@ -4140,7 +4140,8 @@ def shell_parse(text, i, depth, out, closer=False):
                 (redirs if redir else words).append((redir or "") + "".join(word))
                 if redir and redir.lstrip("0123456789") in ("<<", "<<-"):
                     heredocs.append(("".join(word), "\t*" if redir.endswith("-") else ""))
-                    out.unplain.extend(["an unquoted heredoc"] * (not quoted))
+                    if not quoted:   # its body is expanded
+                        out.unplain.append("an unquoted heredoc")
                 word, redir, quoted = None, None, False
             redir = token if kind == "redir" else redir
             if kind == "op":

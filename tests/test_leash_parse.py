@@ -263,7 +263,7 @@ class AttackTests(BantamTestCase):
 
     def test_twenty_ways_around_deny_rm_are_refused(self):
         """deny='rm *' (approve=auto, no terminal): every variant is refused, its file stays, and
-        the model reads why (the pattern, or that bantam cannot check the command)."""
+        the model reads why (the pattern)."""
         names = ["f%02d" % n for n in range(len(DENY_VARIANTS))]
         for name in names:
             self.ws.write(name, "precious")
@@ -277,7 +277,7 @@ class AttackTests(BantamTestCase):
                 self.assertTrue(self.exists(name), "%s was deleted" % name)
                 text = results[call_id]
                 self.assertTrue(text.startswith("[not run: "), text)
-                self.assertTrue("'rm *'" in text or "cannot check" in text, text)
+                self.assertIn("'rm *'", text)
 
     def test_second_red_team_bypasses_of_deny_are_refused(self):
         """deny='rm *' (approve=auto, batch): each of DENY_BYPASSES is refused, its file stays,
@@ -300,7 +300,7 @@ class AttackTests(BantamTestCase):
                 self.assertTrue(self.exists(name), "%s was deleted" % name)
                 text = results[call_id]
                 self.assertTrue(text.startswith("[not run: "), text)
-                self.assertTrue("'rm *'" in text or "cannot check" in text, text)
+                self.assertIn("'rm *'", text)
 
     def test_daily_git_and_find_run_under_deny_rm(self):
         """deny='rm *' in batch mode: a commit whose message says rm, git log --grep rm and
