@@ -4032,7 +4032,7 @@ def decide(cfg, command):
     split, why = shell_commands(command), None
     deny, allow = patterns(cfg, "deny"), patterns(cfg, "allow")
     for pattern, words in [(p, w) for p in deny for w in split.found]:
-        why = pattern_hit(words, pattern) or re.search(r"[$`]|{.*[,.].*}", words[0]) and (
+        why = pattern_hit(words, pattern) or re.search(COMPUTED, words[0]) and (
             "the program is computed: " + words[0])   # it may be any: it matches every pattern
         if why:
             return "refuse", "deny " + pattern, why if why != command else None
@@ -4094,6 +4094,7 @@ QUOTED_TOKEN = (   # inside double quotes
 KEYWORDS = set("if then else elif fi do done while until for select case esac in function "
                "coproc ! { }".split())
 ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?="
+COMPUTED = r"[$`*?]|\[.*\]|{.*[,.].*}"   # a program named so may be any: $X, $(..), r?, {rm,x}
 SHELL_NAME = r"(ba|rba|da|z|k|mk|lk|pdk|a|ya|po|tc|c|fi|o|y)?sh[\d.]*$"   # sh, bash5.2, rbash...
 MAX_NESTING = 16   # shells in shells, substitutions in substitutions: deeper is not read
 WRAPPERS = {   # program: its short options that take a value (timeout also takes a duration)
@@ -4179,7 +4180,9 @@ def simple_command(words, redirs, depth, out):
                                               else "sets a variable"))
             words = words[1:]
             continue
-        program, args = os.path.basename(words[0]) or words[0], words[1:]
+        program, args = words[0], words[1:]
+        if not re.search(COMPUTED, program):   # (a computed one stays whole: $(echo /bin/rm))
+            program = os.path.basename(program) or program
         out.found.append([program] + args + redirs)
         if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
             out.unplain.append("the program is not a plain name: " + words[0])

@@ -30,7 +30,7 @@ SPLITS = [
     ('`echo rm` x', [['echo', 'rm'], ['`echo rm`', 'x']], True),
     ('"$X" x', [['$X', 'x']], True),
     ("$'\\x72m' x", [["$'\\x72m'", 'x']], True),
-    ('/bin/r? x', [['r?', 'x']], True),
+    ('/bin/r? x', [['/bin/r?', 'x']], True),
     ('{rm,x}', [['{rm,x}']], True),
     ('git log $(touch PWNED)', [['touch', 'PWNED'], ['git', 'log', '$(touch PWNED)']], True),
     ('echo "$(rm x)" \'$(rm y)\'', [['rm', 'x'], ['echo', '$(rm x)', '$(rm y)']], True),
@@ -162,6 +162,7 @@ class DecideTests(unittest.TestCase):
         subshell, what a program bantam does not know runs: all run as with no pattern."""
         cfg = dict(bantam.DEFAULTS, deny="rm *", run={})
         for command in ("python3 -c \"import os; os.remove('x')\"", "cat <<'EOF' > notes.md\nrm x\nEOF",
+                        "[ -f x ] && [[ -d y ]]",
                         "cat <<EOF\nrm x\nEOF", "for f in *.tmp; do echo \"$f\"; done",
                         "while false; do :; done", "bash script.sh", "git commit -m 'rm x'",
                         "grep -rn rm .", "(cd src && make)", "echo rm x", "git rm x", "chrt 1 rm x",
@@ -172,7 +173,8 @@ class DecideTests(unittest.TestCase):
             self.assertEqual(bantam.decide(cfg, command)[:2], ("run", "approve=auto"), command)
         for command in ("echo $(rm x)", "grep x <(rm y)", "echo x | xargs rm", "git commit -m \"$(rm x)\"",
                         "find . -name x -delete", "for f in a; do rm $f; done", "coproc rm x",
-                        "{rm,-f,x}", "if true; then rm x; fi"):
+                        "{rm,-f,x}", "if true; then rm x; fi", "$(echo /bin/rm) x",
+                        "{/bin/rm,x}", "\"${D}/rm\" x", "/bin/r? x", "/bin/r[m] x"):
             self.assertEqual(bantam.decide(cfg, command)[0], "refuse", command)
 
     def test_why_allow_does_not_run_a_redirection_says_where_it_writes(self):
