@@ -3411,41 +3411,32 @@ PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
 
 # ----------------------------------------------------------------------------------------
-# Approvals and budgets: what may run, and what a turn may spend (the tool, step and
-# request hooks). approve=auto runs every command (the spec); ask asks the user (the run's
-# approver, set at a terminal); deny runs none; the allow and deny patterns decide first
-# (deny wins). Budgets are per turn and shared with the turn's subagents; a stop makes one
-# last call without tools for the best answer from what the model has. Nudges after an
-# empty reply and that final call come from a budget of their own (max_repair_calls), so a
-# model that keeps failing cannot make bantam ask for ever.
+# Approvals and budgets: what may run and what a turn may spend (the tool, step and request
+# hooks). A deny pattern refuses, allow ones run a plain line unasked, then approve decides.
+# Budgets are per turn, shared with its subagents; a stop makes one last call without tools
+# for the best answer. Nudges and that call have a budget of their own (max_repair_calls).
 # ----------------------------------------------------------------------------------------
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
                "or call a tool if you need one.")
-
 FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any "
                 "more. From what you have found so far, give your best final answer to the "
                 "user's request, and say briefly what is left undone.")
-
 BUDGETS = {   # key: how its use is said
     "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
     "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
     "max_al_iterations": "%s model calls"}
 
 def spend(cfg, reply):
-    """The reply's cost in dollars at the configured prices (None when no price is set), and
-    its tokens and cost added to the turn's tally (calls outside AL: none)."""
+    """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
     prompt, cached, completion, _ = reply["tokens"]
-    reply["cost"] = None
+    cached, reply["cost"], turn = cached or 0, None, turn_tally(cfg)
     if cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]:
-        cached_price = cfg["price_cached"] or cfg["price_in"]
-        reply["cost"] = ((prompt - (cached or 0)) * cfg["price_in"] + (cached or 0) *
-                         cached_price + completion * cfg["price_out"]) / 1e6
-    turn = turn_tally(cfg)
-    if turn:
+        reply["cost"] = ((prompt - cached) * cfg["price_in"] + completion * cfg["price_out"]
+                         + cached * (cfg["price_cached"] or cfg["price_in"])) / 1e6
+    if turn:   # (calls outside AL have none)
         turn["tokens"] += prompt + completion
         turn["cost"] += reply["cost"] or 0.0
-
 
 def time_up(cfg):
     """(key, limit, used) when the turn has used up its max_turn_seconds, else None."""
@@ -3453,11 +3444,8 @@ def time_up(cfg):
     used = turn and limit and time.monotonic() - turn["started"]
     return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
 
-
 def leash(cfg, call, args, result=None):
-    """The tool hook of the leash: a call beyond max_calls_per_reply, or once the turn's time
-    ran out, is not run; else approval decides, and a command may run only as long as the
-    turn has left. After the call, the user's edit of it comes before its result."""
+    """The tool hook: limits on calls per reply and time, then approval; the user's edit first."""
     if result is not None:
         return cfg["run"].pop("told", "") + result
     mine, limit = own(cfg), cfg["max_calls_per_reply"]
@@ -3469,21 +3457,18 @@ def leash(cfg, call, args, result=None):
             note(cfg, "[%d tool calls %s]" % (made - limit, why), "warning")
         return "error: " + why
     turn, seconds = turn_tally(cfg), cfg["max_turn_seconds"]
-    if turn and seconds:
+    if turn and seconds:   # a command may run only as long as the turn has left
         end = turn["started"] + seconds
         why = "the turn's time ran out (max_turn_seconds=%g)" % seconds
         if time.monotonic() >= end:
             return "error: not run: " + why
         cfg["run"]["deadline"] = (end, "stopped after %.1f s: %s" % (end - time.monotonic(), why))
-    name = call["function"]["name"]
     cfg["run"]["told"] = ""
+    name = call["function"]["name"]
     return approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
 
-
 def budgets(cfg, messages, calls):
-    """The step hook of budgets: a budget the turn used up stops the loop, with one last call
-    for a final answer; so do max_al_iterations (calls None) and the turn's time running out
-    mid-reply (calls: the ApiError of kind budget)."""
+    """The step hook: a used-up budget stops the loop (calls None: max_al_iterations)."""
     if isinstance(calls, ApiError):
         return calls.kind == "budget" and final_answer(cfg, messages, *time_up(cfg))
     if calls is None:
@@ -3493,18 +3478,11 @@ def budgets(cfg, messages, calls):
     spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)
     return bool(spent) and final_answer(cfg, messages, *spent)
 
-
 def over_budget(cfg, calls, messages):
-    """After a step's tool calls: (key, limit, used) of the first budget the turn has used
-    up, else None. Counts the same call with the same arguments and the same result made
-    again and again (a model polling a log sees new output each time: not a cycle)."""
+    """(key, limit, used) of the first budget the turn used up (a repeat: same result too)."""
     turn, mine = turn_tally(cfg), own(cfg)
     last, count = mine.get("streak", (None, 0))
-    results = {}
-    for m in reversed(messages):   # the tool messages of this step
-        if m.get("role") != "tool":
-            break
-        results[m.get("tool_call_id")] = m.get("content")
+    results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
     for call in calls:
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
@@ -3515,10 +3493,8 @@ def over_budget(cfg, calls, messages):
     return next(((key, cfg[key], value) for key, value in used.items()
                  if cfg[key] and value >= cfg[key]), None)
 
-
 def final_answer(cfg, messages, key, limit, used):
-    """A budget stopped the loop while the model still wanted tools: say so, then ask once,
-    without tools and with a short timeout, for the best answer from what it has. True."""
+    """Say which budget stopped the loop; ask once, without tools, for a final answer. True."""
     own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
     asking, words = repair_call(cfg), BUDGETS[key] % used
@@ -3526,24 +3502,20 @@ def final_answer(cfg, messages, key, limit, used):
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
         words, key, limit, "; asking for a final answer" if asking else ""), "warning")
-    if not asking:
-        return True
     wait = cfg["final_answer_timeout"]
     quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
                  timeout=min(cfg["timeout"], wait), max_turn_seconds=0)
     own(cfg)["nudge"] = (FINAL_PROMPT % words, len(messages))
     try:
-        reply = chat(quick, messages, tools=False)
+        reply = chat(quick, messages, tools=False) if asking else {}
+        reply.pop("tool_calls", None)   # nothing runs any more
+        if reply.get("content"):
+            add_message(cfg, messages, reply)
     except ApiError as e:
         note(cfg, "[no final answer: %s]" % e)
-        return True
     finally:
         own(cfg).pop("nudge", None)
-    reply.pop("tool_calls", None)   # nothing runs any more
-    if reply["content"]:
-        add_message(cfg, messages, reply)
     return True
-
 
 def repair_call(cfg):
     """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
@@ -3551,10 +3523,8 @@ def repair_call(cfg):
     turn["repairs"] += 1
     return turn["repairs"] <= cfg["max_repair_calls"]
 
-
 def nudged(cfg, messages, body, error=None):
-    """The request hook of repairs: after an empty reply, ask once more with a line of
-    bantam's for the model (sent, never stored); before a request, that line is added."""
+    """The request hook: after an empty reply, ask once more with a line (sent, not stored)."""
     text, count = own(cfg).get("nudge") or (None, None)
     if error is not None:   # (asked once: a nudged request that is empty again is the end)
         if error.kind != "empty" or count == len(messages) or not repair_call(cfg):
@@ -3566,10 +3536,8 @@ def nudged(cfg, messages, body, error=None):
         body["messages"] = append_user(list(body["messages"]), text)
     return body
 
-
 def approval(cfg, call_id, name, args):
-    """May this tool call run? The args to run it with, or the refusal (the model reads of
-    the user's edit with the result). Commands, reads and writes are decided; an event each."""
+    """The args to run a tool call with, or its refusal; an approval event for each decided."""
     command = args.get("command") if name == "shell_exec" else None
     try:
         path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
@@ -3580,13 +3548,11 @@ def approval(cfg, call_id, name, args):
     decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
     edited = None
     if decision == "ask":
-        if name == "write" or reason:   # what is asked about, and why (in a line or three)
-            note(cfg, write_preview(path, args, reason) if name == "write" else "[%s: %s]" % (
-                path or "bantam cannot check this command against its patterns",
-                cut_middle(" ".join(reason.split("\n")), 240)), "warning")
-        decision, reason, edited = user_decision(cfg, command,
-                                                 path and name.title() + "? [y/N/a] ")
-        rule = "asked"
+        if name == "write" or reason:   # what is asked about, and why
+            note(cfg, write_preview(path, args, reason) if name == "write" else
+                 "[%s: %s]" % (path, reason), "warning")
+        question = path and name.title() + "? [y/N/a] "
+        (decision, reason, edited), rule = user_decision(cfg, command, question), "asked"
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
@@ -3596,13 +3562,6 @@ def approval(cfg, call_id, name, args):
         cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
         return dict(args, command=edited)
     return refusal(name, rule, reason) if decision == "refuse" else args
-
-def cut_middle(text, most):
-    """text, or its start and end around the number of characters cut when longer than most."""
-    if len(text) <= most:
-        return text
-    keep = (most - 30) // 2
-    return "%s [... %d more characters] %s" % (text[:keep], len(text) - 2 * keep, text[-keep:])
 
 def refusal(name, rule, reason):
     """The tool result of a refused call: who refused it and why, for the model to adjust."""
@@ -3614,15 +3573,13 @@ def refusal(name, rule, reason):
         "no terminal": "this %s needs the user's approval, and no one is there to ask" % what,
         ".git": "write keeps out of .git/ (git runs code from there: hooks, fsmonitor); the user "
                 "may allow a path there (allow=write:PATH)",
-        "unchecked": "bantam cannot check this command against its deny patterns",
         "approve=deny": "%s is turned off in bantam's settings (approve=deny)" % off}.get(rule)
     text = text or "the %s matches the pattern %r of bantam's deny setting" % (
         "command" if what == "command" else "path", rule.partition(" ")[2])
     return "[not run: %s%s]" % (text, " (%s)" % reason if reason else "")
 
 def patterns(cfg, key, tool=None):
-    """The deny or allow patterns for shell commands (tool None), or those naming a file tool
-    (write:PATH, read:PATH) with their paths made absolute."""
+    """The deny or allow patterns for commands (tool None), or a file tool's: (text, path)."""
     found = [p.strip() for p in cfg[key].split(",") if p.strip()]
     if tool is None:
         return [p for p in found if not p.startswith(("read:", "write:"))]
@@ -3630,634 +3587,182 @@ def patterns(cfg, key, tool=None):
             for p in found if p.startswith(tool + ":")]
 
 def decide(cfg, command):
-    """(decision, rule, reason) for a command: deny patterns refuse it if any simple command
-    matches, and make it beyond analysis if what it may run does; allow ones run it if every
-    one matches and all is within analysis (and allowed: allow_bar); else approve."""
-    split = shell_split(command)
-    found, unknown = split.found, list(split.unknown)
+    """(decision, rule, reason) for a command line: deny, then allow, then approve."""
+    split, why = shell_commands(command), None
     deny, allow = patterns(cfg, "deny"), patterns(cfg, "allow")
-    for pattern in deny:
-        for words in found + [[command]]:   # the line as written, too
-            why = pattern_hit(words, pattern)
-            if why:
-                return "refuse", "deny " + pattern, why if why != command else None
-    unknown[:0] = [why for why in [deny and possible_hit(split, deny)] if why]
-    hits = [next((p for p in allow if pattern_hit(words, p)), None) for words in found]
-    barred = allow and allow_bar(cfg, split)
-    if found and all(hits) and not unknown and not barred:
-        return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
+    for pattern, words in [(p, w) for p in deny for w in split.found]:
+        why = pattern_hit(words, pattern) or re.search(COMPUTED, words[0]) and (
+            "the program is computed: " + words[0])   # it may be any: it matches every pattern
+        if why:
+            return "refuse", "deny " + pattern, why if why != command else None
+    if allow and split.found:
+        hits = [next((p for p in allow if pattern_hit(words, p)), None) for words in split.found]
+        why = next(("%s matches no allow pattern" % " ".join(words)
+                    for words, hit in zip(split.found, hits) if not hit), None)
+        why = why or allow_bar(cfg, split) or (split.unplain + [None])[0]
+        if not why:
+            return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
     if "shell_exec:" + command in cfg["run"].setdefault("approved", set()):
         return "run", "always", None
     if cfg["approve"] == "ask" and not cfg["run"].get("approver"):
         note_once(cfg, "no terminal", "[approve=ask, but there is no terminal to ask: commands "
                   "are refused]", "warning")
         return "refuse", "no terminal", None
-    why = unknown[0] if unknown else None
-    if cfg["approve"] == "auto" and why and deny:
-        asked = cfg["run"].get("approver")
-        return ("ask", "approve=auto", why) if asked else ("refuse", "unchecked", why)
-    if cfg["approve"] == "deny" and not why and allow:
-        why = next(("%s matches no allow pattern" % " ".join(w) for w, hit in zip(found, hits)
-                    if not hit), barred or None)
     decision = {"auto": "run", "ask": "ask", "deny": "refuse"}[cfg["approve"]]
-    return decision, "approve=" + cfg["approve"], None if decision == "run" else why
+    return decision, "approve=" + cfg["approve"], why if decision == "refuse" else None
 
 def pattern_hit(words, pattern):
     """Why a simple command matches a pattern (its text; "unlink deletes files, as rm does"),
     else None. `rm *` also matches a bare `rm`, as xargs runs it."""
     import fnmatch
     forms = {" ".join(words): " ".join(words)}
-    if words[0] in DELETERS or words[0] == "find" and "-delete" in words:
+    if words[0] in ("unlink", "shred", "rmdir") or words[0] == "find" and "-delete" in words:
         forms[" ".join(["rm"] + words[1:])] = "%s deletes files, as rm does" % words[0]
     return next((why for text, why in forms.items() if fnmatch.fnmatchcase(text, pattern)
                  or fnmatch.fnmatchcase(text + " ", pattern)), None)
 
-# What a line may run beyond its simple commands, for deny to fail closed: a deny pattern that
-# matches it makes the line beyond analysis (asked about at a terminal, refused without one).
-COMPUTED = r"[$`]"   # an argument bantam cannot know: it may be any word
-INERT = set(   # they run no word they are given: `grep rm x` is data
-    "echo printf grep egrep fgrep cat head tail wc cut tr uniq nl comm ls stat du df file "
-    "basename dirname realpath readlink pwd which type test [ true false touch mkdir diff cmp "
-    "jq pytest".split())
-GIT_DATA = set("status diff log show shortlog commit tag merge stash notes revert cherry-pick add "
-               "branch switch checkout restore reset blame ls-files rev-parse describe mv grep"
-               .split())   # (git grep -O runs a pager: beyond analysis, see simple_command)
-GIT_VALUES = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env",
-              "--super-prefix", "--attr-source"}   # git's options that take the next word
-GIT_FLAGS = set("-p -P --paginate --no-pager --bare --no-replace-objects --literal-pathspecs "
-                "--glob-pathspecs --noglob-pathspecs --icase-pathspecs --no-optional-locks "
-                "--no-lazy-fetch --no-advice --exec-path".split())   # and those that take none
-POSSIBLE_TEXT, POSSIBLE_TRIES = 200000, 16   # how much is split again; how often in a command
-
-def possible_hit(split, deny):
-    """Why a line may run what a deny pattern names though no simple command matches it:
-    after a program bantam does not know (`chrt 1 rm x`, `git rm x`), in an argument
-    (`ssh host 'rm x'`) or a variable (`GIT_SSH_COMMAND='rm x' git fetch`), or with computed
-    arguments that may spell it (`git $x` for `git push *`); else None."""
-    starts = {pattern.split(" ")[0] for pattern in deny}
-    for words, where in possible_commands(split, starts, [POSSIBLE_TEXT]):
-        if words is None:
-            return where
-        for pattern in deny:
-            if pattern_hit(words, pattern) and where is not words:
-                return "%s may run %s, which deny %r refuses" % (
-                    shell_text(where), shell_text(words), pattern)
-            if computed_hit(words, pattern):
-                return "%s has computed arguments that may spell what deny %r refuses" % (
-                    " ".join(words), pattern)
-    return None
-
-def possible_commands(split, starts, budget, depth=0):
-    """(words, the words of the command they are in) of what split may run (see possible_hit):
-    its simple commands, each one's arguments from a word that may be a program (it matches
-    the start of a deny pattern, or is a wrapper, shell or deleter), the command lines in its
-    arguments (a value after = too: tar --to-command=CMD) and in its variables' values;
-    (None, why) when there is too much to check (budget: the characters left to split)."""
-    import fnmatch
-    for words in split.found:
-        where, tried = words, 0
-        yield words, where
-        for k in range(1, data_from(words)):
-            name = os.path.basename(words[k]) or words[k]
-            if (name in WRAPPERS or name in DELETERS or name == "find" or re.match(SHELL_NAME, name)
-                    or any(fnmatch.fnmatchcase(name, start) for start in starts)):
-                tried += 1
-                inner = Split()
-                simple_command(words[k:], [], 1, inner)   # as if the program ran the rest
-                yield from ((w, where) for w in inner.found)
-            lines = [re.sub(r"^\d*[<>&|]+|^!", "", words[k])] * bool(   # <<<'rm x', vi -c '!rm x'
-                re.search(r"[\s;&|`]|\$\(", words[k])) + re.findall(r"^[^=]+=!?(.+)", words[k])
-            for line in lines if depth < 2 else ():   # (git -c alias.x='!rm x': ! runs a shell)
-                tried, budget[0] = tried + 1, budget[0] - len(line)
-                if budget[0] < 0:
-                    yield None, "%s is too long to check" % words[0]
-                    return
-                for w, why in possible_commands(shell_split(line), starts, budget, depth + 1):
-                    yield (w, where) if w else (None, why)
-            if tried > POSSIBLE_TRIES:
-                yield None, "%s has too many arguments to check" % words[0]
-                return
-    yield from ((words, ["a", "variable's", "value"]) for words in split.maybe)
-
-def data_from(words):
-    """Where a simple command's words become data, to what it runs: at once for a program that
-    runs none (INERT) and for find (what its -exec runs is a simple command of its own), after
-    the subcommand for git's that run none (`git commit -m 'rm x'`, `git log --grep rm`), and
-    where they do for the command a wrapper runs."""
-    name = os.path.basename(words[0])
-    if name in INERT or words[0] == "find" and not any(re.search(COMPUTED, w) for w in words):
-        return 1   # (a computed word of find's may be -exec: x=-exec; find . $x rm y ';')
-    if name in WRAPPERS:   # from where what it runs does (`sudo echo rm x`, not `flock echo rm x`)
-        n = 1 + wrapped(name, words[1:], Split())
-        return n + data_from(words[n:]) if n < len(words) else len(words)
-    n = git_subcommand(words)
-    known = all(w in GIT_VALUES or w in GIT_FLAGS or "=" in w   # (an option bantam does not
-                for w in words[1:n] if w[:1] == "-")         # know may take log as its value)
-    return n + 1 if n and known and words[n] in GIT_DATA else len(words)
-
-def git_subcommand(words):
-    """Where the subcommand of a git command is in its words (git -C DIR -c K=V log), else 0."""
-    n = 1
-    while words[0] == "git" and n < len(words) and words[n][:1] == "-":
-        n += 2 if words[n] in GIT_VALUES else 1
-    return n if words[0] == "git" and n < len(words) else 0
-
-GIT_PAGER_OPTION = r"(^|[\s=])-[^-\s]*O|[\s=]--o"   # -Orm, alias.g='grep -Orm', 'g --open=rm'
-
-def git_pager(words):
-    """Whether a git command may be a git grep given a pager (-O, --open-files-in-pager), as
-    itself or through an alias: `git -c alias.g=grep g -Orm x`, `git config alias.g 'grep -Orm'`,
-    an alias from a variable (--config-env). Git ignores an alias named like a git command, so
-    the other GIT_DATA ones are no grep."""
-    n = git_subcommand(words)
-    if not n or words[n] in GIT_DATA - {"grep"}:
-        return False
-    if words[n] == "grep":
-        return any(re.match(r"-[^-]*O|--o", a) for a in words[n + 1:])
-    return any(re.search(GIT_PAGER_OPTION, a) or a.startswith("--config-env") for a in words[1:])
-
-def shell_text(words):
-    """Words as they read in a command line: one with a space or a quote quoted (`-m 'rm x'`),
-    the others as they are (`$X` stays `$X`)."""
-    import shlex
-    return " ".join(shlex.quote(w) if re.search(r"[\s'\"]|^$", w) else w for w in words)
-
-def computed_hit(words, pattern):
-    """Why words with computed arguments (`git $x`, `"$@"`) may match a pattern: each such
-    word is taken as the pattern's word in its place (`git push` for `git push *`); else None."""
-    tokens = pattern.split(" ")
-    if not any(re.search(COMPUTED, w) for w in words[1:]):
-        return None
-    spelled = [tokens[n] if n and n < len(tokens) and re.search(COMPUTED, w) else w
-               for n, w in enumerate(words)]
-    return pattern_hit(spelled, pattern)
-
-WRITE_REDIRECTION = r"\d*(&>>?|>>|>\||>&|>|<>)"
-UNWRITTEN = r"/dev/(null|stdout|stderr|tty|fd/\d+)$|[<>]\("   # (a process substitution: seen)
-
 def allow_bar(cfg, split):
-    """Why allow may not run a line though each simple command matches: it sets a variable
-    (PATH=. ls is not ls), or a redirection writes outside the working folder, into .git/ or
-    to a computed path, where no allow=write:PATH pattern lets it; else None."""
+    """Why allow may not run a line whose commands all match (a redirection), else None."""
     import fnmatch
-    if split.unallowed:
-        return split.unallowed[0] + ", which allow patterns do not cover"
     writable = [glob for _, glob in patterns(cfg, "allow", "write")]
-    written = [">" + path for words in split.found for path in option_writes(words)]
-    for word in [w for words in split.found for w in words[1:]] + split.redirs + written:
-        m = re.match(WRITE_REDIRECTION, word)
-        target = word[m.end():] if m else ""
-        copy = m and m.group(1) == ">&" and re.match(r"\d*-?$", target)   # 2>&1, >&-
-        if not m or copy or re.match(UNWRITTEN, target):
-            continue   # not a redirection that writes a file
-        path = os.path.realpath(os.path.expanduser(target))
-        computed = re.search(r"[$`*?[{]|^~[^/]", target)
+    for word in split.redirs:
+        m = re.match(r"\d*(&>>?|>>|>\||>&|>|<>)(.*)", word, re.S)
+        if not m or m.group(1) == ">&" and re.match(r"\d*-?$", m.group(2)) \
+                or m.group(2) == "/dev/null":
+            continue   # it reads, copies a descriptor (2>&1, >&-) or writes nothing
+        path = os.path.realpath(os.path.expanduser(m.group(2)))
+        computed = re.search(r"[$`*?[{]|^~[^/]", m.group(2))
         where = ("to a computed path" if computed else
                  "outside the working folder" if not within(path, [os.getcwd()]) else
                  "into a .git folder" if ".git" in path.split(os.sep) else None)
         if where and (computed or not any(fnmatch.fnmatchcase(path, g) for g in writable)):
             return "%s writes %s, which allow patterns do not cover" % (word, where)
     return None
-
-def option_writes(words):
-    """The files a git command writes by its options, as a redirection would: --output=FILE
-    (log, diff, show...), and -o FILE for archive and format-patch (commit's -o is --only)."""
-    n = git_subcommand(words)
-    if not n:
-        return []
-    short = words[n] in ("archive", "format-patch")
-    return [word[9:] for word in words[n:] if word.startswith("--output=")] + [
-        words[k + 1] for k in range(n, len(words) - 1)
-        if words[k] == "--output" or short and words[k] == "-o"]
-
-# The shell-command splitter: what the patterns are matched against. Not a shell: it finds the
-# programs a command line runs, and says when it cannot know (then the patterns cannot either).
-# Its patterns are compiled when first used (re caches them), not at every start.
-SHELL_NAME = r"(ba|rba|da|z|k|mk|lk|pdk|a|ya|po|tc|c|fi|o|y)?sh[\d.]*$"   # sh, bash5.2, rbash...
-INTERPRETER = (r"(python|pypy|perl|ruby|node|nodejs|bun|php|lua|luajit|tclsh|wish|expect|julia"
-               r"|guile|osascript|Rscript|R)[\d.]*$")
-INTERPRETER_VALUES = {"-I", "-M", "-r", "--require", "--import", "--loader"}   # python's: -W, -X
-STDIN_SCRIPT = r"(-|/dev/stdin|/dev/fd/\d+|/proc/self/fd/\d+|<\(.*)$"   # a script from a pipe
-KEYWORDS = set("if then else elif fi do done while until esac ! { }".split())
-DELETERS = {"unlink", "shred", "rmdir"}   # they delete files: a deny pattern for rm covers them
-SED_RUNS = (   # GNU sed's e command (`1e rm x`) and the e flag of s (`s/a/rm x/e`)
-    r"(?:^|[;\n{}!=])\s*(?:(?:\d+|\$|/[^/]*/)\s*(?:,\s*(?:\d+|\$|/[^/]*/)\s*)?!?\s*)?e(?:\s|;|}|$)"
-    r"|s([^\\\n])(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1[gpiImM0-9]*e")
-
-WRAPPERS = {   # program: (its short options that take a value, its long ones, words before the
-    # command it runs). A long option may be cut short (--adj is --adjustment), as getopt allows.
-    "env": ("uCSaP", "unset chdir split-string argv0", 0), "command": ("", "", 0),
-    "builtin": ("", "", 0), "exec": ("a", "", 0), "nice": ("n", "adjustment", 0),
-    "nohup": ("", "", 0), "timeout": ("sk", "signal kill-after", 1),
-    "sudo": ("ugpCDrtUThRac", "user group prompt close-from chdir role type other-user "
-             "command-timeout host chroot auth-type", 0), "doas": ("uCa", "", 0),
-    "xargs": ("aEdILnPs", "arg-file delimiter max-args max-procs max-chars process-slot-var", 0),
-    "time": ("fo", "format output", 0), "stdbuf": ("ioe", "input output error", 0),
-    "setsid": ("", "", 0), "ionice": ("cnpPu", "class classdata pid pgid uid", 0),
-    "busybox": ("", "", 0), "toybox": ("", "", 0)}
-
-SHELL_TOKEN = (   # one token outside double quotes; "plain" ends at anything special
-    r"(?s)(?P<space>[ \t]+)|(?P<sq>'[^']*'?)|(?P<ansi>\$'(?:[^'\\]|\\.)*'?)|(?P<dq>\")"
-    r"|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|[<>]\(|`)|(?P<param>\$\{|\$\[)"
-    r"|(?P<redir>\d*(?:&>>?|<<<|<<-|<<|<>|>>|>\||>&|<&|>|<))|(?P<op>&&|\|\||;;&?|;&|\|&|[;&|\n()])"
+# The splitter: bantam reads a command line plainly, not as a shell does. It finds the simple
+# commands (word lists: quotes resolved, the program by its base name, redirections last) and
+# says why a line is not plain (then allow does not run it).
+SHELL_TOKEN = (   # one token outside double quotes
+    r"(?s)(?P<space>[ \t]+)|(?P<esc>\\.?)|(?P<sq>'[^']*'?)|(?P<dq>\")"
+    r"|(?P<sub>\$\(|[<>]\(|`)"
+    r"|(?P<param>\$(?:\{[^}]*\}?|\[[^]]*\]?|'(?:[^'\\]|\\.)*'?|\w+|[@*#?$!-]))"
+    r"|(?P<redir>\d*(?:&>>?|<<<|<<-|<<|<>|>>|>\||>&|<&|>|<))|(?P<op>&&|\|\||\|&|[;&|\n()])"
     r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)")
-
 QUOTED_TOKEN = (   # inside double quotes
-    r"(?s)(?P<dq>\")|(?P<esc>\\.?)|(?P<sub>\$\(\(|\$\(|`)|(?P<param>\$\{|\$\[)"
-    r"|(?P<plain>[^\"\\$`]+|.)")
-
-PARAMETER_PIECE = r"""(?s)\$\(\(|\$\(|`|\$\{|\$\[|'[^']*'?|"|\\.|[]}[]"""   # in ${...}, $[...]
-QUOTED_PIECE = r'(?s)"|\\.|\$\(\(|\$\(|`|\$\{|\$\['   # in "..." within them
-
+    r"(?s)(?P<dq>\")|(?P<esc>\\[$`\"\\])|(?P<sub>\$\(|`)"
+    r"|(?P<param>\$(?:\{[^}]*\}?|\[[^]]*\]?|\w+|[@*#?$!-]))|(?P<plain>[^\"\\$`]+|.)")
+KEYWORDS = set("if then else elif fi do done while until for select case esac in function "
+               "coproc ! { }".split())
 ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?="
-MAX_NESTING = 16   # shells in shells, substitutions in substitutions: deeper is beyond analysis
-
-class Split:
-    """What a command line runs, as shell_split() finds it. found: its simple commands (word
-    lists); unknown: why some of it is beyond analysis; maybe: commands a variable's value holds
-    (GIT_SSH_COMMAND='rm x' git fetch may run them); unallowed: why allow may not run it though
-    every command matches (PATH=. ls is not ls); redirs: those of compound commands ({ ls; } >x)."""
-
-    def __init__(self):
-        self.found, self.unknown, self.maybe, self.unallowed, self.redirs = [], [], [], [], []
+COMPUTED = r"[$`*?]|\[.*\]|{.*[,.].*}"   # a program named so may be any: $X, $(..), r?, {rm,x}
+SHELL_NAME = r"(ba|rba|da|z|k|mk|lk|pdk|a|ya|po|tc|c|fi|o|y)?sh[\d.]*$"   # sh, bash5.2, rbash...
+MAX_NESTING = 16   # shells in shells, substitutions in substitutions: deeper is not read
+WRAPPERS = {   # program: its short options that take a value (timeout also takes a duration)
+    "env": "uCaP", "command": "", "exec": "a", "nice": "n", "nohup": "", "timeout": "sk",
+    "doas": "uCa", "sudo": "ugpCDrtUThRac", "xargs": "aEdILnPs", "time": "fo", "stdbuf": "ioe",
+    "setsid": ""}
+LONG_VALUES = ("unset chdir argv0 adjustment signal kill-after user group prompt close-from role "
+               "type other-user command-timeout host chroot auth-type arg-file delimiter max-args "
+               "max-procs max-chars process-slot-var format output input error").split()
 
 def shell_commands(text):
-    """The simple commands a shell command line runs, as word lists (quotes and backslashes
-    resolved, the program by its base name, leading assignments dropped, redirections last,
-    a wrapper and the command it runs each listed), and the reasons it is beyond analysis."""
-    split = shell_split(text)
-    return split.found, split.unknown
-
-def shell_split(text):
-    """The Split of a shell command line (above)."""
-    split = Split()
-    shell_parse(text, 0, 0, split)
-    return split
+    """A command line as bantam reads it: found (simple commands), unplain, redirs."""
+    import types
+    out = types.SimpleNamespace(found=[], unplain=[], redirs=[])
+    shell_parse(text, 0, 0, out)
+    return out
 
 def shell_parse(text, i, depth, out, closer=False):
-    """Split text[i:] into simple commands (added to out.found; what bantam cannot know, to
-    out.unknown), up to an unmatched ")" when closer: the index after it."""
-    if depth > MAX_NESTING:
-        out.unknown.append("commands nested too deep")
+    """Read text[i:] into out, up to an unmatched ) when closer: the index after it."""
+    if depth > MAX_NESTING:   # not read: taken as a computed program (it matches every deny)
+        out.found.append(["$(...)"])
+        out.unplain.append("commands nested too deep")
         return len(text)
-    words, redirs, heredocs, parens, word, redir, quoted, dq = [], [], [], 0, None, None, 0, 0
-    cases = []   # the case commands open here: is a pattern next (up to its ")")?
+    if not closer:   # line continuations are gone (r\<newline>m is rm)
+        text = re.sub(r"(?<!\\)((?:\\\\)*)\\\n", r"\1", text)
+    words, redirs, heredocs, word, redir, quoted, dq, parens = [], [], [], None, None, 0, 0, 0
     while i <= len(text):   # the end of the text acts as one last operator
         m = re.compile(QUOTED_TOKEN if dq else SHELL_TOKEN).match(text, i)   # None at the end
         kind, token, start = m.lastgroup if m else "op", m.group() if m else "", i
         i = m.end() if m else i + 1
         if kind == "plain" and token[0] == "#" and word is None and not dq:   # a comment
             i = text.find("\n", start) % (len(text) + 1)
-        elif token == "\\\n":   # a line continuation: gone, no word of its own (r\<newline>m is rm)
-            before, after = text[start - 1:start], text[i:i + 1]
-            if before and after and before in "$<>&|;(" and after in "$<>&|;({['\"-":
-                out.unknown.append("a line continuation inside an operator")   # $\<newline>(
-        elif token == "(" and text[i:i + 1] == "(" and not dq and arithmetic_command(words):
-            i = arithmetic(text, start, i + 1, out)   # (( x << 2 )): no heredoc, no command
-        elif kind in ("sq", "ansi", "dq", "esc", "plain", "sub", "param"):   # a piece of a word
-            after = token[1:]
-            if kind == "ansi":
-                token = ansi_c(token, out)
-            elif kind == "param":
-                token, i = parameter(text, start, depth + 1, out)
-            elif kind == "sub":
+        elif kind in ("sq", "dq", "esc", "sub", "param", "plain"):   # a piece of a word
+            if kind == "sub":
                 token, i = substitution(text, start, token, depth, out)
-            elif kind == "sq":
-                closed = len(token) > 1 and token[-1] == "'"
-                token = after[:-1] if closed else after
-                if not closed:
-                    out.unknown.append("an unclosed quote")
-            elif kind == "esc":
-                token = "" if after == "\n" else after if not dq or after in '$`"\\' else token
-            dq, quoted = dq != (kind == "dq"), quoted or kind in ("sq", "ansi", "dq", "esc")
-            word = [] if word is None else word
-            word.append("" if kind == "dq" else token)
+            elif kind == "param" or kind == "sq" and not token[1:].endswith("'"):
+                out.unplain.append("%s is computed" % token if kind == "param" else "a lone quote")
+            dq, quoted = dq != (kind == "dq"), quoted or kind in ("sq", "dq", "esc")
+            if kind in ("sq", "dq", "esc"):   # (a '...' holds no ': its last one closes it)
+                token = token[1:].rstrip("'") if kind == "sq" else token[1:]
+            word = (word or []) + [token]
         else:
             if word is not None:   # a word ends: an argument, or what a redirection names
                 (redirs if redir else words).append((redir or "") + "".join(word))
                 if redir and redir.lstrip("0123456789") in ("<<", "<<-"):
-                    heredocs.append(("".join(word), redir.endswith("-"), not quoted))
+                    heredocs.append(("".join(word), "\t*" if redir.endswith("-") else ""))
+                    if not quoted:   # its body is expanded
+                        out.unplain.append("an unquoted heredoc")
                 word, redir, quoted = None, None, False
-            if kind == "redir":
-                redir = token
-            elif kind == "op" and case_pattern(cases, words, token):   # (no command)
-                words, redirs, redir = [], [], None
-            elif kind == "op":
+            redir = token if kind == "redir" else redir
+            if kind == "op":
+                out.redirs.extend(redirs)
                 simple_command(words, redirs, depth, out)
                 words, redirs, redir = [], [], None
                 if token == ")" and closer and not parens:
                     return i
-                parens = parens + 1 if token == "(" else max(0, parens - (token == ")"))
-                for delimiter, tabs, expands in heredocs if token == "\n" else ():   # data: skipped
-                    while i < len(text):
-                        end = text.find("\n", i) % (len(text) + 1)
-                        line, i = text[i:end], end + 1
-                        while expands and continued(line) and i < len(text):   # as bash joins
-                            end = text.find("\n", i) % (len(text) + 1)
-                            line, i = line[:-1] + text[i:end], end + 1
-                        if (line.lstrip("\t") if tabs else line) == delimiter:
-                            break
-                        if expands and ("$(" in line or "`" in line):
-                            out.unknown.append("a heredoc with a command substitution")
-                heredocs = heredocs if token != "\n" else []
+                parens = max(0, parens + (token == "(") - (token == ")"))
+                for delimiter, tabs in heredocs if token == "\n" else ():   # data: skipped
+                    end = re.compile("(?m)^%s%s$" % (tabs, re.escape(delimiter))).search(text, i)
+                    i = end.end() + 1 if end else len(text)
+                heredocs = [] if token == "\n" else heredocs
     if dq or closer:
-        out.unknown.append("an unclosed quote" if dq else "an unclosed $(")
+        out.unplain.append("an unclosed quote" if dq else "an unclosed $(")
     return len(text)
 
-ANSI_C = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
-          "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
-
-def ansi_c(token, out):
-    """The text of a $'...' string as bash decodes it ($'\\x72m' is rm); an escape it does not
-    know exactly (\\c, \\u) is beyond analysis."""
-    closed = len(token) > 2 and token[-1] == "'"
-    if not closed:
-        out.unknown.append("an unclosed quote")
-
-    def decode(m):
-        text = m.group(1)
-        if text[0] in "01234567":
-            return chr(int(text, 8) & 255)
-        if text[0] == "x" and len(text) > 1:
-            return chr(int(text[1:], 16))
-        if text in ANSI_C:
-            return ANSI_C[text]
-        out.unknown.append("a $'...' escape bantam does not decode: \\%s" % text)
-        return text
-    body = token[2:-1] if closed else token[2:]
-    return re.sub(r"\\([0-7]{1,3}|x[0-9A-Fa-f]{1,2}|.)", decode, body, flags=re.S)
-
-def continued(line):
-    """Does a line end with a backslash that escapes its newline (not an escaped backslash)?"""
-    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
-
-def case_pattern(cases, words, token):
-    """Does the operator token after words belong to a case pattern (`a|b)`, `(c)`), not end a
-    command? Keeps cases (one flag for each case open: is a pattern next?): a pattern's ")"
-    must not close a $( around it."""
-    head = words[next((k for k, w in enumerate(words) if w not in KEYWORDS), len(words)):]
-    if head[:1] == ["case"] and head[2:3] == ["in"]:
-        cases.append(True)   # (its first pattern may follow on the same line)
-    elif cases and words[:1] == ["esac"]:
-        cases.pop()
-        return False
-    if not cases or token in (";;", ";&", ";;&"):
-        cases[-1:] = [True] * len(cases[-1:])
-        return False
-    if cases[-1] and token in (")", "|", "(", "\n"):
-        cases[-1] = token != ")"
-        return True
-    return False
-
-def arithmetic_command(words):
-    """Is a (( here an arithmetic command: where a command starts, or after for?"""
-    return all(w in KEYWORDS for w in words) or words == ["for"]
-
-def arithmetic(text, start, i, out):
-    """The index after the (( ... )) opening at start (its inside from i), or start + 1 when
-    it is no arithmetic but a subshell in a subshell (then the ( is read as usual)."""
-    end = arithmetic_end(text, i)
-    if end and ("$(" in text[i:end] or "`" in text[i:end]):
-        out.unknown.append("a command substitution inside arithmetic")
-    return end or start + 1
-
-def parameter(text, start, depth, out):
-    """The ${...} or $[...] opening at start, its substitutions' commands added to out: (its
-    text, the index after it). Nothing in it ends the word or starts a heredoc (${x:-a;b},
-    ${x:-<<2}); quotes hide its closer, and ${ nests, { does not (as bash reads it)."""
-    close, level, i = "}" if text[start + 1] == "{" else "]", 1, start + 2
-    if depth > MAX_NESTING:
-        out.unknown.append("commands nested too deep")
-        return text[start:], len(text)
-    while level:
-        m = re.compile(PARAMETER_PIECE).search(text, i)
-        if not m:
-            out.unknown.append("an unclosed $%s" % "{["[close == "]"])
-            return text[start:], len(text)
-        token, i = m.group(), m.end()
-        if token in ("$((", "$(", "`"):
-            i = substitution(text, m.start(), token, depth, out)[1]
-        elif token in ("${", "$["):
-            i = parameter(text, m.start(), depth + 1, out)[1]
-        elif token == '"':
-            i = quoted_end(text, i, depth, out)
-        elif token in (close, "["):
-            level += 1 if token == "[" and close == "]" else -(token == close)
-    return text[start:i], i
-
-def quoted_end(text, i, depth, out):
-    """The index after the " that closes a double-quoted string (from i) inside ${...}; its
-    substitutions' commands added to out."""
-    while True:
-        m = re.compile(QUOTED_PIECE).search(text, i)
-        if not m:
-            out.unknown.append("an unclosed quote")
-            return len(text)
-        token, i = m.group(), m.end()
-        if token == '"':
-            return i
-        if token in ("$((", "$(", "`"):
-            i = substitution(text, m.start(), token, depth, out)[1]
-        elif token in ("${", "$["):
-            i = parameter(text, m.start(), depth + 1, out)[1]
-
 def substitution(text, start, opener, depth, out):
-    """The $(...), <(...), >(...), `...` or $((...)) opening at start, its commands added to
-    out: (its text, the index after it)."""
-    end = arithmetic_end(text, start + 3) if opener == "$((" else None
-    if end:
-        if "$(" in text[start + 3:end] or "`" in text[start + 3:end]:
-            out.unknown.append("a command substitution inside arithmetic")
-    elif opener == "`":
-        m = re.compile(r"`((?:[^`\\]|\\.)*)(`?)", re.S).match(text, start)
+    """The $(...), <(...), >(...) or `...` at start read into out: (its text, its end)."""
+    m = re.compile(r"\$\(\([\d\s+*/%()-]*\)\)").match(text, start)
+    if not m:   # (a $(( of anything else is read as $( with a ( in it)
+        out.unplain.append("a backtick" if opener == "`" else opener + "...)")
+    if not m and opener == "`":
+        m = re.compile(r"`((?:[^`\\]|\\.)*)`?", re.S).match(text, start)
         shell_parse(re.sub(r"\\([`$\\])", r"\1", m.group(1)), 0, depth + 1, out)
-        if not m.group(2):
-            out.unknown.append("an unclosed backtick")
-        end = m.end()
-    else:   # $( and $(( that is $( with a subshell in it: `$((cd x); rm y)`, as bash reads it
-        end = shell_parse(text, start + 2, depth + 1, out, closer=True)
+    end = m.end() if m else shell_parse(text, start + 2, depth + 1, out, closer=True)
     return text[start:end], end
 
-def arithmetic_end(text, i):
-    """The index after the )) closing the $(( before i, or None when its inner ( closes
-    without a ) right after it (then it is not arithmetic). Quotes hide parentheses, as
-    bash reads $((echo "))"); rm x)."""
-    depth = 2
-    for m in re.compile(r"""[()]|'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.""", re.S).finditer(text, i):
-        depth += {"(": 1, ")": -1}.get(m.group(), 0)
-        if depth == 1:
-            return m.end() + 1 if text[m.end():m.end() + 1] == ")" else None
-    return None
-
 def simple_command(words, redirs, depth, out):
-    """Add a simple command to out.found, then what it runs when it is a wrapper, a shell given
-    -c, find -exec, trap or alias; say in out.unknown what it runs beyond analysis."""
-    words = command_words(words, depth, out)
-    if not words:
-        return out.redirs.extend(redirs)   # a compound command's: `{ ls; } >x`
-    if words[0] in ("for", "select", "case"):
-        return   # a loop's or a case's head: its substitutions are already found
-    if depth > MAX_NESTING:
-        return out.unknown.append("commands nested too deep")
-    program, args = os.path.basename(words[0]) or words[0], words[1:]
-    out.found.append([program] + args + redirs)
-    if re.search(r"[$`*?{]|\[.", words[0]) and words[0] != "[[":
-        out.unknown.append("the program is computed: %s" % words[0])
-    elif program in ("eval", "source", "."):
-        out.unknown.append("%s runs code bantam cannot see" % program)
-    elif re.match(SHELL_NAME, program) and shell_script(args) is not None:
-        shell_parse(shell_script(args), 0, depth + 1, out)
-    elif re.match(SHELL_NAME, program):
-        out.unknown.append("%s runs a script or what it reads" % program)
-    elif re.match(INTERPRETER, program):
-        interpreter(program, args, redirs, out)
-    elif re.match(r"[gmn]?awk$", program) and any("system" in a or "|" in a for a in args):
-        out.unknown.append("%s runs commands" % program)
-    elif re.match(r"g?sed$", program) and any(re.search(SED_RUNS, a) for a in args):
-        out.unknown.append("sed runs commands (its e command)")
-    elif program in ("mapfile", "readarray") and any(re.match(r"-[^-]*C", a) for a in args):
-        out.unknown.append("%s -C runs a command given as a string" % program)
-    elif program in ("test", "[", "printf") and any(re.match(r"-v", a) for a in args):
-        if program == "printf":   # (printf -v PATH . is PATH=.)
-            out.unallowed.append("printf -v sets a variable")
-        if any(re.search(r"[\[$`]", a) for a in args):   # test -v 'a[$(rm x)]' runs rm x
-            out.unknown.append("%s -v evaluates an array index, which may run commands" % program)
-    elif program == "hash" and any(re.match(r"-[^-]*p", a) for a in args) or program == "enable" \
-            and any(re.match(r"-[^-]*f", a) for a in args):   # hash -p /bin/r[m] cat: cat is rm
-        out.unknown.append("%s makes a new name for a command" % program)
-    elif program in ("pytest", "py.test") and any(re.match(r"--(pdb|trace)", a) for a in args):
-        out.unknown.append("pytest %s runs the Python code its input gives" % "--pdb/--trace")
-    elif program in ("export", "declare", "typeset", "local", "readonly"):
-        for arg in args:
-            if re.match(ASSIGNMENT, arg):
-                assignment(arg, depth, out)
-    elif program == "trap":   # its first word is a command line, run at the signal
-        code = [a for a in args if a != "--"][:1]
-        if code and code[0][:1] != "-":
-            shell_parse(code[0], 0, depth + 1, out)
-    elif program == "alias" and any("=" in a for a in args):   # a new name for a command
-        out.unknown.append("alias makes a new name for a command")
-        for arg in args:
-            shell_parse(arg.partition("=")[2], 0, depth + 1, out)
-    elif program == "find":
-        n = 0
-        while n < len(args):   # (an -exec in what an -exec runs is its word: seen once, there)
-            arg = args[n]
-            if arg in ("-exec", "-execdir", "-ok", "-okdir"):   # (+ ends -exec only after {})
-                end = next((k for k in range(n + 1, len(args)) if args[k] == ";" or args[k] == "+"
-                            and args[k - 1] == "{}" and arg[:5] == "-exec"), len(args))
-                start = len(out.found)
-                simple_command(args[n + 1:end], [], depth + 1, out)
-                why = input_named(out.found[start:], "{}")   # (-exec sh -c 'echo {}')
-                if why:
-                    out.unknown.append("find %s runs a file name: %s" % (arg, why))
-                n = end
-            n += 1
-    elif program in WRAPPERS:
-        start = len(out.found)
-        simple_command(args[wrapped(program, args, out):], redirs, depth + 1, out)
-        why = program == "xargs" and xargs_input(args, out.found[start:])
-        if why:
-            out.unknown.append("xargs runs a command its input names: %s" % why)
-    elif program == "git" and git_pager([program] + args):
-        out.unknown.append("git grep -O runs the pager it is given")
-
-def command_words(words, depth, out):
-    """The words of a simple command from its program on: past keywords, a function's or a
-    coprocess's name (`function f { rm x; }`), and assignments (a value may hold a command:
-    out.maybe; and they change what runs, PATH=. ls: out.unallowed)."""
+    """Add a simple command to out.found, then what it runs as a wrapper or sh -c."""
     while words:
-        if words[0] in KEYWORDS:
+        if words[0] in KEYWORDS or re.match(ASSIGNMENT, words[0]):
+            if words[0] not in ("{", "}"):
+                out.unplain.append("%s %s" % (words[0], "is a keyword" if words[0] in KEYWORDS
+                                              else "sets a variable"))
             words = words[1:]
-        elif re.match(ASSIGNMENT, words[0]):
-            assignment(words[0], depth, out)
-            words = words[1:]
-        elif words[0] == "function":
-            words = words[2:]
-        elif words[0] == "coproc":
-            words = words[2:] if words[2:3] == ["{"] else words[1:]
-        else:
-            break
-    return words
+            continue
+        program, args = words[0], words[1:]
+        if not re.search(COMPUTED, program):   # (a computed one stays whole: $(echo /bin/rm))
+            program = os.path.basename(program) or program
+        out.found.append([program] + args + redirs)
+        if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
+            out.unplain.append("the program is not a plain name: " + words[0])
+        if re.match(SHELL_NAME, program) and shell_script(args) is not None:
+            shell_parse(shell_script(args), 0, depth + 1, out)
+        if program in WRAPPERS:
+            out.unplain.append(program + " runs a command")
+        words = args[wrapped(program, args):] if program in WRAPPERS else []
 
-def assignment(word, depth, out):
-    """Note what an assignment (NAME=VALUE) may make run: its value's commands in out.maybe;
-    for allow, that it changes what runs (PATH=. ls); BASH_ENV and ENV make a shell run a
-    script."""
-    name, _, value = word.partition("=")
-    out.unallowed.append("%s sets a variable" % word)
-    if name in ("BASH_ENV", "ENV"):
-        out.unknown.append("%s makes a shell run a script" % name)
-    if name.startswith("GIT_CONFIG") and re.search(GIT_PAGER_OPTION, value):
-        out.unknown.append("%s may make a git alias for grep -O, which runs a pager" % name)
-    if name == "PYTEST_ADDOPTS" and re.search(r"--(pdb|trace)", value):
-        out.unknown.append("%s makes pytest run the Python code its input gives" % word)
-    inner = Split()
-    shell_parse(value, 0, depth + 1, inner)
-    out.maybe.extend(inner.found + inner.maybe)
-
-def interpreter(program, args, redirs, out):
-    """Say in out.unknown when an interpreter runs code given inline or from its input."""
-    values = {"-W", "-X"} if re.match("python|pypy", program) else INTERPRETER_VALUES
-    n = 0   # its script: past its options and their values (python3 -W ignore -c CODE)
-    while n < len(args) and args[n][:1] == "-" and args[n] != "-":
-        n += 2 if args[n] in values else 1
-    code = [a for a in args[:n] if re.match(r"-[^-]*[ceEpr]|--eval|--print", a)]
-    script = args[n] if n < len(args) else "-"
-    if code:
-        out.unknown.append("%s %s runs code given inline" % (program, code[0]))
-    elif re.match(STDIN_SCRIPT, script) or any(r.lstrip("0")[:1] == "<" for r in redirs):
-        out.unknown.append("%s runs code from its input" % program)
-    elif re.search(r"(^| )-m (pdb|pytest .*--(pdb|trace))", " ".join(args)):   # a debugger
-        out.unknown.append("%s runs the Python code its input gives (pdb)" % program)
-
-def wrapped(program, args, out):
-    """Where the command a wrapper runs starts in its args: past its options, their values
-    and the words before the command (timeout's duration)."""
-    short, long, skip = WRAPPERS[program]
+def wrapped(program, args):
+    """Where the command a wrapper runs starts in its args (past options and their values)."""
     n = 0
     while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
-        if program == "env" and re.match(r"-[^-]*S|--s", args[n]):
-            out.unknown.append("env -S splits a string into a command")
         option = args[n]
         if option[:2] == "--":
-            takes = "=" not in option and any(o.startswith(option[2:]) for o in long.split())
-        else:
-            taken = [letter in short for letter in option[1:]] + [False]
-            takes = taken.index(True) == len(option) - 2 if True in taken else False
-        n += 2 if takes else 1   # the option's value is the next word
-    return n + (args[n:n + 1] == ["--"]) + skip
-
-def xargs_input(args, found):
-    """Why its input may name what xargs runs (found: those commands' words), else None: a
-    wrapper given no command (`echo rm x | xargs env` runs env rm x), or the string it replaces
-    in a program's place or a shell's command line (`xargs -I X env X`, `sh -c 'echo {}'`)."""
-    n, replace = wrapped("xargs", args, Split()), None
-    for k, option in enumerate(args[:n]):   # -I STR, -ISTR, -i, -iSTR, --replace[=STR]
-        m = re.match(r"-[0prtxo]*([iI])(.*)$", option)
-        name, _, value = option[2:].partition("=")
-        if m and m.group(1) == "i":
-            replace = m.group(2) or "{}"
-        elif m:   # (-I takes the next word when none is attached)
-            replace = m.group(2) or " ".join(args[k + 1:k + 2])
-        elif option[:2] == "--" and name and "replace".startswith(name):
-            replace = value or "{}"
-    return input_named(found, replace)
-
-def input_named(found, replace):
-    """What of the commands xargs or find runs (found) comes from their input (xargs_input):
-    find's {} is a file name, which the model may have made (`touch 'a;rm x'`)."""
-    for words in found:
-        words = [w for w in words if not re.match(r"\d*(<|>|&>)", w)] or [""]   # (redirections)
-        if words[0] in WRAPPERS and len(words) - 1 <= wrapped(words[0], words[1:], Split()):
-            return "the command of %s" % words[0]
-        primaries = next((k for k, w in enumerate(words) if k and w[:1] in "-(!"), len(words))
-        named = {"find": words[primaries:], "git": words[:git_subcommand(words) + 1]}.get(
-            words[0], words[:1])   # a program, find's -exec, git's subcommand: `git X f`
-        if replace and (any(replace in w for w in named) or re.match(SHELL_NAME, words[0])
-                        and replace in (shell_script(words[1:]) or "")):
-            return "%s replaced in %s" % (replace, shell_text(words))
-    return None
+            takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
+        else:   # -n5 holds its value; -in takes the next word (n is last)
+            letter = next((k for k, c in enumerate(option[1:]) if c in WRAPPERS[program]), -1)
+            takes = 0 <= letter == len(option) - 2
+        n += 2 if takes else 1
+    return n + (args[n:n + 1] == ["--"]) + (program == "timeout")
 
 def shell_script(args):
     """The command string of `sh [options] -c STRING`, else None (a script file, or stdin)."""
@@ -4269,26 +3774,21 @@ def shell_script(args):
     return args[n] if with_c and n < len(args) else None
 
 def user_decision(cfg, command, question=None):
-    """Ask the user (cfg["run"]["approver"]) about a command, or a file tool's call (its question):
-    (decision, reason, edited command). y(es), a(lways), e(dit), n(o)/Enter; else a reason."""
-    answer = cfg["run"]["approver"](question or "Run? [y/N/a/e] ", "")
-    word, _, rest = (answer or "").strip().partition(" ")
+    """Ask the user about a command or a file (question): (decision, reason, edited)."""
+    answer = (cfg["run"]["approver"](question or "Run? [y/N/a/e] ", "") or "").strip()
+    word, _, rest = answer.partition(" ")
     word = word.lower().rstrip(",:")
-    if word in ("y", "yes"):
-        return "run", None, None
-    if word in ("a", "always"):
-        return "always", None, None
+    if word in ("y", "yes", "a", "always"):
+        return "run" if word[0] == "y" else "always", None, None
     if word in ("e", "edit") and not question:
         edited = cfg["run"]["approver"]("Command: ", command)
         if edited and edited.strip() and edited != command:
             return "edit", None, edited
-        return ("run", None, None) if edited == command else ("refuse", None, None)
-    reason = rest.strip() if word in ("n", "no") else (answer or "").strip()
-    return "refuse", reason or None, None
+        return ("run" if edited == command else "refuse"), None, None
+    return "refuse", (rest.strip() if word in ("n", "no") else answer) or None, None
 
 def decide_file(cfg, tool, path):
-    """(decision, rule, reason) for a read or write of an absolute path: its deny and allow
-    patterns, then where it leads (.git/, outside the working folder) and approve."""
+    """(decision, rule, reason) for a read or write of an absolute path."""
     import fnmatch
     real = os.path.realpath(path)
     for key, decision, names in (("deny", "refuse", [path, real]), ("allow", "run", [real])):
@@ -4299,6 +3799,7 @@ def decide_file(cfg, tool, path):
         return "run", "always", None
     # a symlink in the folder that leads out: write_tool refuses to follow it, and says so
     inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
+    where = None if inside else "outside the working folder"
     if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
     if inside and tool == "read" or cfg["approve"] == "auto" and (inside or tool == "read"):
@@ -4306,20 +3807,20 @@ def decide_file(cfg, tool, path):
     if cfg["approve"] == "deny":
         return "refuse", "approve=deny", None
     if not cfg["run"].get("approver"):
-        return "refuse", "no terminal", None if inside else "outside the working folder"
-    return "ask", "approve=" + cfg["approve"], None if inside else "outside the working folder"
+        return "refuse", "no terminal", where
+    return "ask", "approve=" + cfg["approve"], where
 
 def write_preview(path, args, reason):
     """What a write would do, for its question: the path (and why it is asked), a short diff."""
     import difflib
-    new, old = str(args.get("content", "")).splitlines(), []
-    whole = all(v is None or k in ("filePath", "path", "content") for k, v in args.items())
+    old, whole = [], all(v is None or k in ("filePath", "path", "content") for k, v in args.items())
     try:   # a splice shows only what it adds
         if whole and os.path.isfile(path) and os.path.getsize(path) < 1 << 20:
             with open(path, encoding="utf-8", errors="replace") as f:
                 old = f.read().splitlines()
     except OSError:
         pass
+    new = str(args.get("content", "")).splitlines()
     lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
     more = ["... %d more lines" % (len(lines) - 12)] if len(lines) > 12 else []
     return "\n".join(["write " + path + (" (%s)" % reason if reason else "")] + lines[:12] + more)
