@@ -5322,50 +5322,37 @@ COMMANDS.update({
 # ----------------------------------------------------------------------------------------
 # Markdown: the reply rendered line by line, each line when its newline arrives
 # ----------------------------------------------------------------------------------------
-# A renderer is a plain dict (md_start). md_feed keeps only the open partial line, and while
-# a table is possible its rows; every completed line is rendered once and never revisited.
+# A renderer is a dict (md_start) that keeps only the open line (and a possible table's
+# rows): every complete line is rendered once.
 
 MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
              "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
-
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
-
 BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 
-# The patterns are strings: re compiles each at its first use (and keeps it), not at every
-# start of the program.
-SGR = r"\033\[[0-9;]*m"   # \033[1;36m
+# The patterns stay strings: re compiles each at its first use, not at every start.
+SGR = r"\033\[[0-9;]*m"
 NON_ASCII = r"[^\x00-\x7f]"
 PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
-
-# A ZWJ with the character it joins, and skin-tone modifiers, draw as part of the glyph before.
-GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"
-
-# Where a word longer than a line may break: one character with what a break never splits from
-# it: the marks drawn on it (ZWJ, combining accents, variation selectors, skin tones) and style
-# codes, after it or, at the word's start, before it.
+GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"   # ZWJ and its partner, skin tones: width 0
+# Where a word longer than a line may break: one character with the marks and style codes
+# drawn with it
 CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
          ".(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*(?:\033\\[[0-9;]*m)*")
-
-# The kinds of line, each with an example
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
-FENCE_END = r"[ \t]*(`{3,}|~{3,})[ \t]*$"   # ```
+FENCE_END = r"[ \t]*(`{3,}|~{3,})[ \t]*$"
 HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
 RULE = r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$"   # ---  ***  _ _ _
 QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
 DELIMITER = r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$"   # | :--- | :-: | --: |
-# "- item", "  * item", "12. item", "3) item", "- [x] done" (indent, marker, task, text)
+# "- item", "12. item", "3) item", "- [x] done": indent, marker, task box, text
 ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
+CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"   # "|" outside `a|b` and \|
+MARKUP = r"[`\\\[<*_~]"   # none: the text has no spans
 
-# A table row splits at "|", except inside `code spans` and in "\|".
-CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"
-
-MARKUP = r"[`\\\[<*_~]"   # no such character: the text has no spans
-
-# Inline spans. Every alternative starts with a literal character, which lets re skip ahead
-# fast; a lookbehind right after it checks the character before: `(?<!``)` = "not after `".
-# Spans are at most 500 characters, so a line full of unmatched markers stays linear.
+# Inline spans: each alternative starts with a literal (fast to find), then a lookbehind
+# checks the character before it. At most 500 characters: unmatched markers stay linear.
 INLINE = (
     r"`(?<!``)(?P<ticks>`*)(?!`)(?P<code>.{1,500}?)(?<!`)`(?P=ticks)(?!`)"   # `code` ``a`b``
     r"|\\(?P<esc>[!-/:-@\[-`{-~])"                                            # \*
@@ -5378,8 +5365,7 @@ INLINE = (
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
-            "part": [], "fence": None, "held": None, "table": None, "lists": [],
-            "blank": True}
+            "part": [], "fence": None, "held": None, "table": None, "lists": [], "blank": True}
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
@@ -5394,72 +5380,65 @@ def md_feed(state, text):
 def md_end(state):
     """Terminal text for whatever is left: the last line, a table, an open code block."""
     out = md_feed(state, "\n") if "".join(state["part"]) else ""
-    if state["held"] is not None:
-        head, state["held"] = state["held"], None
-        out += md_block(state, head, hold=False)
-    if state["table"] is not None:
-        out += md_table(state)
+    held, state["held"] = state["held"], None
+    out += "" if held is None else md_block(state, held, hold=False)
+    out += "" if state["table"] is None else md_table(state)
     if state["fence"] is not None:             # closed as its own closing fence would
         out += md_code(state, state["fence"][0] * state["fence"][1])
     return out
 
 def md_line(state, line):
     """One complete source line rendered (a possible table header is held for one line)."""
-    if line.endswith("\r"):
-        line = line[:-1]
+    line = line[:-1] if line.endswith("\r") else line
     if state["fence"] is not None:
         return md_code(state, line)
-    out = ""
+    out, held, state["held"] = "", state["held"], None
     if state["table"] is not None:
         if "|" in line:
             state["table"][0].append(split_row(line))
             return ""
         out = md_table(state)
-    elif state["held"] is not None:
-        head, state["held"] = state["held"], None
-        cells = split_row(head)
+    elif held is not None:
+        cells = split_row(held)
         delimiters = split_row(line) if "|" in line and re.match(DELIMITER, line) else []
-        if len(delimiters) == len(cells):      # a table: rows are kept until it ends
+        if len(delimiters) == len(cells):      # a table: its rows are kept until it ends
             state["table"] = ([cells], delimiters)
             del state["lists"][:]
             return ""
-        out = md_block(state, head, hold=False)
+        out = md_block(state, held, hold=False)
     return out + md_block(state, line)
 
 def md_block(state, line, hold=True):
     """One source line outside code blocks and tables as terminal lines."""
-    if "\t" in line:
-        line = line.expandtabs(4)
+    line = line.expandtabs(4)
     text = line.strip()
-    if not text:
-        if state["blank"]:
-            return ""                      # runs of blank lines show as one
-        state["blank"] = True
-        return "\n"
+    if not text:                               # runs of blank lines show as one
+        out, state["blank"] = "" if state["blank"] else "\n", True
+        return out
     state["blank"] = False
     indent, lead = len(line) - len(line.lstrip()), text[0]
     st, lists = state["styles"], state["lists"]
     m = lead in "`~" and re.match(FENCE, line)
     if m:
         return md_fence(state, m, indent)
-    m = lead == "#" and re.match(HEADING, line)
-    if m:
+    heading = lead == "#" and re.match(HEADING, line)
+    rule = lead in "-*_" and re.match(RULE, line)
+    quote = lead == ">" and re.match(QUOTE, line)
+    if heading or rule or quote:
         del lists[:]
-        return md_heading(state, len(m.group(1)), m.group(2) or "")
-    if lead in "-*_" and re.match(RULE, line):
-        del lists[:]
+    if heading:
+        return md_heading(state, len(heading.group(1)), heading.group(2) or "")
+    if rule:
         return styled("\u2500" * state["width"], st["dim"]) + "\n"
-    m = lead == ">" and re.match(QUOTE, line)
-    if m:
-        del lists[:]
-        return md_quote(state, m.group(1).count(">"), m.group(2))
+    if quote:
+        return md_quote(state, quote.group(1).count(">"), quote.group(2))
     m = lead in "-*+0123456789" and re.match(ITEM, line)
     if m:
         return md_item(state, indent, m)
     if hold and "|" in text:
-        state["held"] = line               # a table header, if a delimiter row follows
+        state["held"] = line                   # a table header, if a delimiter row follows
         return ""
-    pad = " " * list_column(lists, indent)  # a paragraph, or an item's continuation
+    pad = " " * list_column(lists, indent)     # a paragraph, or an item's continuation
     return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
 
 def hang(lines, first, rest):
@@ -5480,20 +5459,20 @@ def md_item(state, indent, m):
     while lists and indent < lists[-1][0]:
         lists.pop()
     if lists and indent < lists[-1][0] + 2:
-        start = lists.pop()[1]             # a sibling (indents off by one still count)
+        start = lists.pop()[1]                 # a sibling (indents off by one still count)
     else:
         start = lists[-1][2] if lists else 0   # a child starts at its parent's text
     start = min(start, state["width"] // 2)    # deep nesting in a narrow terminal
     marker = m.group(2)
     if not marker[0].isdigit():
         marker = BULLETS[len(lists) % 3]
-    if m.group(3):                         # task list: the box replaces a bullet
-        box = "\u2610" if m.group(3) == " " else "\u2611"   # - [ ] ☐   - [x] ☑
-        marker = box if not marker[0].isdigit() else marker + " " + box
+    if m.group(3):                             # - [ ] ☐   - [x] ☑ (instead of a bullet)
+        box = "\u2610" if m.group(3) == " " else "\u2611"
+        marker = marker + " " + box if marker[0].isdigit() else box
     column = start + display_width(marker) + 1
     lists.append((indent, start, column))
-    text = md_inline((m.group(4) or "").strip(), state["styles"])
-    lines = wrap_words(text, state["width"] - column)
+    lines = wrap_words(md_inline((m.group(4) or "").strip(), state["styles"]),
+                       state["width"] - column)
     return hang(lines, " " * start + marker + " ", " " * column)
 
 def md_heading(state, level, text):
@@ -5501,29 +5480,16 @@ def md_heading(state, level, text):
     st = state["styles"]
     style = st["title"] if level < 3 else st["heading"]
     lines = wrap_words(styled(md_inline(text, st, style), style), state["width"])
-    out = hang(lines, "", "")
-    wide = max(map(display_width, lines))
-    if level < 3 and wide:
-        out += styled(("\u2550" if level == 1 else "\u2500") * wide, st["dim"]) + "\n"
-    return out
+    wide = max(map(display_width, lines)) if level < 3 else 0
+    rule = styled("\u2550\u2500"[level - 1] * wide, st["dim"]) + "\n" if wide else ""
+    return hang(lines, "", "") + rule
 
 def md_quote(state, depth, text):
     """A block quote behind one bar per level (never a leading >, which is the prompt)."""
-    st = state["styles"]
-    bar = styled(" ".join(["\u2502"] * depth), st["dim"])
-    if not text.strip():
-        return bar + "\n"
-    width, lead = state["width"] - 2 * depth, bar + " "
-    item, heading = re.match(ITEM, text), re.match(HEADING, text)
-    if item and item.group(4):             # > - item: a bullet with a hanging indent
-        marker = item.group(2) if item.group(2)[0].isdigit() else BULLETS[0]
-        lines = wrap_words(md_inline(item.group(4).strip(), st), width - len(marker) - 1)
-        return hang(lines, lead + marker + " ", lead + " " * (len(marker) + 1))
-    if heading:                            # > ## Note: bold
-        text = styled(md_inline(heading.group(2) or "", st, st["heading"]), st["heading"])
-    else:
-        text = md_inline(text.strip(), st)
-    return hang(wrap_words(text, width), lead, lead)
+    bar = styled(" ".join(["\u2502"] * depth), state["styles"]["dim"])
+    inner = dict(state, width=state["width"] - 2 * depth, lists=[], fence=None, blank=False)
+    rows = md_block(inner, text, hold=False)[:-1].split("\n") if text.strip() else [""]
+    return "".join(bar + (" " + row if row else "") + "\n" for row in rows)
 
 def md_fence(state, m, indent):
     """The header of a fenced code block (─── python), indented like the list it is in."""
@@ -5539,23 +5505,17 @@ def md_code(state, line):
     if m and m.group(1)[0] == char and len(m.group(1)) >= size:
         state["fence"] = None
         return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
-    body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # drop the fence's indent
+    body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
     return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
 
 def split_row(line):
     """The cells of a table row: "| a | `b|c` | d \\| e |" -> ["a", "`b|c`", "d | e"]."""
     text = line.strip()
-    if text.startswith("|"):
-        text = text[1:]
-    if text.endswith("|") and not text.endswith("\\|"):
-        text = text[:-1]
-    cells, start = [], 0
-    for m in re.finditer(CELL_BREAK, text):
-        if m.group() == "|":
-            cells.append(text[start:m.start()])
-            start = m.end()
-    cells.append(text[start:])
-    return [cell.strip().replace("\\|", "|") for cell in cells]
+    text = text[1:] if text.startswith("|") else text
+    text = text[:-1] if text.endswith("|") and not text.endswith("\\|") else text
+    bars = [m.start() for m in re.finditer(CELL_BREAK, text) if m.group() == "|"]
+    return [text[a + 1:b].strip().replace("\\|", "|")
+            for a, b in zip([-1] + bars, bars + [len(text)])]
 
 def align(text, width, delimiter):
     """Text padded to width columns as its column's delimiter says: --: right, :-: centered."""
@@ -5564,41 +5524,25 @@ def align(text, width, delimiter):
         left = gap // 2 if delimiter.startswith(":") else gap
     return " " * left + text + " " * (gap - left)
 
-def fit_columns(widths, room):
-    """Column widths with the widest capped so that all of them fill room at most."""
-    if sum(widths) <= room:
-        return widths
-    left, count = room, len(widths)
-    for k, w in enumerate(sorted(widths)):    # narrow columns keep their width
-        if w * (count - k) > left:
-            cap = left // (count - k)
-            break
-        left -= w
-    fitted = [min(w, cap) for w in widths]
-    spare = room - sum(fitted)
-    for i, w in enumerate(widths):            # the remainder goes to capped columns
-        if spare and w > cap:
-            fitted[i], spare = cap + 1, spare - 1
-    return fitted
-
 def md_table(state):
     """The buffered table drawn once in a box, header bold, cells wrapped to fit the width."""
-    rows, delimiters = state["table"]
-    state["table"] = None
+    (rows, delimiters), state["table"] = state["table"], None
     st, count = state["styles"], len(delimiters)
     rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
     cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
     cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
     room = state["width"] - 3 * count - 1    # "│ " + " │ " between cells + " │"
-    if room < 2 * count:                   # too many columns for a frame: one line a row
-        sep = " " + styled("\u2502", st["dim"]) + " "
-        return "".join(hang(wrap_words(sep.join(row), state["width"]), "", "") for row in cells)
-    natural = [max(1, max(display_width(row[i]) for row in cells)) for i in range(count)]
-    widths = fit_columns(natural, room)
+    bar = styled("\u2502", st["dim"])
+    if room < 2 * count:                     # too many columns for a frame: one line a row
+        return "".join(hang(wrap_words((" " + bar + " ").join(row), state["width"]), "", "")
+                       for row in cells)
+    widths = [min(room, max(1, max(display_width(row[i]) for row in cells)))
+              for i in range(count)]
+    while sum(widths) > room:                # the widest narrowed, the last first
+        widths[max(range(count), key=lambda i: (widths[i], i))] -= 1
 
     def rule(left, mid, right):
         return styled(left + mid.join("\u2500" * (w + 2) for w in widths) + right, st["dim"])
-    bar = styled("\u2502", st["dim"])
     out = [rule("\u250c", "\u252c", "\u2510")]
     for r, row in enumerate(cells):
         parts = [wrap_words(cell, w) for cell, w in zip(row, widths)]
@@ -5625,11 +5569,9 @@ def md_inline(text, st, base="", depth=0):
             return styled(inner, st["code"], base) if st["code"] else "`" + inner + "`"
         if kind == "esc":
             return inner
-        if kind == "auto":
-            return styled(inner, st["url"], base)
-        if kind == "url":
+        if kind in ("auto", "url"):
             url = styled(inner, st["url"], base)
-            if m.group("text").strip() in ("", inner):
+            if kind == "auto" or m.group("text").strip() in ("", inner):
                 return url                 # [https://a.b](https://a.b) shows the URL once
             return md_inline(m.group("text"), st, base, depth + 1) + " (" + url + ")"
         if kind == "strike":
@@ -5663,34 +5605,27 @@ def wrap_words(text, width):
                     line, used = active, 0
                 gap = ""
             line, used, gap = line + gap + piece, used + len(gap) + w, ""
-            if "\033" in piece:                    # the styles still open after it
-                for code in re.findall(SGR, piece):
-                    active = "" if code in (RESET, "\033[m") else active + code
+            for code in re.findall(SGR, piece) if "\033" in piece else ():   # styles still open
+                active = "" if code in (RESET, "\033[m") else active + code
     return lines + [line]
 
 def display_width(text):
-    """Terminal columns of text: CJK and emoji 2, combining marks and SGR codes 0."""
+    """Terminal columns of text: CJK and emoji 2, combining and format marks and SGR codes 0."""
     if "\033" in text:
         text = re.sub(SGR, "", text)
     if text.isascii():
         return len(text)
-    text = re.sub(GLUED, "", text)
-    wide = re.findall(NON_ASCII, text)   # only the non-ASCII characters need a look-up
-    return len(text) - len(wide) + sum(map(char_width, wide))
-
-def char_width(ch):
-    """Columns of one character: 0 for combining and format marks, 2 for wide ones, else 1."""
     import unicodedata   # (here: only text that is not ASCII needs it, and the import costs)
-    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
-        return 0
-    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    text = re.sub(GLUED, "", text)
+    return len(text) + sum(-1 if unicodedata.combining(ch) or unicodedata.category(ch) in (
+        "Mn", "Me", "Cf") else unicodedata.east_asian_width(ch) in ("W", "F")
+        for ch in re.findall(NON_ASCII, text))
 
 
 # ----------------------------------------------------------------------------------------
 # The other views: the token line and the decisions in the plain view, -q's, the JSONL view
-# (for programs and traces), and the terminal view: the answer rendered as Markdown, tool
-# calls shown as what they do, a command's output live (cut to its first and last lines).
-# The terminal view is for a terminal (render=auto) or on request (render=always).
+# (for programs and traces), and the terminal view (render=auto at a terminal, or
+# render=always): the answer rendered as Markdown, tool calls in words, output live.
 # ----------------------------------------------------------------------------------------
 
 def show_context(state, event):
@@ -5717,28 +5652,23 @@ def show_approval(state, event):
     why = ": " + event["reason"] if event["reason"] else ""
     term_stderr(state, "[%s %s %s%s]" % (what, done, who, why), "dim")
 
-def show_problem(state, event):
-    """A note unless it is information only: -q shows only the problems."""
-    if event["level"] != "info":
-        PLAIN["note"](state, event)
-
 def show_discarded(state, event):
     """[discarded: ...], dim, below the output of a reply that failed."""
     end_line(state, event["depth"])
     write(state, "[discarded: the reply above failed and is not kept]\n", "dim", event["depth"])
     flush_out(state, now=True)
 
-
 def show_call(state, event):
-    """A tool call's plain trace; at a terminal bounded as the terminal view's call is (its
-    first and last lines, the lines and characters not shown named), so the Run? question
-    never scrolls what runs out of sight. A pipe or a file gets it whole."""
+    """A tool call's plain trace: whole in a pipe or a file, at a terminal bounded."""
     if not state["tty"]:
         return show_tool(state, event)
+    write_call(state, event, "[tool call: %s(%s)]" % (event["name"], short_arguments(event)))
+
+def write_call(state, event, text):
+    """A call shown at most a screen tall, so that the Run? question never hides its start."""
     close_block(state, event)
     end_line(state, event["depth"])
     columns, rows = screen_size(state)
-    text = "[tool call: %s(%s)]" % (event["name"], short_arguments(event))
     text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"]))
     write(state, text + "\n", "call", event["depth"])
     flush_out(state, now=True)
@@ -5746,8 +5676,8 @@ def show_call(state, event):
 
 PLAIN.update(waiting=show_status, context=show_context, approval=show_approval,
              discarded=show_discarded, tool_call=show_call)
-QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "note": show_problem,
-         "output": show_output}
+QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
+         "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
 
 
 def jsonl_view(stream, cfg):
@@ -5776,8 +5706,6 @@ def screen_size(state):
     except (OSError, ValueError, AttributeError):
         return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
 
-PREVIEW_ROWS = 3   # rows of the line in progress shown (it has not been rendered yet)
-
 def term_text(state, event):
     """A piece of the answer, rendered line by line; the line in progress is previewed."""
     depth = event["depth"]
@@ -5792,10 +5720,10 @@ def term_text(state, event):
     flush_out(state)
 
 def preview(state, text, depth):
-    """The line in progress, dim and wrapped as it will be rendered, on PREVIEW_ROWS rows."""
+    """The line in progress, dim and wrapped as it will be rendered, on its last 3 rows."""
     if not text or not state["bol"]:
         return
-    rows = wrap_words(text[-2000:], state["md"]["width"])[-PREVIEW_ROWS:]   # a longer line: its end
+    rows = wrap_words(text[-2000:], state["md"]["width"])[-3:]   # a longer line: its end
     pad = "  \u2502 " * depth
     erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
     text = ("\r\n" + pad).join(rows)
@@ -5812,22 +5740,20 @@ def term_reply_end(state, event):
 
 def term_tool_call(state, event):
     """A tool call as what it does ("$ command", "» read notes.txt"), or as the plain trace."""
-    close_block(state, event)
-    end_line(state, event["depth"])
     try:
         args = json.loads(event["arguments"])
     except ValueError:
         args = None
-    text = (call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
-            or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
-    columns, rows = screen_size(state)   # a call taller than the screen would hide its start
-    text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"]))
-    write(state, text + "\n", "call", event["depth"])
+    write_call(state, event, call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
+               or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
     import collections
-    limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
+    limit = tool_limit(state)
     state["tool"] = {"lines": 0, "partial": "", "limit": limit, "started": time.monotonic(),
                      "tail": collections.deque(maxlen=limit - limit // 2), "status_at": 0.0}
-    flush_out(state, now=True)
+
+def tool_limit(state):
+    """The lines of a tool's output shown: tool_lines, else what leaves the call on screen."""
+    return max(4, state["tool_lines"] or screen_size(state)[1] - 4)
 
 def bounded(text, rows, width):
     """text in at most about rows rows of width: a line past 3 rows cut, and a taller text
@@ -5857,23 +5783,23 @@ def call_in_words(name, args):
     path = args.get("filePath", args.get("path"))
     if name not in ("read", "write") or not isinstance(path, str):
         return None
+    first, limit = args.get("offset"), args.get("limit")
+    if name == "read" and first is None and limit is None:
+        return "\u00bb read " + path
     if name == "read":
-        offset, limit = args.get("offset"), args.get("limit")
-        if offset is None and limit is None:
-            return "\u00bb read %s" % path
-        first = offset if isinstance(offset, int) and offset > 0 else 1
-        last = "%d" % (first + limit - 1) if isinstance(limit, int) and limit > 0 else "end"
+        first = first if isinstance(first, int) and first > 0 else 1
+        last = first + limit - 1 if isinstance(limit, int) and limit > 0 else "end"
         return "\u00bb read %s lines %d-%s" % (path, first, last)
     content = args.get("content") if isinstance(args.get("content"), str) else ""
     size = "%d lines" % count_lines(content) if content else "nothing"
-    starts = (("lineOffset", "line"), ("byteOffset", "byte"), ("offset", "byte"))
-    cuts = (("delLines", "lines"), ("delBytes", "bytes"), ("del_bytes", "bytes"))
-    at = next(("at %s %s" % (word, args[k]) for k, word in starts if args.get(k) is not None), "")
-    cut = next((", deleting %s %s" % (args[k], word) for k, word in cuts
-                if args.get(k) is not None), "")
-    if not at and not cut:
-        return "\u00bb write %s: %s (whole file)" % (path, size)
-    return "\u00bb write %s: %s %s%s" % (path, size, at or "at the start", cut)
+    at = next(("at %s %s" % (word, args[key]) for key, word in (
+        ("lineOffset", "line"), ("byteOffset", "byte"), ("offset", "byte"))
+        if args.get(key) is not None), "")
+    cut = next((", deleting %s %s" % (args[key], word) for key, word in (
+        ("delLines", "lines"), ("delBytes", "bytes"), ("del_bytes", "bytes"))
+        if args.get(key) is not None), "")
+    where = at or "at the start" if at or cut else "(whole file)"
+    return "\u00bb write %s: %s %s%s" % (path, size, where, cut)
 
 def term_approval(state, event):
     """A decision about a command: the clock starts now; the user's own answer is not repeated."""
@@ -5883,17 +5809,17 @@ def term_approval(state, event):
         show_approval(state, event)
 
 def term_tool_output(state, event):
-    """A command's output as it comes: its first half-screenful of lines, then only its count."""
+    """A command's output as it comes: its first half of the lines shown, then only counted
+    (its last lines kept for the end)."""
     tool = state["tool"]
     if tool is None:
         return
     text = tool["partial"] + event["text"]
-    shown = tool["limit"] // 2
-    while tool["lines"] < shown and "\n" in text:
+    while tool["lines"] < tool["limit"] // 2 and "\n" in text:
         line, text = text.split("\n", 1)
         tool["lines"] += 1
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
-    if tool["lines"] >= shown:   # the rest counted, its end kept: little work per piece
+    if tool["lines"] >= tool["limit"] // 2:   # little work per piece
         tool["lines"] += text.count("\n")
         keep = tool["tail"].maxlen   # one split more: a first piece that held lines is left out
         pieces = text.rsplit("\n", keep + 1)
@@ -5906,9 +5832,8 @@ def term_tool_output(state, event):
         flush_out(state)
 
 def screen_line(state, line, depth):
-    """A line of output cut to one row on screen: a third of it from its start, the rest from its
-    end, which usually names the thing (the file in `ls -la`, the message after a timestamp);
-    a line redrawn after \\r (a progress bar), its last state."""
+    """A line of output on one row: a third from its start, the rest from its end (which
+    names the file in `ls -la`); a line redrawn after \\r (a progress bar), its last state."""
     line, room = overwritten(line), max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
@@ -5928,8 +5853,7 @@ def tool_status(state, event):
     if state["bol"] and state["tty"]:
         hidden = tool["lines"] - tool["limit"] // 2
         text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
-        if hidden > 0:
-            text += " \u00b7 %d more lines" % hidden
+        text += " \u00b7 %d more lines" % hidden if hidden > 0 else ""
         text = COLORS["dim"] + text + RESET if state["color"] else text
         state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
         state["status"] = True
@@ -5942,8 +5866,8 @@ def term_tool_result(state, event):
     shown = tool is not None and (tool["lines"] or tool["partial"])
     if event["ok"] and (shown or tool is not None and code and event["name"] == "shell_exec"):
         end_tool_output(state, event, tool)   # (a command with no output: its exit line alone)
-        took = time.monotonic() - tool["started"]
-        summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?", took)
+        summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?",
+                                             time.monotonic() - tool["started"])
         killed = re.search(r"\n\[([^\n]*): the command's process group was killed\]\n\nexit: "
                            r"-?\d+$", event["content"])   # (timed out, the turn's time up)
         summary += " \u00b7 " + killed.group(1) if killed else ""
@@ -5954,14 +5878,13 @@ def term_tool_result(state, event):
         write(state, "\u00bb subagent done\n", "dim", depth)
     else:
         end_line(state, depth)
-        lines = event["content"].split("\n")
-        limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
+        lines, limit = event["content"].split("\n"), tool_limit(state)
         if len(lines) > limit:
-            more = ["... %d more lines" % (len(lines) - limit)]
-            lines = lines[:limit // 2] + more + lines[limit // 2 - limit:]
+            lines = (lines[:limit // 2] + ["... %d more lines" % (len(lines) - limit)]
+                     + lines[limit // 2 - limit:])
         text = "\n".join(lines)
-        text += "" if text.endswith("\n") else "\n"
-        write(state, text, "body" if event["ok"] else "error", depth)
+        write(state, text + "\n" * (not text.endswith("\n")), "body" if event["ok"] else "error",
+              depth)
     flush_out(state, now=True)
 
 def end_tool_output(state, event, tool):
@@ -5979,29 +5902,24 @@ def end_tool_output(state, event, tool):
     for line in tool["tail"]:
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
 
-
 def term_resumed(state, event):
     """The conversation that goes on: its id, size and age, its last prompt (dim, three rows
     at most, behind "you:", not the input's "> ") and its answer rendered (its last rows)."""
     write(state, "[continuing %s: %d messages, %s]\n" % (event["session"], event["messages"],
                                                         event["ago"]))
-    if event["prompt"] is None:
-        return flush_out(state, now=True)
-    columns, rows = screen_size(state)
-    lines = terminal_safe(event["prompt"]).strip("\n").split("\n")
-    shown = [row for n, line in enumerate(lines)
-             for row in wrap_words(("you: " if n == 0 else "     ") + line, columns)][:3]
-    md = md_start(columns, state["color"])
-    answer = terminal_safe(event["answer"]).strip("\n")
-    answer = (md_feed(md, answer + "\n") + md_end(md)).rstrip("\n") if answer else ""
-    lines, room = answer.split("\n") if answer else [], max(rows - len(shown) - 4, 3)
-    if len(lines) > room:
-        lines = ["... %d earlier lines" % (len(lines) - room + 1)] + lines[1 - room:]
-    for row in shown:
-        write(state, row + "\n", "dim")
-    write(state, "".join(line + "\n" for line in lines), raw=True)
+    if event["prompt"] is not None:
+        columns, rows = screen_size(state)
+        lines = terminal_safe(event["prompt"]).strip("\n").split("\n")
+        shown = [row for n, line in enumerate(lines)
+                 for row in wrap_words(("you: " if n == 0 else "     ") + line, columns)][:3]
+        md, answer = md_start(columns, state["color"]), terminal_safe(event["answer"]).strip("\n")
+        answer = (md_feed(md, answer + "\n") + md_end(md)).rstrip("\n") if answer else ""
+        lines, room = answer.split("\n") if answer else [], max(rows - len(shown) - 4, 3)
+        if len(lines) > room:
+            lines = ["... %d earlier lines" % (len(lines) - room + 1)] + lines[1 - room:]
+        write(state, "".join(row + "\n" for row in shown), "dim")
+        write(state, "".join(line + "\n" for line in lines), raw=True)
     flush_out(state, now=True)
-
 
 def term_stderr(state, text, style="error"):
     """A diagnostic; in the terminal view, at a terminal, wrapped at spaces to its width."""
@@ -6058,16 +5976,14 @@ VIEWS.update(terminal=terminal_view)
 # ----------------------------------------------------------------------------------------
 # The REPL at a terminal: a long paste as one placeholder, Tab completion, the keys typed
 # while a turn runs kept for the next prompt, questions asked mid-turn, !commands, the
-# first line (the turn hook, and the command line's start)
+# first line
 # ----------------------------------------------------------------------------------------
 
 PASTE_LINES, PASTE_CHARS = 5, 1000   # a paste longer than this shows as a placeholder
-PASTES = {"hook": None, "texts": {}}  # the REPL's: the readline hooks (kept alive while readline
-                                      # may call them) and each placeholder's text
-
+PASTES = {"hook": None, "texts": {}}  # readline's hooks (kept alive), each placeholder's text
 
 def catch_big_pastes(readline):
-    """Show a long bracketed paste, or a long entry brought back by Up or Down, as one
+    """A long bracketed paste, or a long entry brought back by Up or Down, shown as one
     placeholder ("[pasted 300 lines, 12 KB]"): readline garbles text taller than the screen."""
     import ctypes   # (the module cannot bind a key to a function: GNU readline only)
     try:
@@ -6095,25 +6011,20 @@ def catch_big_pastes(readline):
                       kind(lambda count, key: collapsed(older(count, key), 0, collapse_pastes)),
                       kind(lambda count, key: collapsed(newer(count, key), 0, collapse_pastes))]
     for keys, hook in zip((b"\033[200~", b"\033[A", b"\033[B"), PASTES["hook"]):
-        lib.rl_bind_keyseq(keys, hook)   # how a terminal starts a paste; Up; Down
-    # A placeholder is an edit of the entry it stands in, and readline keeps an entry edited
-    # but not sent (Up, then Down) in the history: undo such edits at Enter and Ctrl+D, and
-    # at the next prompt after a Ctrl+C (which skips that).
+        lib.rl_bind_keyseq(keys, hook)   # a paste's start; Up; Down
+    # A placeholder edits the entry it stands in, and readline keeps an entry edited but not
+    # sent in the history: undo such edits at Enter and Ctrl+D, and after a Ctrl+C.
     readline.parse_and_bind("set revert-all-at-newline on")
-    revert = getattr(lib, "_rl_revert_all_lines", None)   # (readline's own, for that setting)
+    revert = getattr(lib, "_rl_revert_all_lines", None)
     if revert:
         revert.restype = None
         readline.set_startup_hook(revert)
 
-
 def shortened(text):
     """text, or its placeholder when too long for the input line (PASTE_LINES, PASTE_CHARS)."""
-    too_long = text.rstrip("\n").count("\n") >= PASTE_LINES or len(text) > PASTE_CHARS
-    return paste_placeholder(text) if too_long else text
-
-def paste_placeholder(text):
-    """The placeholder standing for text on the input line (the same for the same text)."""
     lines = text.rstrip("\n").count("\n") + 1
+    if lines <= PASTE_LINES and len(text) <= PASTE_CHARS:
+        return text
     size = max(1, round(len(text.encode("utf-8")) / 1024))
     label = key = "[pasted %d %s, %d KB]" % (lines, "line" if lines == 1 else "lines", size)
     n = 1
@@ -6136,10 +6047,9 @@ def collapse_pastes(text):
         text = text.replace(pasted, key)
     return shortened(text)
 
-
 def pasted(convo, prompt, go):
-    """The turn hook of pastes: the prompt sent whole (each placeholder its text, no final line
-    break), and so kept in the history; the keys held while the turn runs (see keyboard_mode)."""
+    """The turn hook: the prompt sent (and kept in the history) with its pastes whole; the
+    keys typed while the turn runs held for the next prompt."""
     readline = convo.get("readline")
     text = expand_pastes(prompt)
     if readline and readline.get_current_history_length() and text != prompt:
@@ -6157,7 +6067,6 @@ def pasted(convo, prompt, go):
         elif convo.get("unsent") and readline and keys_waiting():
             convo["unsent"] += " "   # keys typed meanwhile follow it, not glued to it
 
-
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and pastes, then the first line."""
     cfg = convo["cfg"]
@@ -6170,30 +6079,26 @@ def setup_terminal(convo):
         catch_big_pastes(readline)
     note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
 
-
 def complete(text, state, cfg):
     """Readline's completer: /commands, then session ids, config keys or skill names."""
     import readline
     line = readline.get_line_buffer()
+    options = []
     if line.startswith(("/load ", "/save ", "/delete ")):
-        options = [sid for sid in session_ids() if sid.startswith(text)]
-    elif line.startswith("/cfg ") and line.count(" ") == 1:
-        options = [key for key in DEFAULTS if key.startswith(text)]
-    elif line.startswith("/skill ") and line.count(" ") == 1:
-        options = [name for name in skills(cfg) if name.startswith(text)]
+        options = session_ids()
+    elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
+        options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
     elif " " not in line:
-        options = [name for name in COMMANDS if name.startswith(text)]
-    else:
-        options = []
+        options = COMMANDS
+    options = [name for name in options if name.startswith(text)]
     return options[state] + " " if state < len(options) else None
 
 def keyboard_mode(held):
-    """held (a turn runs): keys typed wait unseen for the next prompt; else (a question) keys
-    seen and lines edited as usual. The settings to put back (None: stdin is no terminal)."""
+    """held (a turn runs): keys typed wait unseen for the next prompt; else (a question) seen
+    and edited as usual. Returns the settings to put back (None: stdin is no terminal)."""
     import termios
-    fd = sys.stdin.fileno()
     try:
-        before = termios.tcgetattr(fd)
+        before = termios.tcgetattr(sys.stdin.fileno())
     except (OSError, termios.error):
         return None
     mode = list(before)
@@ -6204,17 +6109,17 @@ def keyboard_mode(held):
     else:
         mode[0] |= termios.ICRNL
         mode[3] |= termios.ECHO | termios.ICANON
-    termios.tcsetattr(fd, termios.TCSANOW, mode)   # TCSANOW: keys already typed are kept
+    termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, mode)   # keys typed are kept
     return before
 
 def keyboard_back(before):
     """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
-    if before is not None:
-        import termios
-        try:
+    import termios
+    try:
+        if before is not None:
             termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, before)
-        except (termios.error, OSError):   # the terminal is gone (a hang-up)
-            pass
+    except (termios.error, OSError):   # the terminal is gone (a hang-up)
+        pass
 
 def terminal_approver(convo):
     """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt."""
@@ -6237,7 +6142,6 @@ def keys_typed_ahead():
     text = waiting.decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
 
-
 def keys_waiting():
     """Whether keys typed ahead wait unread on the terminal."""
     import select
@@ -6245,7 +6149,6 @@ def keys_waiting():
         return bool(select.select([sys.stdin], [], [], 0)[0])
     except (OSError, ValueError):
         return False
-
 
 def startup_line(cfg, columns):
     """The REPL's first line: model, endpoint host, context window when set, sandbox, /help."""
@@ -6296,14 +6199,12 @@ def run_direct(cfg, command, own_stdin=True):
     import signal
     import subprocess
     sys.stdout.flush()
-    # The terminal's Ctrl+C reaches the command too: bantam lets it end and waits, even when
-    # the key comes while the command is still starting (a KeyboardInterrupt inside Popen
-    # would leave it running unwaited). A handler, not SIG_IGN: the command must not inherit it.
+    # Ctrl+C reaches the command, which bantam waits for, even while Popen starts it. A
+    # handler, not SIG_IGN: the command must not inherit it.
     previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
-        proc = subprocess.Popen([shell_path(), "-c", command], env=command_env(cfg),
-                                stdin=None if own_stdin else subprocess.DEVNULL)
-        code = proc.wait()
+        code = subprocess.Popen([shell_path(), "-c", command], env=command_env(cfg),
+                                stdin=None if own_stdin else subprocess.DEVNULL).wait()
     except OSError as e:
         raise BantamError("cannot start the shell: %s" % e)
     finally:
