@@ -5707,17 +5707,30 @@ def screen_size(state):
         return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
 
 def term_text(state, event):
-    """A piece of the answer, rendered line by line; the line in progress is previewed."""
-    depth = event["depth"]
-    if state["block"] != "text":
+    """A piece of the answer or of reasoning (between its markers, unstyled), rendered line
+    by line; the line in progress is previewed."""
+    kind, depth = event["type"], event["depth"]
+    if state["block"] != kind:
+        md_flush(state, depth)
         close_block(state, event)
-        state["block"] = "text"
-        state["md"] = md_start(screen_size(state)[0] - 4 * depth, state["color"])
+        if kind == "reasoning":
+            end_line(state, depth)
+            write(state, "--- reasoning start ---\n", "marker", depth)
+        state["block"] = kind
+        width = screen_size(state)[0] - 4 * depth
+        state["md"] = md_start(width, state["color"] and kind == "text")
     rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
-        write(state, rendered, depth=depth, raw=True)
+        write(state, rendered, "reasoning" if kind == "reasoning" else None, depth, raw=True)
     preview(state, "".join(state["md"]["part"]), depth)
     flush_out(state)
+
+def md_flush(state, depth):
+    """What the renderer still holds written: the end of the reply, or of its reasoning."""
+    if state["md"] is not None:   # (write clears the preview)
+        write(state, md_end(state["md"]), "reasoning" if state["block"] == "reasoning" else None,
+              depth, raw=True)
+        state["md"] = None
 
 def preview(state, text, depth):
     """The line in progress, dim and wrapped as it will be rendered, on its last 3 rows."""
@@ -5731,13 +5744,6 @@ def preview(state, text, depth):
     state["out"].write("\r\033[K" + erase + pad + text)
     state["status"] = len(rows)   # one write: a terminal's stream flushes at every \r
 
-def term_reply_end(state, event):
-    """The reply is over: render what is left of it."""
-    if state["md"] is not None:   # (write clears the preview)
-        write(state, md_end(state["md"]), depth=event["depth"], raw=True)
-        state["md"] = None
-    show_reply_end(state, event)
-
 def term_tool_call(state, event):
     """A tool call as what it does ("$ command", "» read notes.txt"), or as the plain trace."""
     try:
@@ -5746,10 +5752,8 @@ def term_tool_call(state, event):
         args = None
     write_call(state, event, call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
                or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
-    import collections
-    limit = tool_limit(state)
-    state["tool"] = {"lines": 0, "partial": "", "limit": limit, "started": time.monotonic(),
-                     "tail": collections.deque(maxlen=limit - limit // 2), "status_at": 0.0}
+    state["tool"] = {"lines": 0, "partial": "", "limit": tool_limit(state),
+                     "started": time.monotonic(), "status_at": 0.0}
 
 def tool_limit(state):
     """The lines of a tool's output shown: tool_lines, else what leaves the call on screen."""
@@ -5809,23 +5813,15 @@ def term_approval(state, event):
         show_approval(state, event)
 
 def term_tool_output(state, event):
-    """A command's output as it comes: its first half of the lines shown, then only counted
-    (its last lines kept for the end)."""
+    """A command's output as it comes: its first lines shown, the others only counted."""
     tool = state["tool"]
     if tool is None:
         return
-    text = tool["partial"] + event["text"]
-    while tool["lines"] < tool["limit"] // 2 and "\n" in text:
-        line, text = text.split("\n", 1)
-        tool["lines"] += 1
+    lines = (tool["partial"] + event["text"]).split("\n")
+    tool["partial"] = lines.pop()[-4096:]   # a line this long is cut on screen anyway
+    for line in lines[:max(0, tool["limit"] // 2 - tool["lines"])]:
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
-    if tool["lines"] >= tool["limit"] // 2:   # little work per piece
-        tool["lines"] += text.count("\n")
-        keep = tool["tail"].maxlen   # one split more: a first piece that held lines is left out
-        pieces = text.rsplit("\n", keep + 1)
-        text = pieces.pop()
-        tool["tail"].extend(pieces[-keep:])
-    tool["partial"] = text[-4096:]   # a line this long is cut on screen anyway
+    tool["lines"] += len(lines)
     if time.monotonic() - tool["status_at"] >= 0.1:
         tool_status(state, event)
     else:
@@ -5861,46 +5857,34 @@ def tool_status(state, event):
 
 def term_tool_result(state, event):
     """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
-    tool, state["tool"] = state["tool"], None
-    depth, code = event["depth"], re.search(r"\nexit: (-?\d+)$", event["content"])
-    shown = tool is not None and (tool["lines"] or tool["partial"])
-    if event["ok"] and (shown or tool is not None and code and event["name"] == "shell_exec"):
-        end_tool_output(state, event, tool)   # (a command with no output: its exit line alone)
-        summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?",
-                                             time.monotonic() - tool["started"])
-        killed = re.search(r"\n\[([^\n]*): the command's process group was killed\]\n\nexit: "
-                           r"-?\d+$", event["content"])   # (timed out, the turn's time up)
-        summary += " \u00b7 " + killed.group(1) if killed else ""
-        write(state, summary + "\n", "dim" if code and code.group(1) == "0" else "error", depth)
+    tool, state["tool"], depth = state["tool"], None, event["depth"]
+    end = re.search(r"(?:\n\[([^\n]*): the command's process group was killed\])?"
+                    r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
+    if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
+            "shell_exec":
+        total, first = tool["lines"] + bool(tool["partial"]), tool["limit"] // 2
+        if tool["partial"] and tool["lines"] < first:   # the last line, with no newline
+            write(state, screen_line(state, tool["partial"], depth) + "\n", "body", depth)
+        last = max(0, min(total - first, tool["limit"] - first))   # the lines at the end
+        if total > first + last:
+            write(state, "... %d more lines\n" % (total - first - last), "dim", depth)
+        output = event["content"][:end.start()]
+        lines = (output[:-1] if output.endswith("\n") else output).split("\n")
+        for line in lines[len(lines) - last:]:
+            write(state, screen_line(state, line, depth) + "\n", "body", depth)
+        summary = "exit %s \u00b7 %.1f s" % (end.group(2), time.monotonic() - tool["started"])
+        summary += " \u00b7 " + end.group(1) if end.group(1) else ""
+        write(state, summary + "\n", "dim" if end.group(2) == "0" else "error", depth)
     elif (event["name"] == "run_subagent" and event["ok"]
           and not event["content"].startswith(("error:", "("))):
         end_line(state, depth)   # its answer is on screen already, behind the rail
         write(state, "\u00bb subagent done\n", "dim", depth)
     else:
         end_line(state, depth)
-        lines, limit = event["content"].split("\n"), tool_limit(state)
-        if len(lines) > limit:
-            lines = (lines[:limit // 2] + ["... %d more lines" % (len(lines) - limit)]
-                     + lines[limit // 2 - limit:])
-        text = "\n".join(lines)
-        write(state, text + "\n" * (not text.endswith("\n")), "body" if event["ok"] else "error",
-              depth)
+        width = max(20, screen_size(state)[0] - 4 * depth)
+        write(state, bounded(event["content"].rstrip("\n"), tool_limit(state), width) + "\n",
+              "body" if event["ok"] else "error", depth)
     flush_out(state, now=True)
-
-def end_tool_output(state, event, tool):
-    """The output lines kept back: "... N more lines", then the last ones."""
-    if tool["partial"]:   # the last line had no newline
-        if tool["lines"] < tool["limit"] // 2:
-            write(state, screen_line(state, tool["partial"], event["depth"]) + "\n", "body",
-                  event["depth"])
-        else:
-            tool["tail"].append(tool["partial"])
-        tool["lines"] += 1
-    hidden = tool["lines"] - tool["limit"] // 2 - len(tool["tail"])
-    if hidden > 0:
-        write(state, "... %d more lines\n" % hidden, "dim", event["depth"])
-    for line in tool["tail"]:
-        write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
 
 def term_resumed(state, event):
     """The conversation that goes on: its id, size and age, its last prompt (dim, three rows
@@ -5932,35 +5916,8 @@ def term_stderr(state, text, style="error"):
         text = "\n".join(rows)
     show_on_stderr(state, text, style)
 
-def term_reasoning(state, event, end=False):
-    """Reasoning wrapped at spaces: a word is written once it has ended (one cut at the edge
-    cannot be taken back), the last held until more comes or another event (end)."""
-    width = max(screen_size(state)[0] - 4 * event["depth"], 10)
-    text = state.pop("thought", "") + terminal_safe(event["text"])
-    body = text if end else text.rstrip(" \n")
-    if body == text and not end and display_width(text) < width:   # a wider one: cut anyway
-        body = body[:max(body.rfind(" "), body.rfind("\n")) + 1].rstrip(" \n")
-    state["thought"] = text[len(body):]
-    going_on = state["block"] == "reasoning" and not state["bol"]
-    column, lines = min(state["column"], width) if going_on else 0, []
-    for line in body.split("\n"):
-        rows = wrap_words("x" * column + line, width)   # (x: the columns already written)
-        lines.append("\n".join([rows[0][column:]] + rows[1:]))
-        column = 0
-    state["column"] = display_width(rows[-1])
-    show_piece(state, dict(event, text="\n".join(lines)))
-
-def thought_out(handler):
-    """handler, after the reasoning's held last word is written: any other event ends it."""
-    def handle(state, event):
-        if state.get("thought"):
-            term_reasoning(state, dict(event, type="reasoning", text="", depth=state["depth"]),
-                           end=True)
-        return handler(state, event)
-    return handle
-
-
-TERMINAL = dict(PLAIN, text=term_text, reply_end=term_reply_end, tool_call=term_tool_call,
+TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
+                reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status, approval=term_approval, resumed=term_resumed,
                 note=lambda s, e: term_stderr(s, e["text"], "dim" if e["level"] == "info"
@@ -5968,90 +5925,18 @@ TERMINAL = dict(PLAIN, text=term_text, reply_end=term_reply_end, tool_call=term_
                 error=lambda s, e: term_stderr(s, "error: " + e["message"]),
                 retry=lambda s, e: term_stderr(s, "[%s; retry %d/%d in %gs]" % (
                     e["error"], e["attempt"], e["of"], e["wait"])))
-TERMINAL = dict({kind: thought_out(handler) for kind, handler in TERMINAL.items()},
-                reasoning=term_reasoning)
 VIEWS.update(terminal=terminal_view)
 
 
 # ----------------------------------------------------------------------------------------
-# The REPL at a terminal: a long paste as one placeholder, Tab completion, the keys typed
-# while a turn runs kept for the next prompt, questions asked mid-turn, !commands, the
-# first line
+# The REPL at a terminal: Tab completion, the keys typed while a turn runs kept for the
+# next prompt, questions asked mid-turn, !commands, the first line
 # ----------------------------------------------------------------------------------------
 
-PASTE_LINES, PASTE_CHARS = 5, 1000   # a paste longer than this shows as a placeholder
-PASTES = {"hook": None, "texts": {}}  # readline's hooks (kept alive), each placeholder's text
-
-def catch_big_pastes(readline):
-    """A long bracketed paste, or a long entry brought back by Up or Down, shown as one
-    placeholder ("[pasted 300 lines, 12 KB]"): readline garbles text taller than the screen."""
-    import ctypes   # (the module cannot bind a key to a function: GNU readline only)
-    try:
-        lib = ctypes.CDLL(readline.__file__)   # the module's symbols and its libreadline's
-        begin, insert, delete = lib.rl_bracketed_paste_begin, lib.rl_insert_text, lib.rl_delete_text
-        point, mark = ctypes.c_int.in_dll(lib, "rl_point"), ctypes.c_int.in_dll(lib, "rl_mark")
-        line = ctypes.c_char_p.in_dll(lib, "rl_line_buffer")
-        older, newer = lib.rl_get_previous_history, lib.rl_get_next_history
-    except (OSError, AttributeError, ValueError):
-        return
-
-    def collapsed(done, start, shorter):
-        try:   # what readline put on the line, from start to the point, made shorter
-            text = line.value[start:point.value].decode("utf-8", "replace")
-            short = shorter(text)
-            if short != text:
-                delete(start, point.value)
-                point.value = start
-                insert(short.encode("utf-8"))
-        except Exception:   # the text stays as readline put it
-            pass
-        return done
-    kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)
-    PASTES["hook"] = [kind(lambda count, key: collapsed(begin(count, key), mark.value, shortened)),
-                      kind(lambda count, key: collapsed(older(count, key), 0, collapse_pastes)),
-                      kind(lambda count, key: collapsed(newer(count, key), 0, collapse_pastes))]
-    for keys, hook in zip((b"\033[200~", b"\033[A", b"\033[B"), PASTES["hook"]):
-        lib.rl_bind_keyseq(keys, hook)   # a paste's start; Up; Down
-    # A placeholder edits the entry it stands in, and readline keeps an entry edited but not
-    # sent in the history: undo such edits at Enter and Ctrl+D, and after a Ctrl+C.
-    readline.parse_and_bind("set revert-all-at-newline on")
-    revert = getattr(lib, "_rl_revert_all_lines", None)
-    if revert:
-        revert.restype = None
-        readline.set_startup_hook(revert)
-
-def shortened(text):
-    """text, or its placeholder when too long for the input line (PASTE_LINES, PASTE_CHARS)."""
-    lines = text.rstrip("\n").count("\n") + 1
-    if lines <= PASTE_LINES and len(text) <= PASTE_CHARS:
-        return text
-    size = max(1, round(len(text.encode("utf-8")) / 1024))
-    label = key = "[pasted %d %s, %d KB]" % (lines, "line" if lines == 1 else "lines", size)
-    n = 1
-    while PASTES["texts"].get(key, text) != text:   # another paste of that size
-        n, key = n + 1, "%s #%d]" % (label[:-1], n + 1)
-    PASTES["texts"][key] = text
-    return key
-
-def expand_pastes(line):
-    """The line typed, each paste placeholder replaced by its text, without a final line break."""
-    for key, text in PASTES["texts"].items():
-        line = line.replace(key, text)
-    return line.rstrip("\n")
-
-def collapse_pastes(text):
-    """Text for the input line: each paste in it as its placeholder, a long one as a new one."""
-    if not PASTES["hook"]:
-        return text
-    for key, pasted in PASTES["texts"].items():
-        text = text.replace(pasted, key)
-    return shortened(text)
-
 def pasted(convo, prompt, go):
-    """The turn hook: the prompt sent (and kept in the history) with its pastes whole; the
-    keys typed while the turn runs held for the next prompt."""
-    readline = convo.get("readline")
-    text = expand_pastes(prompt)
+    """The turn hook: the prompt sent (and kept in the history) without a paste's final line
+    break; the keys typed while the turn runs held for the next prompt."""
+    readline, text = convo.get("readline"), prompt.rstrip("\n")
     if readline and readline.get_current_history_length() and text != prompt:
         readline.replace_history_item(readline.get_current_history_length() - 1, text)
     held = keyboard_mode(held=True) if readline else None
@@ -6059,8 +5944,6 @@ def pasted(convo, prompt, go):
         go(text)
     finally:
         keyboard_back(held)
-        if convo.get("unsent"):   # the prompt back on the line, its pastes as placeholders
-            convo["unsent"] = collapse_pastes(convo["unsent"])
         typed = convo.pop("typed", "")   # keys typed while a question was asked
         if typed:
             convo["unsent"] = (convo.get("unsent", "") + " " + typed).strip()
@@ -6068,7 +5951,7 @@ def pasted(convo, prompt, go):
             convo["unsent"] += " "   # keys typed meanwhile follow it, not glued to it
 
 def setup_terminal(convo):
-    """The REPL at a terminal: readline with completion and pastes, then the first line."""
+    """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
     if readline:
@@ -6076,7 +5959,6 @@ def setup_terminal(convo):
         readline.parse_and_bind("tab: complete")
         readline.set_completer_delims(" \t\n")
         readline.set_completer(lambda text, state: complete(text, state, cfg))
-        catch_big_pastes(readline)
     note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
 
 def complete(text, state, cfg):
@@ -6182,7 +6064,7 @@ def read_answer(question, text=""):
     if text and readline:
         readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
     try:
-        return expand_pastes(input(question))
+        return input(question)
     except EOFError:
         show({}, "\n")
         return ""

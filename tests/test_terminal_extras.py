@@ -1,6 +1,6 @@
 """What a new user trips on at the terminal (issue 20), on a real pseudo-terminal 40 rows high,
-40 and 100 columns wide where the width matters: a big paste is one placeholder on the input
-line; long output keeps its command on the screen and a wide line its end; Ctrl+C keeps the keys
+40 and 100 columns wide where the width matters: long output keeps its command on the screen
+and a wide line its end; Ctrl+C keeps the keys
 typed ahead and quits only twice on an empty prompt; the cycle guard lets a model poll;
 ...requesting... counts the seconds; /help names !cmd.
 
@@ -21,8 +21,6 @@ from tests.support import (
     tool_call_stream)
 
 PROMPT = "> "
-PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"   # how a terminal frames a bracketed paste
-UP, DOWN = "\x1b[A", "\x1b[B"
 WIDTHS = (40, 100)
 TOKEN = re.compile(r"\x1b\[[0-9;?]*[@-~]|\x1b\][^\x07]*\x07|\x1b.?|[\r\n\b]|[^\x1b\r\n\b]+")
 
@@ -95,99 +93,6 @@ class ExtrasCase(BantamTestCase):
         handles a key is noticed only at the next key; a person is never that fast)."""
         time.sleep(0.5)
         term.send("\x03")
-
-
-class PasteTests(ExtrasCase):
-    """A paste longer than a few lines."""
-
-    def test_big_paste_is_one_placeholder_sent_whole(self):
-        """300 pasted lines show as one placeholder on the input line (none of the lines is
-        echoed); text typed after it joins it; the server gets the whole text; Up brings it
-        back as the placeholder and sends it whole again; the history file keeps it whole."""
-        lines = ["line %d of the paste" % i for i in range(1, 301)]
-        pasted = "\n".join(lines)
-        placeholder = "[pasted 300 lines, %d KB]" % round(len(pasted.encode()) / 1024)
-        for cols in WIDTHS:
-            with self.subTest(cols=cols):
-                self.push(text_stream("got the paste"), text_stream("got it again"))
-                term = self.start(cols=cols)
-                start = term.output.rindex("\n")   # the prompt's line on
-                term.send(PASTE_START + "\r".join(lines) + PASTE_END)
-                term.expect(placeholder)
-                term.send(" sum it up")
-                term.sendline()
-                term.expect("got the paste")
-                term.expect(PROMPT_LINE)
-                shown = screen(term.output[start:])
-                self.assertIn("> %s sum it up\n" % placeholder, shown)
-                self.assertNotIn("line 150", shown)
-                self.assertEqual(self.user_messages(), [pasted + " sum it up"])
-                term.send(UP)
-                term.expect(placeholder + " sum it up")
-                term.sendline()
-                term.expect("got it again")
-                term.expect(PROMPT_LINE)
-                self.assertEqual(self.user_messages(), [pasted + " sum it up"] * 2)
-                self.assertNotIn("line 150", screen(term.output[start:]))
-                self.leave(term)
-                history = os.path.join(self.ws.home, ".bantam_history")
-                with open(history, encoding="utf-8") as f:
-                    self.assertIn("\\nline 300 of the paste sum it up\n", f.read())
-                os.remove(history)   # the next width starts afresh
-
-    def browse_past_big_pastes(self):
-        """Send two big pastes and "short", then Up past both pastes (shown as placeholders),
-        one edited and not sent, and Down to the empty line; return the texts and the Pty."""
-        texts = ["\n".join("line %d of a paste" % i for i in range(1, n + 1)) for n in (300, 200)]
-        self.push(*(text_stream(answer) for answer in ("got A", "got B", "got short", "again")))
-        term = self.start()
-        for text, answer in zip(texts, ("got A", "got B")):
-            term.send(PASTE_START + text.replace("\n", "\r") + PASTE_END)
-            term.expect(paste_placeholder(text))
-            self.type_line(term, "", answer)
-        self.type_line(term, "short", "got short")
-        term.send(UP + UP)
-        term.expect(paste_placeholder(texts[1]))
-        term.send(" edited" + UP)   # the edit not sent
-        term.expect("300 lines, ")   # (readline redraws only the part that changed)
-        term.send(DOWN + DOWN + DOWN)
-        return texts, term
-
-    def assert_history_whole(self, texts):
-        """The history file holds both pastes whole, then "short"; no placeholder."""
-        with open(os.path.join(self.ws.home, ".bantam_history"), encoding="utf-8") as f:
-            saved = f.read()
-        self.assertNotIn("[pasted", saved)
-        self.assertIn("\n%s\n%s\nshort\n" % tuple(t.replace("\n", "\\n") for t in texts), saved)
-
-    def test_browsing_past_big_pastes_keeps_their_text_in_the_history(self):
-        """Up past pasted entries and Down again, one edited and not sent, then /quit: the
-        history file keeps the whole texts, and in the next run Up brings one back as its
-        placeholder and sends it whole."""
-        texts, term = self.browse_past_big_pastes()
-        self.leave(term)
-        self.assert_history_whole(texts)
-        term = self.start()
-        term.send(UP + UP + UP)   # /quit, short, the second paste
-        term.expect(paste_placeholder(texts[1]))
-        self.type_line(term, "", "again")
-        self.assertEqual(self.user_messages(), [texts[1]])   # a new conversation
-        self.leave(term)
-
-    def test_ctrl_c_after_browsing_past_big_pastes_keeps_their_text(self):
-        """The same browsing, then Ctrl+C twice to quit (which skips readline's Enter and
-        Ctrl+D): the history file keeps the whole texts all the same."""
-        texts, term = self.browse_past_big_pastes()
-        self.ctrl_c_at_prompt(term)
-        term.expect("[Ctrl+C again within 2 s quits]")
-        self.ctrl_c_at_prompt(term)
-        self.assertEqual(term.wait(10), 0)
-        self.assert_history_whole(texts)
-
-
-def paste_placeholder(text):
-    """The placeholder a paste of text shows as."""
-    return "[pasted %d lines, %d KB]" % (text.count("\n") + 1, round(len(text.encode()) / 1024))
 
 
 class ToolOutputTests(ExtrasCase):
