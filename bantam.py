@@ -5624,33 +5624,31 @@ def display_width(text):
 
 # ----------------------------------------------------------------------------------------
 # The other views: the token line and the decisions in the plain view, -q's, the JSONL view
-# (for programs and traces), and the terminal view (render=auto at a terminal, or
-# render=always): the answer rendered as Markdown, tool calls in words, output live.
+# (programs, traces) and the terminal view (render=auto at a terminal, or render=always):
+# the answer and reasoning rendered, tool calls in words, a command's output live.
 # ----------------------------------------------------------------------------------------
 
 def show_context(state, event):
     """The token line: [model: prompt (cached) + completion | context: used/window (share)]"""
-    if not state["cfg"].get("usage", True):
-        return
-    about = "~" if event["estimated"] else ""
-    cached, prompt = event["cached_tokens"], event["prompt_tokens"]
-    split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
-    cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
-        about, event["cost"], about, event["session_cost"])
-    term_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]" % (
-        event["model"], about, prompt, split, about, event["completion_tokens"], about, prompt,
-        event["window"], event["share"] * 100, cost), "dim")
+    if state["cfg"].get("usage", True):
+        about, cached, prompt = "~" * event["estimated"], event["cached_tokens"], \
+            event["prompt_tokens"]
+        split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
+        cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
+            about, event["cost"], about, event["session_cost"])
+        term_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]"
+                    % (event["model"], about, prompt, split, about, event["completion_tokens"],
+                       about, prompt, event["window"], event["share"] * 100, cost), "dim")
 
 def show_approval(state, event):
     """[command refused (deny rm *)]: a decision about a call, unless approve=auto made it."""
-    if event["rule"] in ("approve=auto", "working folder"):
-        return
-    what = "command" if event["tool"] == "shell_exec" else event["tool"]
-    done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
-            "refuse": "refused"}[event["decision"]]
-    who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
-    why = ": " + event["reason"] if event["reason"] else ""
-    term_stderr(state, "[%s %s %s%s]" % (what, done, who, why), "dim")
+    if event["rule"] not in ("approve=auto", "working folder"):
+        done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
+                "refuse": "refused"}[event["decision"]]
+        term_stderr(state, "[%s %s %s%s]" % (
+            "command" if event["tool"] == "shell_exec" else event["tool"], done,
+            "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"],
+            ": " + event["reason"] if event["reason"] else ""), "dim")
 
 def show_discarded(state, event):
     """[discarded: ...], dim, below the output of a reply that failed."""
@@ -5658,17 +5656,15 @@ def show_discarded(state, event):
     write(state, "[discarded: the reply above failed and is not kept]\n", "dim", event["depth"])
     flush_out(state, now=True)
 
-def show_call(state, event):
-    """A tool call's plain trace: whole in a pipe or a file, at a terminal bounded."""
-    if not state["tty"]:
+def show_call(state, event, text=None):
+    """A tool call: its plain trace whole in a pipe or a file, else (or text) at most a screen
+    tall, so that the Run? question never hides its start."""
+    if not state["tty"] and text is None:
         return show_tool(state, event)
-    write_call(state, event, "[tool call: %s(%s)]" % (event["name"], short_arguments(event)))
-
-def write_call(state, event, text):
-    """A call shown at most a screen tall, so that the Run? question never hides its start."""
     close_block(state, event)
     end_line(state, event["depth"])
     columns, rows = screen_size(state)
+    text = text or "[tool call: %s(%s)]" % (event["name"], short_arguments(event))
     text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"]))
     write(state, text + "\n", "call", event["depth"])
     flush_out(state, now=True)
@@ -5708,7 +5704,7 @@ def screen_size(state):
 
 def term_text(state, event):
     """A piece of the answer or of reasoning (between its markers, unstyled), rendered line
-    by line; the line in progress is previewed."""
+    by line, the line in progress previewed (dim, its last 3 rows)."""
     kind, depth = event["type"], event["depth"]
     if state["block"] != kind:
         md_flush(state, depth)
@@ -5722,7 +5718,15 @@ def term_text(state, event):
     rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
         write(state, rendered, "reasoning" if kind == "reasoning" else None, depth, raw=True)
-    preview(state, "".join(state["md"]["part"]), depth)
+    text = "".join(state["md"]["part"])
+    if text and state["bol"]:
+        rows = wrap_words(text[-2000:], state["md"]["width"])[-3:]   # a longer line: its end
+        pad = "  \u2502 " * depth
+        text = ("\r\n" + pad).join(rows)
+        text = COLORS["dim"] + text + RESET if state["color"] else text
+        erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
+        state["out"].write("\r\033[K" + erase + pad + text)   # (one write: a terminal's
+        state["status"] = len(rows)                           # stream flushes at every \r)
     flush_out(state)
 
 def md_flush(state, depth):
@@ -5732,26 +5736,14 @@ def md_flush(state, depth):
               depth, raw=True)
         state["md"] = None
 
-def preview(state, text, depth):
-    """The line in progress, dim and wrapped as it will be rendered, on its last 3 rows."""
-    if not text or not state["bol"]:
-        return
-    rows = wrap_words(text[-2000:], state["md"]["width"])[-3:]   # a longer line: its end
-    pad = "  \u2502 " * depth
-    erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
-    text = ("\r\n" + pad).join(rows)
-    text = COLORS["dim"] + text + RESET if state["color"] else text
-    state["out"].write("\r\033[K" + erase + pad + text)
-    state["status"] = len(rows)   # one write: a terminal's stream flushes at every \r
-
 def term_tool_call(state, event):
     """A tool call as what it does ("$ command", "» read notes.txt"), or as the plain trace."""
     try:
         args = json.loads(event["arguments"])
     except ValueError:
         args = None
-    write_call(state, event, call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
-               or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
+    show_call(state, event, call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
+              or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
     state["tool"] = {"lines": 0, "partial": "", "limit": tool_limit(state),
                      "started": time.monotonic(), "status_at": 0.0}
 
@@ -5778,32 +5770,29 @@ def bounded(text, rows, width):
 
 def call_in_words(name, args):
     """A call in words ("$ ls", "» read a.txt lines 1-9", "» write a.txt: ..."), or None."""
-    if not isinstance(args, dict):
-        return None
+    args = args if isinstance(args, dict) else {}
+    path = args.get("filePath", args.get("path"))
     if name == "shell_exec" and isinstance(args.get("command"), str):
         return "$ " + args["command"].rstrip("\n")
     if name == "run_subagent" and isinstance(args.get("prompt"), str):
         return "\u00bb subagent: " + args["prompt"].rstrip("\n")
-    path = args.get("filePath", args.get("path"))
-    if name not in ("read", "write") or not isinstance(path, str):
-        return None
-    first, limit = args.get("offset"), args.get("limit")
-    if name == "read" and first is None and limit is None:
-        return "\u00bb read " + path
-    if name == "read":
+    if name == "read" and isinstance(path, str):
+        first, limit = args.get("offset"), args.get("limit")
+        if first is None and limit is None:
+            return "\u00bb read " + path
         first = first if isinstance(first, int) and first > 0 else 1
         last = first + limit - 1 if isinstance(limit, int) and limit > 0 else "end"
         return "\u00bb read %s lines %d-%s" % (path, first, last)
-    content = args.get("content") if isinstance(args.get("content"), str) else ""
-    size = "%d lines" % count_lines(content) if content else "nothing"
-    at = next(("at %s %s" % (word, args[key]) for key, word in (
-        ("lineOffset", "line"), ("byteOffset", "byte"), ("offset", "byte"))
-        if args.get(key) is not None), "")
-    cut = next((", deleting %s %s" % (args[key], word) for key, word in (
-        ("delLines", "lines"), ("delBytes", "bytes"), ("del_bytes", "bytes"))
-        if args.get(key) is not None), "")
-    where = at or "at the start" if at or cut else "(whole file)"
-    return "\u00bb write %s: %s %s%s" % (path, size, where, cut)
+    if name == "write" and isinstance(path, str):
+        content = args.get("content") if isinstance(args.get("content"), str) else ""
+        at = ["at %s %s" % (word, args[key]) for key, word in (("lineOffset", "line"),
+              ("byteOffset", "byte"), ("offset", "byte")) if args.get(key) is not None]
+        cut = [", deleting %s %s" % (args[key], word) for key, word in (("delLines", "lines"),
+               ("delBytes", "bytes"), ("del_bytes", "bytes")) if args.get(key) is not None]
+        return "\u00bb write %s: %s %s%s" % (
+            path, "%d lines" % count_lines(content) if content else "nothing",
+            (at + ["at the start"])[0] if at or cut else "(whole file)", (cut + [""])[0])
+    return None
 
 def term_approval(state, event):
     """A decision about a command: the clock starts now; the user's own answer is not repeated."""
@@ -5824,8 +5813,7 @@ def term_tool_output(state, event):
     tool["lines"] += len(lines)
     if time.monotonic() - tool["status_at"] >= 0.1:
         tool_status(state, event)
-    else:
-        flush_out(state)
+    flush_out(state)
 
 def screen_line(state, line, depth):
     """A line of output on one row: a third from its start, the rest from its end (which
@@ -5843,11 +5831,8 @@ def screen_line(state, line, depth):
 def tool_status(state, event):
     """A running command's status (also tool_progress's handler): seconds, lines not shown."""
     tool = state["tool"]
-    if tool is None:
-        return
-    tool["status_at"] = time.monotonic()
-    if state["bol"] and state["tty"]:
-        hidden = tool["lines"] - tool["limit"] // 2
+    if tool and state["bol"] and state["tty"]:
+        tool["status_at"], hidden = time.monotonic(), tool["lines"] - tool["limit"] // 2
         text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
         text += " \u00b7 %d more lines" % hidden if hidden > 0 else ""
         text = COLORS["dim"] + text + RESET if state["color"] else text
@@ -5909,12 +5894,13 @@ def term_stderr(state, text, style="error"):
     """A diagnostic; in the terminal view, at a terminal, wrapped at spaces to its width."""
     if state.get("wrap") and state["err"].isatty():
         rows = []
-        for line in terminal_safe(text).split("\n"):
-            body = line.lstrip(" ")
-            lead = line[:len(line) - len(body)]   # an indented line's rows keep its indent
-            rows += [lead + row for row in wrap_words(body, screen_size(state)[0] - len(lead))]
+        for line in terminal_safe(text).split("\n"):   # an indented line's rows keep its indent
+            lead = line[:len(line) - len(line.lstrip(" "))]
+            rows += [lead + row for row in wrap_words(line[len(lead):],
+                                                      screen_size(state)[0] - len(lead))]
         text = "\n".join(rows)
     show_on_stderr(state, text, style)
+
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
