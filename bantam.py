@@ -5392,20 +5392,17 @@ def md_line(state, line):
     line = line[:-1] if line.endswith("\r") else line
     if state["fence"] is not None:
         return md_code(state, line)
-    out, held, state["held"] = "", state["held"], None
-    if state["table"] is not None:
-        if "|" in line:
-            state["table"][0].append(split_row(line))
-            return ""
-        out = md_table(state)
-    elif held is not None:
-        cells = split_row(held)
-        delimiters = split_row(line) if "|" in line and re.match(DELIMITER, line) else []
-        if len(delimiters) == len(cells):      # a table: its rows are kept until it ends
-            state["table"] = ([cells], delimiters)
-            del state["lists"][:]
-            return ""
-        out = md_block(state, held, hold=False)
+    table, held, state["held"] = state["table"], state["held"], None
+    if table is not None and "|" in line:
+        table[0].append(split_row(line))
+        return ""
+    cells = split_row(held) if held is not None and "|" in line else None
+    if cells and re.match(DELIMITER, line) and len(split_row(line)) == len(cells):
+        state["table"] = ([cells], split_row(line))   # a table: its rows kept until it ends
+        del state["lists"][:]
+        return ""
+    out = md_table(state) if table is not None else ""
+    out += md_block(state, held, hold=False) if held is not None else ""
     return out + md_block(state, line)
 
 def md_block(state, line, hold=True):
@@ -5416,25 +5413,37 @@ def md_block(state, line, hold=True):
         out, state["blank"] = "" if state["blank"] else "\n", True
         return out
     state["blank"] = False
-    indent, lead = len(line) - len(line.lstrip()), text[0]
-    st, lists = state["styles"], state["lists"]
-    m = lead in "`~" and re.match(FENCE, line)
-    if m:
-        return md_fence(state, m, indent)
+    indent, lead, st, lists = len(line) - len(line.lstrip()), text[0], state["styles"], \
+        state["lists"]
+    fence = lead in "`~" and re.match(FENCE, line)
+    if fence:                                  # ─── python, indented like the list it is in
+        pad = " " * list_column(lists, indent)
+        state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad)   # ``` ~~~~
+        label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
+        return pad + styled(label, st["dim"]) + "\n"
     heading = lead == "#" and re.match(HEADING, line)
     rule = lead in "-*_" and re.match(RULE, line)
     quote = lead == ">" and re.match(QUOTE, line)
     if heading or rule or quote:
         del lists[:]
-    if heading:
-        return md_heading(state, len(heading.group(1)), heading.group(2) or "")
+    if heading:                                # bold; levels 1 and 2 underlined with ═ or ─
+        level = len(heading.group(1))
+        style = st["title"] if level < 3 else st["heading"]
+        lines = wrap_words(styled(md_inline(heading.group(2) or "", st, style), style),
+                           state["width"])
+        under = "\u2550\u2500"[level > 1] * max(map(display_width, lines)) * (level < 3)
+        return hang(lines, "", "") + (styled(under, st["dim"]) + "\n" if under else "")
     if rule:
         return styled("\u2500" * state["width"], st["dim"]) + "\n"
-    if quote:
-        return md_quote(state, quote.group(1).count(">"), quote.group(2))
-    m = lead in "-*+0123456789" and re.match(ITEM, line)
-    if m:
-        return md_item(state, indent, m)
+    if quote:                                  # one bar a level, never the prompt's >
+        depth = quote.group(1).count(">")
+        bar = styled(" ".join(["\u2502"] * depth), st["dim"])
+        inner = dict(state, width=state["width"] - 2 * depth, lists=[], fence=None)
+        rows = md_block(inner, quote.group(2), hold=False)[:-1].split("\n")
+        return "".join(bar + (" " + row if row else "") + "\n" for row in rows)
+    item = lead in "-*+0123456789" and re.match(ITEM, line)
+    if item:
+        return md_item(state, indent, item)
     if hold and "|" in text:
         state["held"] = line                   # a table header, if a delimiter row follows
         return ""
@@ -5474,29 +5483,6 @@ def md_item(state, indent, m):
     lines = wrap_words(md_inline((m.group(4) or "").strip(), state["styles"]),
                        state["width"] - column)
     return hang(lines, " " * start + marker + " ", " " * column)
-
-def md_heading(state, level, text):
-    """A heading without its #s, bold; levels 1 and 2 underlined with a line of ═ or ─."""
-    st = state["styles"]
-    style = st["title"] if level < 3 else st["heading"]
-    lines = wrap_words(styled(md_inline(text, st, style), style), state["width"])
-    wide = max(map(display_width, lines)) if level < 3 else 0
-    rule = styled("\u2550\u2500"[level - 1] * wide, st["dim"]) + "\n" if wide else ""
-    return hang(lines, "", "") + rule
-
-def md_quote(state, depth, text):
-    """A block quote behind one bar per level (never a leading >, which is the prompt)."""
-    bar = styled(" ".join(["\u2502"] * depth), state["styles"]["dim"])
-    inner = dict(state, width=state["width"] - 2 * depth, lists=[], fence=None, blank=False)
-    rows = md_block(inner, text, hold=False)[:-1].split("\n") if text.strip() else [""]
-    return "".join(bar + (" " + row if row else "") + "\n" for row in rows)
-
-def md_fence(state, m, indent):
-    """The header of a fenced code block (─── python), indented like the list it is in."""
-    pad = " " * list_column(state["lists"], indent)
-    state["fence"] = (m.group(2)[0], len(m.group(2)), indent, pad)   # ``` or ~~~, length
-    label = "\u2500" * 3 + (" " + m.group(3) if m.group(3) else "")
-    return pad + styled(label, state["styles"]["dim"]) + "\n"
 
 def md_code(state, line):
     """A line inside a fenced code block: verbatim and unwrapped, or the closing fence."""
@@ -5950,8 +5936,7 @@ def setup_terminal(convo):
 def complete(text, state, cfg):
     """Readline's completer: /commands, then session ids, config keys or skill names."""
     import readline
-    line = readline.get_line_buffer()
-    options = []
+    line, options = readline.get_line_buffer(), []
     if line.startswith(("/load ", "/save ", "/delete ")):
         options = session_ids()
     elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
@@ -5963,21 +5948,18 @@ def complete(text, state, cfg):
 
 def keyboard_mode(held):
     """held (a turn runs): keys typed wait unseen for the next prompt; else (a question) seen
-    and edited as usual. Returns the settings to put back (None: stdin is no terminal)."""
+    and edited as usual. The settings to put back (None: stdin is no terminal)."""
     import termios
     try:
         before = termios.tcgetattr(sys.stdin.fileno())
     except (OSError, termios.error):
         return None
-    mode = list(before)
-    if held:
-        mode[0] &= ~termios.ICRNL                     # Enter arrives as \r: readline's accept-line
-        mode[3] &= ~(termios.ECHO | termios.ICANON)   # unseen; each key readable as it comes
-        mode[3] |= termios.NOFLSH                     # Ctrl+C keeps the keys typed ahead
+    mode, keys = list(before), termios.ECHO | termios.ICANON   # (seen; read a line at a time)
+    if held:   # Enter as \r (readline's accept-line); Ctrl+C keeps the keys typed ahead
+        mode[0], mode[3] = mode[0] & ~termios.ICRNL, mode[3] & ~keys | termios.NOFLSH
     else:
-        mode[0] |= termios.ICRNL
-        mode[3] |= termios.ECHO | termios.ICANON
-    termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, mode)   # keys typed are kept
+        mode[0], mode[3] = mode[0] | termios.ICRNL, mode[3] | keys
+    keyboard_back(mode)
     return before
 
 def keyboard_back(before):
@@ -5985,7 +5967,7 @@ def keyboard_back(before):
     import termios
     try:
         if before is not None:
-            termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, before)
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, before)   # (NOW: keys kept)
     except (termios.error, OSError):   # the terminal is gone (a hang-up)
         pass
 
@@ -6022,16 +6004,13 @@ def startup_line(cfg, columns):
     """The REPL's first line: model, endpoint host, context window when set, sandbox, /help."""
     from urllib.parse import urlsplit
     parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
-    if cfg["sources"]["context_window"] != "default":
-        parts.append("context %d" % cfg["context_window"])
+    parts += ["context %d" % cfg["context_window"]] * (
+        cfg["sources"]["context_window"] != "default")
     mode, closed = sandbox_of(cfg)
-    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed
-    dot = " \u00b7 "
-    for line in (dot.join(parts) + dot + "/help for commands",   # shorter when narrow
-                 dot.join(parts) + dot + "/help", dot.join(parts[1:]) + dot + "/help"):
-        if len(line) <= columns:
-            break
-    return line
+    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + ["/help for commands"]
+    if len(" \u00b7 ".join(parts)) > columns:   # shorter when narrow
+        parts = parts[1:-1] + ["/help"]
+    return " \u00b7 ".join(parts)
 
 def confirm(question):
     """A yes/no question at the terminal, Enter for yes; the answer stays out of the history."""
@@ -6067,12 +6046,12 @@ def run_direct(cfg, command, own_stdin=True):
     import signal
     import subprocess
     sys.stdout.flush()
-    # Ctrl+C reaches the command, which bantam waits for, even while Popen starts it. A
-    # handler, not SIG_IGN: the command must not inherit it.
+    # Ctrl+C reaches the command, which bantam waits for, even while it starts. A handler, not
+    # SIG_IGN: the command must not inherit it.
     previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
-        code = subprocess.Popen([shell_path(), "-c", command], env=command_env(cfg),
-                                stdin=None if own_stdin else subprocess.DEVNULL).wait()
+        code = subprocess.call([shell_path(), "-c", command], env=command_env(cfg),
+                               stdin=None if own_stdin else subprocess.DEVNULL)
     except OSError as e:
         raise BantamError("cannot start the shell: %s" % e)
     finally:
