@@ -5622,16 +5622,17 @@ def show_context(state, event):
         split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
         cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
             about, event["cost"], about, event["session_cost"])
-        term_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]"
-                    % (event["model"], about, prompt, split, about, event["completion_tokens"],
-                       about, prompt, event["window"], event["share"] * 100, cost), "dim")
+        show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d "
+                       "(%.1f%%)%s]" % (event["model"], about, prompt, split, about,
+                                        event["completion_tokens"], about, prompt,
+                                        event["window"], event["share"] * 100, cost), "dim")
 
 def show_approval(state, event):
     """[command refused (deny rm *)]: a decision about a call, unless approve=auto made it."""
     if event["rule"] not in ("approve=auto", "working folder"):
         done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
                 "refuse": "refused"}[event["decision"]]
-        term_stderr(state, "[%s %s %s%s]" % (
+        show_on_stderr(state, "[%s %s %s%s]" % (
             "command" if event["tool"] == "shell_exec" else event["tool"], done,
             "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"],
             ": " + event["reason"] if event["reason"] else ""), "dim")
@@ -5677,8 +5678,7 @@ def jsonl_view(stream, cfg):
 
 def terminal_view(cfg):
     """A view for a person: the plain view's colors, rendered Markdown, tools shown live."""
-    return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0,
-                      wrap=True)
+    return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0)
 
 def screen_size(state):
     """(columns, rows) of the terminal (COLUMNS/LINES when it is not one)."""
@@ -5755,29 +5755,17 @@ def bounded(text, rows, width):
         last - first, len(lines))] + lines[last:])
 
 def call_in_words(name, args):
-    """A call in words ("$ ls", "» read a.txt lines 1-9", "» write a.txt: ..."), or None."""
+    """A call in words ("$ ls", "» read a.txt (offset 3)", "» write a.txt: 9 lines"), or None."""
     args = args if isinstance(args, dict) else {}
-    path = args.get("filePath", args.get("path"))
-    if name == "shell_exec" and isinstance(args.get("command"), str):
-        return "$ " + args["command"].rstrip("\n")
-    if name == "run_subagent" and isinstance(args.get("prompt"), str):
-        return "\u00bb subagent: " + args["prompt"].rstrip("\n")
-    if name == "read" and isinstance(path, str):
-        first, limit = args.get("offset"), args.get("limit")
-        if first is None and limit is None:
-            return "\u00bb read " + path
-        first = first if isinstance(first, int) and first > 0 else 1
-        last = first + limit - 1 if isinstance(limit, int) and limit > 0 else "end"
-        return "\u00bb read %s lines %d-%s" % (path, first, last)
-    if name == "write" and isinstance(path, str):
-        content = args.get("content") if isinstance(args.get("content"), str) else ""
-        at = ["at %s %s" % (word, args[key]) for key, word in (("lineOffset", "line"),
-              ("byteOffset", "byte"), ("offset", "byte")) if args.get(key) is not None]
-        cut = [", deleting %s %s" % (args[key], word) for key, word in (("delLines", "lines"),
-               ("delBytes", "bytes"), ("del_bytes", "bytes")) if args.get(key) is not None]
-        return "\u00bb write %s: %s %s%s" % (
-            path, "%d lines" % count_lines(content) if content else "nothing",
-            (at + ["at the start"])[0] if at or cut else "(whole file)", (cut + [""])[0])
+    path, text = args.get("filePath", args.get("path")), args.get("command", args.get("prompt"))
+    if name in ("shell_exec", "run_subagent") and isinstance(text, str):
+        return ("$ " if name == "shell_exec" else "\u00bb subagent: ") + text.rstrip("\n")
+    if name in ("read", "write") and isinstance(path, str):
+        size = ": %d lines" % count_lines(args["content"]) if isinstance(
+            args.get("content"), str) else ""
+        more = ", ".join("%s %s" % (key, json.dumps(value)) for key, value in args.items()
+                         if key not in ("filePath", "path", "content"))
+        return "\u00bb %s %s%s%s" % (name, path, size, " (%s)" % more if more else "")
     return None
 
 def term_approval(state, event):
@@ -5876,27 +5864,11 @@ def term_resumed(state, event):
         write(state, "".join(line + "\n" for line in lines), raw=True)
     flush_out(state, now=True)
 
-def term_stderr(state, text, style="error"):
-    """A diagnostic; in the terminal view, at a terminal, wrapped at spaces to its width."""
-    if state.get("wrap") and state["err"].isatty():
-        rows = []
-        for line in terminal_safe(text).split("\n"):   # an indented line's rows keep its indent
-            lead = line[:len(line) - len(line.lstrip(" "))]
-            rows += [lead + row for row in wrap_words(line[len(lead):],
-                                                      screen_size(state)[0] - len(lead))]
-        text = "\n".join(rows)
-    show_on_stderr(state, text, style)
-
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status, approval=term_approval, resumed=term_resumed,
-                note=lambda s, e: term_stderr(s, e["text"], "dim" if e["level"] == "info"
-                                              else "error"),
-                error=lambda s, e: term_stderr(s, "error: " + e["message"]),
-                retry=lambda s, e: term_stderr(s, "[%s; retry %d/%d in %gs]" % (
-                    e["error"], e["attempt"], e["of"], e["wait"])))
+                tool_progress=tool_status, approval=term_approval, resumed=term_resumed)
 VIEWS.update(terminal=terminal_view)
 
 
