@@ -5730,12 +5730,8 @@ def term_tool_call(state, event):
         args = None
     show_call(state, event, call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
               or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
-    state["tool"] = {"lines": 0, "partial": "", "limit": tool_limit(state),
-                     "started": time.monotonic(), "status_at": 0.0}
-
-def tool_limit(state):
-    """The lines of a tool's output shown: tool_lines, else what leaves the call on screen."""
-    return max(4, state["tool_lines"] or screen_size(state)[1] - 4)
+    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "status_at": 0.0,
+                     "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
 
 def bounded(text, rows, width):
     """text in at most about rows rows of width: a line past 3 rows cut, and a taller text
@@ -5821,12 +5817,11 @@ def term_tool_result(state, event):
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
     if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
             "shell_exec":
-        total, first = tool["lines"] + bool(tool["partial"]), tool["limit"] // 2
-        if tool["partial"] and tool["lines"] < first:   # the last line, with no newline
-            write(state, screen_line(state, tool["partial"], depth) + "\n", "body", depth)
-        last = max(0, min(total - first, tool["limit"] - first))   # the lines at the end
-        if total > first + last:
-            write(state, "... %d more lines\n" % (total - first - last), "dim", depth)
+        shown = min(tool["lines"], tool["limit"] // 2)   # the first lines, shown live
+        total = tool["lines"] + bool(tool["partial"])
+        last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
+        if total > shown + last:
+            write(state, "... %d more lines\n" % (total - shown - last), "dim", depth)
         output = event["content"][:end.start()]
         lines = (output[:-1] if output.endswith("\n") else output).split("\n")
         for line in lines[len(lines) - last:]:
@@ -5841,8 +5836,8 @@ def term_tool_result(state, event):
     else:
         end_line(state, depth)
         width = max(20, screen_size(state)[0] - 4 * depth)
-        write(state, bounded(event["content"].rstrip("\n"), tool_limit(state), width) + "\n",
-              "body" if event["ok"] else "error", depth)
+        text = bounded(event["content"].rstrip("\n"), tool["limit"] if tool else 20, width)
+        write(state, text + "\n", "body" if event["ok"] else "error", depth)
     flush_out(state, now=True)
 
 def term_resumed(state, event):
