@@ -5464,19 +5464,15 @@ def list_column(lists, indent):
 
 def md_item(state, indent, m):
     """A list item: bullet by depth or the item's own number, text with a hanging indent."""
-    lists = state["lists"]
-    while lists and indent < lists[-1][0]:
-        lists.pop()
-    if lists and indent < lists[-1][0] + 2:
-        start = lists.pop()[1]                 # a sibling (indents off by one still count)
-    else:
-        start = lists[-1][2] if lists else 0   # a child starts at its parent's text
-    start = min(start, state["width"] // 2)    # deep nesting in a narrow terminal
-    marker = m.group(2)
-    if not marker[0].isdigit():
-        marker = BULLETS[len(lists) % 3]
-    if m.group(3):                             # - [ ] ☐   - [x] ☑ (instead of a bullet)
-        box = "\u2610" if m.group(3) == " " else "\u2611"
+    lists, start = state["lists"], None
+    while lists and indent < lists[-1][0] + 2:   # deeper items end, and a sibling (indents off
+        start = lists.pop()[1]                   # by one still count) starts where it did
+    if start is None:
+        start = lists[-1][2] if lists else 0     # a child starts at its parent's text
+    start = min(start, state["width"] // 2)      # deep nesting in a narrow terminal
+    marker = m.group(2) if m.group(2)[0].isdigit() else BULLETS[len(lists) % 3]
+    if m.group(3):                               # - [ ] ☐   - [x] ☑ (instead of a bullet)
+        box = "\u2610\u2611"[m.group(3) != " "]
         marker = marker + " " + box if marker[0].isdigit() else box
     column = start + display_width(marker) + 1
     lists.append((indent, start, column))
@@ -5947,16 +5943,13 @@ def terminal_approver(convo):
 
 def keys_typed_ahead():
     """The printable text of the keys waiting unread on the terminal (Enter becomes a space)."""
-    waiting = b""
+    waiting = []
     try:
-        while keys_waiting():
-            more = os.read(sys.stdin.fileno(), 4096)
-            if not more:
-                break
-            waiting += more
+        while keys_waiting() and (not waiting or waiting[-1]):   # (b"": the input's end)
+            waiting.append(os.read(sys.stdin.fileno(), 4096))
     except OSError:
         pass
-    text = waiting.decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
+    text = b"".join(waiting).decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
 
 def keys_waiting():
