@@ -5576,10 +5576,9 @@ def wrap_words(text, width):
         return [text]
     lines, line, used, active = [], "", 0, ""
     for gap, word in re.findall(PIECES, text):
-        w = len(word) if word.isascii() and "\033" not in word else display_width(word)
-        pieces = [(word, w)]
-        if w > width:                              # longer than a line: cut between characters
-            pieces = [(ch, display_width(ch)) for ch in re.findall(CHARS, word)]
+        w = display_width(word)   # (a word longer than a line: cut between characters)
+        pieces = [(word, w)] if w <= width else [(ch, display_width(ch))
+                                                 for ch in re.findall(CHARS, word)]
         for piece, w in pieces:
             if used + len(gap) + w > width:        # on a new line (a leading gap is dropped)
                 if used:
