@@ -5835,54 +5835,30 @@ def term_tool_result(state, event):
         write(state, text + "\n", "body" if event["ok"] else "error", depth)
     flush_out(state, now=True)
 
-def term_resumed(state, event):
-    """The conversation that goes on: its id, size and age, its last prompt (dim, three rows
-    at most, behind "you:", not the input's "> ") and its answer rendered (its last rows)."""
-    write(state, "[continuing %s: %d messages, %s]\n" % (event["session"], event["messages"],
-                                                        event["ago"]))
-    if event["prompt"] is not None:
-        columns, rows = screen_size(state)
-        lines = terminal_safe(event["prompt"]).strip("\n").split("\n")
-        shown = [row for n, line in enumerate(lines)
-                 for row in wrap_words(("you: " if n == 0 else "     ") + line, columns)][:3]
-        md, answer = md_start(columns, state["color"]), terminal_safe(event["answer"]).strip("\n")
-        answer = (md_feed(md, answer + "\n") + md_end(md)).rstrip("\n") if answer else ""
-        lines, room = answer.split("\n") if answer else [], max(rows - len(shown) - 4, 3)
-        if len(lines) > room:
-            lines = ["... %d earlier lines" % (len(lines) - room + 1)] + lines[1 - room:]
-        write(state, "".join(row + "\n" for row in shown), "dim")
-        write(state, "".join(line + "\n" for line in lines), raw=True)
-    flush_out(state, now=True)
-
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status, approval=term_approval, resumed=term_resumed)
+                tool_progress=tool_status, approval=term_approval)
 VIEWS.update(terminal=terminal_view)
 
 
 # ----------------------------------------------------------------------------------------
-# The REPL at a terminal: Tab completion, the keys typed while a turn runs kept for the
-# next prompt, questions asked mid-turn, !commands, the first line
+# The REPL at a terminal: Tab completion, questions asked mid-turn, !commands, the first line
 # ----------------------------------------------------------------------------------------
 
 def pasted(convo, prompt, go):
     """The turn hook: the prompt sent (and kept in the history) without a paste's final line
-    break; the keys typed while the turn runs held for the next prompt."""
+    break; the keys typed before a question asked mid-turn go to the next prompt."""
     readline, text = convo.get("readline"), prompt.rstrip("\n")
     if readline and readline.get_current_history_length() and text != prompt:
         readline.replace_history_item(readline.get_current_history_length() - 1, text)
-    held = keyboard_mode(held=True) if readline else None
     try:
         go(text)
     finally:
-        keyboard_back(held)
-        typed = convo.pop("typed", "")   # keys typed while a question was asked
+        typed = convo.pop("typed", "")
         if typed:
             convo["unsent"] = (convo.get("unsent", "") + " " + typed).strip()
-        elif convo.get("unsent") and readline and keys_waiting():
-            convo["unsent"] += " "   # keys typed meanwhile follow it, not glued to it
 
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
@@ -5908,31 +5884,6 @@ def complete(text, state, cfg):
     options = [name for name in options if name.startswith(text)]
     return options[state] + " " if state < len(options) else None
 
-def keyboard_mode(held):
-    """held (a turn runs): keys typed wait unseen for the next prompt; else (a question) seen
-    and edited as usual. The settings to put back (None: stdin is no terminal)."""
-    import termios
-    try:
-        before = termios.tcgetattr(sys.stdin.fileno())
-    except (OSError, termios.error):
-        return None
-    mode, keys = list(before), termios.ECHO | termios.ICANON   # (seen; read a line at a time)
-    if held:   # Enter as \r (readline's accept-line); Ctrl+C keeps the keys typed ahead
-        mode[0], mode[3] = mode[0] & ~termios.ICRNL, mode[3] & ~keys | termios.NOFLSH
-    else:
-        mode[0], mode[3] = mode[0] | termios.ICRNL, mode[3] | keys
-    keyboard_back(mode)
-    return before
-
-def keyboard_back(before):
-    """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
-    import termios
-    try:
-        if before is not None:
-            termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, before)   # (NOW: keys kept)
-    except (termios.error, OSError):   # the terminal is gone (a hang-up)
-        pass
-
 def terminal_approver(convo):
     """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt."""
     def approver(question, text):
@@ -5941,23 +5892,26 @@ def terminal_approver(convo):
     return approver
 
 def keys_typed_ahead():
-    """The printable text of the keys waiting unread on the terminal (Enter becomes a space)."""
-    waiting = []
+    """The printable text of the keys waiting unread on the terminal, a line not ended too
+    (Enter becomes a space)."""
+    import select
+    import termios
+    fd, waiting = sys.stdin.fileno(), []
     try:
-        while keys_waiting() and (not waiting or waiting[-1]):   # (b"": the input's end)
-            waiting.append(os.read(sys.stdin.fileno(), 4096))
-    except OSError:
+        before = termios.tcgetattr(fd)
+        mode = before[:6] + [before[6][:]]
+        mode[3] &= ~termios.ICANON
+        mode[6][termios.VMIN], mode[6][termios.VTIME] = 1, 0
+        termios.tcsetattr(fd, termios.TCSANOW, mode)
+        try:
+            while select.select([fd], [], [], 0)[0] and (not waiting or waiting[-1]):
+                waiting.append(os.read(fd, 4096))   # (b"": the input's end)
+        finally:
+            termios.tcsetattr(fd, termios.TCSANOW, before)
+    except (OSError, ValueError, termios.error):
         pass
     text = b"".join(waiting).decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
-
-def keys_waiting():
-    """Whether keys typed ahead wait unread on the terminal."""
-    import select
-    try:
-        return bool(select.select([sys.stdin], [], [], 0)[0])
-    except (OSError, ValueError):
-        return False
 
 def startup_line(cfg, columns):
     """The REPL's first line: model, endpoint host, context window when set, sandbox, /help."""
@@ -5980,11 +5934,10 @@ def confirm(question):
         return False
 
 def read_answer(question, text=""):
-    """The line typed in answer to question ("" at end of input), text ready to edit, shown
-    even while a turn holds the keys; the answer stays out of the history."""
+    """The line typed in answer to question ("" at end of input), text ready to edit; the
+    answer stays out of the history."""
     readline = sys.modules.get("readline")
     before = readline.get_current_history_length() if readline else 0
-    held = keyboard_mode(held=False)
     if text and readline:
         readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
     try:
@@ -5993,7 +5946,6 @@ def read_answer(question, text=""):
         show({}, "\n")
         return ""
     finally:
-        keyboard_back(held)
         if readline:
             readline.set_pre_input_hook(None)
             if readline.get_current_history_length() > before:

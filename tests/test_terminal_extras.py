@@ -1,7 +1,6 @@
 """What a new user trips on at the terminal (issue 20), on a real pseudo-terminal 40 rows high,
 40 and 100 columns wide where the width matters: long output keeps its command on the screen
-and a wide line its end; Ctrl+C keeps the keys
-typed ahead and quits only twice on an empty prompt; the cycle guard lets a model poll;
+and a wide line its end; Ctrl+C quits only twice on an empty prompt; the cycle guard lets a model poll;
 ...requesting... counts the seconds; /help names !cmd.
 
 bantam.py runs on a Pty against the scripted FakeServer; the tests type like a user and check
@@ -141,46 +140,6 @@ class ToolOutputTests(ExtrasCase):
 
 class CtrlCTests(ExtrasCase):
     """Ctrl+C during a turn and at the prompt."""
-
-    def test_ctrl_c_keeps_the_keys_typed_ahead(self):
-        """Keys typed while a reply streams or a command runs are on the next prompt after
-        Ctrl+C, to finish and send."""
-        for stage in ("stream", "command"):
-            with self.subTest(stage=stage):
-                if stage == "stream":
-                    self.push(slow_stream(), text_stream("answered"))
-                else:
-                    self.push(tool_call_stream([shell("c1", "echo started; sleep 30")]), text_stream("answered"))
-                term = self.start()
-                term.sendline("go")
-                term.expect("streaming" if stage == "stream" else "started")
-                term.send("typed ahead")
-                time.sleep(0.3)
-                term.send("\x03")
-                term.expect("[interrupted]")
-                term.expect(re.compile(r"\n> typed ahead"))
-                term.sendline(" too")
-                term.expect("answered")
-                term.expect(PROMPT_LINE)
-                self.assertEqual(self.user_messages()[-1], "typed ahead too")
-                self.leave(term)
-
-    def test_a_prompt_given_back_and_keys_typed_ahead_are_apart(self):
-        """Ctrl+C before the reply began: the prompt comes back on the line, and the keys
-        typed while it waited follow it after a space (not glued to its last word)."""
-        self.push(sse([chunk({"content": "late"})], head_delay=8), text_stream("answered"))
-        term = self.start()
-        term.sendline("first words")
-        time.sleep(0.5)
-        term.send("and more")
-        time.sleep(0.3)
-        term.send("\x03")
-        term.expect("[no reply: your prompt is back")
-        term.expect(re.compile(r"\n> first words and more"))
-        term.sendline("")
-        term.expect("answered")
-        self.assertEqual(self.user_messages()[-1], "first words and more")
-        self.leave(term)
 
     def test_double_ctrl_c_quits_only_at_an_empty_prompt(self):
         """Ctrl+C twice in quick succession during a stream interrupts it and the REPL goes on;
