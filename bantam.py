@@ -5639,8 +5639,7 @@ def show_discarded(state, event):
     flush_out(state, now=True)
 
 def show_call(state, event, text=None):
-    """A tool call: its plain trace whole in a pipe or a file, else (or text) at most a screen
-    tall, so that the Run? question never hides its start."""
+    """A tool call: its plain trace whole in a pipe, else (or text) cut to a screen (Run? below)."""
     if not state["tty"] and text is None:
         return show_tool(state, event)
     close_block(state, event)
@@ -5694,8 +5693,7 @@ def term_text(state, event):
             end_line(state, depth)
             write(state, "--- reasoning start ---\n", "marker", depth)
         state["block"] = kind
-        width = screen_size(state)[0] - 4 * depth
-        state["md"] = md_start(width, state["color"] and kind == "text")
+        state["md"] = md_start(screen_size(state)[0] - 4 * depth, state["color"] and kind == "text")
     rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
         write(state, rendered, "reasoning" if kind == "reasoning" else None, depth, raw=True)
@@ -5703,8 +5701,7 @@ def term_text(state, event):
     if text and state["bol"]:
         rows = wrap_words(text[-2000:], state["md"]["width"])[-3:]   # a longer line: its end
         pad = "  \u2502 " * depth
-        text = ("\r\n" + pad).join(rows)
-        text = COLORS["dim"] + text + RESET if state["color"] else text
+        text = styled(("\r\n" + pad).join(rows), state["color"] and COLORS["dim"])
         erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
         state["out"].write("\r\033[K" + erase + pad + text)   # (one write: a terminal's
         state["status"] = len(rows)                           # stream flushes at every \r)
@@ -5718,13 +5715,25 @@ def md_flush(state, depth):
         state["md"] = None
 
 def term_tool_call(state, event):
-    """A tool call as what it does ("$ command", "» read notes.txt"), or as the plain trace."""
+    """A tool call in words ("$ ls", "» read a.txt (offset 3)", "» write a.txt: 9 lines"), or
+    as the plain trace."""
     try:
         args = json.loads(event["arguments"])
     except ValueError:
         args = None
-    show_call(state, event, call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
-              or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
+    args, name = args if isinstance(args, dict) else {}, event["name"]
+    path, text = args.get("filePath", args.get("path")), args.get("command", args.get("prompt"))
+    words = "[tool call: %s(%s)]" % (name, event["arguments"])
+    name = TOOL_ALIASES.get(name, name)
+    if name in ("shell_exec", "run_subagent") and isinstance(text, str):
+        words = ("$ " if name == "shell_exec" else "\u00bb subagent: ") + text.rstrip("\n")
+    elif name in ("read", "write") and isinstance(path, str):
+        size = ": %d lines" % count_lines(args["content"]) if isinstance(
+            args.get("content"), str) else ""
+        more = ", ".join("%s %s" % (key, json.dumps(value)) for key, value in args.items()
+                         if key not in ("filePath", "path", "content"))
+        words = "\u00bb %s %s%s%s" % (name, path, size, " (%s)" % more if more else "")
+    show_call(state, event, words)
     state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "status_at": 0.0,
                      "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
 
@@ -5744,20 +5753,6 @@ def bounded(text, rows, width):
         used, last = used + height[last - 1], last - 1
     return "\n".join(lines[:first] + ["[... %d lines not shown (%d in all) ...]" % (
         last - first, len(lines))] + lines[last:])
-
-def call_in_words(name, args):
-    """A call in words ("$ ls", "» read a.txt (offset 3)", "» write a.txt: 9 lines"), or None."""
-    args = args if isinstance(args, dict) else {}
-    path, text = args.get("filePath", args.get("path")), args.get("command", args.get("prompt"))
-    if name in ("shell_exec", "run_subagent") and isinstance(text, str):
-        return ("$ " if name == "shell_exec" else "\u00bb subagent: ") + text.rstrip("\n")
-    if name in ("read", "write") and isinstance(path, str):
-        size = ": %d lines" % count_lines(args["content"]) if isinstance(
-            args.get("content"), str) else ""
-        more = ", ".join("%s %s" % (key, json.dumps(value)) for key, value in args.items()
-                         if key not in ("filePath", "path", "content"))
-        return "\u00bb %s %s%s%s" % (name, path, size, " (%s)" % more if more else "")
-    return None
 
 def term_approval(state, event):
     """A decision about a command: the clock starts now; the user's own answer is not repeated."""
@@ -5800,7 +5795,7 @@ def tool_status(state, event):
         tool["status_at"], hidden = time.monotonic(), tool["lines"] - tool["limit"] // 2
         text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
         text += " \u00b7 %d more lines" % hidden if hidden > 0 else ""
-        text = COLORS["dim"] + text + RESET if state["color"] else text
+        text = styled(text, state["color"] and COLORS["dim"])
         state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
         state["status"] = True
     flush_out(state)
@@ -5856,9 +5851,7 @@ def pasted(convo, prompt, go):
     try:
         go(text)
     finally:
-        typed = convo.pop("typed", "")
-        if typed:
-            convo["unsent"] = (convo.get("unsent", "") + " " + typed).strip()
+        convo["unsent"] = (convo.get("unsent", "") + " " + convo.pop("typed", "")).strip()
 
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
@@ -5896,13 +5889,11 @@ def keys_typed_ahead():
     (Enter becomes a space)."""
     import select
     import termios
+    import tty
     fd, waiting = sys.stdin.fileno(), []
     try:
         before = termios.tcgetattr(fd)
-        mode = before[:6] + [before[6][:]]
-        mode[3] &= ~termios.ICANON
-        mode[6][termios.VMIN], mode[6][termios.VTIME] = 1, 0
-        termios.tcsetattr(fd, termios.TCSANOW, mode)
+        tty.setcbreak(fd, termios.TCSANOW)
         try:
             while select.select([fd], [], [], 0)[0] and (not waiting or waiting[-1]):
                 waiting.append(os.read(fd, 4096))   # (b"": the input's end)
@@ -5957,8 +5948,7 @@ def run_direct(cfg, command, own_stdin=True):
     import signal
     import subprocess
     sys.stdout.flush()
-    # Ctrl+C reaches the command, which bantam waits for, even while it starts. A handler, not
-    # SIG_IGN: the command must not inherit it.
+    # Ctrl+C reaches the command, not bantam (a handler: SIG_IGN would be inherited)
     previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
         code = subprocess.call([shell_path(), "-c", command], env=command_env(cfg),
