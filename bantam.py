@@ -5320,10 +5320,8 @@ COMMANDS.update({
 
 
 # ----------------------------------------------------------------------------------------
-# Markdown: the reply rendered line by line, each line when its newline arrives
+# Markdown: the reply rendered line by line, each line once, when its newline arrives
 # ----------------------------------------------------------------------------------------
-# A renderer is a dict (md_start) that keeps only the open line (and a possible table's
-# rows): every complete line is rendered once.
 
 MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
@@ -5333,11 +5331,9 @@ BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 
 # The patterns stay strings: re compiles each at its first use, not at every start.
 SGR = r"\033\[[0-9;]*m"
-NON_ASCII = r"[^\x00-\x7f]"
 PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
 GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"   # ZWJ and its partner, skin tones: width 0
-# Where a word longer than a line may break: one character with the marks and style codes
-# drawn with it
+# A word longer than a line breaks between characters (with their marks and style codes)
 CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
          ".(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*(?:\033\\[[0-9;]*m)*")
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
@@ -5365,21 +5361,17 @@ INLINE = (
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
-            "part": [], "fence": None, "held": None, "table": None, "lists": [], "blank": True}
+            "part": "", "fence": None, "held": None, "table": None, "lists": [], "blank": True}
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
-    if "\n" not in text:
-        state["part"].append(text)
-        return ""
-    lines = text.split("\n")
-    lines[0] = "".join(state["part"]) + lines[0]
-    state["part"] = [lines.pop()]
+    lines = (state["part"] + text).split("\n")
+    state["part"] = lines.pop()
     return "".join([md_line(state, line) for line in lines])
 
 def md_end(state):
     """Terminal text for whatever is left: the last line, a table, an open code block."""
-    out = md_feed(state, "\n") if "".join(state["part"]) else ""
+    out = md_feed(state, "\n") if state["part"] else ""
     held, state["held"] = state["held"], None
     out += "" if held is None else md_block(state, held, hold=False)
     out += "" if state["table"] is None else md_table(state)
@@ -5389,7 +5381,6 @@ def md_end(state):
 
 def md_line(state, line):
     """One complete source line rendered (a possible table header is held for one line)."""
-    line = line[:-1] if line.endswith("\r") else line
     if state["fence"] is not None:
         return md_code(state, line)
     table, held, state["held"] = state["table"], state["held"], None
@@ -5569,8 +5560,7 @@ def styled(text, style, base=""):
     return style + text + RESET + base if style and text else text
 
 def wrap_words(text, width):
-    """Text broken at spaces into lines of at most width columns; a style open at a break
-    is closed at the line's end and reopened on the next line."""
+    """Text broken at spaces into lines of width columns, a style open at a break reopened."""
     width = max(width, 1)
     if display_width(text) <= width:
         return [text]
@@ -5600,7 +5590,7 @@ def display_width(text):
     text = re.sub(GLUED, "", text)
     return len(text) + sum(-1 if unicodedata.combining(ch) or unicodedata.category(ch) in (
         "Mn", "Me", "Cf") else unicodedata.east_asian_width(ch) in ("W", "F")
-        for ch in re.findall(NON_ASCII, text))
+        for ch in re.findall(r"[^\x00-\x7f]", text))
 
 
 # ----------------------------------------------------------------------------------------
@@ -5683,8 +5673,7 @@ def screen_size(state):
         return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
 
 def term_text(state, event):
-    """A piece of the answer or of reasoning (between its markers, unstyled), rendered line
-    by line, the line in progress previewed (dim, its last 3 rows)."""
+    """A piece of the answer or reasoning rendered, the line in progress previewed (3 rows)."""
     kind, depth = event["type"], event["depth"]
     if state["block"] != kind:
         md_flush(state, depth)
@@ -5697,7 +5686,7 @@ def term_text(state, event):
     rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
         write(state, rendered, "reasoning" if kind == "reasoning" else None, depth, raw=True)
-    text = "".join(state["md"]["part"])
+    text = state["md"]["part"]
     if text and state["bol"]:
         rows = wrap_words(text[-2000:], state["md"]["width"])[-3:]   # a longer line: its end
         pad = "  \u2502 " * depth
@@ -5715,8 +5704,7 @@ def md_flush(state, depth):
         state["md"] = None
 
 def term_tool_call(state, event):
-    """A tool call in words ("$ ls", "» read a.txt (offset 3)", "» write a.txt: 9 lines"), or
-    as the plain trace."""
+    """A tool call in words ("$ ls", "» read a.txt (offset 3)"), or as the plain trace."""
     try:
         args = json.loads(event["arguments"])
     except ValueError:
@@ -5738,8 +5726,7 @@ def term_tool_call(state, event):
                      "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
 
 def bounded(text, rows, width):
-    """text in at most about rows rows of width: a line past 3 rows cut, and a taller text
-    as its first and last lines around one naming how many are not shown."""
+    """text in about rows rows of width: long lines cut, the middle lines of a tall text."""
     cut = 3 * width - 40
     lines = [line if len(line) <= 3 * width else line[:cut] + " [... %d more characters]"
              % (len(line) - cut) for line in text.split("\n")]
@@ -5776,8 +5763,7 @@ def term_tool_output(state, event):
     flush_out(state)
 
 def screen_line(state, line, depth):
-    """A line of output on one row: a third from its start, the rest from its end (which
-    names the file in `ls -la`); a line redrawn after \\r (a progress bar), its last state."""
+    """A line of output (its last state after \\r) on one row: its start and its longer end."""
     line, room = overwritten(line), max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
@@ -5843,8 +5829,7 @@ VIEWS.update(terminal=terminal_view)
 # ----------------------------------------------------------------------------------------
 
 def pasted(convo, prompt, go):
-    """The turn hook: the prompt sent (and kept in the history) without a paste's final line
-    break; the keys typed before a question asked mid-turn go to the next prompt."""
+    """The turn hook: a paste's final line break not sent; keys typed before a question kept."""
     readline, text = convo.get("readline"), prompt.rstrip("\n")
     if readline and readline.get_current_history_length() and text != prompt:
         readline.replace_history_item(readline.get_current_history_length() - 1, text)
@@ -5885,8 +5870,7 @@ def terminal_approver(convo):
     return approver
 
 def keys_typed_ahead():
-    """The printable text of the keys waiting unread on the terminal, a line not ended too
-    (Enter becomes a space)."""
+    """The printable text of the keys waiting unread on the terminal (Enter as a space)."""
     import select
     import termios
     import tty
@@ -5925,8 +5909,7 @@ def confirm(question):
         return False
 
 def read_answer(question, text=""):
-    """The line typed in answer to question ("" at end of input), text ready to edit; the
-    answer stays out of the history."""
+    """The answer typed to question ("" at the input's end), text ready to edit; no history."""
     readline = sys.modules.get("readline")
     before = readline.get_current_history_length() if readline else 0
     if text and readline:
@@ -5943,8 +5926,7 @@ def read_answer(question, text=""):
                 readline.remove_history_item(before)
 
 def run_direct(cfg, command, own_stdin=True):
-    """`!command` with bash on the user's terminal, outside the conversation: its exit status
-    (128+N for signal N). Without own_stdin (piped prompts) it reads /dev/null."""
+    """`!command` run by bash on the terminal (stdin /dev/null without own_stdin): its status."""
     import signal
     import subprocess
     sys.stdout.flush()
