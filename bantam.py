@@ -5677,11 +5677,7 @@ def term_text(state, event):
     kind, depth = event["type"], event["depth"]
     if state["block"] != kind:
         md_flush(state, depth)
-        close_block(state, event)
-        if kind == "reasoning":
-            end_line(state, depth)
-            write(state, "--- reasoning start ---\n", "marker", depth)
-        state["block"] = kind
+        show_piece(state, dict(event, text=""))   # the block opened (reasoning: its marker)
         state["md"] = md_start(screen_size(state)[0] - 4 * depth, state["color"] and kind == "text")
     rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
@@ -5789,7 +5785,7 @@ def tool_status(state, event):
 def term_tool_result(state, event):
     """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
     tool, state["tool"], depth = state["tool"], None, event["depth"]
-    end = re.search(r"(?:\n\[([^\n]*): the command's process group was killed\])?"
+    end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
     if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
             "shell_exec":
@@ -5798,8 +5794,7 @@ def term_tool_result(state, event):
         last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
         if total > shown + last:
             write(state, "... %d more lines\n" % (total - shown - last), "dim", depth)
-        output = event["content"][:end.start()]
-        lines = (output[:-1] if output.endswith("\n") else output).split("\n")
+        lines = event["content"][:end.start()].split("\n")   # (less its last line break)
         for line in lines[len(lines) - last:]:
             write(state, screen_line(state, line, depth) + "\n", "body", depth)
         summary = "exit %s \u00b7 %.1f s" % (end.group(2), time.monotonic() - tool["started"])
