@@ -5347,8 +5347,7 @@ ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.
 CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"   # "|" outside `a|b` and \|
 MARKUP = r"[`\\\[<*_~]"   # none: the text has no spans
 
-# Inline spans: each alternative starts with a literal (fast to find), then a lookbehind
-# checks the character before it. At most 500 characters: unmatched markers stay linear.
+# Inline spans: each starts with a literal, then a lookbehind; 500 characters at most (linear)
 INLINE = (
     r"`(?<!``)(?P<ticks>`*)(?!`)(?P<code>.{1,500}?)(?<!`)`(?P=ticks)(?!`)"   # `code` ``a`b``
     r"|\\(?P<esc>[!-/:-@\[-`{-~])"                                            # \*
@@ -5372,9 +5371,8 @@ def md_feed(state, text):
 def md_end(state):
     """Terminal text for whatever is left: the last line, a table, an open code block."""
     out = md_feed(state, "\n") if state["part"] else ""
-    held, state["held"] = state["held"], None
-    out += "" if held is None else md_block(state, held, hold=False)
-    out += "" if state["table"] is None else md_table(state)
+    held, state["held"] = state["held"], None   # (a held line and a table never both)
+    out += md_block(state, held, hold=False) if held else md_table(state) if state["table"] else ""
     if state["fence"] is not None:             # closed as its own closing fence would
         out += md_code(state, state["fence"][0] * state["fence"][1])
     return out
@@ -5492,9 +5490,8 @@ def split_row(line):
 
 def align(text, width, delimiter):
     """Text padded to width columns as its column's delimiter says: --: right, :-: centered."""
-    gap, left = width - display_width(text), 0
-    if delimiter.endswith(":"):
-        left = gap // 2 if delimiter.startswith(":") else gap
+    gap = width - display_width(text)
+    left = 0 if not delimiter.endswith(":") else gap // 2 if delimiter.startswith(":") else gap
     return " " * left + text + " " * (gap - left)
 
 def md_table(state):
@@ -5594,9 +5591,8 @@ def display_width(text):
 
 
 # ----------------------------------------------------------------------------------------
-# The other views: the token line and the decisions in the plain view, -q's, the JSONL view
-# (programs, traces) and the terminal view (render=auto at a terminal, or render=always):
-# the answer and reasoning rendered, tool calls in words, a command's output live.
+# The other views: the plain view's token line and decisions, -q's, the JSONL view, and the
+# terminal view (render=auto at a terminal): Markdown, tool calls in words, output live.
 # ----------------------------------------------------------------------------------------
 
 def show_context(state, event):
@@ -5649,11 +5645,10 @@ QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed, secrets replaced (/cfg may add one)."""
-    encode = json.JSONEncoder(ensure_ascii=False).encode
     state = {"out": stream, "err": stream}   # for guarded(): a closed pipe stops the run
 
     def view(event):
-        guarded(state, "out", redact(cfg, encode(event)) + "\n", flush=True)
+        guarded(state, "out", redact(cfg, json.dumps(event, ensure_ascii=False)) + "\n", True)
         if state["out"] is not stream and not state.get("said"):   # a full disk: say so, once
             state["said"] = True
             note(cfg, "warning: cannot write events to %s; no more are written there"
@@ -5667,8 +5662,7 @@ def terminal_view(cfg):
 def screen_size(state):
     """(columns, rows) of the terminal (COLUMNS/LINES when it is not one)."""
     try:
-        size = os.get_terminal_size(state["out"].fileno())
-        return size.columns, size.lines
+        return tuple(os.get_terminal_size(state["out"].fileno()))
     except (OSError, ValueError, AttributeError):
         return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
 
