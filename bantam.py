@@ -5866,12 +5866,10 @@ def keys_typed_ahead():
     fd, waiting = sys.stdin.fileno(), []
     try:
         before = termios.tcgetattr(fd)
-        tty.setcbreak(fd, termios.TCSANOW)
-        try:
-            while select.select([fd], [], [], 0)[0] and (not waiting or waiting[-1]):
-                waiting.append(os.read(fd, 4096))   # (b"": the input's end)
-        finally:
-            termios.tcsetattr(fd, termios.TCSANOW, before)
+        tty.setcbreak(fd, termios.TCSANOW)   # a line not ended is read too
+        while select.select([fd], [], [], 0)[0] and (not waiting or waiting[-1]):
+            waiting.append(os.read(fd, 4096))   # (b"": the input's end)
+        termios.tcsetattr(fd, termios.TCSANOW, before)
     except (OSError, ValueError, termios.error):
         pass
     text = b"".join(waiting).decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")

@@ -4,7 +4,8 @@ Covered here, through real processes (bantam.py on a real pty, or as a batch sub
 against the scripted FakeServer, with a throwaway HOME:
 
 - ResumeTests: -c, --session ID and /load say `[continuing <id>: N messages, <when>]` and
-  show the last prompt and its answer (as the model wrote it); a --session id with no file says it starts a new one.
+  show the last prompt and its answer (as the model wrote it); a --session id with no file
+  says it starts a new one.
 - NoPileUpTests: a REPL that sent no prompt, or whose only prompt failed (it goes back to
   the input line), leaves no file and does not move autosave.json; a batch run that failed
   keeps its file and a retry with the same --session continues it.
