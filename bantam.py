@@ -5825,7 +5825,8 @@ def pasted(convo, prompt, go):
     try:
         go(text)
     finally:
-        convo["unsent"] = (convo.get("unsent", "") + " " + convo.pop("typed", "")).strip()
+        typed = convo.pop("typed", "").strip()   # (a prompt given back keeps its spaces)
+        convo["unsent"] = " ".join(filter(None, [convo.get("unsent", ""), typed]))
 
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
