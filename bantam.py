@@ -4223,52 +4223,34 @@ COMMANDS.update({
 
 
 # ----------------------------------------------------------------------------------------
-# Markdown: the reply rendered line by line, each line when its newline arrives
+# Markdown: the reply rendered line by line, each line once, when its newline arrives
 # ----------------------------------------------------------------------------------------
-# A renderer is a plain dict (md_start). md_feed keeps only the open partial line, and while
-# a table is possible its rows; every completed line is rendered once and never revisited.
 
 MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
              "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
-
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
-
 BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 
-# The patterns are strings: re compiles each at its first use (and keeps it), not at every
-# start of the program.
-SGR = r"\033\[[0-9;]*m"   # \033[1;36m
-NON_ASCII = r"[^\x00-\x7f]"
+# The patterns stay strings: re compiles each at its first use, not at every start.
+SGR = r"\033\[[0-9;]*m"
 PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
-
-# A ZWJ with the character it joins, and skin-tone modifiers, draw as part of the glyph before.
-GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"
-
-# Where a word longer than a line may break: one character with what a break never splits from
-# it: the marks drawn on it (ZWJ, combining accents, variation selectors, skin tones) and style
-# codes, after it or, at the word's start, before it.
+GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"   # ZWJ and its partner, skin tones: width 0
+# A word longer than a line breaks between characters (with their marks and style codes)
 CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
          ".(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*(?:\033\\[[0-9;]*m)*")
-
-# The kinds of line, each with an example
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
-FENCE_END = r"[ \t]*(`{3,}|~{3,})[ \t]*$"   # ```
+FENCE_END = r"[ \t]*(`{3,}|~{3,})[ \t]*$"
 HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
 RULE = r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$"   # ---  ***  _ _ _
 QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
 DELIMITER = r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$"   # | :--- | :-: | --: |
-# "- item", "  * item", "12. item", "3) item", "- [x] done" (indent, marker, task, text)
+# "- item", "12. item", "3) item", "- [x] done": indent, marker, task box, text
 ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
+CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"   # "|" outside `a|b` and \|
+MARKUP = r"[`\\\[<*_~]"   # none: the text has no spans
 
-# A table row splits at "|", except inside `code spans` and in "\|".
-CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"
-
-MARKUP = r"[`\\\[<*_~]"   # no such character: the text has no spans
-
-# Inline spans. Every alternative starts with a literal character, which lets re skip ahead
-# fast; a lookbehind right after it checks the character before: `(?<!``)` = "not after `".
-# Spans are at most 500 characters, so a line full of unmatched markers stays linear.
+# Inline spans: each starts with a literal, then a lookbehind; 500 characters at most (linear)
 INLINE = (
     r"`(?<!``)(?P<ticks>`*)(?!`)(?P<code>.{1,500}?)(?<!`)`(?P=ticks)(?!`)"   # `code` ``a`b``
     r"|\\(?P<esc>[!-/:-@\[-`{-~])"                                            # \*
@@ -4281,88 +4263,83 @@ INLINE = (
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
-            "part": [], "fence": None, "held": None, "table": None, "lists": [],
-            "blank": True}
+            "part": "", "fence": None, "held": None, "table": None, "lists": [], "blank": True}
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
-    if "\n" not in text:
-        state["part"].append(text)
-        return ""
-    lines = text.split("\n")
-    lines[0] = "".join(state["part"]) + lines[0]
-    state["part"] = [lines.pop()]
+    lines = (state["part"] + text).split("\n")
+    state["part"] = lines.pop()
     return "".join([md_line(state, line) for line in lines])
 
 def md_end(state):
     """Terminal text for whatever is left: the last line, a table, an open code block."""
-    out = md_feed(state, "\n") if "".join(state["part"]) else ""
-    if state["held"] is not None:
-        head, state["held"] = state["held"], None
-        out += md_block(state, head, hold=False)
-    if state["table"] is not None:
-        out += md_table(state)
+    out = md_feed(state, "\n") if state["part"] else ""
+    held, state["held"] = state["held"], None   # (a held line and a table never both)
+    out += md_block(state, held, hold=False) if held else md_table(state) if state["table"] else ""
     if state["fence"] is not None:             # closed as its own closing fence would
         out += md_code(state, state["fence"][0] * state["fence"][1])
     return out
 
 def md_line(state, line):
     """One complete source line rendered (a possible table header is held for one line)."""
-    if line.endswith("\r"):
-        line = line[:-1]
     if state["fence"] is not None:
         return md_code(state, line)
-    out = ""
-    if state["table"] is not None:
-        if "|" in line:
-            state["table"][0].append(split_row(line))
-            return ""
-        out = md_table(state)
-    elif state["held"] is not None:
-        head, state["held"] = state["held"], None
-        cells = split_row(head)
-        delimiters = split_row(line) if "|" in line and re.match(DELIMITER, line) else []
-        if len(delimiters) == len(cells):      # a table: rows are kept until it ends
-            state["table"] = ([cells], delimiters)
-            del state["lists"][:]
-            return ""
-        out = md_block(state, head, hold=False)
+    table, held, state["held"] = state["table"], state["held"], None
+    if table is not None and "|" in line:
+        table[0].append(split_row(line))
+        return ""
+    cells = split_row(held) if held is not None and "|" in line else None
+    if cells and re.match(DELIMITER, line) and len(split_row(line)) == len(cells):
+        state["table"] = ([cells], split_row(line))   # a table: its rows kept until it ends
+        del state["lists"][:]
+        return ""
+    out = md_table(state) if table is not None else ""
+    out += md_block(state, held, hold=False) if held is not None else ""
     return out + md_block(state, line)
 
 def md_block(state, line, hold=True):
     """One source line outside code blocks and tables as terminal lines."""
-    if "\t" in line:
-        line = line.expandtabs(4)
+    line = line.expandtabs(4)
     text = line.strip()
-    if not text:
-        if state["blank"]:
-            return ""                      # runs of blank lines show as one
-        state["blank"] = True
-        return "\n"
+    if not text:                               # runs of blank lines show as one
+        out, state["blank"] = "" if state["blank"] else "\n", True
+        return out
     state["blank"] = False
-    indent, lead = len(line) - len(line.lstrip()), text[0]
-    st, lists = state["styles"], state["lists"]
-    m = lead in "`~" and re.match(FENCE, line)
-    if m:
-        return md_fence(state, m, indent)
-    m = lead == "#" and re.match(HEADING, line)
-    if m:
+    indent, lead, st, lists = len(line) - len(line.lstrip()), text[0], state["styles"], \
+        state["lists"]
+    fence = lead in "`~" and re.match(FENCE, line)
+    if fence:                                  # ─── python, indented like the list it is in
+        pad = " " * list_column(lists, indent)
+        state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad)   # ``` ~~~~
+        label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
+        return pad + styled(label, st["dim"]) + "\n"
+    heading = lead == "#" and re.match(HEADING, line)
+    rule = lead in "-*_" and re.match(RULE, line)
+    quote = lead == ">" and re.match(QUOTE, line)
+    if heading or rule or quote:
         del lists[:]
-        return md_heading(state, len(m.group(1)), m.group(2) or "")
-    if lead in "-*_" and re.match(RULE, line):
-        del lists[:]
+    if heading:                                # bold; levels 1 and 2 underlined with ═ or ─
+        level = len(heading.group(1))
+        style = st["title"] if level < 3 else st["heading"]
+        lines = wrap_words(styled(md_inline(heading.group(2) or "", st, style), style),
+                           state["width"])
+        under = "\u2550\u2500"[level > 1] * max(map(display_width, lines)) * (level < 3)
+        return hang(lines, "", "") + (styled(under, st["dim"]) + "\n" if under else "")
+    if rule:
         return styled("\u2500" * state["width"], st["dim"]) + "\n"
-    m = lead == ">" and re.match(QUOTE, line)
-    if m:
-        del lists[:]
-        return md_quote(state, m.group(1).count(">"), m.group(2))
-    m = lead in "-*+0123456789" and re.match(ITEM, line)
-    if m:
-        return md_item(state, indent, m)
+    if quote:                                  # one bar a level, never the prompt's >
+        depth = quote.group(1).count(">")
+        bar = styled(" ".join(["\u2502"] * depth), st["dim"])
+        inner = dict(state, width=state["width"] - 2 * depth, lists=[], fence=None)
+        rows = md_block(inner, quote.group(2), hold=False)[:-1].split("\n")
+        return "".join(bar + (" " + row if row else "") + "\n" for row in rows)
+    item = lead in "-*+0123456789" and re.match(ITEM, line)
+    if item:
+        return md_item(state, indent, item)
     if hold and "|" in text:
-        state["held"] = line               # a table header, if a delimiter row follows
+        state["held"] = line                   # a table header, if a delimiter row follows
         return ""
-    pad = " " * list_column(lists, indent)  # a paragraph, or an item's continuation
+    pad = " " * list_column(lists, indent)     # a paragraph, or an item's continuation
     return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
 
 def hang(lines, first, rest):
@@ -4379,61 +4356,21 @@ def list_column(lists, indent):
 
 def md_item(state, indent, m):
     """A list item: bullet by depth or the item's own number, text with a hanging indent."""
-    lists = state["lists"]
-    while lists and indent < lists[-1][0]:
-        lists.pop()
-    if lists and indent < lists[-1][0] + 2:
-        start = lists.pop()[1]             # a sibling (indents off by one still count)
-    else:
-        start = lists[-1][2] if lists else 0   # a child starts at its parent's text
-    start = min(start, state["width"] // 2)    # deep nesting in a narrow terminal
-    marker = m.group(2)
-    if not marker[0].isdigit():
-        marker = BULLETS[len(lists) % 3]
-    if m.group(3):                         # task list: the box replaces a bullet
-        box = "\u2610" if m.group(3) == " " else "\u2611"   # - [ ] ☐   - [x] ☑
-        marker = box if not marker[0].isdigit() else marker + " " + box
+    lists, start = state["lists"], None
+    while lists and indent < lists[-1][0] + 2:   # deeper items end, and a sibling (indents off
+        start = lists.pop()[1]                   # by one still count) starts where it did
+    if start is None:
+        start = lists[-1][2] if lists else 0     # a child starts at its parent's text
+    start = min(start, state["width"] // 2)      # deep nesting in a narrow terminal
+    marker = m.group(2) if m.group(2)[0].isdigit() else BULLETS[len(lists) % 3]
+    if m.group(3):                               # - [ ] ☐   - [x] ☑ (instead of a bullet)
+        box = "\u2610\u2611"[m.group(3) != " "]
+        marker = marker + " " + box if marker[0].isdigit() else box
     column = start + display_width(marker) + 1
     lists.append((indent, start, column))
-    text = md_inline((m.group(4) or "").strip(), state["styles"])
-    lines = wrap_words(text, state["width"] - column)
+    lines = wrap_words(md_inline((m.group(4) or "").strip(), state["styles"]),
+                       state["width"] - column)
     return hang(lines, " " * start + marker + " ", " " * column)
-
-def md_heading(state, level, text):
-    """A heading without its #s, bold; levels 1 and 2 underlined with a line of ═ or ─."""
-    st = state["styles"]
-    style = st["title"] if level < 3 else st["heading"]
-    lines = wrap_words(styled(md_inline(text, st, style), style), state["width"])
-    out = hang(lines, "", "")
-    wide = max(map(display_width, lines))
-    if level < 3 and wide:
-        out += styled(("\u2550" if level == 1 else "\u2500") * wide, st["dim"]) + "\n"
-    return out
-
-def md_quote(state, depth, text):
-    """A block quote behind one bar per level (never a leading >, which is the prompt)."""
-    st = state["styles"]
-    bar = styled(" ".join(["\u2502"] * depth), st["dim"])
-    if not text.strip():
-        return bar + "\n"
-    width, lead = state["width"] - 2 * depth, bar + " "
-    item, heading = re.match(ITEM, text), re.match(HEADING, text)
-    if item and item.group(4):             # > - item: a bullet with a hanging indent
-        marker = item.group(2) if item.group(2)[0].isdigit() else BULLETS[0]
-        lines = wrap_words(md_inline(item.group(4).strip(), st), width - len(marker) - 1)
-        return hang(lines, lead + marker + " ", lead + " " * (len(marker) + 1))
-    if heading:                            # > ## Note: bold
-        text = styled(md_inline(heading.group(2) or "", st, st["heading"]), st["heading"])
-    else:
-        text = md_inline(text.strip(), st)
-    return hang(wrap_words(text, width), lead, lead)
-
-def md_fence(state, m, indent):
-    """The header of a fenced code block (─── python), indented like the list it is in."""
-    pad = " " * list_column(state["lists"], indent)
-    state["fence"] = (m.group(2)[0], len(m.group(2)), indent, pad)   # ``` or ~~~, length
-    label = "\u2500" * 3 + (" " + m.group(3) if m.group(3) else "")
-    return pad + styled(label, state["styles"]["dim"]) + "\n"
 
 def md_code(state, line):
     """A line inside a fenced code block: verbatim and unwrapped, or the closing fence."""
@@ -4442,66 +4379,43 @@ def md_code(state, line):
     if m and m.group(1)[0] == char and len(m.group(1)) >= size:
         state["fence"] = None
         return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
-    body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # drop the fence's indent
+    body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
     return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
 
 def split_row(line):
     """The cells of a table row: "| a | `b|c` | d \\| e |" -> ["a", "`b|c`", "d | e"]."""
     text = line.strip()
-    if text.startswith("|"):
-        text = text[1:]
-    if text.endswith("|") and not text.endswith("\\|"):
-        text = text[:-1]
-    cells, start = [], 0
-    for m in re.finditer(CELL_BREAK, text):
-        if m.group() == "|":
-            cells.append(text[start:m.start()])
-            start = m.end()
-    cells.append(text[start:])
-    return [cell.strip().replace("\\|", "|") for cell in cells]
+    text = text[1:] if text.startswith("|") else text
+    text = text[:-1] if text.endswith("|") and not text.endswith("\\|") else text
+    bars = [m.start() for m in re.finditer(CELL_BREAK, text) if m.group() == "|"]
+    return [text[a + 1:b].strip().replace("\\|", "|")
+            for a, b in zip([-1] + bars, bars + [len(text)])]
 
 def align(text, width, delimiter):
     """Text padded to width columns as its column's delimiter says: --: right, :-: centered."""
-    gap, left = width - display_width(text), 0
-    if delimiter.endswith(":"):
-        left = gap // 2 if delimiter.startswith(":") else gap
+    gap = width - display_width(text)
+    left = 0 if not delimiter.endswith(":") else gap // 2 if delimiter.startswith(":") else gap
     return " " * left + text + " " * (gap - left)
-
-def fit_columns(widths, room):
-    """Column widths with the widest capped so that all of them fill room at most."""
-    if sum(widths) <= room:
-        return widths
-    left, count = room, len(widths)
-    for k, w in enumerate(sorted(widths)):    # narrow columns keep their width
-        if w * (count - k) > left:
-            cap = left // (count - k)
-            break
-        left -= w
-    fitted = [min(w, cap) for w in widths]
-    spare = room - sum(fitted)
-    for i, w in enumerate(widths):            # the remainder goes to capped columns
-        if spare and w > cap:
-            fitted[i], spare = cap + 1, spare - 1
-    return fitted
 
 def md_table(state):
     """The buffered table drawn once in a box, header bold, cells wrapped to fit the width."""
-    rows, delimiters = state["table"]
-    state["table"] = None
+    (rows, delimiters), state["table"] = state["table"], None
     st, count = state["styles"], len(delimiters)
     rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
     cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
     cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
     room = state["width"] - 3 * count - 1    # "│ " + " │ " between cells + " │"
-    if room < 2 * count:                   # too many columns for a frame: one line a row
-        sep = " " + styled("\u2502", st["dim"]) + " "
-        return "".join(hang(wrap_words(sep.join(row), state["width"]), "", "") for row in cells)
-    natural = [max(1, max(display_width(row[i]) for row in cells)) for i in range(count)]
-    widths = fit_columns(natural, room)
+    bar = styled("\u2502", st["dim"])
+    if room < 2 * count:                     # too many columns for a frame: one line a row
+        return "".join(hang(wrap_words((" " + bar + " ").join(row), state["width"]), "", "")
+                       for row in cells)
+    widths = [min(room, max(1, max(display_width(row[i]) for row in cells)))
+              for i in range(count)]
+    while sum(widths) > room:                # the widest narrowed, the last first
+        widths[max(range(count), key=lambda i: (widths[i], i))] -= 1
 
     def rule(left, mid, right):
         return styled(left + mid.join("\u2500" * (w + 2) for w in widths) + right, st["dim"])
-    bar = styled("\u2502", st["dim"])
     out = [rule("\u250c", "\u252c", "\u2510")]
     for r, row in enumerate(cells):
         parts = [wrap_words(cell, w) for cell, w in zip(row, widths)]
@@ -4528,11 +4442,9 @@ def md_inline(text, st, base="", depth=0):
             return styled(inner, st["code"], base) if st["code"] else "`" + inner + "`"
         if kind == "esc":
             return inner
-        if kind == "auto":
-            return styled(inner, st["url"], base)
-        if kind == "url":
+        if kind in ("auto", "url"):
             url = styled(inner, st["url"], base)
-            if m.group("text").strip() in ("", inner):
+            if kind == "auto" or m.group("text").strip() in ("", inner):
                 return url                 # [https://a.b](https://a.b) shows the URL once
             return md_inline(m.group("text"), st, base, depth + 1) + " (" + url + ")"
         if kind == "strike":
@@ -4548,17 +4460,15 @@ def styled(text, style, base=""):
     return style + text + RESET + base if style and text else text
 
 def wrap_words(text, width):
-    """Text broken at spaces into lines of at most width columns; a style open at a break
-    is closed at the line's end and reopened on the next line."""
+    """Text broken at spaces into lines of width columns, a style open at a break reopened."""
     width = max(width, 1)
     if display_width(text) <= width:
         return [text]
     lines, line, used, active = [], "", 0, ""
     for gap, word in re.findall(PIECES, text):
-        w = len(word) if word.isascii() and "\033" not in word else display_width(word)
-        pieces = [(word, w)]
-        if w > width:                              # longer than a line: cut between characters
-            pieces = [(ch, display_width(ch)) for ch in re.findall(CHARS, word)]
+        w = display_width(word)   # (a word longer than a line: cut between characters)
+        pieces = [(word, w)] if w <= width else [(ch, display_width(ch))
+                                                 for ch in re.findall(CHARS, word)]
         for piece, w in pieces:
             if used + len(gap) + w > width:        # on a new line (a leading gap is dropped)
                 if used:
@@ -4566,64 +4476,50 @@ def wrap_words(text, width):
                     line, used = active, 0
                 gap = ""
             line, used, gap = line + gap + piece, used + len(gap) + w, ""
-            if "\033" in piece:                    # the styles still open after it
-                for code in re.findall(SGR, piece):
-                    active = "" if code in (RESET, "\033[m") else active + code
+            for code in re.findall(SGR, piece) if "\033" in piece else ():   # styles still open
+                active = "" if code in (RESET, "\033[m") else active + code
     return lines + [line]
 
 def display_width(text):
-    """Terminal columns of text: CJK and emoji 2, combining marks and SGR codes 0."""
+    """Terminal columns of text: CJK and emoji 2, combining and format marks and SGR codes 0."""
     if "\033" in text:
         text = re.sub(SGR, "", text)
     if text.isascii():
         return len(text)
-    text = re.sub(GLUED, "", text)
-    wide = re.findall(NON_ASCII, text)   # only the non-ASCII characters need a look-up
-    return len(text) - len(wide) + sum(map(char_width, wide))
-
-def char_width(ch):
-    """Columns of one character: 0 for combining and format marks, 2 for wide ones, else 1."""
     import unicodedata   # (here: only text that is not ASCII needs it, and the import costs)
-    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
-        return 0
-    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    text = re.sub(GLUED, "", text)
+    return len(text) + sum(-1 if unicodedata.combining(ch) or unicodedata.category(ch) in (
+        "Mn", "Me", "Cf") else unicodedata.east_asian_width(ch) in ("W", "F")
+        for ch in re.findall(r"[^\x00-\x7f]", text))
 
 
 # ----------------------------------------------------------------------------------------
-# The other views: the token line and the decisions in the plain view, -q's, the JSONL view
-# (for programs and traces), and the terminal view: the answer rendered as Markdown, tool
-# calls shown as what they do, a command's output live (cut to its first and last lines).
-# The terminal view is for a terminal (render=auto) or on request (render=always).
+# The other views: the plain view's token line and decisions, -q's, the JSONL view, and the
+# terminal view (render=auto at a terminal): Markdown, tool calls in words, output live.
 # ----------------------------------------------------------------------------------------
 
 def show_context(state, event):
     """The token line: [model: prompt (cached) + completion | context: used/window (share)]"""
-    if not state["cfg"].get("usage", True):
-        return
-    about = "~" if event["estimated"] else ""
-    cached, prompt = event["cached_tokens"], event["prompt_tokens"]
-    split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
-    cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
-        about, event["cost"], about, event["session_cost"])
-    term_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d (%.1f%%)%s]" % (
-        event["model"], about, prompt, split, about, event["completion_tokens"], about, prompt,
-        event["window"], event["share"] * 100, cost), "dim")
+    if state["cfg"].get("usage", True):
+        about, cached, prompt = "~" * event["estimated"], event["cached_tokens"], \
+            event["prompt_tokens"]
+        split = "" if cached is None else " (%d cached, %d uncached)" % (cached, prompt - cached)
+        cost = "" if event["cost"] is None else " | %s$%.4f (session %s$%.4f)" % (
+            about, event["cost"], about, event["session_cost"])
+        show_on_stderr(state, "[%s: %s%d prompt%s + %s%d completion | context: %s%d/%d "
+                       "(%.1f%%)%s]" % (event["model"], about, prompt, split, about,
+                                        event["completion_tokens"], about, prompt,
+                                        event["window"], event["share"] * 100, cost), "dim")
 
 def show_approval(state, event):
     """[command refused (deny rm *)]: a decision about a call, unless approve=auto made it."""
-    if event["rule"] in ("approve=auto", "working folder"):
-        return
-    what = "command" if event["tool"] == "shell_exec" else event["tool"]
-    done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
-            "refuse": "refused"}[event["decision"]]
-    who = "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"]
-    why = ": " + event["reason"] if event["reason"] else ""
-    term_stderr(state, "[%s %s %s%s]" % (what, done, who, why), "dim")
-
-def show_problem(state, event):
-    """A note unless it is information only: -q shows only the problems."""
-    if event["level"] != "info":
-        PLAIN["note"](state, event)
+    if event["rule"] not in ("approve=auto", "working folder"):
+        done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
+                "refuse": "refused"}[event["decision"]]
+        show_on_stderr(state, "[%s %s %s%s]" % (
+            "command" if event["tool"] == "shell_exec" else event["tool"], done,
+            "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"],
+            ": " + event["reason"] if event["reason"] else ""), "dim")
 
 def show_discarded(state, event):
     """[discarded: ...], dim, below the output of a reply that failed."""
@@ -4631,17 +4527,14 @@ def show_discarded(state, event):
     write(state, "[discarded: the reply above failed and is not kept]\n", "dim", event["depth"])
     flush_out(state, now=True)
 
-
-def show_call(state, event):
-    """A tool call's plain trace; at a terminal bounded as the terminal view's call is (its
-    first and last lines, the lines and characters not shown named), so the Run? question
-    never scrolls what runs out of sight. A pipe or a file gets it whole."""
-    if not state["tty"]:
+def show_call(state, event, text=None):
+    """A tool call: its plain trace whole in a pipe, else (or text) cut to a screen (Run? below)."""
+    if not state["tty"] and text is None:
         return show_tool(state, event)
     close_block(state, event)
     end_line(state, event["depth"])
     columns, rows = screen_size(state)
-    text = "[tool call: %s(%s)]" % (event["name"], short_arguments(event))
+    text = text or "[tool call: %s(%s)]" % (event["name"], short_arguments(event))
     text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"]))
     write(state, text + "\n", "call", event["depth"])
     flush_out(state, now=True)
@@ -4649,17 +4542,16 @@ def show_call(state, event):
 
 PLAIN.update(waiting=show_status, context=show_context, approval=show_approval,
              discarded=show_discarded, tool_call=show_call)
-QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "note": show_problem,
-         "output": show_output}
+QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
+         "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
 
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed, secrets replaced (/cfg may add one)."""
-    encode = json.JSONEncoder(ensure_ascii=False).encode
     state = {"out": stream, "err": stream}   # for guarded(): a closed pipe stops the run
 
     def view(event):
-        guarded(state, "out", redact(cfg, encode(event)) + "\n", flush=True)
+        guarded(state, "out", redact(cfg, json.dumps(event, ensure_ascii=False)) + "\n", True)
         if state["out"] is not stream and not state.get("said"):   # a full disk: say so, once
             state["said"] = True
             note(cfg, "warning: cannot write events to %s; no more are written there"
@@ -4668,73 +4560,66 @@ def jsonl_view(stream, cfg):
 
 def terminal_view(cfg):
     """A view for a person: the plain view's colors, rendered Markdown, tools shown live."""
-    return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0,
-                      wrap=True)
+    return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0)
 
 def screen_size(state):
     """(columns, rows) of the terminal (COLUMNS/LINES when it is not one)."""
     try:
-        size = os.get_terminal_size(state["out"].fileno())
-        return size.columns, size.lines
+        return tuple(os.get_terminal_size(state["out"].fileno()))
     except (OSError, ValueError, AttributeError):
         return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
 
-PREVIEW_ROWS = 3   # rows of the line in progress shown (it has not been rendered yet)
-
 def term_text(state, event):
-    """A piece of the answer, rendered line by line; the line in progress is previewed."""
-    depth = event["depth"]
-    if state["block"] != "text":
-        close_block(state, event)
-        state["block"] = "text"
-        state["md"] = md_start(screen_size(state)[0] - 4 * depth, state["color"])
+    """A piece of the answer or reasoning rendered, the line in progress previewed (3 rows)."""
+    kind, depth = event["type"], event["depth"]
+    if state["block"] != kind:
+        md_flush(state, depth)
+        show_piece(state, dict(event, text=""))   # the block opened (reasoning: its marker)
+        state["md"] = md_start(screen_size(state)[0] - 4 * depth, state["color"] and kind == "text")
     rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
-        write(state, rendered, depth=depth, raw=True)
-    preview(state, "".join(state["md"]["part"]), depth)
+        write(state, rendered, "reasoning" if kind == "reasoning" else None, depth, raw=True)
+    text = state["md"]["part"]
+    if text and state["bol"]:
+        rows = wrap_words(text[-2000:], state["md"]["width"])[-3:]   # a longer line: its end
+        pad = "  \u2502 " * depth
+        text = styled(("\r\n" + pad).join(rows), state["color"] and COLORS["dim"])
+        erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
+        state["out"].write("\r\033[K" + erase + pad + text)   # (one write: a terminal's
+        state["status"] = len(rows)                           # stream flushes at every \r)
     flush_out(state)
 
-def preview(state, text, depth):
-    """The line in progress, dim and wrapped as it will be rendered, on PREVIEW_ROWS rows."""
-    if not text or not state["bol"]:
-        return
-    rows = wrap_words(text[-2000:], state["md"]["width"])[-PREVIEW_ROWS:]   # a longer line: its end
-    pad = "  \u2502 " * depth
-    erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
-    text = ("\r\n" + pad).join(rows)
-    text = COLORS["dim"] + text + RESET if state["color"] else text
-    state["out"].write("\r\033[K" + erase + pad + text)
-    state["status"] = len(rows)   # one write: a terminal's stream flushes at every \r
-
-def term_reply_end(state, event):
-    """The reply is over: render what is left of it."""
+def md_flush(state, depth):
+    """What the renderer still holds written: the end of the reply, or of its reasoning."""
     if state["md"] is not None:   # (write clears the preview)
-        write(state, md_end(state["md"]), depth=event["depth"], raw=True)
+        write(state, md_end(state["md"]), "reasoning" if state["block"] == "reasoning" else None,
+              depth, raw=True)
         state["md"] = None
-    show_reply_end(state, event)
 
 def term_tool_call(state, event):
-    """A tool call as what it does ("$ command", "» read notes.txt"), or as the plain trace."""
-    close_block(state, event)
-    end_line(state, event["depth"])
+    """A tool call in words ("$ ls", "» read a.txt (offset 3)"), or as the plain trace."""
     try:
         args = json.loads(event["arguments"])
     except ValueError:
         args = None
-    text = (call_in_words(TOOL_ALIASES.get(event["name"], event["name"]), args)
-            or "[tool call: %s(%s)]" % (event["name"], event["arguments"]))
-    columns, rows = screen_size(state)   # a call taller than the screen would hide its start
-    text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"]))
-    write(state, text + "\n", "call", event["depth"])
-    import collections
-    limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
-    state["tool"] = {"lines": 0, "partial": "", "limit": limit, "started": time.monotonic(),
-                     "tail": collections.deque(maxlen=limit - limit // 2), "status_at": 0.0}
-    flush_out(state, now=True)
+    args, name = args if isinstance(args, dict) else {}, event["name"]
+    path, text = args.get("filePath", args.get("path")), args.get("command", args.get("prompt"))
+    words = "[tool call: %s(%s)]" % (name, event["arguments"])
+    name = TOOL_ALIASES.get(name, name)
+    if name in ("shell_exec", "run_subagent") and isinstance(text, str):
+        words = ("$ " if name == "shell_exec" else "\u00bb subagent: ") + text.rstrip("\n")
+    elif name in ("read", "write") and isinstance(path, str):
+        size = ": %d lines" % count_lines(args["content"]) if isinstance(
+            args.get("content"), str) else ""
+        more = ", ".join("%s %s" % (key, json.dumps(value)) for key, value in args.items()
+                         if key not in ("filePath", "path", "content"))
+        words = "\u00bb %s %s%s%s" % (name, path, size, " (%s)" % more if more else "")
+    show_call(state, event, words)
+    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "status_at": 0.0,
+                     "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
 
 def bounded(text, rows, width):
-    """text in at most about rows rows of width: a line past 3 rows cut, and a taller text
-    as its first and last lines around one naming how many are not shown."""
+    """text in about rows rows of width: long lines cut, the middle lines of a tall text."""
     cut = 3 * width - 40
     lines = [line if len(line) <= 3 * width else line[:cut] + " [... %d more characters]"
              % (len(line) - cut) for line in text.split("\n")]
@@ -4749,35 +4634,6 @@ def bounded(text, rows, width):
     return "\n".join(lines[:first] + ["[... %d lines not shown (%d in all) ...]" % (
         last - first, len(lines))] + lines[last:])
 
-def call_in_words(name, args):
-    """A call in words ("$ ls", "» read a.txt lines 1-9", "» write a.txt: ..."), or None."""
-    if not isinstance(args, dict):
-        return None
-    if name == "shell_exec" and isinstance(args.get("command"), str):
-        return "$ " + args["command"].rstrip("\n")
-    if name == "run_subagent" and isinstance(args.get("prompt"), str):
-        return "\u00bb subagent: " + args["prompt"].rstrip("\n")
-    path = args.get("filePath", args.get("path"))
-    if name not in ("read", "write") or not isinstance(path, str):
-        return None
-    if name == "read":
-        offset, limit = args.get("offset"), args.get("limit")
-        if offset is None and limit is None:
-            return "\u00bb read %s" % path
-        first = offset if isinstance(offset, int) and offset > 0 else 1
-        last = "%d" % (first + limit - 1) if isinstance(limit, int) and limit > 0 else "end"
-        return "\u00bb read %s lines %d-%s" % (path, first, last)
-    content = args.get("content") if isinstance(args.get("content"), str) else ""
-    size = "%d lines" % count_lines(content) if content else "nothing"
-    starts = (("lineOffset", "line"), ("byteOffset", "byte"), ("offset", "byte"))
-    cuts = (("delLines", "lines"), ("delBytes", "bytes"), ("del_bytes", "bytes"))
-    at = next(("at %s %s" % (word, args[k]) for k, word in starts if args.get(k) is not None), "")
-    cut = next((", deleting %s %s" % (args[k], word) for k, word in cuts
-                if args.get(k) is not None), "")
-    if not at and not cut:
-        return "\u00bb write %s: %s (whole file)" % (path, size)
-    return "\u00bb write %s: %s %s%s" % (path, size, at or "at the start", cut)
-
 def term_approval(state, event):
     """A decision about a command: the clock starts now; the user's own answer is not repeated."""
     if state["tool"]:
@@ -4786,32 +4642,21 @@ def term_approval(state, event):
         show_approval(state, event)
 
 def term_tool_output(state, event):
-    """A command's output as it comes: its first half-screenful of lines, then only its count."""
+    """A command's output as it comes: its first lines shown, the others only counted."""
     tool = state["tool"]
     if tool is None:
         return
-    text = tool["partial"] + event["text"]
-    shown = tool["limit"] // 2
-    while tool["lines"] < shown and "\n" in text:
-        line, text = text.split("\n", 1)
-        tool["lines"] += 1
+    lines = (tool["partial"] + event["text"]).split("\n")
+    tool["partial"] = lines.pop()[-4096:]   # a line this long is cut on screen anyway
+    for line in lines[:max(0, tool["limit"] // 2 - tool["lines"])]:
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
-    if tool["lines"] >= shown:   # the rest counted, its end kept: little work per piece
-        tool["lines"] += text.count("\n")
-        keep = tool["tail"].maxlen   # one split more: a first piece that held lines is left out
-        pieces = text.rsplit("\n", keep + 1)
-        text = pieces.pop()
-        tool["tail"].extend(pieces[-keep:])
-    tool["partial"] = text[-4096:]   # a line this long is cut on screen anyway
+    tool["lines"] += len(lines)
     if time.monotonic() - tool["status_at"] >= 0.1:
         tool_status(state, event)
-    else:
-        flush_out(state)
+    flush_out(state)
 
 def screen_line(state, line, depth):
-    """A line of output cut to one row on screen: a third of it from its start, the rest from its
-    end, which usually names the thing (the file in `ls -la`, the message after a timestamp);
-    a line redrawn after \\r (a progress bar), its last state."""
+    """A line of output (its last state after \\r) on one row: its start and its longer end."""
     line, room = overwritten(line), max(screen_size(state)[0] - 4 * depth, 10)
     if len(line) <= room and line.isascii() or display_width(line) <= room:
         return line
@@ -4825,244 +4670,69 @@ def screen_line(state, line, depth):
 def tool_status(state, event):
     """A running command's status (also tool_progress's handler): seconds, lines not shown."""
     tool = state["tool"]
-    if tool is None:
-        return
-    tool["status_at"] = time.monotonic()
-    if state["bol"] and state["tty"]:
-        hidden = tool["lines"] - tool["limit"] // 2
+    if tool and state["bol"] and state["tty"]:
+        tool["status_at"], hidden = time.monotonic(), tool["lines"] - tool["limit"] // 2
         text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
-        if hidden > 0:
-            text += " \u00b7 %d more lines" % hidden
-        text = COLORS["dim"] + text + RESET if state["color"] else text
+        text += " \u00b7 %d more lines" % hidden if hidden > 0 else ""
+        text = styled(text, state["color"] and COLORS["dim"])
         state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
         state["status"] = True
     flush_out(state)
 
 def term_tool_result(state, event):
     """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
-    tool, state["tool"] = state["tool"], None
-    depth, code = event["depth"], re.search(r"\nexit: (-?\d+)$", event["content"])
-    shown = tool is not None and (tool["lines"] or tool["partial"])
-    if event["ok"] and (shown or tool is not None and code and event["name"] == "shell_exec"):
-        end_tool_output(state, event, tool)   # (a command with no output: its exit line alone)
-        took = time.monotonic() - tool["started"]
-        summary = "exit %s \u00b7 %.1f s" % (code.group(1) if code else "?", took)
-        killed = re.search(r"\n\[([^\n]*): the command's process group was killed\]\n\nexit: "
-                           r"-?\d+$", event["content"])   # (timed out, the turn's time up)
-        summary += " \u00b7 " + killed.group(1) if killed else ""
-        write(state, summary + "\n", "dim" if code and code.group(1) == "0" else "error", depth)
+    tool, state["tool"], depth = state["tool"], None, event["depth"]
+    end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
+                    r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
+    if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
+            "shell_exec":
+        shown = min(tool["lines"], tool["limit"] // 2)   # the first lines, shown live
+        total = tool["lines"] + bool(tool["partial"])
+        last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
+        if total > shown + last:
+            write(state, "... %d more lines\n" % (total - shown - last), "dim", depth)
+        lines = event["content"][:end.start()].split("\n")   # (less its last line break)
+        for line in lines[len(lines) - last:]:
+            write(state, screen_line(state, line, depth) + "\n", "body", depth)
+        summary = "exit %s \u00b7 %.1f s" % (end.group(2), time.monotonic() - tool["started"])
+        summary += " \u00b7 " + end.group(1) if end.group(1) else ""
+        write(state, summary + "\n", "dim" if end.group(2) == "0" else "error", depth)
     elif (event["name"] == "run_subagent" and event["ok"]
           and not event["content"].startswith(("error:", "("))):
         end_line(state, depth)   # its answer is on screen already, behind the rail
         write(state, "\u00bb subagent done\n", "dim", depth)
     else:
         end_line(state, depth)
-        lines = event["content"].split("\n")
-        limit = max(4, state["tool_lines"] or screen_size(state)[1] - 4)
-        if len(lines) > limit:
-            more = ["... %d more lines" % (len(lines) - limit)]
-            lines = lines[:limit // 2] + more + lines[limit // 2 - limit:]
-        text = "\n".join(lines)
-        text += "" if text.endswith("\n") else "\n"
-        write(state, text, "body" if event["ok"] else "error", depth)
-    flush_out(state, now=True)
-
-def end_tool_output(state, event, tool):
-    """The output lines kept back: "... N more lines", then the last ones."""
-    if tool["partial"]:   # the last line had no newline
-        if tool["lines"] < tool["limit"] // 2:
-            write(state, screen_line(state, tool["partial"], event["depth"]) + "\n", "body",
-                  event["depth"])
-        else:
-            tool["tail"].append(tool["partial"])
-        tool["lines"] += 1
-    hidden = tool["lines"] - tool["limit"] // 2 - len(tool["tail"])
-    if hidden > 0:
-        write(state, "... %d more lines\n" % hidden, "dim", event["depth"])
-    for line in tool["tail"]:
-        write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
-
-
-def term_resumed(state, event):
-    """The conversation that goes on: its id, size and age, its last prompt (dim, three rows
-    at most, behind "you:", not the input's "> ") and its answer rendered (its last rows)."""
-    write(state, "[continuing %s: %d messages, %s]\n" % (event["session"], event["messages"],
-                                                        event["ago"]))
-    if event["prompt"] is None:
-        return flush_out(state, now=True)
-    columns, rows = screen_size(state)
-    lines = terminal_safe(event["prompt"]).strip("\n").split("\n")
-    shown = [row for n, line in enumerate(lines)
-             for row in wrap_words(("you: " if n == 0 else "     ") + line, columns)][:3]
-    md = md_start(columns, state["color"])
-    answer = terminal_safe(event["answer"]).strip("\n")
-    answer = (md_feed(md, answer + "\n") + md_end(md)).rstrip("\n") if answer else ""
-    lines, room = answer.split("\n") if answer else [], max(rows - len(shown) - 4, 3)
-    if len(lines) > room:
-        lines = ["... %d earlier lines" % (len(lines) - room + 1)] + lines[1 - room:]
-    for row in shown:
-        write(state, row + "\n", "dim")
-    write(state, "".join(line + "\n" for line in lines), raw=True)
+        width = max(20, screen_size(state)[0] - 4 * depth)
+        text = bounded(event["content"].rstrip("\n"), tool["limit"] if tool else 20, width)
+        write(state, text + "\n", "body" if event["ok"] else "error", depth)
     flush_out(state, now=True)
 
 
-def term_stderr(state, text, style="error"):
-    """A diagnostic; in the terminal view, at a terminal, wrapped at spaces to its width."""
-    if state.get("wrap") and state["err"].isatty():
-        rows = []
-        for line in terminal_safe(text).split("\n"):
-            body = line.lstrip(" ")
-            lead = line[:len(line) - len(body)]   # an indented line's rows keep its indent
-            rows += [lead + row for row in wrap_words(body, screen_size(state)[0] - len(lead))]
-        text = "\n".join(rows)
-    show_on_stderr(state, text, style)
-
-def term_reasoning(state, event, end=False):
-    """Reasoning wrapped at spaces: a word is written once it has ended (one cut at the edge
-    cannot be taken back), the last held until more comes or another event (end)."""
-    width = max(screen_size(state)[0] - 4 * event["depth"], 10)
-    text = state.pop("thought", "") + terminal_safe(event["text"])
-    body = text if end else text.rstrip(" \n")
-    if body == text and not end and display_width(text) < width:   # a wider one: cut anyway
-        body = body[:max(body.rfind(" "), body.rfind("\n")) + 1].rstrip(" \n")
-    state["thought"] = text[len(body):]
-    going_on = state["block"] == "reasoning" and not state["bol"]
-    column, lines = min(state["column"], width) if going_on else 0, []
-    for line in body.split("\n"):
-        rows = wrap_words("x" * column + line, width)   # (x: the columns already written)
-        lines.append("\n".join([rows[0][column:]] + rows[1:]))
-        column = 0
-    state["column"] = display_width(rows[-1])
-    show_piece(state, dict(event, text="\n".join(lines)))
-
-def thought_out(handler):
-    """handler, after the reasoning's held last word is written: any other event ends it."""
-    def handle(state, event):
-        if state.get("thought"):
-            term_reasoning(state, dict(event, type="reasoning", text="", depth=state["depth"]),
-                           end=True)
-        return handler(state, event)
-    return handle
-
-
-TERMINAL = dict(PLAIN, text=term_text, reply_end=term_reply_end, tool_call=term_tool_call,
+TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
+                reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status, approval=term_approval, resumed=term_resumed,
-                note=lambda s, e: term_stderr(s, e["text"], "dim" if e["level"] == "info"
-                                              else "error"),
-                error=lambda s, e: term_stderr(s, "error: " + e["message"]),
-                retry=lambda s, e: term_stderr(s, "[%s; retry %d/%d in %gs]" % (
-                    e["error"], e["attempt"], e["of"], e["wait"])))
-TERMINAL = dict({kind: thought_out(handler) for kind, handler in TERMINAL.items()},
-                reasoning=term_reasoning)
+                tool_progress=tool_status, approval=term_approval)
 VIEWS.update(terminal=terminal_view)
 
 
 # ----------------------------------------------------------------------------------------
-# The REPL at a terminal: a long paste as one placeholder, Tab completion, the keys typed
-# while a turn runs kept for the next prompt, questions asked mid-turn, !commands, the
-# first line (the turn hook, and the command line's start)
+# The REPL at a terminal: Tab completion, questions asked mid-turn, !commands, the first line
 # ----------------------------------------------------------------------------------------
 
-PASTE_LINES, PASTE_CHARS = 5, 1000   # a paste longer than this shows as a placeholder
-PASTES = {"hook": None, "texts": {}}  # the REPL's: the readline hooks (kept alive while readline
-                                      # may call them) and each placeholder's text
-
-
-def catch_big_pastes(readline):
-    """Show a long bracketed paste, or a long entry brought back by Up or Down, as one
-    placeholder ("[pasted 300 lines, 12 KB]"): readline garbles text taller than the screen."""
-    import ctypes   # (the module cannot bind a key to a function: GNU readline only)
-    try:
-        lib = ctypes.CDLL(readline.__file__)   # the module's symbols and its libreadline's
-        begin, insert, delete = lib.rl_bracketed_paste_begin, lib.rl_insert_text, lib.rl_delete_text
-        point, mark = ctypes.c_int.in_dll(lib, "rl_point"), ctypes.c_int.in_dll(lib, "rl_mark")
-        line = ctypes.c_char_p.in_dll(lib, "rl_line_buffer")
-        older, newer = lib.rl_get_previous_history, lib.rl_get_next_history
-    except (OSError, AttributeError, ValueError):
-        return
-
-    def collapsed(done, start, shorter):
-        try:   # what readline put on the line, from start to the point, made shorter
-            text = line.value[start:point.value].decode("utf-8", "replace")
-            short = shorter(text)
-            if short != text:
-                delete(start, point.value)
-                point.value = start
-                insert(short.encode("utf-8"))
-        except Exception:   # the text stays as readline put it
-            pass
-        return done
-    kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)
-    PASTES["hook"] = [kind(lambda count, key: collapsed(begin(count, key), mark.value, shortened)),
-                      kind(lambda count, key: collapsed(older(count, key), 0, collapse_pastes)),
-                      kind(lambda count, key: collapsed(newer(count, key), 0, collapse_pastes))]
-    for keys, hook in zip((b"\033[200~", b"\033[A", b"\033[B"), PASTES["hook"]):
-        lib.rl_bind_keyseq(keys, hook)   # how a terminal starts a paste; Up; Down
-    # A placeholder is an edit of the entry it stands in, and readline keeps an entry edited
-    # but not sent (Up, then Down) in the history: undo such edits at Enter and Ctrl+D, and
-    # at the next prompt after a Ctrl+C (which skips that).
-    readline.parse_and_bind("set revert-all-at-newline on")
-    revert = getattr(lib, "_rl_revert_all_lines", None)   # (readline's own, for that setting)
-    if revert:
-        revert.restype = None
-        readline.set_startup_hook(revert)
-
-
-def shortened(text):
-    """text, or its placeholder when too long for the input line (PASTE_LINES, PASTE_CHARS)."""
-    too_long = text.rstrip("\n").count("\n") >= PASTE_LINES or len(text) > PASTE_CHARS
-    return paste_placeholder(text) if too_long else text
-
-def paste_placeholder(text):
-    """The placeholder standing for text on the input line (the same for the same text)."""
-    lines = text.rstrip("\n").count("\n") + 1
-    size = max(1, round(len(text.encode("utf-8")) / 1024))
-    label = key = "[pasted %d %s, %d KB]" % (lines, "line" if lines == 1 else "lines", size)
-    n = 1
-    while PASTES["texts"].get(key, text) != text:   # another paste of that size
-        n, key = n + 1, "%s #%d]" % (label[:-1], n + 1)
-    PASTES["texts"][key] = text
-    return key
-
-def expand_pastes(line):
-    """The line typed, each paste placeholder replaced by its text, without a final line break."""
-    for key, text in PASTES["texts"].items():
-        line = line.replace(key, text)
-    return line.rstrip("\n")
-
-def collapse_pastes(text):
-    """Text for the input line: each paste in it as its placeholder, a long one as a new one."""
-    if not PASTES["hook"]:
-        return text
-    for key, pasted in PASTES["texts"].items():
-        text = text.replace(pasted, key)
-    return shortened(text)
-
-
 def pasted(convo, prompt, go):
-    """The turn hook of pastes: the prompt sent whole (each placeholder its text, no final line
-    break), and so kept in the history; the keys held while the turn runs (see keyboard_mode)."""
-    readline = convo.get("readline")
-    text = expand_pastes(prompt)
+    """The turn hook: a paste's final line break not sent; keys typed before a question kept."""
+    readline, text = convo.get("readline"), prompt.rstrip("\n")
     if readline and readline.get_current_history_length() and text != prompt:
         readline.replace_history_item(readline.get_current_history_length() - 1, text)
-    held = keyboard_mode(held=True) if readline else None
     try:
         go(text)
     finally:
-        keyboard_back(held)
-        if convo.get("unsent"):   # the prompt back on the line, its pastes as placeholders
-            convo["unsent"] = collapse_pastes(convo["unsent"])
-        typed = convo.pop("typed", "")   # keys typed while a question was asked
-        if typed:
-            convo["unsent"] = (convo.get("unsent", "") + " " + typed).strip()
-        elif convo.get("unsent") and readline and keys_waiting():
-            convo["unsent"] += " "   # keys typed meanwhile follow it, not glued to it
-
+        typed = convo.pop("typed", "").strip()   # (a prompt given back keeps its spaces)
+        convo["unsent"] = " ".join(filter(None, [convo.get("unsent", ""), typed]))
 
 def setup_terminal(convo):
-    """The REPL at a terminal: readline with completion and pastes, then the first line."""
+    """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
     if readline:
@@ -5070,54 +4740,20 @@ def setup_terminal(convo):
         readline.parse_and_bind("tab: complete")
         readline.set_completer_delims(" \t\n")
         readline.set_completer(lambda text, state: complete(text, state, cfg))
-        catch_big_pastes(readline)
     note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
-
 
 def complete(text, state, cfg):
     """Readline's completer: /commands, then session ids, config keys or skill names."""
     import readline
-    line = readline.get_line_buffer()
+    line, options = readline.get_line_buffer(), []
     if line.startswith(("/load ", "/save ", "/delete ")):
-        options = [sid for sid in session_ids() if sid.startswith(text)]
-    elif line.startswith("/cfg ") and line.count(" ") == 1:
-        options = [key for key in DEFAULTS if key.startswith(text)]
-    elif line.startswith("/skill ") and line.count(" ") == 1:
-        options = [name for name in skills(cfg) if name.startswith(text)]
+        options = session_ids()
+    elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
+        options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
     elif " " not in line:
-        options = [name for name in COMMANDS if name.startswith(text)]
-    else:
-        options = []
+        options = COMMANDS
+    options = [name for name in options if name.startswith(text)]
     return options[state] + " " if state < len(options) else None
-
-def keyboard_mode(held):
-    """held (a turn runs): keys typed wait unseen for the next prompt; else (a question) keys
-    seen and lines edited as usual. The settings to put back (None: stdin is no terminal)."""
-    import termios
-    fd = sys.stdin.fileno()
-    try:
-        before = termios.tcgetattr(fd)
-    except (OSError, termios.error):
-        return None
-    mode = list(before)
-    if held:
-        mode[0] &= ~termios.ICRNL                     # Enter arrives as \r: readline's accept-line
-        mode[3] &= ~(termios.ECHO | termios.ICANON)   # unseen; each key readable as it comes
-        mode[3] |= termios.NOFLSH                     # Ctrl+C keeps the keys typed ahead
-    else:
-        mode[0] |= termios.ICRNL
-        mode[3] |= termios.ECHO | termios.ICANON
-    termios.tcsetattr(fd, termios.TCSANOW, mode)   # TCSANOW: keys already typed are kept
-    return before
-
-def keyboard_back(before):
-    """Put the terminal settings back (keys typed meanwhile stay queued for readline)."""
-    if before is not None:
-        import termios
-        try:
-            termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, before)
-        except (termios.error, OSError):   # the terminal is gone (a hang-up)
-            pass
 
 def terminal_approver(convo):
     """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt."""
@@ -5127,43 +4763,33 @@ def terminal_approver(convo):
     return approver
 
 def keys_typed_ahead():
-    """The printable text of the keys waiting unread on the terminal (Enter becomes a space)."""
-    waiting = b""
-    try:
-        while keys_waiting():
-            more = os.read(sys.stdin.fileno(), 4096)
-            if not more:
-                break
-            waiting += more
-    except OSError:
-        pass
-    text = waiting.decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
-
-
-def keys_waiting():
-    """Whether keys typed ahead wait unread on the terminal."""
+    """The printable text of the keys waiting unread on the terminal (Enter as a space)."""
     import select
+    import termios
+    import tty
+    fd, waiting = sys.stdin.fileno(), []
     try:
-        return bool(select.select([sys.stdin], [], [], 0)[0])
-    except (OSError, ValueError):
-        return False
-
+        before = termios.tcgetattr(fd)
+        tty.setcbreak(fd, termios.TCSANOW)   # a line not ended is read too
+        while select.select([fd], [], [], 0)[0] and (not waiting or waiting[-1]):
+            waiting.append(os.read(fd, 4096))   # (b"": the input's end)
+        termios.tcsetattr(fd, termios.TCSANOW, before)
+    except (OSError, ValueError, termios.error):
+        pass
+    text = b"".join(waiting).decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
 
 def startup_line(cfg, columns):
     """The REPL's first line: model, endpoint host, context window when set, sandbox, /help."""
     from urllib.parse import urlsplit
     parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
-    if cfg["sources"]["context_window"] != "default":
-        parts.append("context %d" % cfg["context_window"])
+    parts += ["context %d" % cfg["context_window"]] * (
+        cfg["sources"]["context_window"] != "default")
     mode, closed = sandbox_of(cfg)
-    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed
-    dot = " \u00b7 "
-    for line in (dot.join(parts) + dot + "/help for commands",   # shorter when narrow
-                 dot.join(parts) + dot + "/help", dot.join(parts[1:]) + dot + "/help"):
-        if len(line) <= columns:
-            break
-    return line
+    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + ["/help for commands"]
+    if len(" \u00b7 ".join(parts)) > columns:   # shorter when narrow
+        parts = parts[1:-1] + ["/help"]
+    return " \u00b7 ".join(parts)
 
 def confirm(question):
     """A yes/no question at the terminal, Enter for yes; the answer stays out of the history."""
@@ -5174,39 +4800,32 @@ def confirm(question):
         return False
 
 def read_answer(question, text=""):
-    """The line typed in answer to question ("" at end of input), text ready to edit, shown
-    even while a turn holds the keys; the answer stays out of the history."""
+    """The answer typed to question ("" at the input's end), text ready to edit; no history."""
     readline = sys.modules.get("readline")
     before = readline.get_current_history_length() if readline else 0
-    held = keyboard_mode(held=False)
     if text and readline:
         readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
     try:
-        return expand_pastes(input(question))
+        return input(question)
     except EOFError:
         show({}, "\n")
         return ""
     finally:
-        keyboard_back(held)
         if readline:
             readline.set_pre_input_hook(None)
             if readline.get_current_history_length() > before:
                 readline.remove_history_item(before)
 
 def run_direct(cfg, command, own_stdin=True):
-    """`!command` with bash on the user's terminal, outside the conversation: its exit status
-    (128+N for signal N). Without own_stdin (piped prompts) it reads /dev/null."""
+    """`!command` run by bash on the terminal (stdin /dev/null without own_stdin): its status."""
     import signal
     import subprocess
     sys.stdout.flush()
-    # The terminal's Ctrl+C reaches the command too: bantam lets it end and waits, even when
-    # the key comes while the command is still starting (a KeyboardInterrupt inside Popen
-    # would leave it running unwaited). A handler, not SIG_IGN: the command must not inherit it.
+    # Ctrl+C reaches the command, not bantam (a handler: SIG_IGN would be inherited)
     previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
-        proc = subprocess.Popen([shell_path(), "-c", command], env=command_env(cfg),
-                                stdin=None if own_stdin else subprocess.DEVNULL)
-        code = proc.wait()
+        code = subprocess.call([shell_path(), "-c", command], env=command_env(cfg),
+                               stdin=None if own_stdin else subprocess.DEVNULL)
     except OSError as e:
         raise BantamError("cannot start the shell: %s" % e)
     finally:

@@ -451,9 +451,9 @@ class ToolsKeyTests(ExtrasCase):
                   text_stream("edited"))
         term = self.start()
         out = self.say(term, "edit it", "edited")
-        self.assertIn("\u00bb read notes.txt lines 2-3", out)
+        self.assertIn("\u00bb read notes.txt (offset 2, limit 2)", out)
         self.assertIn("2: b\n", out)
-        self.assertIn("\u00bb write notes.txt: 1 lines at line 2, deleting 1 lines", out)
+        self.assertIn("\u00bb write notes.txt: 1 lines (lineOffset 2, delLines 1)", out)
         self.assertEqual(read_text(os.path.join(self.ws.work, "notes.txt")), "a\nB\nc\n")
         self.quit(term)
 

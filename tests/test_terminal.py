@@ -1,5 +1,5 @@
 """The terminal view and the REPL's input on a real pseudo-terminal (issue 12): a paste is one
-prompt, type-ahead waits for the next prompt, multi-line history survives a restart, Tab
+prompt, multi-line history survives a restart, Tab
 completes, live tool output with the on-screen cut, rendered Markdown; pipes keep the plain
 traces.
 
@@ -93,23 +93,6 @@ class InputTests(TerminalCase):
         term.expect(PROMPT_LINE)
         self.assertEqual(len(self.server.posts), 1)
         self.assertEqual(self.user_messages(), ["first line\nsecond line\nthird line and more"])
-        self.quit(term)
-
-    def test_type_ahead_goes_to_the_next_prompt(self):
-        """Keys typed while a reply streams wait, unseen, for the next prompt; the Enter typed
-        with them sends them then (not a line break inside the next prompt)."""
-        self.push(text_stream("word " * 40, pieces=5, delay=0.05),   # about two seconds
-                  text_stream("second answer"))
-        term = self.start()
-        term.sendline("first question")
-        term.expect("word")
-        term.send("typed ahead\r")
-        self.assertNotIn("[test-model:", term.output)   # typed while the reply still streams
-        term.expect("second answer", timeout=15)
-        self.assertEqual(len(self.server.posts), 2)
-        self.assertEqual(self.user_messages(), ["first question", "typed ahead"])
-        self.assertRegex(screen(term.output), r"\n> typed ahead\n")   # shown on its prompt line
-        term.expect(PROMPT_LINE)
         self.quit(term)
 
     def test_multi_line_prompt_is_one_history_entry_after_a_restart(self):
@@ -351,6 +334,7 @@ class RenderTests(TerminalCase):
         term.expect("next")
         kept = self.server.bodies[-1]["messages"][-2]
         self.assertTrue(kept["content"].startswith("| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4"), kept)
+        term.expect(PROMPT_LINE)
         self.quit(term, "\x04")
 
     def test_color_styles_are_present(self):
