@@ -3012,13 +3012,10 @@ HOOKS["connect"].append(connect_endpoint)
 # tightens across the layers of settings, and the secrets kept from the commands
 # ----------------------------------------------------------------------------------------
 
-# What a folder's own ./model.cfg may set: a cloned repository is not the user. The keys of
-# NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes, what it deletes):
-# they come from the user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>)
-# or a folder the user trusts. The leash only tightens across layers: deny is joined from
-# every layer, and the strictest value of STRICTER keys wins, unless a flag sets it. An
-# untrusted folder may only tighten the amounts of TIGHTEN_ONLY. The rest is harmless. A yes
-# covers the values the user saw: their fingerprint is remembered with it.
+# A cloned repository is not the user. Its ./model.cfg sets the keys of NEEDS_TRUST only once
+# the user trusts the folder (the yes covers the values seen: their fingerprint is kept), and
+# may only tighten the amounts of TIGHTEN_ONLY (a looser one is said, not used). Across all
+# layers deny is joined and the strictest value of a STRICTER key wins, unless a flag sets it.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
@@ -3030,12 +3027,7 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
 
-# Amounts that let a turn run longer, send more or cost more. An untrusted folder may tighten
-# them (its value is used when at least as strict as the user's own layers give), never
-# loosen them: its looser value needs trust, but alone is no reason to stop or ask (the
-# user's own value is safe), so it is said and not used. They are not STRICTER: among the
-# user's own layers the first still wins (BANTAM_TIMEOUT=600 over the file's 60).
-TIGHTEN_ONLY = {   # key: what it decides (said as NEEDS_TRUST's are)
+TIGHTEN_ONLY = {   # (among the user's own layers the first wins: BANTAM_TIMEOUT=600 over 60)
     "shell_timeout": "how long a command may run",
     "timeout": "how long a stalled reply is waited for",
     "first_byte_timeout": "how long a reply is waited for",
@@ -3052,19 +3044,16 @@ TIGHTEN_ONLY = {   # key: what it decides (said as NEEDS_TRUST's are)
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
 def strictness(key, value):
-    """How strict a value of a STRICTER key is (higher is stricter): later in its CHOICES
-    (loosest first), sandbox_network false, a lower budget (0 is no limit)."""
+    """How strict a value of a STRICTER key is (higher: stricter; a budget of 0 is none)."""
     if key in CHOICES:
-        return CHOICES[key].index(value)
+        return CHOICES[key].index(value)   # (loosest first)
     if isinstance(value, bool):
         return not value
     return -value if value else float("-inf")
 
 def looser(cfg, key, value, than):
-    """Would a folder's value of a TIGHTEN_ONLY key loosen than (the user's own)? A lower
-    price is looser (max_cost bites later; price_cached 0 means price_in, settled before it);
-    so is a backoff with more retries or a longer wait; else a higher amount (0, where a key
-    allows it, is none: the strictest)."""
+    """Does a folder's TIGHTEN_ONLY value loosen than (the user's)? A lower price (price_cached
+    0 is price_in), more or longer retries, else a higher amount."""
     if key == "price_cached":
         value, than = value or cfg["price_in"], than or cfg["price_in"]
     if key.startswith("price_"):
@@ -3074,8 +3063,8 @@ def looser(cfg, key, value, than):
     return value > than
 
 def normal_endpoint(url, where):
-    """The endpoint without a trailing / or /chat/completions (bantam adds it: cut, saying so);
-    a ConfigError naming where when it is not an http(s) URL with a host and a numeric port."""
+    """The endpoint without /chat/completions (bantam adds it: cut, saying so); a ConfigError
+    naming where unless it is an http(s) URL with a host (and a numeric port)."""
     cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)   # (parse_value cut the /)
     if cut != url:
         note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
@@ -3093,28 +3082,32 @@ def settle_secrets(cfg):
 
 
 def settle(cfg, trust=None):
-    """cfg, its keys taken again from its layers by the rules of trust (above). trust: None
+    """cfg under the rules of trust: the keys the folder sets, deny and the STRICTER keys taken
+    again from the layers (load_config's first-found value stands for the rest). trust: None
     (as remembered, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
-    tighten). cfg["sources"] gets folder_config, untrusted ({key: (value,
-    "path:line")} that need trust), withheld (the environment's secrets not sent), the
-    folder's fingerprint and the keys changed since the user trusted it."""
-    layers, sources = cfg["sources"]["layers"], cfg["sources"]
-    folder = os.path.abspath("model.cfg") if any(name == "folder" for name, _ in layers) else None
-    prints, facts = folder_fingerprint(layers), folder_facts()
-    changed = changed_since_trusted(facts, prints)   # then no key of it is trusted: the old
-    # endpoint with a new key (or the user's) would be a mix the user never saw
-    trusted = trust if trust is not None else bool(folder) and (
+    tighten). cfg["sources"] gets folder_config, untrusted ({key: (value, where)} not used),
+    withheld (the environment's secrets not sent), fingerprint, changed (since trusted)."""
+    sources = cfg["sources"]
+    layers = sources["layers"]
+    mine = dict(layers).get("folder")
+    prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
+              if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
+    facts = folder_facts()
+    seen = facts.get("fingerprint") if facts.get("trusted") is True else None
+    changed = sorted(key for key, value in prints.items()   # then no key of it is trusted:
+                     if seen.get(key) != value) if isinstance(seen, dict) else []   # no mix
+    trusted = trust if trust is not None else mine is not None and (
         os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
     untrusted = {}
-    for key in DEFAULTS:
+    for key in [key for key in DEFAULTS if key in (mine or ()) or key in STRICTER | {"deny"}]:
         found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
                  for kind, layer in layers for raw, where in [layer.get(key, ("", ""))]
                  if raw not in ("", "-")]   # blank or '-' defers to the next layer
         own = [f for f in found if f[0] != "folder"]
-        mine = own[0][1] if own else DEFAULTS[key]
+        users = own[0][1] if own else DEFAULTS[key]
         if found and found[0][0] == "folder" and not trusted and (
-                key in NEEDS_TRUST or key in TIGHTEN_ONLY and looser(cfg, key, found[0][1], mine)):
-            if found[0][1] != mine:
+                key in NEEDS_TRUST or key in TIGHTEN_ONLY and looser(cfg, key, found[0][1], users)):
+            if found[0][1] != users:
                 untrusted[key] = found[0][1:]
             found = own
         elif trust is False and key not in STRICTER and key not in TIGHTEN_ONLY and key != "deny":
@@ -3131,8 +3124,8 @@ def settle(cfg, trust=None):
     held = [os.environ.get("BANTAM_API_KEY"), os.environ.get("OPENAI_API_KEY")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
     withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
-    sources.update(folder_config=folder, untrusted=untrusted, withheld=withheld,
-                   fingerprint=prints, changed=changed)
+    sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
+                   untrusted=untrusted, withheld=withheld, fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -3176,51 +3169,23 @@ def add_prompt_extras(cfg):
 
 PROJECT_DOC_LIMIT = 65536   # characters of AGENTS.md used: every request carries them
 
+FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
+                   "write": "write (a whole file, or a splice at a line or byte offset)"}
+
 def folder_text(cfg, name, text):
-    """A folder's text for the system prompt, without the characters that can hide
-    instructions (bidi overrides, zero-width...); those found are kept for the note that
-    says the file is used (cfg["sources"]["hidden"])."""
+    """A folder's text for the system prompt without the characters that can hide instructions
+    (bidi overrides, zero-width...); those found go to cfg["sources"]["hidden"] to be said."""
     found = sorted(set(re.findall(INVISIBLE, text)))
     if found:
         cfg["sources"]["hidden"][name] = ["U+%04X" % ord(c) for c in found]
     return clean_for_model(text) if found else text
-
-def shown_plainly(text):
-    """Text the folder wrote, for the user's eyes: its control characters as terminal_safe
-    shows them, the invisible ones (bidi overrides, zero-width...) as <U+202E>."""
-    return re.sub(INVISIBLE, lambda m: "<U+%04X>" % ord(m.group()), terminal_safe(text))
-
-FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
-                   "write": "write (a whole file, or a splice at a line or byte offset)"}
-
-class locked:
-    """with locked(path): path is read and rewritten by one process at a time (runs sharing a
-    HOME would each write back what they read, dropping the others' changes): an exclusive
-    lock on path.lock, a file of its own (path itself is replaced by each write). Where no
-    lock can be had (a file system without locks), none is held."""
-
-    def __init__(self, path):
-        self.path, self.fd = path + ".lock", None
-
-    def __enter__(self):
-        import fcntl
-        try:
-            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)   # (let go when the file is closed)
-        except OSError:
-            pass
-
-    def __exit__(self, *stop):
-        if self.fd is not None:
-            os.close(self.fd)
 
 def folders_file():
     """~/.bantam/folders.json: what the user said about folders (trusted or not)."""
     return bantam_home("folders.json")
 
 def folder_memory():
-    """{folder: {"trusted": bool, "sandbox": mode}} as remembered ({} if none)."""
+    """{folder: {"trusted": bool, "sandbox": mode, "fingerprint": {...}}} ({} if none)."""
     try:
         with open(folders_file(), encoding="utf-8") as f:
             memory = json.load(f)
@@ -3229,38 +3194,25 @@ def folder_memory():
         return {}
 
 def folder_facts():
-    """What the user said about this folder (--trust, the REPL): {"trusted", "sandbox"}."""
+    """What the user said about this folder (--trust, the REPL)."""
     return folder_memory().get(os.getcwd(), {})
-
-def folder_fingerprint(layers):
-    """{key: sha256 of its value} of the keys the folder's model.cfg sets whose use trust
-    decides (NEEDS_TRUST, TIGHTEN_ONLY): what a yes covers, remembered with it. The rest of
-    the file is left out, so a new model or temperature does not ask again."""
-    folder = dict(layers).get("folder", {})
-    return {key: value_print(raw) for key, (raw, _) in folder.items()
-            if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
 
 def value_print(raw):
     """The fingerprint of a value as the file writes it (a hash: no key is kept in clear)."""
     import hashlib
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()
 
-def changed_since_trusted(facts, prints):
-    """The keys whose values (prints) are new or not those the user trusted, when the folder
-    is remembered as trusted; a key the folder no longer sets falls back to the user's own,
-    which asks nothing. A yes remembered without a fingerprint (by an older bantam) is
-    taken for the values of now, and trust_folder remembers them: re-asking in every folder
-    the user trusted would teach answering y unread, and from then on a change is caught."""
-    seen = facts.get("fingerprint")
-    if facts.get("trusted") is not True or not isinstance(seen, dict):
-        return []
-    return sorted(key for key, value in prints.items() if seen.get(key) != value)
-
 def remember_folder(**facts):
-    """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600); a fact
-    of None is forgotten."""
+    """Remember facts of this folder in folders.json (0600; a fact of None is forgotten), under
+    an flock of folders.json.lock: runs sharing a HOME keep each other's changes."""
+    import fcntl
     try:
-        with locked(folders_file()):   # what other runs remembered meanwhile stays
+        os.makedirs(os.path.dirname(folders_file()), mode=0o700, exist_ok=True)
+        with open(os.open(folders_file() + ".lock", os.O_RDWR | os.O_CREAT, 0o600)) as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)   # (let go when closed)
+            except OSError:   # a file system without locks: none is held
+                pass
             memory = folder_memory()
             mine = memory.setdefault(os.getcwd(), {})
             mine.update(facts)
@@ -3271,16 +3223,15 @@ def remember_folder(**facts):
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it: --trust trusts it, the REPL asks once (both remembered
-    with the folder's fingerprint; no: reload(False), the user's own settings); never asked and
-    no terminal: exit 2. A trusted folder whose trust-needing values changed is asked again,
-    or in batch mode not trusted (saying so); looser amounts alone are said, not used."""
+    """cfg as this folder may steer it: --trust trusts it, the REPL asks once (remembered with
+    the fingerprint; no: reload(False), the user's own settings), batch mode never asked stops
+    (exit 2). Changed values ask again (batch: not used, said); looser amounts are only said."""
     sources = cfg["sources"]
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
     facts = folder_facts()
     said, boxed = facts.get("trusted"), facts.get("sandbox")
     said = None if said is None else said is True   # an answer that is not true is a no
-    if said and "fingerprint" not in facts:   # (see changed_since_trusted)
+    if said and "fingerprint" not in facts:   # an older bantam's yes: for the values of now
         remember_folder(fingerprint=prints)
     if not changes and said is not False:   # a no holds (its sandbox too) whatever the file says
         return cfg
@@ -3301,14 +3252,19 @@ def trust_folder(cfg, args, interactive, reload):
         since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
         answer = read_answer("This folder's model.cfg %swould change %s. Trust this folder? "
                              "[y/N/s] (s: no, and its commands in --sandbox workspace) "
-                             % (since, what))
-        answer = answer.strip().lower()
+                             % (since, what)).strip().lower()
         said, boxed = answer in ("y", "yes"), "workspace" if answer in ("s", "sandbox") else None
         remember_folder(trusted=said, sandbox=boxed, fingerprint=prints if said else None)
         if said:
             return reload(True)
-    elif said is not False:   # settle kept to the user's own values already: say why
-        sources["trust_note"] = not_used_note(changed if said else [], what)
+    elif said and changed:   # settle kept to the user's own values already: say why
+        sources["trust_note"] = ("[this folder's model.cfg changed since you trusted it (%s): not "
+                                 "used until you trust it again (bantam --trust, or answer in the "
+                                 "REPL)]" % ", ".join(changed))
+        return cfg
+    elif said is not False:
+        sources["trust_note"] = ("[not used: this folder's model.cfg would loosen %s; the folder "
+                                 "is not trusted (bantam --trust to trust it)]" % what)
         return cfg
     cfg = reload(False)
     cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only%s " \
@@ -3326,26 +3282,17 @@ def remember_own_edit(cfg, path, key):
         prints = dict(facts["fingerprint"], **{key: value_print(read_key_values(path)[key][0])})
         remember_folder(fingerprint=prints)
 
-def not_used_note(changed, what):
-    """The line saying why a folder's values are not used: they changed since the user
-    trusted it (changed: the keys), or it was never asked about and only loosens (what)."""
-    if changed:
-        return ("[this folder's model.cfg changed since you trusted it (%s): not used until you "
-                "trust it again (bantam --trust, or answer in the REPL)]" % ", ".join(changed))
-    return ("[not used: this folder's model.cfg would loosen %s; the folder is not trusted "
-            "(bantam --trust to trust it)]" % what)
-
 def shown_untrusted(key, value):
-    """A value an untrusted folder sets, as shown: its key as ***, an endpoint's credentials
-    too; what a terminal would obey, or cannot show, made visible."""
+    """A value an untrusted folder sets, as shown: a key (and an endpoint's credentials) as
+    ***, control characters as terminal_safe shows them, invisible ones as <U+202E>."""
     secrets = url_secrets(str(value)) if key == "endpoint" else []
-    return "***" if key in SECRET_KEYS else shown_plainly(
-        redact({"run": {"secrets": secrets}}, str(value)))
+    return "***" if key in SECRET_KEYS else re.sub(INVISIBLE, lambda m: "<U+%04X>" % ord(
+        m.group()), terminal_safe(redact({"run": {"secrets": secrets}}, str(value))))
 
 def hide_secrets(cfg):
     """Keep bantam's secrets from the user's other processes (Linux; not from root): each
-    one overwritten with '*' where /proc/<pid>/environ and cmdline show it, and the process
-    made non-dumpable, which closes /proc/<pid>/mem and environ to them."""
+    overwritten with '*' where /proc/<pid>/environ and cmdline show it, and the process made
+    non-dumpable, which closes /proc/<pid>/mem and environ to them."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
     if not secrets or not sys.platform.startswith("linux"):
         return
@@ -3364,10 +3311,8 @@ def hide_secrets(cfg):
     except (OSError, ValueError, IndexError, AttributeError):
         pass
 
-# The query parameters that carry a credential: names holding one of these words (api-key,
-# x-api-key, access_token, client_secret, X-Amz-Signature, X-Amz-Credential...), and code
-# (Azure Functions) and pwd only as the whole name: inside another (country_code) they hold
-# no secret, and a value taken for one would be *** wherever it shows, ordinary text too.
+# Query parameters that carry a credential: a name holding one of these words (api-key,
+# access_token, X-Amz-Signature...), or code and pwd as the whole name (not country_code).
 CREDENTIAL_PARAMETER = re.compile(
     r"key|token|secret|pass|sig|auth|credential|jwt|^(code|pwd)$", re.I)
 
@@ -3385,8 +3330,8 @@ def url_secrets(url):
 
 def withheld_variables(cfg):
     """The variables kept from commands: bantam's own, any holding a secret of cfg (a short
-    one as the whole value, or as a URL's credential: BANTAM_ENDPOINT's), those matching
-    shell_env_exclude but not shell_env_keep."""
+    one as the whole value or a URL's credential), those matching shell_env_exclude but not
+    shell_env_keep."""
     import fnmatch
     secrets = secrets_of(cfg)
     exclude = cfg.get("shell_env_exclude", "")
@@ -3438,7 +3383,7 @@ def sandbox_of(cfg):
     return cfg.get("sandbox", "off").replace("off", ""), not cfg.get("sandbox_network", True)
 
 def landlock(call, *args):
-    """Landlock call 444 + call (create_ruleset, add_rule, restrict_self; alpha aside); OSError."""
+    """Landlock call 444 + call (create_ruleset, add_rule, restrict_self); OSError."""
     import ctypes
     result = ctypes.CDLL(None, use_errno=True).syscall(
         ctypes.c_long(444 + call), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
@@ -3597,6 +3542,7 @@ READ_LIMIT = 2000       # lines shown when no limit is given
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
 BINARY_SNIFF = 8192     # a NUL byte in this many leading bytes marks a binary file
 HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" hint
+FILE_LIMIT = 64 << 20   # read and splice take a file whole: a larger one is bash's (sed, tail)
 
 READ_SCHEMA = {
     "description": "Read a text file as numbered lines '<line>: <content>' (the numbers are the "
@@ -3632,131 +3578,108 @@ WRITE_SCHEMA = {
         "required": ["filePath", "content"]}}
 
 def path_argument(args):
-    """The filePath (or legacy path) argument with ~ expanded; ValueError when missing."""
-    path = args.get("path") if args.get("filePath") is None else args["filePath"]
+    """The filePath argument with ~ expanded; ValueError when missing."""
+    path = args.get("filePath")
     if not isinstance(path, str) or not path.strip():
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
 
 def tool_path(args):
-    """The absolute path a file tool works on, '..' taken as the leash takes it: lexically
-    (lnk/../x is ./x, never the x beside where the symlink lnk leads); ValueError."""
+    """The absolute path a file tool works on, '..' taken lexically as the leash takes it
+    (lnk/../x is ./x, never the x beside where lnk leads); ValueError."""
     return os.path.abspath(path_argument(args))
 
-def int_argument(args, names, low):
-    """The first of names present in args as an int >= low, else None; ValueError when bad."""
-    for name in names:
-        value = args.get(name)
-        if value is None:   # models send null for optional parameters they skip
-            continue
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)   # JSON 10.0 is still ten
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("%s must be an integer, got %r" % (name, value))
-        if value < low:
-            raise ValueError("%s must be %d or more, got %d" % (name, low, value))
-        return value
-    return None
+def int_argument(args, name, low):
+    """args[name] as an int >= low (JSON's 10.0 too), None when absent or null; ValueError."""
+    value = args.get(name)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError("%s must be an integer, got %r" % (name, value))
+    if value is not None and value < low:
+        raise ValueError("%s must be %d or more, got %d" % (name, low, value))
+    return value
 
 def count_lines(data):
     """Lines in text or bytes as read numbers them: a last line without a newline counts."""
     newline = "\n" if isinstance(data, str) else b"\n"
     return data.count(newline) + (1 if data and not data.endswith(newline) else 0)
 
+def whole_file(path):
+    """The bytes of the regular file path, at most FILE_LIMIT of them; OSError."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
+        raise OSError("not a regular file or a directory")
+    if info.st_size > FILE_LIMIT:
+        raise OSError("over %d MB: use bash (sed -n, head, tail)" % (FILE_LIMIT >> 20))
+    with open(path, "rb") as f:
+        return f.read()
+
 def read_tool(cfg, args):
-    """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries,
+    """The read tool: a file's numbered lines '<n>: <text>', or a directory's sorted entries,
     at most limit of them and max_tool_res bytes (less room for the hint of what follows)."""
     refused = sandbox_refusal(cfg, args, reading=True)
     if refused:
         return refused
     try:
         path = path_argument(args)
-        offset = int_argument(args, ("offset",), 0) or 1   # 0 is taken as 1: harmless for a read
-        limit = int_argument(args, ("limit",), 1) or READ_LIMIT
+        offset = int_argument(args, "offset", 0) or 1   # 0 is taken as 1: harmless for a read
+        limit = int_argument(args, "limit", 1) or READ_LIMIT
     except ValueError as e:
         return "error: read: %s" % e
-    budget = max(1, cfg["max_tool_res"] - HINT_ROOM)
     try:
         where = tool_path(args)   # what the leash decided on
-        info = os.stat(where)
-        if stat.S_ISDIR(info.st_mode):
+        if os.path.isdir(where):
             with os.scandir(where) as entries:   # dotfiles included: they matter (.gitignore, .env)
-                names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
-            unit, empty = "entries", "(%s is an empty directory)" % path
-            page = paginate(names, offset, limit, budget, lambda number, name: name,
-                            lambda number: len(names) - number)
-        elif not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
-            return "error: %s is not a regular file or a directory" % path
+                items = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+            unit, text, empty = "entries", lambda n, name: name, "an empty directory"
         else:
-            with open(where, "rb") as f:
-                if b"\0" in f.read(BINARY_SNIFF):   # text has no NULs; binary wastes context
-                    return "error: %s looks like a binary file (%d bytes); inspect it with bash, " \
-                           "e.g. xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
-                f.seek(0)
-                unit, empty = "lines", "(%s is empty: 0 lines)" % path
-                page = paginate(file_lines(f), offset, limit, budget, lambda number, line: "%d: %s"
-                                % (number, model_line(*line)), lambda _: tally(stream_part(f))[1])
+            data = whole_file(where)
+            if b"\0" in data[:BINARY_SNIFF]:   # text has no NULs; binary wastes context
+                return "error: %s looks like a binary file (%d bytes); inspect it with bash, " \
+                       "e.g. xxd %s | head" % (path, len(data), path)
+            items = data.split(b"\n")[:count_lines(data)]
+            unit, text, empty = "lines", lambda n, line: "%d: %s" % (n, model_line(line)), \
+                "empty: 0 lines"
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
         return "error: cannot read %s: %s" % (path, e.strerror or e)
-    shown, total, following = page
-    if total == 0:
-        return empty
+    if not items:
+        return "(%s is %s)" % (path, empty)
+    shown, used = [], 0
+    for number in range(offset, len(items) + 1):
+        shown.append(text(number, items[number - 1]))
+        used += len(shown[-1].encode("utf-8", "replace")) + 1
+        if len(shown) > limit or len(shown) > 1 and used > cfg["max_tool_res"] - HINT_ROOM:
+            return "\n".join(shown[:-1] + ["[... %d more %s: read with offset=%d]" % (
+                len(items) - number + 1, unit, number)])
     if not shown:
-        return "error: offset %d is past the end of %s (%d %s)" % (offset, path, total, unit)
-    if following:
-        shown.append("[... %d more %s: read with offset=%d]" % (
-            total - following + 1, unit, following))
+        return "error: offset %d is past the end of %s (%d %s)" % (offset, path, len(items), unit)
     return "\n".join(shown)
 
-def paginate(items, offset, limit, budget, text, rest):
-    """(texts, total, first number not shown or None) of items from offset on, numbered from 1.
-    text(number, item) is an item's shown line; rest(number) counts the items after that one,
-    so stopping early still knows the total."""
-    shown, used, number = [], 0, 0
-    for number, item in enumerate(items, 1):
-        if number < offset:
-            continue
-        line = text(number, item)
-        cost = len(line.encode("utf-8", "replace")) + 1
-        if len(shown) == limit or (shown and used + cost > budget):
-            return shown, number + rest(number), number
-        shown.append(line)
-        used += cost
-    return shown, number, None
-
-def file_lines(f):
-    """(first LINE_BYTES+1 bytes, length without the newline) of each line of f. Lines end
-    at \\n; the rest of a long line is skipped in pieces, never held whole."""
-    for head in iter(lambda: f.readline(LINE_BYTES + 1), b""):
-        moved, _, last = (0, 0, b"\n") if head.endswith(b"\n") else stream_part(f, None, 1)
-        yield head, len(head) + moved - (last == b"\n")
-
-def model_line(head, length):
-    """One line for the model: without its newline (and a CRLF's CR), invalid UTF-8 as U+FFFD,
-    cut at LINE_BYTES on a character boundary with a note of its full length."""
-    body = head[:length]
-    if length <= LINE_BYTES:
-        return body[:-1 if body.endswith(b"\r") else None].decode("utf-8", "replace")
+def model_line(line):
+    """A line for the model: without a CRLF's CR, invalid UTF-8 as U+FFFD, cut at LINE_BYTES
+    on a character boundary with a note of its full length."""
+    if len(line) <= LINE_BYTES:
+        return line[:-1 if line.endswith(b"\r") else None].decode("utf-8", "replace")
     cut = LINE_BYTES
-    while cut > 0 and (body[cut] & 0xC0) == 0x80:   # 10xxxxxx: inside a UTF-8 character
+    while cut > 0 and (line[cut] & 0xC0) == 0x80:   # 10xxxxxx: inside a UTF-8 character
         cut -= 1
-    return body[:cut].decode("utf-8", "replace") + " [... line cut: %d bytes in all]" % length
+    return line[:cut].decode("utf-8", "replace") + " [... line cut: %d bytes in all]" % len(line)
 
 def write_tool(cfg, args):
     """The write tool: replace a whole file, or splice content in at a line or byte offset."""
-    if sandbox_refusal(cfg, args):
-        return sandbox_refusal(cfg, args)
+    refused = sandbox_refusal(cfg, args)
+    if refused:
+        return refused
     try:
         path = path_argument(args)
         content = args.get("content")
         if not isinstance(content, str):
             raise ValueError("content must be a string (it may be empty)")
-        line = int_argument(args, ("lineOffset",), 1)
-        byte = int_argument(args, ("byteOffset", "offset"), 0)         # offset: legacy name
-        del_lines = int_argument(args, ("delLines",), 0)
-        del_bytes = int_argument(args, ("delBytes", "del_bytes"), 0)   # del_bytes: legacy name
+        offsets = [int_argument(args, name, low) for name, low in
+                   (("lineOffset", 1), ("byteOffset", 0), ("delLines", 0), ("delBytes", 0))]
     except ValueError as e:
         return "error: write: %s" % e
     data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
@@ -3772,64 +3695,50 @@ def write_tool(cfg, args):
                    "replaces only regular files" % path
         if os.path.exists(target) and not os.access(target, os.W_OK):
             return "error: %s is read-only" % path
-        if line is None and byte is None and del_lines is None and del_bytes is None:
+        if offsets == [None] * 4:
             existed = os.path.exists(target)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             write_private_file(target, data, keep_mode=True)
             return "wrote %d bytes to %s (%d lines%s)" % (
                 len(data), path, count_lines(data), "" if existed else ", new file")
-        with open(target, "rb") as f:
-            return splice(target, path, f, data, line, byte, del_lines, del_bytes)
+        return splice(target, path, data, *offsets)
     except FileNotFoundError:
         return "error: %s does not exist; to create it, give only filePath and content" % path
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
-def splice(target, path, f, data, line, byte, del_lines, del_bytes):
-    """Stream f (target, open) into target's replacement, data at a line or byte offset after
-    deleting delLines lines or delBytes bytes there (from line 1 / byte 0); the confirmation."""
+def splice(target, path, data, line, byte, del_lines, del_bytes):
+    """Replace target (read whole) with data put in at a line or byte offset after deleting
+    delLines lines or delBytes bytes there (from line 1 / byte 0); the confirmation."""
+    old = whole_file(target)
     by_line = line is not None or (byte is None and del_lines is not None)
     line, byte = line or 1, byte or 0
-
-    def fill(out):
-        head = stream_part(f, out, line - 1 if by_line else None, byte)
-        past = head[1] < line - 1 if by_line else head[0] < byte
-        lead = b"\n" if by_line and past and head[0] and head[2] != b"\n" else b""   # its own line
-        removed = stream_part(f, None, del_lines, del_bytes or 0)
-        # keep lines whole: "X" inserted before "b\n" must not become "Xb"
-        text = data + (b"\n" if by_line and data[-1:] not in (b"", b"\n") and f.peek(1) else b"")
-        out.write(lead + text)
-        return past, head, removed, lead + text, text, stream_part(f, out)
-    past, head, removed, new, text, rest = write_private_file(target, fill, keep_mode=True)
-    (old_size, old_lines), (new_size, new_lines) = tally(head, removed, rest), tally(
-        head, (len(new), new.count(b"\n"), new[-1:]), rest)
+    start, passed = skip_lines(old, 0, line - 1) if by_line else (min(byte, len(old)), 0)
+    past = passed < line - 1 if by_line else byte > len(old)
+    end = skip_lines(old, start, del_lines)[0] if del_lines is not None else min(
+        start + (del_bytes or 0), len(old))
+    lead = b"\n" if by_line and past and old[start - 1:start] not in (b"", b"\n") else b""
+    # keep lines whole: "X" inserted before "b\n" must not become "Xb"
+    text = data + (b"\n" if by_line and data[-1:] not in (b"", b"\n") and end < len(old) else b"")
+    new = old[:start] + lead + text + old[end:]
+    write_private_file(target, new, keep_mode=True)
     in_lines = del_lines is not None or (by_line and del_bytes is None)
-    deleted = ("%d lines" % tally(removed)[1]) if in_lines else "%d bytes" % removed[0]
-    unit, at, before, now, count = ("line", line, old_lines, new_lines, count_lines(text)) \
-        if by_line else ("byte", byte, old_size, new_size, len(text))
+    deleted = "%d lines" % count_lines(old[start:end]) if in_lines else "%d bytes" % (end - start)
+    unit, at, before, now, count = ("line", line, count_lines(old), count_lines(new),
+                                    count_lines(text)) if by_line else (
+        "byte", byte, len(old), len(new), len(text))
     where = ("appended at the end of %s (%sOffset %d is past its %d %ss)" % (
         path, unit, at, before, unit) if past else "spliced at %s %d of %s" % (unit, at, path))
     return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (
         where, deleted, count, unit, now, unit)
 
-def stream_part(f, out=None, lines=None, size=float("inf")):
-    """Copy the next lines of f (lines None: size bytes, by default all) to out (None: skip
-    them), in bounded pieces: (bytes, newlines, last byte) of what went by."""
-    moved, newlines, last = 0, 0, b""
-    while newlines < lines if lines is not None else moved < size:
-        block = f.read(min(1 << 20, size - moved)) if lines is None else f.readline(1 << 16)
-        if not block:
-            break
-        if out:
-            out.write(block)
-        moved, newlines, last = moved + len(block), newlines + block.count(b"\n"), block[-1:]
-    return moved, newlines, last
-
-def tally(*parts):
-    """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines does."""
-    size = sum(part[0] for part in parts)
-    last = next((part[2] for part in reversed(parts) if part[0]), b"")
-    return size, sum(part[1] for part in parts) + (1 if size and last != b"\n" else 0)
+def skip_lines(data, at, lines):
+    """(the offset lines lines on from at, else data's end; how many newlines were passed)."""
+    for passed in range(lines):
+        at = data.find(b"\n", at) + 1
+        if not at:
+            return len(data), passed
+    return at, lines
 
 # Names of other agents' tools that models trained on them still call: run as the tool they
 # mean, so such a call does its work instead of failing as an unknown tool.

@@ -395,7 +395,7 @@ class ToolsKeyTests(ExtrasCase):
         self.ws.write("dir/.hidden", "")
         _, body = self.run_calls([
             ("c1", "read", {"filePath": "notes.txt", "offset": 3, "limit": 2}),
-            ("c2", "read", {"path": "dir"}),
+            ("c2", "read", {"filePath": "dir"}),
             ("c3", "read", {"filePath": "gone.txt"}),
             ("c4", "read", {"filePath": "notes.txt", "offset": 7})])
         results = self.tool_results(body)
@@ -423,11 +423,11 @@ class ToolsKeyTests(ExtrasCase):
         self.assertFalse(os.path.exists(os.path.join(self.ws.work, "missing.txt")))
 
     def test_legacy_names_bash_and_write_file(self):
-        """bash runs as shell_exec, write_file (with its offset/del_bytes) as write."""
+        """bash runs as shell_exec, write_file as write."""
         path = self.ws.write("legacy.txt", "hello there")
         _, body = self.run_calls([
             ("b1", "bash", {"command": "echo via-bash"}),
-            ("b2", "write_file", {"path": "legacy.txt", "content": "HOWDY", "offset": 0, "del_bytes": 5})],
+            ("b2", "write_file", {"filePath": "legacy.txt", "content": "HOWDY", "byteOffset": 0, "delBytes": 5})],
             tools="shell_exec,write")
         results = self.tool_results(body)
         self.assertEqual(results["b1"], "via-bash\n\n\nexit: 0")
