@@ -3012,10 +3012,10 @@ HOOKS["connect"].append(connect_endpoint)
 # tightens across the layers of settings, and the secrets kept from the commands
 # ----------------------------------------------------------------------------------------
 
-# A cloned repository is not the user. Its ./model.cfg sets the keys of NEEDS_TRUST only once
-# the user trusts the folder (the yes covers the values seen: their fingerprint is kept), and
-# may only tighten the amounts of TIGHTEN_ONLY (a looser one is said, not used). Across all
-# layers deny is joined and the strictest value of a STRICTER key wins, unless a flag sets it.
+# A cloned repository is not the user: its ./model.cfg sets the keys of NEEDS_TRUST only in a
+# folder the user trusts (the yes covers the values seen: their fingerprint is kept), and the
+# amounts of TIGHTEN_ONLY only to tighten (a looser one is said, not used). Across all layers
+# deny is joined and the strictest value of a STRICTER key wins, unless a flag sets it.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
@@ -3027,24 +3027,14 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
 
-TIGHTEN_ONLY = {   # (among the user's own layers the first wins: BANTAM_TIMEOUT=600 over 60)
-    "shell_timeout": "how long a command may run",
-    "timeout": "how long a stalled reply is waited for",
-    "first_byte_timeout": "how long a reply is waited for",
-    "final_answer_timeout": "how long the final answer is waited for",
-    "backoff": "how often and how long failed requests are retried",
-    "max_tool_res": "how much command output the model is sent",
-    "max_calls_per_reply": "how many tool calls of a reply run",
-    "max_repair_calls": "how many extra model calls a turn may make",
-    "max_reasoning": "how much reasoning is kept and sent back",
-    "context_window": "how much is sent before compacting",
-    "price_in": "what max_cost counts", "price_out": "what max_cost counts",
-    "price_cached": "what max_cost counts"}
+TIGHTEN_ONLY = {"shell_timeout", "timeout", "first_byte_timeout", "final_answer_timeout",
+                "backoff", "max_tool_res", "max_calls_per_reply", "max_repair_calls",
+                "max_reasoning", "context_window", "price_in", "price_out", "price_cached"}
 
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
 def strictness(key, value):
-    """How strict a value of a STRICTER key is (higher: stricter; a budget of 0 is none)."""
+    """How strict a value of a STRICTER key is: higher is stricter (a budget of 0 is none)."""
     if key in CHOICES:
         return CHOICES[key].index(value)   # (loosest first)
     if isinstance(value, bool):
@@ -3052,19 +3042,15 @@ def strictness(key, value):
     return -value if value else float("-inf")
 
 def looser(cfg, key, value, than):
-    """Does a folder's TIGHTEN_ONLY value loosen than (the user's)? A lower price (price_cached
-    0 is price_in), more or longer retries, else a higher amount."""
+    """Does a folder's TIGHTEN_ONLY value loosen than (the user's): costlier, longer or more?"""
     if key == "price_cached":
         value, than = value or cfg["price_in"], than or cfg["price_in"]
-    if key.startswith("price_"):
-        return value < than
     if key == "backoff":
         return len(value) > len(than) or any(v > t for v, t in zip(value, than))
-    return value > than
+    return value < than if key.startswith("price_") else value > than
 
 def normal_endpoint(url, where):
-    """The endpoint without /chat/completions (bantam adds it: cut, saying so); a ConfigError
-    naming where unless it is an http(s) URL with a host (and a numeric port)."""
+    """The endpoint without /chat/completions (bantam adds it); ConfigError if not http(s)."""
     cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)   # (parse_value cut the /)
     if cut != url:
         note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
@@ -3074,28 +3060,21 @@ def normal_endpoint(url, where):
                           "a port number after a ':'), got %r" % (where, url))
     return cut
 
-
 def settle_secrets(cfg):
     """The run's secrets Part I does not know of: the environment's not sent, an endpoint's."""
     if cfg.get("run") is not None:
         cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
 
-
 def settle(cfg, trust=None):
-    """cfg under the rules of trust: the keys the folder sets, deny and the STRICTER keys taken
-    again from the layers (load_config's first-found value stands for the rest). trust: None
-    (as remembered, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
-    tighten). cfg["sources"] gets folder_config, untrusted ({key: (value, where)} not used),
-    withheld (the environment's secrets not sent), fingerprint, changed (since trusted)."""
-    sources = cfg["sources"]
-    layers = sources["layers"]
-    mine = dict(layers).get("folder")
+    """cfg with the folder's keys, deny and STRICTER re-taken by the rules of trust (None: as
+    remembered; True; False: the user said no); cfg["sources"] gets what trust_folder needs."""
+    sources, layers = cfg["sources"], cfg["sources"]["layers"]
+    mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
               if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
-    facts = folder_facts()
     seen = facts.get("fingerprint") if facts.get("trusted") is True else None
-    changed = sorted(key for key, value in prints.items()   # then no key of it is trusted:
-                     if seen.get(key) != value) if isinstance(seen, dict) else []   # no mix
+    changed = sorted(key for key, value in prints.items()   # then none of the folder's values
+                     if seen.get(key) != value) if isinstance(seen, dict) else []   # is used
     trusted = trust if trust is not None else mine is not None and (
         os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
     untrusted = {}
@@ -3110,37 +3089,31 @@ def settle(cfg, trust=None):
             if found[0][1] != users:
                 untrusted[key] = found[0][1:]
             found = own
-        elif trust is False and key not in STRICTER and key not in TIGHTEN_ONLY and key != "deny":
+        elif trust is False and key not in STRICTER | TIGHTEN_ONLY | {"deny"}:
             found = own   # the user said no: only what tightens is taken from the folder
+        if key in STRICTER and found and found[0][0] != "flag":   # a flag: the user's choice
+            found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
+        cfg[key], sources[key] = found[0][1:] if found else (DEFAULTS[key], "default")
         if key == "deny" and found:
             cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
-        elif found:
-            if key in STRICTER and found[0][0] != "flag":   # a flag is the user's explicit choice
-                found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
-            cfg[key], sources[key] = found[0][1:]
-        else:
-            cfg[key], sources[key] = DEFAULTS[key], "default"
     headers = os.environ.get("BANTAM_HEADERS")   # secrets in the environment not sent:
     held = [os.environ.get("BANTAM_API_KEY"), os.environ.get("OPENAI_API_KEY")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
-    withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
     sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   untrusted=untrusted, withheld=withheld, fingerprint=prints, changed=changed)
+                   untrusted=untrusted, fingerprint=prints, changed=changed, withheld=[
+                       v for v in held if v and v not in [cfg["api_key"]] + list(
+                           cfg["headers"].values())])
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
     return cfg
 
-
 def add_prompt_extras(cfg):
-    """Set cfg["system_prompt"]: the base prompt, what this session changes in it (the tools),
-    the tools and skills folders, and AGENTS.md (a project's instructions for coding agents)."""
-    extras = []
-    enabled = cfg["tools"].split(",")
-    more = [name for name in ("read", "write") if name in enabled]
-    if more:
-        extras.append("You also have %s." % " and ".join(FILE_TOOL_LINES[name] for name in more))
+    """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
+    enabled, sources = cfg["tools"].split(","), cfg["sources"]
+    more = [FILE_TOOL_LINES[name] for name in ("read", "write") if name in enabled]
     missing = [name for name in ("shell_exec", "run_subagent") if name not in enabled]
+    extras = ["You also have %s." % " and ".join(more)] if more else []
     if missing:   # the prompt names both: say which one this session leaves out
         extras.append("In this session %s %s not available."
                       % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
@@ -3149,20 +3122,20 @@ def add_prompt_extras(cfg):
     if cfg["bantam_skills_dir"]:
         extras.append("Skills may be discovered and invoked from %s" % cfg["bantam_skills_dir"])
     path = cfg["project_instructions"] and folder_file("AGENTS.md")
-    cfg["sources"].update(project_instructions_file=None, project_instructions_cut=None, hidden={})
-    if path:
-        try:
+    sources.update(project_instructions_file=None, project_instructions_cut=None, hidden={})
+    try:
+        if path:
             with open(path, encoding="utf-8-sig", errors="replace") as f:
                 text = f.read(PROJECT_DOC_LIMIT)
             extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
                           % (os.getcwd(), folder_text(cfg, "AGENTS.md", text.strip())))
-            cfg["sources"]["project_instructions_file"] = path
+            sources["project_instructions_file"] = path
             if len(text) == PROJECT_DOC_LIMIT and os.path.getsize(path) > PROJECT_DOC_LIMIT:
-                cfg["sources"]["project_instructions_cut"] = os.path.getsize(path)
-        except OSError as e:
-            note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
-    base = cfg["sources"]["base_system_prompt"]
-    if cfg["sources"]["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
+                sources["project_instructions_cut"] = os.path.getsize(path)
+    except OSError as e:
+        note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
+    base = sources["base_system_prompt"]
+    if sources["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
         base = folder_text(cfg, "system.txt", base)
     cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
         if extras else base
@@ -3173,19 +3146,18 @@ FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entr
                    "write": "write (a whole file, or a splice at a line or byte offset)"}
 
 def folder_text(cfg, name, text):
-    """A folder's text for the system prompt without the characters that can hide instructions
-    (bidi overrides, zero-width...); those found go to cfg["sources"]["hidden"] to be said."""
+    """A folder's text without the characters that can hide instructions (said later)."""
     found = sorted(set(re.findall(INVISIBLE, text)))
     if found:
         cfg["sources"]["hidden"][name] = ["U+%04X" % ord(c) for c in found]
     return clean_for_model(text) if found else text
 
 def folders_file():
-    """~/.bantam/folders.json: what the user said about folders (trusted or not)."""
+    """~/.bantam/folders.json: what the user said about folders, by folder."""
     return bantam_home("folders.json")
 
 def folder_memory():
-    """{folder: {"trusted": bool, "sandbox": mode, "fingerprint": {...}}} ({} if none)."""
+    """{folder: {"trusted": bool, "sandbox": mode, "fingerprint": {key: hash}}} ({} if none)."""
     try:
         with open(folders_file(), encoding="utf-8") as f:
             memory = json.load(f)
@@ -3193,18 +3165,13 @@ def folder_memory():
     except (OSError, ValueError):
         return {}
 
-def folder_facts():
-    """What the user said about this folder (--trust, the REPL)."""
-    return folder_memory().get(os.getcwd(), {})
-
 def value_print(raw):
     """The fingerprint of a value as the file writes it (a hash: no key is kept in clear)."""
     import hashlib
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()
 
 def remember_folder(**facts):
-    """Remember facts of this folder in folders.json (0600; a fact of None is forgotten), under
-    an flock of folders.json.lock: runs sharing a HOME keep each other's changes."""
+    """Remember facts of this folder (None forgets one), locked: runs sharing a HOME add up."""
     import fcntl
     try:
         os.makedirs(os.path.dirname(folders_file()), mode=0o700, exist_ok=True)
@@ -3223,20 +3190,18 @@ def remember_folder(**facts):
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it: --trust trusts it, the REPL asks once (remembered with
-    the fingerprint; no: reload(False), the user's own settings), batch mode never asked stops
-    (exit 2). Changed values ask again (batch: not used, said); looser amounts are only said."""
-    sources = cfg["sources"]
+    """cfg as this folder may steer it: --trust, or the REPL's answer (remembered); a folder
+    never asked about stops batch mode (exit 2); reload(trust) settles cfg again."""
+    sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
-    facts = folder_facts()
-    said, boxed = facts.get("trusted"), facts.get("sandbox")
-    said = None if said is None else said is True   # an answer that is not true is a no
+    said = None if facts.get("trusted") is None else facts["trusted"] is True   # else a no
+    boxed = facts.get("sandbox")
     if said and "fingerprint" not in facts:   # an older bantam's yes: for the values of now
         remember_folder(fingerprint=prints)
     if not changes and said is not False:   # a no holds (its sandbox too) whatever the file says
         return cfg
     shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
-    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST.get(key) or TIGHTEN_ONLY[key])
+    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST.get(key, "looser than yours"))
                      for key in shown)
     if args.trust:
         remember_folder(trusted=True, fingerprint=prints)
@@ -3257,14 +3222,12 @@ def trust_folder(cfg, args, interactive, reload):
         remember_folder(trusted=said, sandbox=boxed, fingerprint=prints if said else None)
         if said:
             return reload(True)
-    elif said and changed:   # settle kept to the user's own values already: say why
+    elif said is not False:   # settle kept to the user's own values already: say why
         sources["trust_note"] = ("[this folder's model.cfg changed since you trusted it (%s): not "
                                  "used until you trust it again (bantam --trust, or answer in the "
-                                 "REPL)]" % ", ".join(changed))
-        return cfg
-    elif said is not False:
-        sources["trust_note"] = ("[not used: this folder's model.cfg would loosen %s; the folder "
-                                 "is not trusted (bantam --trust to trust it)]" % what)
+                                 "REPL)]" % ", ".join(changed)) if said and changed else (
+            "[not used: this folder's model.cfg would loosen %s; the folder is not trusted "
+            "(bantam --trust to trust it)]" % what)
         return cfg
     cfg = reload(False)
     cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only%s " \
@@ -3274,25 +3237,22 @@ def trust_folder(cfg, args, interactive, reload):
     return cfg
 
 def remember_own_edit(cfg, path, key):
-    """/cfg wrote key into this trusted folder's model.cfg: the user's own value, so it joins
-    the fingerprint (the next run does not ask about what the user typed)."""
-    facts, scoped = folder_facts(), key in NEEDS_TRUST or key in TIGHTEN_ONLY
-    if scoped and path == cfg["sources"]["folder_config"] and facts.get("trusted") is True \
-            and isinstance(facts.get("fingerprint"), dict):
+    """/cfg wrote key into this trusted folder's model.cfg: the user's value joins the yes."""
+    facts = folder_memory().get(os.getcwd(), {})
+    if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and path == cfg["sources"]["folder_config"] \
+            and facts.get("trusted") is True and isinstance(facts.get("fingerprint"), dict):
         prints = dict(facts["fingerprint"], **{key: value_print(read_key_values(path)[key][0])})
         remember_folder(fingerprint=prints)
 
 def shown_untrusted(key, value):
-    """A value an untrusted folder sets, as shown: a key (and an endpoint's credentials) as
-    ***, control characters as terminal_safe shows them, invisible ones as <U+202E>."""
+    """A value an untrusted folder sets, shown safely: secrets as ***, invisibles as <U+202E>."""
     secrets = url_secrets(str(value)) if key == "endpoint" else []
     return "***" if key in SECRET_KEYS else re.sub(INVISIBLE, lambda m: "<U+%04X>" % ord(
         m.group()), terminal_safe(redact({"run": {"secrets": secrets}}, str(value))))
 
 def hide_secrets(cfg):
-    """Keep bantam's secrets from the user's other processes (Linux; not from root): each
-    overwritten with '*' where /proc/<pid>/environ and cmdline show it, and the process made
-    non-dumpable, which closes /proc/<pid>/mem and environ to them."""
+    """Keep the secrets from the user's other processes: *** in /proc/self's environ and
+    cmdline, and non-dumpable (no /proc/<pid>/mem, environ); Linux, and not from root."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
     if not secrets or not sys.platform.startswith("linux"):
         return
@@ -3313,12 +3273,11 @@ def hide_secrets(cfg):
 
 # Query parameters that carry a credential: a name holding one of these words (api-key,
 # access_token, X-Amz-Signature...), or code and pwd as the whole name (not country_code).
-CREDENTIAL_PARAMETER = re.compile(
-    r"key|token|secret|pass|sig|auth|credential|jwt|^(code|pwd)$", re.I)
+CREDENTIAL_PARAMETER = re.compile(r"key|token|secret|pass|sig|auth|credential|jwt|^(code|pwd)$",
+                                  re.I)
 
 def url_secrets(url):
-    """The credentials in a URL: its password (else a user name alone: https://TOKEN@host),
-    and the query's values named like one (CREDENTIAL_PARAMETER)."""
+    """A URL's credentials: its password (else user name: TOKEN@host), its query's keys."""
     from urllib.parse import urlsplit
     try:
         parts = urlsplit(url)
@@ -3329,29 +3288,24 @@ def url_secrets(url):
         value for name, _, value in named if CREDENTIAL_PARAMETER.search(name)]
 
 def withheld_variables(cfg):
-    """The variables kept from commands: bantam's own, any holding a secret of cfg (a short
-    one as the whole value or a URL's credential), those matching shell_env_exclude but not
-    shell_env_keep."""
+    """The variables kept from commands: bantam's own, those holding a secret, and those of
+    shell_env_exclude but not shell_env_keep."""
     import fnmatch
-    secrets = secrets_of(cfg)
-    exclude = cfg.get("shell_env_exclude", "")
+    secrets, exclude = secrets_of(cfg), cfg.get("shell_env_exclude", "")
     patterns = [fnmatch.translate(p.strip()) for p in exclude.split(",")
                 if p.strip() and exclude.strip().lower() != "none"]
     excluded = re.compile("|".join(patterns) or "(?!)", re.I).match
     keep = {name.strip() for name in cfg.get("shell_env_keep", "").split(",")}
     return sorted(name for name, value in os.environ.items()
-                  if name in SECRET_VARIABLES
-                  or (excluded(name) and name not in keep)
+                  if name in SECRET_VARIABLES or (excluded(name) and name not in keep)
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets)
                   or set(secrets).intersection(url_secrets(value)))
-
 
 def scrub_environment(cfg, options):
     """The spawn hook of secrets: no variable of withheld_variables in a command's environment."""
     for name in withheld_variables(cfg):
         options["env"].pop(name, None)
     return options
-
 
 def command_env(cfg):
     """The environment of the user's own !commands, scrubbed as the model's are."""
@@ -3371,11 +3325,8 @@ HOOKS["spawn"].append(scrub_environment)
 # REMOVE_* and MAKE_* to 1 << 12; then REFER (ABI 2), TRUNCATE (3), IOCTL_DEV (5), and TCP
 # (BIND 1, CONNECT 2: ABI 4). A ruleset denies what its ABI knows, unless a rule allows it.
 ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
-
 FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
-
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-
 SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}   # audit arch, socket
 
 def sandbox_of(cfg):
@@ -3395,8 +3346,8 @@ def sandbox_roots(cfg):
     """(the folders commands may write in, the paths hidden from them: ~/.bantam, the history)."""
     roots = [os.getcwd()] * (cfg["sandbox"] == "workspace") + [os.environ.get("TMPDIR") or "/tmp"]
     real = lambda paths: [os.path.realpath(path) for path in paths]
-    hidden = real([bantam_home(), history_path()])
-    return [p for p in real(roots + ["/dev/shm"]) if os.path.isdir(p)], hidden
+    return [p for p in real(roots + ["/dev/shm"]) if os.path.isdir(p)], real(
+        [bantam_home(), history_path()])
 
 def within(path, folders):
     """Is path one of folders, or beneath one?"""
@@ -3470,10 +3421,8 @@ def check_sandbox(cfg):
     ruleset = sandbox_ruleset(cfg)
     return ruleset is None or os.close(ruleset)
 
-
 def sandboxed(cfg, options):
-    """The spawn hook of the sandbox: the command confined by cfg's sandbox, in its own
-    process after the fork (bantam runs no thread of its own then: nothing else is locked)."""
+    """The spawn hook of the sandbox: confined in the child after the fork (no other thread)."""
     if not any(sandbox_of(cfg)):
         return options
     check_sandbox(cfg)   # a sandbox switched on mid-run that cannot be had: the command is refused
@@ -3495,16 +3444,13 @@ def sandboxed(cfg, options):
     options["preexec_fn"] = confine
     return options
 
-
 def sandbox_note(cfg, call, args, result=None):
     """The tool hook of the sandbox: a failed command's result says what the sandbox refuses."""
-    if result is None:
-        return args
-    words = sandbox_words(cfg) if tool_function(cfg, call["function"]["name"]) is shell_exec \
-        and not result.endswith("\n\nexit: 0") else ""
+    if result is None or tool_function(cfg, call["function"]["name"]) is not shell_exec:
+        return args if result is None else result
     head, exit, code = result.rpartition("\n\nexit: ")
-    return "%s\n[%s]%s%s" % (head, words, exit, code) if words and exit else result
-
+    words = sandbox_words(cfg) if exit and code != "0" else ""
+    return "%s\n[%s]%s%s" % (head, words, exit, code) if words else result
 
 def sandbox_words(cfg):
     """What cfg's sandbox refuses, in one line ('' without one)."""
@@ -3513,18 +3459,18 @@ def sandbox_words(cfg):
     return "; ".join([where] * bool(mode) + ["sandbox_network=false: no sockets"] * closed)
 
 def sandbox_refusal(cfg, args, reading=False):
-    """Why a file tool may not use args' path (real) under the commands' rule, else '':
-    write keeps to the writable folders, and neither tool reaches bantam's own files."""
+    """Why the sandbox keeps a file tool from args' path (write: outside the roots), or ''."""
+    mode = sandbox_of(cfg)[0]
     try:
-        path = os.path.realpath(tool_path(args)) if sandbox_of(cfg)[0] else ""
+        path = os.path.realpath(tool_path(args)) if mode else ""
     except ValueError:
         return ""   # the tool says what is wrong with its arguments
-    roots, hidden = sandbox_roots(cfg) if path else ([], [])
-    if path and not reading and (within(path, hidden) or not within(path, roots)):
+    roots, hidden = sandbox_roots(cfg) if mode else ([path], [])
+    if not reading and (within(path, hidden) or not within(path, roots)):
         return "error: %s: %s" % (sandbox_words(dict(cfg, sandbox_network=True)), path)
-    if path and within(path, hidden):
+    if within(path, hidden):
         return "error: sandbox=%s: bantam's own files (%s) cannot be read: %s" % (
-            sandbox_of(cfg)[0], ", ".join(hidden), path)
+            mode, ", ".join(hidden), path)
     return ""
 
 
@@ -3547,35 +3493,26 @@ FILE_LIMIT = 64 << 20   # read and splice take a file whole: a larger one is bas
 READ_SCHEMA = {
     "description": "Read a text file as numbered lines '<line>: <content>' (the numbers are the "
                    "lineOffset values of write), or list a directory (subdirectories end with "
-                   "'/'). Long files are shown in pages: a last line says which offset reads the "
-                   "rest.",
-    "parameters": {"type": "object", "properties": {
+                   "'/'). Long files come in pages: a last line says which offset reads on.",
+    "parameters": {"type": "object", "required": ["filePath"], "properties": {
         "filePath": {"type": "string", "description": "The file or directory to read."},
-        "offset": {"type": "integer",
-                   "description": "The first line to show, 1-indexed (default 1)."},
-        "limit": {"type": "integer",
-                  "description": "How many lines to show at most (default 2000)."}},
-        "required": ["filePath"]}}
+        "offset": {"type": "integer", "description": "The first line to show (default 1)."},
+        "limit": {"type": "integer", "description": "Lines to show at most (default 2000)."}}}}
 
 WRITE_SCHEMA = {
     "description": "Write a file. With only filePath and content, the whole file is replaced (it "
-                   "and its folders are created if missing). With lineOffset or byteOffset, "
-                   "content is inserted there, after deleting delLines lines or delBytes bytes; "
-                   "with lineOffset content is whole lines (a missing final newline is added "
-                   "before following text).",
-    "parameters": {"type": "object", "properties": {
+                   "and its folders are created if missing). With lineOffset or else byteOffset, "
+                   "content is inserted there, after deleting delLines lines or else delBytes "
+                   "bytes; with lineOffset content is whole lines (a missing final newline is "
+                   "added before following text).",
+    "parameters": {"type": "object", "required": ["filePath", "content"], "properties": {
         "filePath": {"type": "string", "description": "The file to write."},
-        "content": {"type": "string",
-                    "description": "The text to write (may be empty, e.g. to delete lines)."},
-        "lineOffset": {"type": "integer", "description": "1-indexed line to write at, as "
-                       "numbered by read; past the end appends. Takes precedence over byteOffset."},
-        "byteOffset": {"type": "integer", "description": "0-indexed byte to write at; used only "
-                       "without lineOffset."},
-        "delLines": {"type": "integer", "description": "Lines to delete at the insertion point "
-                     "first. Takes precedence over delBytes."},
-        "delBytes": {"type": "integer", "description": "Bytes to delete at the insertion point "
-                     "first; used only without delLines."}},
-        "required": ["filePath", "content"]}}
+        "content": {"type": "string", "description": "The text to write (may be empty)."},
+        "lineOffset": {"type": "integer", "description": "1-indexed line, as read numbers it; "
+                       "past the end appends."},
+        "byteOffset": {"type": "integer", "description": "0-indexed byte to write at."},
+        "delLines": {"type": "integer", "description": "Lines to delete there first."},
+        "delBytes": {"type": "integer", "description": "Bytes to delete there first."}}}}
 
 def path_argument(args):
     """The filePath argument with ~ expanded; ValueError when missing."""
@@ -3585,8 +3522,7 @@ def path_argument(args):
     return os.path.expanduser(path)
 
 def tool_path(args):
-    """The absolute path a file tool works on, '..' taken lexically as the leash takes it
-    (lnk/../x is ./x, never the x beside where lnk leads); ValueError."""
+    """The absolute path a file tool works on, '..' taken lexically as the leash takes it."""
     return os.path.abspath(path_argument(args))
 
 def int_argument(args, name, low):
@@ -3616,8 +3552,7 @@ def whole_file(path):
         return f.read()
 
 def read_tool(cfg, args):
-    """The read tool: a file's numbered lines '<n>: <text>', or a directory's sorted entries,
-    at most limit of them and max_tool_res bytes (less room for the hint of what follows)."""
+    """The read tool: a page of a file's numbered lines, or of a directory's sorted entries."""
     refused = sandbox_refusal(cfg, args, reading=True)
     if refused:
         return refused
@@ -3659,14 +3594,11 @@ def read_tool(cfg, args):
     return "\n".join(shown)
 
 def model_line(line):
-    """A line for the model: without a CRLF's CR, invalid UTF-8 as U+FFFD, cut at LINE_BYTES
-    on a character boundary with a note of its full length."""
+    """A line for the model: no CRLF's CR, invalid UTF-8 as U+FFFD, cut at LINE_BYTES."""
     if len(line) <= LINE_BYTES:
         return line[:-1 if line.endswith(b"\r") else None].decode("utf-8", "replace")
-    cut = LINE_BYTES
-    while cut > 0 and (line[cut] & 0xC0) == 0x80:   # 10xxxxxx: inside a UTF-8 character
-        cut -= 1
-    return line[:cut].decode("utf-8", "replace") + " [... line cut: %d bytes in all]" % len(line)
+    return line[:LINE_BYTES].decode("utf-8", "replace").rstrip("\ufffd") + \
+        " [... line cut: %d bytes in all]" % len(line)
 
 def write_tool(cfg, args):
     """The write tool: replace a whole file, or splice content in at a line or byte offset."""
@@ -3708,8 +3640,7 @@ def write_tool(cfg, args):
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
 def splice(target, path, data, line, byte, del_lines, del_bytes):
-    """Replace target (read whole) with data put in at a line or byte offset after deleting
-    delLines lines or delBytes bytes there (from line 1 / byte 0); the confirmation."""
+    """Splice data into target at a line or byte offset, after deleting lines or bytes there."""
     old = whole_file(target)
     by_line = line is not None or (byte is None and del_lines is not None)
     line, byte = line or 1, byte or 0
@@ -3740,8 +3671,7 @@ def skip_lines(data, at, lines):
             return len(data), passed
     return at, lines
 
-# Names of other agents' tools that models trained on them still call: run as the tool they
-# mean, so such a call does its work instead of failing as an unknown tool.
+# Other agents' tool names that models trained on them still call:
 TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
 
 def check_tool_names(raw, where):
