@@ -3072,9 +3072,8 @@ def settle(cfg, trust=None):
     mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
               if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
-    seen = facts.get("fingerprint") if facts.get("trusted") is True else None
-    changed = sorted(key for key, value in prints.items()   # then none of the folder's values
-                     if seen.get(key) != value) if isinstance(seen, dict) else []   # is used
+    seen = (facts.get("fingerprint") or {}) if facts.get("trusted") is True else prints
+    changed = sorted(key for key in prints if seen.get(key) != prints[key])   # none is then used
     trusted = trust if trust is not None else mine is not None and (
         os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
     untrusted = {}
@@ -3196,8 +3195,6 @@ def trust_folder(cfg, args, interactive, reload):
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
     said = None if facts.get("trusted") is None else facts["trusted"] is True   # else a no
     boxed = facts.get("sandbox")
-    if said and "fingerprint" not in facts:   # an older bantam's yes: for the values of now
-        remember_folder(fingerprint=prints)
     if not changes and said is not False:   # a no holds (its sandbox too) whatever the file says
         return cfg
     shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
@@ -3240,9 +3237,9 @@ def remember_own_edit(cfg, path, key):
     """/cfg wrote key into this trusted folder's model.cfg: the user's value joins the yes."""
     facts = folder_memory().get(os.getcwd(), {})
     if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and path == cfg["sources"]["folder_config"] \
-            and facts.get("trusted") is True and isinstance(facts.get("fingerprint"), dict):
-        prints = dict(facts["fingerprint"], **{key: value_print(read_key_values(path)[key][0])})
-        remember_folder(fingerprint=prints)
+            and facts.get("trusted") is True:
+        remember_folder(fingerprint=dict(facts.get("fingerprint") or {}, **{
+            key: value_print(read_key_values(path)[key][0])}))
 
 def shown_untrusted(key, value):
     """A value an untrusted folder sets, shown safely: secrets as ***, invisibles as <U+202E>."""

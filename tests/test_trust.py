@@ -492,21 +492,16 @@ class TrustChangeTests(TrustCase):
         self.assertIn("the folder's model.cfg changed since you trusted it (endpoint)", line)
         self.assertNotIn("is not trusted", shown)
 
-    def test_an_old_record_without_a_fingerprint_is_the_values_of_now(self):
-        """A yes remembered by an older bantam (no fingerprint) holds for what the folder says
-        now, and from then on a change is caught."""
+    def test_a_yes_without_a_fingerprint_covers_nothing(self):
+        """A yes remembered without the values it covers (an older bantam's) is not used
+        until the folder is trusted again: batch mode runs on the user's own settings."""
         work = os.path.realpath(self.ws.work)
         with open(os.path.join(self.ws.home, ".bantam", "folders.json"), "w") as f:
             json.dump({work: {"trusted": True}}, f)
-        self.chosen.push(text_stream("as before"))
-        result = self.run_bantam("-p", "hello")
-        self.assertEqual((result.returncode, result.stdout), (0, "as before\n"), result.stderr)
-        self.assertIn("fingerprint", self.folders_json()[work])
-        self.folder_config(endpoint=self.evil.url)
         self.push(text_stream("own server"))
         result = self.run_bantam("-p", "hello")
-        self.assertEqual(result.stdout, "own server\n", result.stderr)
-        self.assertEqual(self.evil.requests, [])
+        self.assertEqual((result.returncode, result.stdout), (0, "own server\n"), result.stderr)
+        self.assertIn("changed since you trusted it (endpoint)", result.stderr)
 
     def test_the_users_own_cfg_edit_keeps_the_trust(self):
         """/cfg endpoint URL writes the trusted folder's model.cfg: the user's own edit, so the
