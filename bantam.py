@@ -3037,9 +3037,7 @@ def strictness(key, value):
     """How strict a value of a STRICTER key is: higher is stricter (a budget of 0 is none)."""
     if key in CHOICES:
         return CHOICES[key].index(value)   # (loosest first)
-    if isinstance(value, bool):
-        return not value
-    return -value if value else float("-inf")
+    return (not value) if isinstance(value, bool) else -value if value else float("-inf")
 
 def looser(cfg, key, value, than):
     """Does a folder's TIGHTEN_ONLY value loosen than (the user's): costlier, longer or more?"""
@@ -3098,10 +3096,9 @@ def settle(cfg, trust=None):
     headers = os.environ.get("BANTAM_HEADERS")   # secrets in the environment not sent:
     held = [os.environ.get("BANTAM_API_KEY"), os.environ.get("OPENAI_API_KEY")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
+    withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
     sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   untrusted=untrusted, fingerprint=prints, changed=changed, withheld=[
-                       v for v in held if v and v not in [cfg["api_key"]] + list(
-                           cfg["headers"].values())])
+                   untrusted=untrusted, withheld=withheld, fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -3180,10 +3177,8 @@ def remember_folder(**facts):
             except OSError:   # a file system without locks: none is held
                 pass
             memory = folder_memory()
-            mine = memory.setdefault(os.getcwd(), {})
-            mine.update(facts)
-            for name in [name for name, value in facts.items() if value is None]:
-                del mine[name]
+            mine = dict(memory.get(os.getcwd(), {}), **facts)
+            memory[os.getcwd()] = {name: value for name, value in mine.items() if value is not None}
             write_private_file(folders_file(), json.dumps(memory, indent=1))
     except OSError as e:
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
