@@ -3255,10 +3255,8 @@ def hide_secrets(cfg):
         start, end = int(fields[45]), int(fields[48])
         block = ctypes.string_at(start, end - start)
         for secret in secrets:
-            at = block.find(secret)
-            while at >= 0:
-                ctypes.memset(start + at, ord("*"), len(secret))
-                at = block.find(secret, at + len(secret))
+            for found in re.finditer(re.escape(secret), block):
+                ctypes.memset(start + found.start(), ord("*"), len(secret))
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
     except (OSError, ValueError, IndexError, AttributeError):
         pass
