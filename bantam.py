@@ -3139,7 +3139,7 @@ def add_prompt_extras(cfg):
 PROJECT_DOC_LIMIT = 65536   # characters of AGENTS.md used: every request carries them
 
 FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
-                   "write": "write (a whole file, or a splice at a line or byte offset)"}
+                   "write": "write (a whole file, or a splice at a line)"}
 
 def folder_text(cfg, name, text):
     """A folder's text without the characters that can hide instructions (said later)."""
@@ -3153,7 +3153,7 @@ def folders_file():
     return bantam_home("folders.json")
 
 def folder_memory():
-    """{folder: {"trusted": bool, "sandbox": mode, "fingerprint": {key: hash}}} ({} if none)."""
+    """{folder: {"trusted": bool, "fingerprint": {key: hash}}} ({} if none)."""
     try:
         with open(folders_file(), encoding="utf-8") as f:
             memory = json.load(f)
@@ -3189,8 +3189,7 @@ def trust_folder(cfg, args, interactive, reload):
     sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
     said = None if facts.get("trusted") is None else facts["trusted"] is True   # else a no
-    boxed = facts.get("sandbox")
-    if not changes and said is not False:   # a no holds (its sandbox too) whatever the file says
+    if not changes and said is not False:   # a no holds whatever the file says
         return cfg
     shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
     what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST.get(key, "looser than yours"))
@@ -3205,13 +3204,11 @@ def trust_folder(cfg, args, interactive, reload):
         raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
                           "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
                           "runners), or answer once in the REPL%s" % (what, own))
-    if asking and interactive:   # y: trust it; s: not trusted, and its commands in the sandbox
+    if asking and interactive:
         since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
-        answer = read_answer("This folder's model.cfg %swould change %s. Trust this folder? "
-                             "[y/N/s] (s: no, and its commands in --sandbox workspace) "
-                             % (since, what)).strip().lower()
-        said, boxed = answer in ("y", "yes"), "workspace" if answer in ("s", "sandbox") else None
-        remember_folder(trusted=said, sandbox=boxed, fingerprint=prints if said else None)
+        said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
+                           % (since, what)).strip().lower() in ("y", "yes")
+        remember_folder(trusted=said, fingerprint=prints if said else None)
         if said:
             return reload(True)
     elif said is not False:   # settle kept to the user's own values already: say why
@@ -3222,10 +3219,8 @@ def trust_folder(cfg, args, interactive, reload):
             "(bantam --trust to trust it)]" % what)
         return cfg
     cfg = reload(False)
-    cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only%s " \
-        "(bantam --trust to trust it)]" % (", commands in sandbox=workspace" if boxed else "")
-    if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
-        cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
+    cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only " \
+        "(bantam --trust to trust it)]"
     return cfg
 
 def remember_own_edit(cfg, path, key):
@@ -3434,20 +3429,6 @@ def sandboxed(cfg, options):
     options["preexec_fn"] = confine
     return options
 
-def sandbox_note(cfg, call, args, result=None):
-    """The tool hook of the sandbox: a failed command's result says what the sandbox refuses."""
-    if result is None or tool_function(cfg, call["function"]["name"]) is not shell_exec:
-        return args if result is None else result
-    head, exit, code = result.rpartition("\n\nexit: ")
-    words = sandbox_words(cfg) if exit and code != "0" else ""
-    return "%s\n[%s]%s%s" % (head, words, exit, code) if words else result
-
-def sandbox_words(cfg):
-    """What cfg's sandbox refuses, in one line ('' without one)."""
-    mode, closed = sandbox_of(cfg)
-    where = "sandbox=%s: writes outside %s are refused" % (mode, ", ".join(sandbox_roots(cfg)[0]))
-    return "; ".join([where] * bool(mode) + ["sandbox_network=false: no sockets"] * closed)
-
 def sandbox_refusal(cfg, args, reading=False):
     """Why the sandbox keeps a file tool from args' path (write: outside the roots), or ''."""
     mode = sandbox_of(cfg)[0]
@@ -3457,7 +3438,8 @@ def sandbox_refusal(cfg, args, reading=False):
         return ""   # the tool says what is wrong with its arguments
     roots, hidden = sandbox_roots(cfg) if mode else ([path], [])
     if not reading and (within(path, hidden) or not within(path, roots)):
-        return "error: %s: %s" % (sandbox_words(dict(cfg, sandbox_network=True)), path)
+        return "error: sandbox=%s: writes outside %s are refused: %s" % (
+            mode, ", ".join(roots), path)
     if within(path, hidden):
         return "error: sandbox=%s: bantam's own files (%s) cannot be read: %s" % (
             mode, ", ".join(hidden), path)
@@ -3465,13 +3447,12 @@ def sandbox_refusal(cfg, args, reading=False):
 
 
 HOOKS["spawn"].append(sandboxed)
-HOOKS["tool"].append(sandbox_note)
 
 
 # ----------------------------------------------------------------------------------------
 # The file tools, read and write (offered when the tools key names them): read shows a
 # file's numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a folder's
-# entries; write replaces a whole file or splices content in at a line or byte offset
+# entries; write replaces a whole file or splices content in at a line
 # ----------------------------------------------------------------------------------------
 
 READ_LIMIT = 2000       # lines shown when no limit is given
@@ -3491,18 +3472,14 @@ READ_SCHEMA = {
 
 WRITE_SCHEMA = {
     "description": "Write a file. With only filePath and content, the whole file is replaced (it "
-                   "and its folders are created if missing). With lineOffset or else byteOffset, "
-                   "content is inserted there, after deleting delLines lines or else delBytes "
-                   "bytes; with lineOffset content is whole lines (a missing final newline is "
-                   "added before following text).",
+                   "and its folders are created if missing). With lineOffset, content is "
+                   "inserted there as whole lines, after deleting delLines lines.",
     "parameters": {"type": "object", "required": ["filePath", "content"], "properties": {
         "filePath": {"type": "string", "description": "The file to write."},
         "content": {"type": "string", "description": "The text to write (may be empty)."},
         "lineOffset": {"type": "integer", "description": "1-indexed line, as read numbers it; "
                        "past the end appends."},
-        "byteOffset": {"type": "integer", "description": "0-indexed byte to write at."},
-        "delLines": {"type": "integer", "description": "Lines to delete there first."},
-        "delBytes": {"type": "integer", "description": "Bytes to delete there first."}}}}
+        "delLines": {"type": "integer", "description": "Lines to delete there first."}}}}
 
 def path_argument(args):
     """The filePath argument with ~ expanded; ValueError when missing."""
@@ -3591,7 +3568,7 @@ def model_line(line):
         " [... line cut: %d bytes in all]" % len(line)
 
 def write_tool(cfg, args):
-    """The write tool: replace a whole file, or splice content in at a line or byte offset."""
+    """The write tool: replace a whole file, or splice content in at a line."""
     refused = sandbox_refusal(cfg, args)
     if refused:
         return refused
@@ -3600,8 +3577,9 @@ def write_tool(cfg, args):
         content = args.get("content")
         if not isinstance(content, str):
             raise ValueError("content must be a string (it may be empty)")
-        offsets = [int_argument(args, name, low) for name, low in
-                   (("lineOffset", 1), ("byteOffset", 0), ("delLines", 0), ("delBytes", 0))]
+        if {"byteOffset", "delBytes"} & set(args):   # a whole write would lose the file
+            raise ValueError("byte offsets are gone: use lineOffset and delLines")
+        line, del_lines = int_argument(args, "lineOffset", 1), int_argument(args, "delLines", 0)
     except ValueError as e:
         return "error: write: %s" % e
     data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
@@ -3617,41 +3595,33 @@ def write_tool(cfg, args):
                    "replaces only regular files" % path
         if os.path.exists(target) and not os.access(target, os.W_OK):
             return "error: %s is read-only" % path
-        if offsets == [None] * 4:
+        if line is None and del_lines is None:
             existed = os.path.exists(target)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             write_private_file(target, data, keep_mode=True)
             return "wrote %d bytes to %s (%d lines%s)" % (
                 len(data), path, count_lines(data), "" if existed else ", new file")
-        return splice(target, path, data, *offsets)
+        return splice(target, path, data, line or 1, del_lines or 0)
     except FileNotFoundError:
         return "error: %s does not exist; to create it, give only filePath and content" % path
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
-def splice(target, path, data, line, byte, del_lines, del_bytes):
-    """Splice data into target at a line or byte offset, after deleting lines or bytes there."""
+def splice(target, path, data, line, del_lines):
+    """Splice data into target at a line, after deleting del_lines lines there."""
     old = whole_file(target)
-    by_line = line is not None or (byte is None and del_lines is not None)
-    line, byte = line or 1, byte or 0
-    start, passed = skip_lines(old, 0, line - 1) if by_line else (min(byte, len(old)), 0)
-    past = passed < line - 1 if by_line else byte > len(old)
-    end = skip_lines(old, start, del_lines)[0] if del_lines is not None else min(
-        start + (del_bytes or 0), len(old))
-    lead = b"\n" if by_line and past and old[start - 1:start] not in (b"", b"\n") else b""
+    start, passed = skip_lines(old, 0, line - 1)
+    end = skip_lines(old, start, del_lines)[0]
+    lead = b"\n" if old[start - 1:start] not in (b"", b"\n") else b""   # (past the end)
     # keep lines whole: "X" inserted before "b\n" must not become "Xb"
-    text = data + (b"\n" if by_line and data[-1:] not in (b"", b"\n") and end < len(old) else b"")
+    text = data + (b"\n" if data[-1:] not in (b"", b"\n") and end < len(old) else b"")
     new = old[:start] + lead + text + old[end:]
     write_private_file(target, new, keep_mode=True)
-    in_lines = del_lines is not None or (by_line and del_bytes is None)
-    deleted = "%d lines" % count_lines(old[start:end]) if in_lines else "%d bytes" % (end - start)
-    unit, at, before, now, count = ("line", line, count_lines(old), count_lines(new),
-                                    count_lines(text)) if by_line else (
-        "byte", byte, len(old), len(new), len(text))
-    where = ("appended at the end of %s (%sOffset %d is past its %d %ss)" % (
-        path, unit, at, before, unit) if past else "spliced at %s %d of %s" % (unit, at, path))
-    return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (
-        where, deleted, count, unit, now, unit)
+    where = ("appended at the end of %s (lineOffset %d is past its %d lines)" % (
+        path, line, count_lines(old)) if passed < line - 1 else "spliced at line %d of %s" % (
+        line, path))
+    return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
+        where, count_lines(old[start:end]), count_lines(text), count_lines(new))
 
 def skip_lines(data, at, lines):
     """(the offset lines lines on from at, else data's end; how many newlines were passed)."""

@@ -191,20 +191,6 @@ class WriteTest(Workspace):
         self.write(filePath=self.file, content="e\n", lineOffset=5)   # the line after the last
         self.assertEqual(self.content(self.file), b"a\nb\nc\nd\ne\n")
 
-    def test_byte_offset_with_del_bytes(self):
-        self.assertEqual(self.write(filePath=self.file, content="XY", byteOffset=2, delBytes=3),
-                         "spliced at byte 2 of %s: deleted 3 bytes, inserted 2 bytes (now 7 bytes)"
-                         % self.file)
-        self.assertEqual(self.content(self.file), b"a\nXY\nd\n")   # "b\nc" went
-
-    def test_line_offset_wins_over_byte_offset(self):
-        self.write(filePath=self.file, content="X\n", lineOffset=4, byteOffset=0)
-        self.assertEqual(self.content(self.file), b"a\nb\nc\nX\nd\n")
-
-    def test_del_lines_wins_over_del_bytes(self):
-        self.write(filePath=self.file, content="", lineOffset=1, delLines=1, delBytes=6)
-        self.assertEqual(self.content(self.file), b"b\nc\nd\n")
-
     def test_bad_arguments_are_error_text(self):
         bad = ({"content": "x"}, {"filePath": "", "content": "x"}, {"filePath": self.file},
                {"filePath": self.file, "content": 5},

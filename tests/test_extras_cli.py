@@ -404,21 +404,19 @@ class ToolsKeyTests(ExtrasCase):
         self.assertEqual(results["c3"], "error: no such file or directory: gone.txt")
         self.assertEqual(results["c4"], "7: line 7")
 
-    def test_write_whole_line_and_byte_splices(self):
+    def test_write_whole_and_line_splices(self):
         path = self.ws.write("a.txt", "one\ntwo\nthree\nfour\n")
         _, body = self.run_calls([
             ("w1", "write", {"filePath": "new/dir/b.txt", "content": "fresh\n"}),
             ("w2", "write", {"filePath": "a.txt", "content": "TWO", "lineOffset": 2, "delLines": 2}),
-            ("w3", "write", {"filePath": "a.txt", "content": "ON", "byteOffset": 0, "delBytes": 3}),
             ("w4", "write", {"filePath": "a.txt", "content": "end", "lineOffset": 99}),
             ("w5", "write", {"filePath": "missing.txt", "content": "x", "lineOffset": 1})])
         results = self.tool_results(body)
         self.assertEqual(read_text(os.path.join(self.ws.work, "new/dir/b.txt")), "fresh\n")
         self.assertEqual(results["w1"], "wrote 6 bytes to new/dir/b.txt (1 lines, new file)")
         self.assertEqual(results["w2"], "spliced at line 2 of a.txt: deleted 2 lines, inserted 1 lines (now 3 lines)")
-        self.assertEqual(results["w3"], "spliced at byte 0 of a.txt: deleted 3 bytes, inserted 2 bytes (now 12 bytes)")
         self.assertIn("appended at the end of a.txt (lineOffset 99 is past its 3 lines)", results["w4"])
-        self.assertEqual(read_text(path), "ON\nTWO\nfour\nend")
+        self.assertEqual(read_text(path), "one\nTWO\nfour\nend")
         self.assertIn("error: missing.txt does not exist", results["w5"])
         self.assertFalse(os.path.exists(os.path.join(self.ws.work, "missing.txt")))
 
@@ -427,12 +425,12 @@ class ToolsKeyTests(ExtrasCase):
         path = self.ws.write("legacy.txt", "hello there")
         _, body = self.run_calls([
             ("b1", "bash", {"command": "echo via-bash"}),
-            ("b2", "write_file", {"filePath": "legacy.txt", "content": "HOWDY", "byteOffset": 0, "delBytes": 5})],
+            ("b2", "write_file", {"filePath": "legacy.txt", "content": "HOWDY", "lineOffset": 1, "delLines": 1})],
             tools="shell_exec,write")
         results = self.tool_results(body)
         self.assertEqual(results["b1"], "via-bash\n\n\nexit: 0")
-        self.assertEqual(read_text(path), "HOWDY there")
-        self.assertTrue(results["b2"].startswith("spliced at byte 0 of legacy.txt"), results["b2"])
+        self.assertEqual(read_text(path), "HOWDY")
+        self.assertTrue(results["b2"].startswith("spliced at line 1 of legacy.txt"), results["b2"])
 
     def test_read_is_unknown_unless_listed(self):
         _, body = self.run_calls([("r1", "read", {"filePath": "model.cfg"})], tools="shell_exec,run_subagent")
