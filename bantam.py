@@ -3012,10 +3012,8 @@ HOOKS["connect"].append(connect_endpoint)
 # tightens across the layers of settings, and the secrets kept from the commands
 # ----------------------------------------------------------------------------------------
 
-# A cloned repository is not the user: its ./model.cfg sets the keys of NEEDS_TRUST only in a
-# folder the user trusts (the yes covers the values seen: their fingerprint is kept), and the
-# amounts of TIGHTEN_ONLY only to tighten (a looser one is said, not used). Across all layers
-# deny is joined and the strictest value of a STRICTER key wins, unless a flag sets it.
+# A cloned repository is not the user: its ./model.cfg sets NEEDS_TRUST only when trusted (the
+# yes covers the values seen) and TIGHTEN_ONLY only to tighten; deny joins; STRICTER: strictest.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
@@ -3064,8 +3062,8 @@ def settle_secrets(cfg):
         cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
 
 def settle(cfg, trust=None):
-    """cfg with the folder's keys, deny and STRICTER re-taken by the rules of trust (None: as
-    remembered; True; False: the user said no); cfg["sources"] gets what trust_folder needs."""
+    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered; True;
+    False: the user said no); cfg["sources"] gets what trust_folder needs."""
     sources, layers = cfg["sources"], cfg["sources"]["layers"]
     mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
@@ -3148,14 +3146,10 @@ def folder_text(cfg, name, text):
         cfg["sources"]["hidden"][name] = ["U+%04X" % ord(c) for c in found]
     return clean_for_model(text) if found else text
 
-def folders_file():
-    """~/.bantam/folders.json: what the user said about folders, by folder."""
-    return bantam_home("folders.json")
-
 def folder_memory():
     """{folder: {"trusted": bool, "fingerprint": {key: hash}}} ({} if none)."""
     try:
-        with open(folders_file(), encoding="utf-8") as f:
+        with open(bantam_home("folders.json"), encoding="utf-8") as f:
             memory = json.load(f)
         return memory if isinstance(memory, dict) else {}
     except (OSError, ValueError):
@@ -3169,9 +3163,10 @@ def value_print(raw):
 def remember_folder(**facts):
     """Remember facts of this folder (None forgets one), locked: runs sharing a HOME add up."""
     import fcntl
+    path = bantam_home("folders.json")
     try:
-        os.makedirs(os.path.dirname(folders_file()), mode=0o700, exist_ok=True)
-        with open(os.open(folders_file() + ".lock", os.O_RDWR | os.O_CREAT, 0o600)) as lock:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)) as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)   # (let go when closed)
             except OSError:   # a file system without locks: none is held
@@ -3179,7 +3174,7 @@ def remember_folder(**facts):
             memory = folder_memory()
             mine = dict(memory.get(os.getcwd(), {}), **facts)
             memory[os.getcwd()] = {name: value for name, value in mine.items() if value is not None}
-            write_private_file(folders_file(), json.dumps(memory, indent=1))
+            write_private_file(path, json.dumps(memory, indent=1))
     except OSError as e:
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
@@ -3199,11 +3194,9 @@ def trust_folder(cfg, args, interactive, reload):
         return reload(True)
     asking = changes and (said is True or said is None and any(k in NEEDS_TRUST for k in changes))
     if asking and not interactive and said is None:   # a remembered answer holds in batch mode
-        own = " (your own server, even on this machine? bantam -e %s)" % shown["endpoint"] \
-            if "endpoint" in shown else ""
         raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
                           "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
-                          "runners), or answer once in the REPL%s" % (what, own))
+                          "runners), or answer once in the REPL" % what)
     if asking and interactive:
         since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
         said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
@@ -3212,11 +3205,9 @@ def trust_folder(cfg, args, interactive, reload):
         if said:
             return reload(True)
     elif said is not False:   # settle kept to the user's own values already: say why
-        sources["trust_note"] = ("[this folder's model.cfg changed since you trusted it (%s): not "
-                                 "used until you trust it again (bantam --trust, or answer in the "
-                                 "REPL)]" % ", ".join(changed)) if said and changed else (
-            "[not used: this folder's model.cfg would loosen %s; the folder is not trusted "
-            "(bantam --trust to trust it)]" % what)
+        sources["trust_note"] = "[not used: this folder's model.cfg %s (bantam --trust to " \
+            "trust it)]" % ("changed since you trusted it: " + ", ".join(changed) if said and
+                            changed else "would loosen %s; it is not trusted" % what)
         return cfg
     cfg = reload(False)
     cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only " \
@@ -3238,8 +3229,7 @@ def shown_untrusted(key, value):
         m.group()), terminal_safe(redact({"run": {"secrets": secrets}}, str(value))))
 
 def hide_secrets(cfg):
-    """Keep the secrets from the user's other processes: *** in /proc/self's environ and
-    cmdline, and non-dumpable (no /proc/<pid>/mem, environ); Linux, and not from root."""
+    """Linux: *** over the secrets in /proc/self's environ and cmdline, and not dumpable."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
     if not secrets or not sys.platform.startswith("linux"):
         return
@@ -3256,8 +3246,7 @@ def hide_secrets(cfg):
     except (OSError, ValueError, IndexError, AttributeError):
         pass
 
-# Query parameters that carry a credential: a name holding one of these words (api-key,
-# access_token, X-Amz-Signature...), or code and pwd as the whole name (not country_code).
+# Query parameters that carry a credential (api-key, X-Amz-Signature, code but not country_code)
 CREDENTIAL_PARAMETER = re.compile(r"key|token|secret|pass|sig|auth|credential|jwt|^(code|pwd)$",
                                   re.I)
 
@@ -3273,8 +3262,7 @@ def url_secrets(url):
         value for name, _, value in named if CREDENTIAL_PARAMETER.search(name)]
 
 def withheld_variables(cfg):
-    """The variables kept from commands: bantam's own, those holding a secret, and those of
-    shell_env_exclude but not shell_env_keep."""
+    """The variables kept from commands: bantam's, a secret's, shell_env_exclude's not kept."""
     import fnmatch
     secrets, exclude = secrets_of(cfg), cfg.get("shell_env_exclude", "")
     patterns = [fnmatch.translate(p.strip()) for p in exclude.split(",")
@@ -3306,9 +3294,8 @@ HOOKS["spawn"].append(scrub_environment)
 # seccomp) enforce in the command's process between fork and exec (the spawn hook)
 # ----------------------------------------------------------------------------------------
 
-# Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8,
-# REMOVE_* and MAKE_* to 1 << 12; then REFER (ABI 2), TRUNCATE (3), IOCTL_DEV (5), and TCP
-# (BIND 1, CONNECT 2: ABI 4). A ruleset denies what its ABI knows, unless a rule allows it.
+# Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8...
+# A ruleset denies what its ABI knows, unless a rule allows it; TCP BIND 1, CONNECT 2 (ABI 4).
 ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
 FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
@@ -3330,9 +3317,9 @@ def landlock(call, *args):
 def sandbox_roots(cfg):
     """(the folders commands may write in, the paths hidden from them: ~/.bantam, the history)."""
     roots = [os.getcwd()] * (cfg["sandbox"] == "workspace") + [os.environ.get("TMPDIR") or "/tmp"]
-    real = lambda paths: [os.path.realpath(path) for path in paths]
-    return [p for p in real(roots + ["/dev/shm"]) if os.path.isdir(p)], real(
-        [bantam_home(), history_path()])
+    roots = [os.path.realpath(p) for p in roots + ["/dev/shm"]]
+    return [p for p in roots if os.path.isdir(p)], [os.path.realpath(bantam_home()),
+                                                    os.path.realpath(history_path())]
 
 def within(path, folders):
     """Is path one of folders, or beneath one?"""
@@ -3433,7 +3420,7 @@ def sandbox_refusal(cfg, args, reading=False):
     """Why the sandbox keeps a file tool from args' path (write: outside the roots), or ''."""
     mode = sandbox_of(cfg)[0]
     try:
-        path = os.path.realpath(tool_path(args)) if mode else ""
+        path = os.path.realpath(tool_path(args))
     except ValueError:
         return ""   # the tool says what is wrong with its arguments
     roots, hidden = sandbox_roots(cfg) if mode else ([path], [])
@@ -3495,12 +3482,9 @@ def tool_path(args):
 def int_argument(args, name, low):
     """args[name] as an int >= low (JSON's 10.0 too), None when absent or null; ValueError."""
     value = args.get(name)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError("%s must be an integer, got %r" % (name, value))
-    if value is not None and value < low:
-        raise ValueError("%s must be %d or more, got %d" % (name, low, value))
+    value = int(value) if isinstance(value, float) and value.is_integer() else value
+    if value is not None and (type(value) is not int or value < low):
+        raise ValueError("%s must be an integer of %d or more, got %r" % (name, low, value))
     return value
 
 def count_lines(data):
