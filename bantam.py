@@ -3194,9 +3194,10 @@ def trust_folder(cfg, args, interactive, reload):
         return reload(True)
     asking = changes and (said is True or said is None and any(k in NEEDS_TRUST for k in changes))
     if asking and not interactive and said is None:   # a remembered answer holds in batch mode
+        own = " (your own server? bantam -e %s)" % shown["endpoint"] if "endpoint" in shown else ""
         raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
                           "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
-                          "runners), or answer once in the REPL" % what)
+                          "runners), or answer once in the REPL%s" % (what, own))
     if asking and interactive:
         since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
         said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
@@ -3206,7 +3207,7 @@ def trust_folder(cfg, args, interactive, reload):
             return reload(True)
     elif said is not False:   # settle kept to the user's own values already: say why
         sources["trust_note"] = "[not used: this folder's model.cfg %s (bantam --trust to " \
-            "trust it)]" % ("changed since you trusted it: " + ", ".join(changed) if said and
+            "trust it)]" % ("changed since you trusted it (%s)" % ", ".join(changed) if said and
                             changed else "would loosen %s; it is not trusted" % what)
         return cfg
     cfg = reload(False)
@@ -3572,11 +3573,8 @@ def write_tool(cfg, args):
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
             return "error: %s is a symlink that leads outside the working folder (to %s); " \
                    "write does not follow it" % (path, target)
-        if os.path.isdir(target):
-            return "error: %s is a directory" % path
         if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
-            return "error: %s is not a regular file (a FIFO, device or socket); write " \
-                   "replaces only regular files" % path
+            return "error: %s is not a regular file: write replaces only regular files" % path
         if os.path.exists(target) and not os.access(target, os.W_OK):
             return "error: %s is read-only" % path
         if line is None and del_lines is None:
@@ -3593,27 +3591,18 @@ def write_tool(cfg, args):
 
 def splice(target, path, data, line, del_lines):
     """Splice data into target at a line, after deleting del_lines lines there."""
-    old = whole_file(target)
-    start, passed = skip_lines(old, 0, line - 1)
-    end = skip_lines(old, start, del_lines)[0]
-    lead = b"\n" if old[start - 1:start] not in (b"", b"\n") else b""   # (past the end)
+    lines = re.findall(rb"[^\n]*\n|[^\n]+\Z", whole_file(target))
+    head, cut = b"".join(lines[:line - 1]), lines[line - 1:][:del_lines]
+    tail = b"".join(lines[line - 1 + del_lines:])
+    lead = b"\n" if head[-1:] not in (b"", b"\n") else b""   # past a last line without one
     # keep lines whole: "X" inserted before "b\n" must not become "Xb"
-    text = data + (b"\n" if data[-1:] not in (b"", b"\n") and end < len(old) else b"")
-    new = old[:start] + lead + text + old[end:]
+    text = data + (b"\n" if data[-1:] not in (b"", b"\n") and tail else b"")
+    new = head + lead + text + tail
     write_private_file(target, new, keep_mode=True)
-    where = ("appended at the end of %s (lineOffset %d is past its %d lines)" % (
-        path, line, count_lines(old)) if passed < line - 1 else "spliced at line %d of %s" % (
-        line, path))
+    where = "spliced at line %d of %s" % (line, path) if line <= len(lines) + 1 else \
+        "appended at the end of %s (lineOffset %d is past its %d lines)" % (path, line, len(lines))
     return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
-        where, count_lines(old[start:end]), count_lines(text), count_lines(new))
-
-def skip_lines(data, at, lines):
-    """(the offset lines lines on from at, else data's end; how many newlines were passed)."""
-    for passed in range(lines):
-        at = data.find(b"\n", at) + 1
-        if not at:
-            return len(data), passed
-    return at, lines
+        where, len(cut), count_lines(text), count_lines(new))
 
 # Other agents' tool names that models trained on them still call:
 TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
