@@ -3049,8 +3049,7 @@ def normal_endpoint(url, where):
     """The endpoint without /chat/completions (bantam adds it); ConfigError if not http(s)."""
     cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)   # (parse_value cut the /)
     if cut != url:
-        note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
-             "warning")
+        note({}, "%s: endpoint: using %s (bantam adds /chat/completions)" % (where, cut), "warning")
     if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
         raise ConfigError("%s: endpoint: expected an http:// or https:// URL with a host (and "
                           "a port number after a ':'), got %r" % (where, url))
@@ -3111,10 +3110,9 @@ def add_prompt_extras(cfg):
     if missing:   # the prompt names both: say which one this session leaves out
         extras.append("In this session %s %s not available."
                       % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
-    if cfg["bantam_tools_dir"]:
-        extras.append("Extra shell tools can be found at %s" % cfg["bantam_tools_dir"])
-    if cfg["bantam_skills_dir"]:
-        extras.append("Skills may be discovered and invoked from %s" % cfg["bantam_skills_dir"])
+    extras += [text % cfg[key] for key, text in (
+        ("bantam_tools_dir", "Extra shell tools can be found at %s"),
+        ("bantam_skills_dir", "Skills may be discovered and invoked from %s")) if cfg[key]]
     path = cfg["project_instructions"] and folder_file("AGENTS.md")
     sources.update(project_instructions_file=None, project_instructions_cut=None, hidden={})
     try:
@@ -3167,10 +3165,7 @@ def remember_folder(**facts):
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         with open(os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)) as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX)   # (let go when closed)
-            except OSError:   # a file system without locks: none is held
-                pass
+            fcntl.flock(lock, fcntl.LOCK_EX)   # (let go when closed)
             memory = folder_memory()
             mine = dict(memory.get(os.getcwd(), {}), **facts)
             memory[os.getcwd()] = {name: value for name, value in mine.items() if value is not None}
@@ -3240,16 +3235,14 @@ def hide_secrets(cfg):
             fields = f.read().rpartition(b")")[2].split()
         start, end = int(fields[45]), int(fields[48])
         block = ctypes.string_at(start, end - start)
-        for secret in secrets:
-            for found in re.finditer(re.escape(secret), block):
-                ctypes.memset(start + found.start(), ord("*"), len(secret))
+        for found in re.finditer(b"|".join(map(re.escape, sorted(secrets, key=len)[::-1])), block):
+            ctypes.memset(start + found.start(), ord("*"), found.end() - found.start())
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
     except (OSError, ValueError, IndexError, AttributeError):
         pass
 
 # Query parameters that carry a credential (api-key, X-Amz-Signature, code but not country_code)
-CREDENTIAL_PARAMETER = re.compile(r"key|token|secret|pass|sig|auth|credential|jwt|^(code|pwd)$",
-                                  re.I)
+CREDENTIAL_PARAMETER = re.compile(r"(?i)key|token|secret|pass|sig|auth|credential|jwt|^(code|pwd)$")
 
 def url_secrets(url):
     """A URL's credentials: its password (else user name: TOKEN@host), its query's keys."""
@@ -3290,9 +3283,8 @@ HOOKS["spawn"].append(scrub_environment)
 
 
 # ----------------------------------------------------------------------------------------
-# The sandbox: commands write only in the working and temporary folders (sandbox=workspace)
-# or the temporary one (read-only), with no socket if sandbox_network=false, as Landlock (and
-# seccomp) enforce in the command's process between fork and exec (the spawn hook)
+# The sandbox: commands write only here and in temp (workspace) or in temp (read-only), with no
+# socket if sandbox_network=false: Landlock and seccomp, between fork and exec (the spawn hook)
 # ----------------------------------------------------------------------------------------
 
 # Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8...
@@ -3425,12 +3417,10 @@ def sandbox_refusal(cfg, args, reading=False):
     except ValueError:
         return ""   # the tool says what is wrong with its arguments
     roots, hidden = sandbox_roots(cfg) if mode else ([path], [])
-    if not reading and (within(path, hidden) or not within(path, roots)):
-        return "error: sandbox=%s: writes outside %s are refused: %s" % (
-            mode, ", ".join(roots), path)
-    if within(path, hidden):
-        return "error: sandbox=%s: bantam's own files (%s) cannot be read: %s" % (
-            mode, ", ".join(hidden), path)
+    if within(path, hidden) or not reading and not within(path, roots):
+        why = "bantam's own files (%s) cannot be read" % ", ".join(hidden) if reading else \
+            "writes outside %s are refused" % ", ".join(roots)
+        return "error: sandbox=%s: %s: %s" % (mode, why, path)
     return ""
 
 
@@ -3438,9 +3428,8 @@ HOOKS["spawn"].append(sandboxed)
 
 
 # ----------------------------------------------------------------------------------------
-# The file tools, read and write (offered when the tools key names them): read shows a
-# file's numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a folder's
-# entries; write replaces a whole file or splices content in at a line
+# The file tools (offered when the tools key names them): read shows a file's numbered lines
+# (write's lineOffset) or a folder's entries; write replaces a whole file or splices in lines
 # ----------------------------------------------------------------------------------------
 
 READ_LIMIT = 2000       # lines shown when no limit is given
@@ -3450,9 +3439,8 @@ HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" h
 FILE_LIMIT = 64 << 20   # read and splice take a file whole: a larger one is bash's (sed, tail)
 
 READ_SCHEMA = {
-    "description": "Read a text file as numbered lines '<line>: <content>' (the numbers are the "
-                   "lineOffset values of write), or list a directory (subdirectories end with "
-                   "'/'). Long files come in pages: a last line says which offset reads on.",
+    "description": "Read a text file as numbered lines '<line>: <content>' (write's lineOffset), "
+                   "or list a directory (subfolders end with '/'); a last line says how to go on.",
     "parameters": {"type": "object", "required": ["filePath"], "properties": {
         "filePath": {"type": "string", "description": "The file or directory to read."},
         "offset": {"type": "integer", "description": "The first line to show (default 1)."},
@@ -3465,8 +3453,7 @@ WRITE_SCHEMA = {
     "parameters": {"type": "object", "required": ["filePath", "content"], "properties": {
         "filePath": {"type": "string", "description": "The file to write."},
         "content": {"type": "string", "description": "The text to write (may be empty)."},
-        "lineOffset": {"type": "integer", "description": "1-indexed line, as read numbers it; "
-                       "past the end appends."},
+        "lineOffset": {"type": "integer", "description": "1-indexed line; past the end appends."},
         "delLines": {"type": "integer", "description": "Lines to delete there first."}}}}
 
 def path_argument(args):
@@ -3523,8 +3510,7 @@ def read_tool(cfg, args):
         else:
             data = whole_file(where)
             if b"\0" in data[:BINARY_SNIFF]:   # text has no NULs; binary wastes context
-                return "error: %s looks like a binary file (%d bytes); inspect it with bash, " \
-                       "e.g. xxd %s | head" % (path, len(data), path)
+                return "error: %s looks like a binary file (%d bytes): use xxd" % (path, len(data))
             items = data.split(b"\n")[:count_lines(data)]
             unit, text, empty = "lines", lambda n, line: "%d: %s" % (n, model_line(line)), \
                 "empty: 0 lines"
@@ -3571,8 +3557,7 @@ def write_tool(cfg, args):
     target = os.path.realpath(tool_path(args))   # through a symlink, not replacing the link
     try:
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
-            return "error: %s is a symlink that leads outside the working folder (to %s); " \
-                   "write does not follow it" % (path, target)
+            return "error: %s is a symlink to outside the working folder: %s" % (path, target)
         if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
             return "error: %s is not a regular file: write replaces only regular files" % path
         if os.path.exists(target) and not os.access(target, os.W_OK):
@@ -3595,8 +3580,7 @@ def splice(target, path, data, line, del_lines):
     head, cut = b"".join(lines[:line - 1]), lines[line - 1:][:del_lines]
     tail = b"".join(lines[line - 1 + del_lines:])
     lead = b"\n" if head[-1:] not in (b"", b"\n") else b""   # past a last line without one
-    # keep lines whole: "X" inserted before "b\n" must not become "Xb"
-    text = data + (b"\n" if data[-1:] not in (b"", b"\n") and tail else b"")
+    text = data + (b"\n" if data[-1:] not in (b"", b"\n") and tail else b"")   # not "Xb\n"
     new = head + lead + text + tail
     write_private_file(target, new, keep_mode=True)
     where = "spliced at line %d of %s" % (line, path) if line <= len(lines) + 1 else \
