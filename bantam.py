@@ -2571,13 +2571,8 @@ HOOKS["connect"].append(connect_endpoint)
 # tightens across the layers of settings, and the secrets kept from the commands
 # ----------------------------------------------------------------------------------------
 
-# What a folder's own ./model.cfg may set: a cloned repository is not the user. The keys of
-# NEEDS_TRUST steer bantam (whom it talks to, what runs, where it writes, what it deletes):
-# they come from the user's own settings (flags, --config, ~/.bantam/model.cfg, BANTAM_<KEY>)
-# or a folder the user trusts. The leash only tightens across layers: deny is joined from
-# every layer, and the strictest value of STRICTER keys wins, unless a flag sets it. An
-# untrusted folder may only tighten the amounts of TIGHTEN_ONLY. The rest is harmless. A yes
-# covers the values the user saw: their fingerprint is remembered with it.
+# A cloned repository is not the user: its ./model.cfg sets NEEDS_TRUST only when trusted (the
+# yes covers the values seen) and TIGHTEN_ONLY only to tighten; deny joins; STRICTER: strictest.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
@@ -2589,322 +2584,207 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
 
-# Amounts that let a turn run longer, send more or cost more. An untrusted folder may tighten
-# them (its value is used when at least as strict as the user's own layers give), never
-# loosen them: its looser value needs trust, but alone is no reason to stop or ask (the
-# user's own value is safe), so it is said and not used. They are not STRICTER: among the
-# user's own layers the first still wins (BANTAM_TIMEOUT=600 over the file's 60).
-TIGHTEN_ONLY = {   # key: what it decides (said as NEEDS_TRUST's are)
-    "shell_timeout": "how long a command may run",
-    "timeout": "how long a stalled reply is waited for",
-    "first_byte_timeout": "how long a reply is waited for",
-    "final_answer_timeout": "how long the final answer is waited for",
-    "backoff": "how often and how long failed requests are retried",
-    "max_tool_res": "how much command output the model is sent",
-    "max_calls_per_reply": "how many tool calls of a reply run",
-    "max_repair_calls": "how many extra model calls a turn may make",
-    "max_reasoning": "how much reasoning is kept and sent back",
-    "context_window": "how much is sent before compacting",
-    "price_in": "what max_cost counts", "price_out": "what max_cost counts",
-    "price_cached": "what max_cost counts"}
+TIGHTEN_ONLY = {"shell_timeout", "timeout", "first_byte_timeout", "final_answer_timeout",
+                "backoff", "max_tool_res", "max_calls_per_reply", "max_repair_calls",
+                "max_reasoning", "context_window", "price_in", "price_out", "price_cached"}
 
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
 def strictness(key, value):
-    """How strict a value of a STRICTER key is (higher is stricter): later in its CHOICES
-    (loosest first), sandbox_network false, a lower budget (0 is no limit)."""
+    """How strict a value of a STRICTER key is: higher is stricter (a budget of 0 is none)."""
     if key in CHOICES:
-        return CHOICES[key].index(value)
-    if isinstance(value, bool):
-        return not value
-    return -value if value else float("-inf")
+        return CHOICES[key].index(value)   # (loosest first)
+    return (not value) if isinstance(value, bool) else -value if value else float("-inf")
 
 def looser(cfg, key, value, than):
-    """Would a folder's value of a TIGHTEN_ONLY key loosen than (the user's own)? A lower
-    price is looser (max_cost bites later; price_cached 0 means price_in, settled before it);
-    so is a backoff with more retries or a longer wait; else a higher amount (0, where a key
-    allows it, is none: the strictest)."""
+    """Does a folder's TIGHTEN_ONLY value loosen than (the user's): costlier, longer or more?"""
     if key == "price_cached":
         value, than = value or cfg["price_in"], than or cfg["price_in"]
-    if key.startswith("price_"):
-        return value < than
     if key == "backoff":
         return len(value) > len(than) or any(v > t for v, t in zip(value, than))
-    return value > than
+    return value < than if key.startswith("price_") else value > than
 
 def normal_endpoint(url, where):
-    """The endpoint without a trailing / or /chat/completions (bantam adds it: cut, saying so);
-    a ConfigError naming where when it is not an http(s) URL with a host and a numeric port."""
+    """The endpoint without /chat/completions (bantam adds it); ConfigError if not http(s)."""
     cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)   # (parse_value cut the /)
     if cut != url:
-        note({}, "%s: endpoint: bantam adds /chat/completions itself: using %s" % (where, cut),
-             "warning")
+        note({}, "%s: endpoint: using %s (bantam adds /chat/completions)" % (where, cut), "warning")
     if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
         raise ConfigError("%s: endpoint: expected an http:// or https:// URL with a host (and "
                           "a port number after a ':'), got %r" % (where, url))
     return cut
-
 
 def settle_secrets(cfg):
     """The run's secrets Part I does not know of: the environment's not sent, an endpoint's."""
     if cfg.get("run") is not None:
         cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
 
-
 def settle(cfg, trust=None):
-    """cfg, its keys taken again from its layers by the rules of trust (above). trust: None
-    (as remembered, or BANTAM_TRUST=1), True, or False (the user said no: the folder may only
-    tighten). cfg["sources"] gets folder_config, untrusted ({key: (value,
-    "path:line")} that need trust), withheld (the environment's secrets not sent), the
-    folder's fingerprint and the keys changed since the user trusted it."""
-    layers, sources = cfg["sources"]["layers"], cfg["sources"]
-    folder = os.path.abspath("model.cfg") if any(name == "folder" for name, _ in layers) else None
-    prints, facts = folder_fingerprint(layers), folder_facts()
-    changed = changed_since_trusted(facts, prints)   # then no key of it is trusted: the old
-    # endpoint with a new key (or the user's) would be a mix the user never saw
-    trusted = trust if trust is not None else bool(folder) and (
+    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered; True;
+    False: the user said no); cfg["sources"] gets what trust_folder needs."""
+    sources, layers = cfg["sources"], cfg["sources"]["layers"]
+    mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
+    prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
+              if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
+    seen = (facts.get("fingerprint") or {}) if facts.get("trusted") is True else prints
+    changed = sorted(key for key in prints if seen.get(key) != prints[key])   # none is then used
+    trusted = trust if trust is not None else mine is not None and (
         os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
     untrusted = {}
-    for key in DEFAULTS:
+    for key in [key for key in DEFAULTS if key in (mine or ()) or key in STRICTER | {"deny"}]:
         found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
                  for kind, layer in layers for raw, where in [layer.get(key, ("", ""))]
                  if raw not in ("", "-")]   # blank or '-' defers to the next layer
         own = [f for f in found if f[0] != "folder"]
-        mine = own[0][1] if own else DEFAULTS[key]
+        users = own[0][1] if own else DEFAULTS[key]
         if found and found[0][0] == "folder" and not trusted and (
-                key in NEEDS_TRUST or key in TIGHTEN_ONLY and looser(cfg, key, found[0][1], mine)):
-            if found[0][1] != mine:
+                key in NEEDS_TRUST or key in TIGHTEN_ONLY and looser(cfg, key, found[0][1], users)):
+            if found[0][1] != users:
                 untrusted[key] = found[0][1:]
             found = own
-        elif trust is False and key not in STRICTER and key not in TIGHTEN_ONLY and key != "deny":
+        elif trust is False and key not in STRICTER | TIGHTEN_ONLY | {"deny"}:
             found = own   # the user said no: only what tightens is taken from the folder
+        if key in STRICTER and found and found[0][0] != "flag":   # a flag: the user's choice
+            found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
+        cfg[key], sources[key] = found[0][1:] if found else (DEFAULTS[key], "default")
         if key == "deny" and found:
             cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
-        elif found:
-            if key in STRICTER and found[0][0] != "flag":   # a flag is the user's explicit choice
-                found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
-            cfg[key], sources[key] = found[0][1:]
-        else:
-            cfg[key], sources[key] = DEFAULTS[key], "default"
     headers = os.environ.get("BANTAM_HEADERS")   # secrets in the environment not sent:
     held = [os.environ.get("BANTAM_API_KEY"), os.environ.get("OPENAI_API_KEY")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
     withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
-    sources.update(folder_config=folder, untrusted=untrusted, withheld=withheld,
-                   fingerprint=prints, changed=changed)
+    sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
+                   untrusted=untrusted, withheld=withheld, fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
     return cfg
 
-
 def add_prompt_extras(cfg):
-    """Set cfg["system_prompt"]: the base prompt, what this session changes in it (the tools),
-    the tools and skills folders, and AGENTS.md (a project's instructions for coding agents)."""
-    extras = []
-    enabled = cfg["tools"].split(",")
-    more = [name for name in ("read", "write") if name in enabled]
-    if more:
-        extras.append("You also have %s." % " and ".join(FILE_TOOL_LINES[name] for name in more))
+    """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
+    enabled, sources = cfg["tools"].split(","), cfg["sources"]
+    more = [FILE_TOOL_LINES[name] for name in ("read", "write") if name in enabled]
     missing = [name for name in ("shell_exec", "run_subagent") if name not in enabled]
+    extras = ["You also have %s." % " and ".join(more)] if more else []
     if missing:   # the prompt names both: say which one this session leaves out
         extras.append("In this session %s %s not available."
                       % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
-    if cfg["bantam_tools_dir"]:
-        extras.append("Extra shell tools can be found at %s" % cfg["bantam_tools_dir"])
-    if cfg["bantam_skills_dir"]:
-        extras.append("Skills may be discovered and invoked from %s" % cfg["bantam_skills_dir"])
+    extras += [text % cfg[key] for key, text in (
+        ("bantam_tools_dir", "Extra shell tools can be found at %s"),
+        ("bantam_skills_dir", "Skills may be discovered and invoked from %s")) if cfg[key]]
     path = cfg["project_instructions"] and folder_file("AGENTS.md")
-    cfg["sources"].update(project_instructions_file=None, project_instructions_cut=None, hidden={})
-    if path:
-        try:
+    sources.update(project_instructions_file=None, project_instructions_cut=None, hidden={})
+    try:
+        if path:
             with open(path, encoding="utf-8-sig", errors="replace") as f:
                 text = f.read(PROJECT_DOC_LIMIT)
             extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
                           % (os.getcwd(), folder_text(cfg, "AGENTS.md", text.strip())))
-            cfg["sources"]["project_instructions_file"] = path
+            sources["project_instructions_file"] = path
             if len(text) == PROJECT_DOC_LIMIT and os.path.getsize(path) > PROJECT_DOC_LIMIT:
-                cfg["sources"]["project_instructions_cut"] = os.path.getsize(path)
-        except OSError as e:
-            note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
-    base = cfg["sources"]["base_system_prompt"]
-    if cfg["sources"]["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
+                sources["project_instructions_cut"] = os.path.getsize(path)
+    except OSError as e:
+        note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
+    base = sources["base_system_prompt"]
+    if sources["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
         base = folder_text(cfg, "system.txt", base)
     cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
         if extras else base
 
 PROJECT_DOC_LIMIT = 65536   # characters of AGENTS.md used: every request carries them
 
+FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
+                   "write": "write (a whole file, or a splice at a line)"}
+
 def folder_text(cfg, name, text):
-    """A folder's text for the system prompt, without the characters that can hide
-    instructions (bidi overrides, zero-width...); those found are kept for the note that
-    says the file is used (cfg["sources"]["hidden"])."""
+    """A folder's text without the characters that can hide instructions (said later)."""
     found = sorted(set(re.findall(INVISIBLE, text)))
     if found:
         cfg["sources"]["hidden"][name] = ["U+%04X" % ord(c) for c in found]
     return clean_for_model(text) if found else text
 
-def shown_plainly(text):
-    """Text the folder wrote, for the user's eyes: its control characters as terminal_safe
-    shows them, the invisible ones (bidi overrides, zero-width...) as <U+202E>."""
-    return re.sub(INVISIBLE, lambda m: "<U+%04X>" % ord(m.group()), terminal_safe(text))
-
-FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
-                   "write": "write (a whole file, or a splice at a line or byte offset)"}
-
-class locked:
-    """with locked(path): path is read and rewritten by one process at a time (runs sharing a
-    HOME would each write back what they read, dropping the others' changes): an exclusive
-    lock on path.lock, a file of its own (path itself is replaced by each write). Where no
-    lock can be had (a file system without locks), none is held."""
-
-    def __init__(self, path):
-        self.path, self.fd = path + ".lock", None
-
-    def __enter__(self):
-        import fcntl
-        try:
-            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)   # (let go when the file is closed)
-        except OSError:
-            pass
-
-    def __exit__(self, *stop):
-        if self.fd is not None:
-            os.close(self.fd)
-
-def folders_file():
-    """~/.bantam/folders.json: what the user said about folders (trusted or not)."""
-    return bantam_home("folders.json")
-
 def folder_memory():
-    """{folder: {"trusted": bool, "sandbox": mode}} as remembered ({} if none)."""
+    """{folder: {"trusted": bool, "fingerprint": {key: hash}}} ({} if none)."""
     try:
-        with open(folders_file(), encoding="utf-8") as f:
+        with open(bantam_home("folders.json"), encoding="utf-8") as f:
             memory = json.load(f)
         return memory if isinstance(memory, dict) else {}
     except (OSError, ValueError):
         return {}
-
-def folder_facts():
-    """What the user said about this folder (--trust, the REPL): {"trusted", "sandbox"}."""
-    return folder_memory().get(os.getcwd(), {})
-
-def folder_fingerprint(layers):
-    """{key: sha256 of its value} of the keys the folder's model.cfg sets whose use trust
-    decides (NEEDS_TRUST, TIGHTEN_ONLY): what a yes covers, remembered with it. The rest of
-    the file is left out, so a new model or temperature does not ask again."""
-    folder = dict(layers).get("folder", {})
-    return {key: value_print(raw) for key, (raw, _) in folder.items()
-            if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
 
 def value_print(raw):
     """The fingerprint of a value as the file writes it (a hash: no key is kept in clear)."""
     import hashlib
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()
 
-def changed_since_trusted(facts, prints):
-    """The keys whose values (prints) are new or not those the user trusted, when the folder
-    is remembered as trusted; a key the folder no longer sets falls back to the user's own,
-    which asks nothing. A yes remembered without a fingerprint (by an older bantam) is
-    taken for the values of now, and trust_folder remembers them: re-asking in every folder
-    the user trusted would teach answering y unread, and from then on a change is caught."""
-    seen = facts.get("fingerprint")
-    if facts.get("trusted") is not True or not isinstance(seen, dict):
-        return []
-    return sorted(key for key, value in prints.items() if seen.get(key) != value)
-
 def remember_folder(**facts):
-    """Remember facts about the current folder in ~/.bantam/folders.json (mode 0600); a fact
-    of None is forgotten."""
+    """Remember facts of this folder (None forgets one), locked: runs sharing a HOME add up."""
+    import fcntl
+    path = bantam_home("folders.json")
     try:
-        with locked(folders_file()):   # what other runs remembered meanwhile stays
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)) as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)   # (let go when closed)
             memory = folder_memory()
-            mine = memory.setdefault(os.getcwd(), {})
-            mine.update(facts)
-            for name in [name for name, value in facts.items() if value is None]:
-                del mine[name]
-            write_private_file(folders_file(), json.dumps(memory, indent=1))
+            mine = dict(memory.get(os.getcwd(), {}), **facts)
+            memory[os.getcwd()] = {name: value for name, value in mine.items() if value is not None}
+            write_private_file(path, json.dumps(memory, indent=1))
     except OSError as e:
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it: --trust trusts it, the REPL asks once (both remembered
-    with the folder's fingerprint; no: reload(False), the user's own settings); never asked and
-    no terminal: exit 2. A trusted folder whose trust-needing values changed is asked again,
-    or in batch mode not trusted (saying so); looser amounts alone are said, not used."""
-    sources = cfg["sources"]
+    """cfg as this folder may steer it: --trust, or the REPL's answer (remembered); a folder
+    never asked about stops batch mode (exit 2); reload(trust) settles cfg again."""
+    sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
-    facts = folder_facts()
-    said, boxed = facts.get("trusted"), facts.get("sandbox")
-    said = None if said is None else said is True   # an answer that is not true is a no
-    if said and "fingerprint" not in facts:   # (see changed_since_trusted)
-        remember_folder(fingerprint=prints)
-    if not changes and said is not False:   # a no holds (its sandbox too) whatever the file says
+    said = None if facts.get("trusted") is None else facts["trusted"] is True   # else a no
+    if not changes and said is not False:   # a no holds whatever the file says
         return cfg
     shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
-    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST.get(key) or TIGHTEN_ONLY[key])
+    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST.get(key, "looser than yours"))
                      for key in shown)
     if args.trust:
         remember_folder(trusted=True, fingerprint=prints)
         return reload(True)
     asking = changes and (said is True or said is None and any(k in NEEDS_TRUST for k in changes))
     if asking and not interactive and said is None:   # a remembered answer holds in batch mode
-        own = " (your own server, even on this machine? bantam -e %s)" % shown["endpoint"] \
-            if "endpoint" in shown else ""
+        own = " (your own server? bantam -e %s)" % shown["endpoint"] if "endpoint" in shown else ""
         raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
                           "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
                           "runners), or answer once in the REPL%s" % (what, own))
-    if asking and interactive:   # y: trust it; s: not trusted, and its commands in the sandbox
+    if asking and interactive:
         since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
-        answer = read_answer("This folder's model.cfg %swould change %s. Trust this folder? "
-                             "[y/N/s] (s: no, and its commands in --sandbox workspace) "
-                             % (since, what))
-        answer = answer.strip().lower()
-        said, boxed = answer in ("y", "yes"), "workspace" if answer in ("s", "sandbox") else None
-        remember_folder(trusted=said, sandbox=boxed, fingerprint=prints if said else None)
+        said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
+                           % (since, what)).strip().lower() in ("y", "yes")
+        remember_folder(trusted=said, fingerprint=prints if said else None)
         if said:
             return reload(True)
     elif said is not False:   # settle kept to the user's own values already: say why
-        sources["trust_note"] = not_used_note(changed if said else [], what)
+        sources["trust_note"] = "[not used: this folder's model.cfg %s (bantam --trust to " \
+            "trust it)]" % ("changed since you trusted it (%s)" % ", ".join(changed) if said and
+                            changed else "would loosen %s; it is not trusted" % what)
         return cfg
     cfg = reload(False)
-    cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only%s " \
-        "(bantam --trust to trust it)]" % (", commands in sandbox=workspace" if boxed else "")
-    if boxed and CHOICES["sandbox"].index(cfg["sandbox"]) < CHOICES["sandbox"].index(boxed):
-        cfg["sandbox"], cfg["sources"]["sandbox"] = boxed, folders_file()
+    cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only " \
+        "(bantam --trust to trust it)]"
     return cfg
 
 def remember_own_edit(cfg, path, key):
-    """/cfg wrote key into this trusted folder's model.cfg: the user's own value, so it joins
-    the fingerprint (the next run does not ask about what the user typed)."""
-    facts, scoped = folder_facts(), key in NEEDS_TRUST or key in TIGHTEN_ONLY
-    if scoped and path == cfg["sources"]["folder_config"] and facts.get("trusted") is True \
-            and isinstance(facts.get("fingerprint"), dict):
-        prints = dict(facts["fingerprint"], **{key: value_print(read_key_values(path)[key][0])})
-        remember_folder(fingerprint=prints)
-
-def not_used_note(changed, what):
-    """The line saying why a folder's values are not used: they changed since the user
-    trusted it (changed: the keys), or it was never asked about and only loosens (what)."""
-    if changed:
-        return ("[this folder's model.cfg changed since you trusted it (%s): not used until you "
-                "trust it again (bantam --trust, or answer in the REPL)]" % ", ".join(changed))
-    return ("[not used: this folder's model.cfg would loosen %s; the folder is not trusted "
-            "(bantam --trust to trust it)]" % what)
+    """/cfg wrote key into this trusted folder's model.cfg: the user's value joins the yes."""
+    facts = folder_memory().get(os.getcwd(), {})
+    if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and path == cfg["sources"]["folder_config"] \
+            and facts.get("trusted") is True:
+        remember_folder(fingerprint=dict(facts.get("fingerprint") or {}, **{
+            key: value_print(read_key_values(path)[key][0])}))
 
 def shown_untrusted(key, value):
-    """A value an untrusted folder sets, as shown: its key as ***, an endpoint's credentials
-    too; what a terminal would obey, or cannot show, made visible."""
+    """A value an untrusted folder sets, shown safely: secrets as ***, invisibles as <U+202E>."""
     secrets = url_secrets(str(value)) if key == "endpoint" else []
-    return "***" if key in SECRET_KEYS else shown_plainly(
-        redact({"run": {"secrets": secrets}}, str(value)))
+    return "***" if key in SECRET_KEYS else re.sub(INVISIBLE, lambda m: "<U+%04X>" % ord(
+        m.group()), terminal_safe(redact({"run": {"secrets": secrets}}, str(value))))
 
 def hide_secrets(cfg):
-    """Keep bantam's secrets from the user's other processes (Linux; not from root): each
-    one overwritten with '*' where /proc/<pid>/environ and cmdline show it, and the process
-    made non-dumpable, which closes /proc/<pid>/mem and environ to them."""
+    """Linux: *** over the secrets in /proc/self's environ and cmdline, and not dumpable."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
     if not secrets or not sys.platform.startswith("linux"):
         return
@@ -2914,25 +2794,17 @@ def hide_secrets(cfg):
             fields = f.read().rpartition(b")")[2].split()
         start, end = int(fields[45]), int(fields[48])
         block = ctypes.string_at(start, end - start)
-        for secret in secrets:
-            at = block.find(secret)
-            while at >= 0:
-                ctypes.memset(start + at, ord("*"), len(secret))
-                at = block.find(secret, at + len(secret))
+        for found in re.finditer(b"|".join(map(re.escape, sorted(secrets, key=len)[::-1])), block):
+            ctypes.memset(start + found.start(), ord("*"), found.end() - found.start())
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
     except (OSError, ValueError, IndexError, AttributeError):
         pass
 
-# The query parameters that carry a credential: names holding one of these words (api-key,
-# x-api-key, access_token, client_secret, X-Amz-Signature, X-Amz-Credential...), and code
-# (Azure Functions) and pwd only as the whole name: inside another (country_code) they hold
-# no secret, and a value taken for one would be *** wherever it shows, ordinary text too.
-CREDENTIAL_PARAMETER = re.compile(
-    r"key|token|secret|pass|sig|auth|credential|jwt|^(code|pwd)$", re.I)
+# Query parameters that carry a credential (api-key, X-Amz-Signature, code but not country_code)
+CREDENTIAL_PARAMETER = re.compile(r"(?i)key|token|secret|pass|sig|auth|credential|jwt|^(code|pwd)$")
 
 def url_secrets(url):
-    """The credentials in a URL: its password (else a user name alone: https://TOKEN@host),
-    and the query's values named like one (CREDENTIAL_PARAMETER)."""
+    """A URL's credentials: its password (else user name: TOKEN@host), its query's keys."""
     from urllib.parse import urlsplit
     try:
         parts = urlsplit(url)
@@ -2943,29 +2815,23 @@ def url_secrets(url):
         value for name, _, value in named if CREDENTIAL_PARAMETER.search(name)]
 
 def withheld_variables(cfg):
-    """The variables kept from commands: bantam's own, any holding a secret of cfg (a short
-    one as the whole value, or as a URL's credential: BANTAM_ENDPOINT's), those matching
-    shell_env_exclude but not shell_env_keep."""
+    """The variables kept from commands: bantam's, a secret's, shell_env_exclude's not kept."""
     import fnmatch
-    secrets = secrets_of(cfg)
-    exclude = cfg.get("shell_env_exclude", "")
+    secrets, exclude = secrets_of(cfg), cfg.get("shell_env_exclude", "")
     patterns = [fnmatch.translate(p.strip()) for p in exclude.split(",")
                 if p.strip() and exclude.strip().lower() != "none"]
     excluded = re.compile("|".join(patterns) or "(?!)", re.I).match
     keep = {name.strip() for name in cfg.get("shell_env_keep", "").split(",")}
     return sorted(name for name, value in os.environ.items()
-                  if name in SECRET_VARIABLES
-                  or (excluded(name) and name not in keep)
+                  if name in SECRET_VARIABLES or (excluded(name) and name not in keep)
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets)
                   or set(secrets).intersection(url_secrets(value)))
-
 
 def scrub_environment(cfg, options):
     """The spawn hook of secrets: no variable of withheld_variables in a command's environment."""
     for name in withheld_variables(cfg):
         options["env"].pop(name, None)
     return options
-
 
 def command_env(cfg):
     """The environment of the user's own !commands, scrubbed as the model's are."""
@@ -2976,20 +2842,15 @@ HOOKS["spawn"].append(scrub_environment)
 
 
 # ----------------------------------------------------------------------------------------
-# The sandbox: commands write only in the working and temporary folders (sandbox=workspace)
-# or the temporary one (read-only), with no socket if sandbox_network=false, as Landlock (and
-# seccomp) enforce in the command's process between fork and exec (the spawn hook)
+# The sandbox: commands write only here and in temp (workspace) or in temp (read-only), with no
+# socket if sandbox_network=false: Landlock and seccomp, between fork and exec (the spawn hook)
 # ----------------------------------------------------------------------------------------
 
-# Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8,
-# REMOVE_* and MAKE_* to 1 << 12; then REFER (ABI 2), TRUNCATE (3), IOCTL_DEV (5), and TCP
-# (BIND 1, CONNECT 2: ABI 4). A ruleset denies what its ABI knows, unless a rule allows it.
+# Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8...
+# A ruleset denies what its ABI knows, unless a rule allows it; TCP BIND 1, CONNECT 2 (ABI 4).
 ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
-
 FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
-
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-
 SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}   # audit arch, socket
 
 def sandbox_of(cfg):
@@ -2997,7 +2858,7 @@ def sandbox_of(cfg):
     return cfg.get("sandbox", "off").replace("off", ""), not cfg.get("sandbox_network", True)
 
 def landlock(call, *args):
-    """Landlock call 444 + call (create_ruleset, add_rule, restrict_self; alpha aside); OSError."""
+    """Landlock call 444 + call (create_ruleset, add_rule, restrict_self); OSError."""
     import ctypes
     result = ctypes.CDLL(None, use_errno=True).syscall(
         ctypes.c_long(444 + call), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
@@ -3008,9 +2869,9 @@ def landlock(call, *args):
 def sandbox_roots(cfg):
     """(the folders commands may write in, the paths hidden from them: ~/.bantam, the history)."""
     roots = [os.getcwd()] * (cfg["sandbox"] == "workspace") + [os.environ.get("TMPDIR") or "/tmp"]
-    real = lambda paths: [os.path.realpath(path) for path in paths]
-    hidden = real([bantam_home(), history_path()])
-    return [p for p in real(roots + ["/dev/shm"]) if os.path.isdir(p)], hidden
+    roots = [os.path.realpath(p) for p in roots + ["/dev/shm"]]
+    return [p for p in roots if os.path.isdir(p)], [os.path.realpath(bantam_home()),
+                                                    os.path.realpath(history_path())]
 
 def within(path, folders):
     """Is path one of folders, or beneath one?"""
@@ -3084,10 +2945,8 @@ def check_sandbox(cfg):
     ruleset = sandbox_ruleset(cfg)
     return ruleset is None or os.close(ruleset)
 
-
 def sandboxed(cfg, options):
-    """The spawn hook of the sandbox: the command confined by cfg's sandbox, in its own
-    process after the fork (bantam runs no thread of its own then: nothing else is locked)."""
+    """The spawn hook of the sandbox: confined in the child after the fork (no other thread)."""
     if not any(sandbox_of(cfg)):
         return options
     check_sandbox(cfg)   # a sandbox switched on mid-run that cannot be had: the command is refused
@@ -3109,289 +2968,186 @@ def sandboxed(cfg, options):
     options["preexec_fn"] = confine
     return options
 
-
-def sandbox_note(cfg, call, args, result=None):
-    """The tool hook of the sandbox: a failed command's result says what the sandbox refuses."""
-    if result is None:
-        return args
-    words = sandbox_words(cfg) if tool_function(cfg, call["function"]["name"]) is shell_exec \
-        and not result.endswith("\n\nexit: 0") else ""
-    head, exit, code = result.rpartition("\n\nexit: ")
-    return "%s\n[%s]%s%s" % (head, words, exit, code) if words and exit else result
-
-
-def sandbox_words(cfg):
-    """What cfg's sandbox refuses, in one line ('' without one)."""
-    mode, closed = sandbox_of(cfg)
-    where = "sandbox=%s: writes outside %s are refused" % (mode, ", ".join(sandbox_roots(cfg)[0]))
-    return "; ".join([where] * bool(mode) + ["sandbox_network=false: no sockets"] * closed)
-
 def sandbox_refusal(cfg, args, reading=False):
-    """Why a file tool may not use args' path (real) under the commands' rule, else '':
-    write keeps to the writable folders, and neither tool reaches bantam's own files."""
+    """Why the sandbox keeps a file tool from args' path (write: outside the roots), or ''."""
+    mode = sandbox_of(cfg)[0]
     try:
-        path = os.path.realpath(tool_path(args)) if sandbox_of(cfg)[0] else ""
+        path = os.path.realpath(tool_path(args))
     except ValueError:
         return ""   # the tool says what is wrong with its arguments
-    roots, hidden = sandbox_roots(cfg) if path else ([], [])
-    if path and not reading and (within(path, hidden) or not within(path, roots)):
-        return "error: %s: %s" % (sandbox_words(dict(cfg, sandbox_network=True)), path)
-    if path and within(path, hidden):
-        return "error: sandbox=%s: bantam's own files (%s) cannot be read: %s" % (
-            sandbox_of(cfg)[0], ", ".join(hidden), path)
+    roots, hidden = sandbox_roots(cfg) if mode else ([path], [])
+    if within(path, hidden) or not reading and not within(path, roots):
+        why = "bantam's own files (%s) cannot be read" % ", ".join(hidden) if reading else \
+            "writes outside %s are refused" % ", ".join(roots)
+        return "error: sandbox=%s: %s: %s" % (mode, why, path)
     return ""
 
 
 HOOKS["spawn"].append(sandboxed)
-HOOKS["tool"].append(sandbox_note)
 
 
 # ----------------------------------------------------------------------------------------
-# The file tools, read and write (offered when the tools key names them): read shows a
-# file's numbered lines '<n>: <text>' (the numbers write's lineOffset uses) or a folder's
-# entries; write replaces a whole file or splices content in at a line or byte offset
+# The file tools (offered when the tools key names them): read shows a file's numbered lines
+# (write's lineOffset) or a folder's entries; write replaces a whole file or splices in lines
 # ----------------------------------------------------------------------------------------
 
 READ_LIMIT = 2000       # lines shown when no limit is given
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
 BINARY_SNIFF = 8192     # a NUL byte in this many leading bytes marks a binary file
 HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" hint
+FILE_LIMIT = 64 << 20   # read and splice take a file whole: a larger one is bash's (sed, tail)
 
 READ_SCHEMA = {
-    "description": "Read a text file as numbered lines '<line>: <content>' (the numbers are the "
-                   "lineOffset values of write), or list a directory (subdirectories end with "
-                   "'/'). Long files are shown in pages: a last line says which offset reads the "
-                   "rest.",
-    "parameters": {"type": "object", "properties": {
+    "description": "Read a text file as numbered lines '<line>: <content>' (write's lineOffset), "
+                   "or list a directory (subfolders end with '/'); a last line says how to go on.",
+    "parameters": {"type": "object", "required": ["filePath"], "properties": {
         "filePath": {"type": "string", "description": "The file or directory to read."},
-        "offset": {"type": "integer",
-                   "description": "The first line to show, 1-indexed (default 1)."},
-        "limit": {"type": "integer",
-                  "description": "How many lines to show at most (default 2000)."}},
-        "required": ["filePath"]}}
+        "offset": {"type": "integer", "description": "The first line to show (default 1)."},
+        "limit": {"type": "integer", "description": "Lines to show at most (default 2000)."}}}}
 
 WRITE_SCHEMA = {
     "description": "Write a file. With only filePath and content, the whole file is replaced (it "
-                   "and its folders are created if missing). With lineOffset or byteOffset, "
-                   "content is inserted there, after deleting delLines lines or delBytes bytes; "
-                   "with lineOffset content is whole lines (a missing final newline is added "
-                   "before following text).",
-    "parameters": {"type": "object", "properties": {
+                   "and its folders are created if missing). With lineOffset, content is "
+                   "inserted there as whole lines, after deleting delLines lines.",
+    "parameters": {"type": "object", "required": ["filePath", "content"], "properties": {
         "filePath": {"type": "string", "description": "The file to write."},
-        "content": {"type": "string",
-                    "description": "The text to write (may be empty, e.g. to delete lines)."},
-        "lineOffset": {"type": "integer", "description": "1-indexed line to write at, as "
-                       "numbered by read; past the end appends. Takes precedence over byteOffset."},
-        "byteOffset": {"type": "integer", "description": "0-indexed byte to write at; used only "
-                       "without lineOffset."},
-        "delLines": {"type": "integer", "description": "Lines to delete at the insertion point "
-                     "first. Takes precedence over delBytes."},
-        "delBytes": {"type": "integer", "description": "Bytes to delete at the insertion point "
-                     "first; used only without delLines."}},
-        "required": ["filePath", "content"]}}
+        "content": {"type": "string", "description": "The text to write (may be empty)."},
+        "lineOffset": {"type": "integer", "description": "1-indexed line; past the end appends."},
+        "delLines": {"type": "integer", "description": "Lines to delete there first."}}}}
 
 def path_argument(args):
-    """The filePath (or legacy path) argument with ~ expanded; ValueError when missing."""
-    path = args.get("path") if args.get("filePath") is None else args["filePath"]
+    """The filePath argument with ~ expanded; ValueError when missing."""
+    path = args.get("filePath")
     if not isinstance(path, str) or not path.strip():
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
 
 def tool_path(args):
-    """The absolute path a file tool works on, '..' taken as the leash takes it: lexically
-    (lnk/../x is ./x, never the x beside where the symlink lnk leads); ValueError."""
+    """The absolute path a file tool works on, '..' taken lexically as the leash takes it."""
     return os.path.abspath(path_argument(args))
 
-def int_argument(args, names, low):
-    """The first of names present in args as an int >= low, else None; ValueError when bad."""
-    for name in names:
-        value = args.get(name)
-        if value is None:   # models send null for optional parameters they skip
-            continue
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)   # JSON 10.0 is still ten
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("%s must be an integer, got %r" % (name, value))
-        if value < low:
-            raise ValueError("%s must be %d or more, got %d" % (name, low, value))
-        return value
-    return None
+def int_argument(args, name, low):
+    """args[name] as an int >= low (JSON's 10.0 too), None when absent or null; ValueError."""
+    value = args.get(name)
+    value = int(value) if isinstance(value, float) and value.is_integer() else value
+    if value is not None and (type(value) is not int or value < low):
+        raise ValueError("%s must be an integer of %d or more, got %r" % (name, low, value))
+    return value
 
 def count_lines(data):
     """Lines in text or bytes as read numbers them: a last line without a newline counts."""
     newline = "\n" if isinstance(data, str) else b"\n"
     return data.count(newline) + (1 if data and not data.endswith(newline) else 0)
 
+def whole_file(path):
+    """The bytes of the regular file path, at most FILE_LIMIT of them; OSError."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
+        raise OSError("not a regular file or a directory")
+    if info.st_size > FILE_LIMIT:
+        raise OSError("over %d MB: use bash (sed -n, head, tail)" % (FILE_LIMIT >> 20))
+    with open(path, "rb") as f:
+        return f.read()
+
 def read_tool(cfg, args):
-    """The read tool: a file's numbered lines `<n>: <text>`, or a directory's sorted entries,
-    at most limit of them and max_tool_res bytes (less room for the hint of what follows)."""
+    """The read tool: a page of a file's numbered lines, or of a directory's sorted entries."""
     refused = sandbox_refusal(cfg, args, reading=True)
     if refused:
         return refused
     try:
         path = path_argument(args)
-        offset = int_argument(args, ("offset",), 0) or 1   # 0 is taken as 1: harmless for a read
-        limit = int_argument(args, ("limit",), 1) or READ_LIMIT
+        offset = int_argument(args, "offset", 0) or 1   # 0 is taken as 1: harmless for a read
+        limit = int_argument(args, "limit", 1) or READ_LIMIT
     except ValueError as e:
         return "error: read: %s" % e
-    budget = max(1, cfg["max_tool_res"] - HINT_ROOM)
     try:
         where = tool_path(args)   # what the leash decided on
-        info = os.stat(where)
-        if stat.S_ISDIR(info.st_mode):
+        if os.path.isdir(where):
             with os.scandir(where) as entries:   # dotfiles included: they matter (.gitignore, .env)
-                names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
-            unit, empty = "entries", "(%s is an empty directory)" % path
-            page = paginate(names, offset, limit, budget, lambda number, name: name,
-                            lambda number: len(names) - number)
-        elif not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
-            return "error: %s is not a regular file or a directory" % path
+                items = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+            unit, text, empty = "entries", lambda n, name: name, "an empty directory"
         else:
-            with open(where, "rb") as f:
-                if b"\0" in f.read(BINARY_SNIFF):   # text has no NULs; binary wastes context
-                    return "error: %s looks like a binary file (%d bytes); inspect it with bash, " \
-                           "e.g. xxd %s | head" % (path, os.fstat(f.fileno()).st_size, path)
-                f.seek(0)
-                unit, empty = "lines", "(%s is empty: 0 lines)" % path
-                page = paginate(file_lines(f), offset, limit, budget, lambda number, line: "%d: %s"
-                                % (number, model_line(*line)), lambda _: tally(stream_part(f))[1])
+            data = whole_file(where)
+            if b"\0" in data[:BINARY_SNIFF]:   # text has no NULs; binary wastes context
+                return "error: %s looks like a binary file (%d bytes): use xxd" % (path, len(data))
+            items = data.split(b"\n")[:count_lines(data)]
+            unit, text, empty = "lines", lambda n, line: "%d: %s" % (n, model_line(line)), \
+                "empty: 0 lines"
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
         return "error: cannot read %s: %s" % (path, e.strerror or e)
-    shown, total, following = page
-    if total == 0:
-        return empty
+    if not items:
+        return "(%s is %s)" % (path, empty)
+    shown, used = [], 0
+    for number in range(offset, len(items) + 1):
+        shown.append(text(number, items[number - 1]))
+        used += len(shown[-1].encode("utf-8", "replace")) + 1
+        if len(shown) > limit or len(shown) > 1 and used > cfg["max_tool_res"] - HINT_ROOM:
+            return "\n".join(shown[:-1] + ["[... %d more %s: read with offset=%d]" % (
+                len(items) - number + 1, unit, number)])
     if not shown:
-        return "error: offset %d is past the end of %s (%d %s)" % (offset, path, total, unit)
-    if following:
-        shown.append("[... %d more %s: read with offset=%d]" % (
-            total - following + 1, unit, following))
+        return "error: offset %d is past the end of %s (%d %s)" % (offset, path, len(items), unit)
     return "\n".join(shown)
 
-def paginate(items, offset, limit, budget, text, rest):
-    """(texts, total, first number not shown or None) of items from offset on, numbered from 1.
-    text(number, item) is an item's shown line; rest(number) counts the items after that one,
-    so stopping early still knows the total."""
-    shown, used, number = [], 0, 0
-    for number, item in enumerate(items, 1):
-        if number < offset:
-            continue
-        line = text(number, item)
-        cost = len(line.encode("utf-8", "replace")) + 1
-        if len(shown) == limit or (shown and used + cost > budget):
-            return shown, number + rest(number), number
-        shown.append(line)
-        used += cost
-    return shown, number, None
-
-def file_lines(f):
-    """(first LINE_BYTES+1 bytes, length without the newline) of each line of f. Lines end
-    at \\n; the rest of a long line is skipped in pieces, never held whole."""
-    for head in iter(lambda: f.readline(LINE_BYTES + 1), b""):
-        moved, _, last = (0, 0, b"\n") if head.endswith(b"\n") else stream_part(f, None, 1)
-        yield head, len(head) + moved - (last == b"\n")
-
-def model_line(head, length):
-    """One line for the model: without its newline (and a CRLF's CR), invalid UTF-8 as U+FFFD,
-    cut at LINE_BYTES on a character boundary with a note of its full length."""
-    body = head[:length]
-    if length <= LINE_BYTES:
-        return body[:-1 if body.endswith(b"\r") else None].decode("utf-8", "replace")
-    cut = LINE_BYTES
-    while cut > 0 and (body[cut] & 0xC0) == 0x80:   # 10xxxxxx: inside a UTF-8 character
-        cut -= 1
-    return body[:cut].decode("utf-8", "replace") + " [... line cut: %d bytes in all]" % length
+def model_line(line):
+    """A line for the model: no CRLF's CR, invalid UTF-8 as U+FFFD, cut at LINE_BYTES."""
+    if len(line) <= LINE_BYTES:
+        return line[:-1 if line.endswith(b"\r") else None].decode("utf-8", "replace")
+    return line[:LINE_BYTES].decode("utf-8", "replace").rstrip("\ufffd") + \
+        " [... line cut: %d bytes in all]" % len(line)
 
 def write_tool(cfg, args):
-    """The write tool: replace a whole file, or splice content in at a line or byte offset."""
-    if sandbox_refusal(cfg, args):
-        return sandbox_refusal(cfg, args)
+    """The write tool: replace a whole file, or splice content in at a line."""
+    refused = sandbox_refusal(cfg, args)
+    if refused:
+        return refused
     try:
         path = path_argument(args)
         content = args.get("content")
         if not isinstance(content, str):
             raise ValueError("content must be a string (it may be empty)")
-        line = int_argument(args, ("lineOffset",), 1)
-        byte = int_argument(args, ("byteOffset", "offset"), 0)         # offset: legacy name
-        del_lines = int_argument(args, ("delLines",), 0)
-        del_bytes = int_argument(args, ("delBytes", "del_bytes"), 0)   # del_bytes: legacy name
+        if {"byteOffset", "delBytes"} & set(args):   # a whole write would lose the file
+            raise ValueError("byte offsets are gone: use lineOffset and delLines")
+        line, del_lines = int_argument(args, "lineOffset", 1), int_argument(args, "delLines", 0)
     except ValueError as e:
         return "error: write: %s" % e
     data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
     target = os.path.realpath(tool_path(args))   # through a symlink, not replacing the link
     try:
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
-            return "error: %s is a symlink that leads outside the working folder (to %s); " \
-                   "write does not follow it" % (path, target)
-        if os.path.isdir(target):
-            return "error: %s is a directory" % path
+            return "error: %s is a symlink to outside the working folder: %s" % (path, target)
         if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
-            return "error: %s is not a regular file (a FIFO, device or socket); write " \
-                   "replaces only regular files" % path
+            return "error: %s is not a regular file: write replaces only regular files" % path
         if os.path.exists(target) and not os.access(target, os.W_OK):
             return "error: %s is read-only" % path
-        if line is None and byte is None and del_lines is None and del_bytes is None:
+        if line is None and del_lines is None:
             existed = os.path.exists(target)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             write_private_file(target, data, keep_mode=True)
             return "wrote %d bytes to %s (%d lines%s)" % (
                 len(data), path, count_lines(data), "" if existed else ", new file")
-        with open(target, "rb") as f:
-            return splice(target, path, f, data, line, byte, del_lines, del_bytes)
+        return splice(target, path, data, line or 1, del_lines or 0)
     except FileNotFoundError:
         return "error: %s does not exist; to create it, give only filePath and content" % path
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
-def splice(target, path, f, data, line, byte, del_lines, del_bytes):
-    """Stream f (target, open) into target's replacement, data at a line or byte offset after
-    deleting delLines lines or delBytes bytes there (from line 1 / byte 0); the confirmation."""
-    by_line = line is not None or (byte is None and del_lines is not None)
-    line, byte = line or 1, byte or 0
+def splice(target, path, data, line, del_lines):
+    """Splice data into target at a line, after deleting del_lines lines there."""
+    lines = re.findall(rb"[^\n]*\n|[^\n]+\Z", whole_file(target))
+    head, cut = b"".join(lines[:line - 1]), lines[line - 1:][:del_lines]
+    tail = b"".join(lines[line - 1 + del_lines:])
+    lead = b"\n" if head[-1:] not in (b"", b"\n") else b""   # past a last line without one
+    text = data + (b"\n" if data[-1:] not in (b"", b"\n") and tail else b"")   # not "Xb\n"
+    new = head + lead + text + tail
+    write_private_file(target, new, keep_mode=True)
+    where = "spliced at line %d of %s" % (line, path) if line <= len(lines) + 1 else \
+        "appended at the end of %s (lineOffset %d is past its %d lines)" % (path, line, len(lines))
+    return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
+        where, len(cut), count_lines(text), count_lines(new))
 
-    def fill(out):
-        head = stream_part(f, out, line - 1 if by_line else None, byte)
-        past = head[1] < line - 1 if by_line else head[0] < byte
-        lead = b"\n" if by_line and past and head[0] and head[2] != b"\n" else b""   # its own line
-        removed = stream_part(f, None, del_lines, del_bytes or 0)
-        # keep lines whole: "X" inserted before "b\n" must not become "Xb"
-        text = data + (b"\n" if by_line and data[-1:] not in (b"", b"\n") and f.peek(1) else b"")
-        out.write(lead + text)
-        return past, head, removed, lead + text, text, stream_part(f, out)
-    past, head, removed, new, text, rest = write_private_file(target, fill, keep_mode=True)
-    (old_size, old_lines), (new_size, new_lines) = tally(head, removed, rest), tally(
-        head, (len(new), new.count(b"\n"), new[-1:]), rest)
-    in_lines = del_lines is not None or (by_line and del_bytes is None)
-    deleted = ("%d lines" % tally(removed)[1]) if in_lines else "%d bytes" % removed[0]
-    unit, at, before, now, count = ("line", line, old_lines, new_lines, count_lines(text)) \
-        if by_line else ("byte", byte, old_size, new_size, len(text))
-    where = ("appended at the end of %s (%sOffset %d is past its %d %ss)" % (
-        path, unit, at, before, unit) if past else "spliced at %s %d of %s" % (unit, at, path))
-    return "%s: deleted %s, inserted %d %ss (now %d %ss)" % (
-        where, deleted, count, unit, now, unit)
-
-def stream_part(f, out=None, lines=None, size=float("inf")):
-    """Copy the next lines of f (lines None: size bytes, by default all) to out (None: skip
-    them), in bounded pieces: (bytes, newlines, last byte) of what went by."""
-    moved, newlines, last = 0, 0, b""
-    while newlines < lines if lines is not None else moved < size:
-        block = f.read(min(1 << 20, size - moved)) if lines is None else f.readline(1 << 16)
-        if not block:
-            break
-        if out:
-            out.write(block)
-        moved, newlines, last = moved + len(block), newlines + block.count(b"\n"), block[-1:]
-    return moved, newlines, last
-
-def tally(*parts):
-    """(bytes, lines) of consecutive pieces (bytes, newlines, last byte), as count_lines does."""
-    size = sum(part[0] for part in parts)
-    last = next((part[2] for part in reversed(parts) if part[0]), b"")
-    return size, sum(part[1] for part in parts) + (1 if size and last != b"\n" else 0)
-
-# Names of other agents' tools that models trained on them still call: run as the tool they
-# mean, so such a call does its work instead of failing as an unknown tool.
+# Other agents' tool names that models trained on them still call:
 TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
 
 def check_tool_names(raw, where):

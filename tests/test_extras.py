@@ -124,9 +124,8 @@ class ReadTest(Workspace):
         self.assertTrue(result.startswith("error: "), result)
         self.assertIn(missing, result)
 
-    def test_path_alias_and_bad_arguments(self):
-        self.assertEqual(self.read(path=self.file, limit=1).split("\n")[0], "1: line 1")
-        for args in ({}, {"filePath": ""}, {"filePath": self.file, "offset": "2"},
+    def test_bad_arguments(self):
+        for args in ({}, {"filePath": ""}, {"path": self.file}, {"filePath": self.file, "offset": "2"},
                      {"filePath": self.file, "offset": -1}, {"filePath": self.file, "limit": 0},
                      {"filePath": self.file, "limit": True}):
             self.assertTrue(self.read(**args).startswith("error: "), args)
@@ -191,28 +190,6 @@ class WriteTest(Workspace):
         self.assertEqual(self.content(path), b"a\nb\nc\n")
         self.write(filePath=self.file, content="e\n", lineOffset=5)   # the line after the last
         self.assertEqual(self.content(self.file), b"a\nb\nc\nd\ne\n")
-
-    def test_byte_offset_with_del_bytes(self):
-        self.assertEqual(self.write(filePath=self.file, content="XY", byteOffset=2, delBytes=3),
-                         "spliced at byte 2 of %s: deleted 3 bytes, inserted 2 bytes (now 7 bytes)"
-                         % self.file)
-        self.assertEqual(self.content(self.file), b"a\nXY\nd\n")   # "b\nc" went
-
-    def test_line_offset_wins_over_byte_offset(self):
-        self.write(filePath=self.file, content="X\n", lineOffset=4, byteOffset=0)
-        self.assertEqual(self.content(self.file), b"a\nb\nc\nX\nd\n")
-
-    def test_del_lines_wins_over_del_bytes(self):
-        self.write(filePath=self.file, content="", lineOffset=1, delLines=1, delBytes=6)
-        self.assertEqual(self.content(self.file), b"b\nc\nd\n")
-
-    def test_legacy_offset_and_del_bytes(self):
-        self.write(filePath=self.file, content="Z", offset=0, del_bytes=1)
-        self.assertEqual(self.content(self.file), b"Z\nb\nc\nd\n")
-
-    def test_path_alias(self):
-        self.write(path=self.file, content="via path\n")
-        self.assertEqual(self.content(self.file), b"via path\n")
 
     def test_bad_arguments_are_error_text(self):
         bad = ({"content": "x"}, {"filePath": "", "content": "x"}, {"filePath": self.file},

@@ -392,7 +392,7 @@ class ToolsKeyTests(ExtrasCase):
         self.ws.write("dir/.hidden", "")
         _, body = self.run_calls([
             ("c1", "read", {"filePath": "notes.txt", "offset": 3, "limit": 2}),
-            ("c2", "read", {"path": "dir"}),
+            ("c2", "read", {"filePath": "dir"}),
             ("c3", "read", {"filePath": "gone.txt"}),
             ("c4", "read", {"filePath": "notes.txt", "offset": 7})])
         results = self.tool_results(body)
@@ -401,35 +401,33 @@ class ToolsKeyTests(ExtrasCase):
         self.assertEqual(results["c3"], "error: no such file or directory: gone.txt")
         self.assertEqual(results["c4"], "7: line 7")
 
-    def test_write_whole_line_and_byte_splices(self):
+    def test_write_whole_and_line_splices(self):
         path = self.ws.write("a.txt", "one\ntwo\nthree\nfour\n")
         _, body = self.run_calls([
             ("w1", "write", {"filePath": "new/dir/b.txt", "content": "fresh\n"}),
             ("w2", "write", {"filePath": "a.txt", "content": "TWO", "lineOffset": 2, "delLines": 2}),
-            ("w3", "write", {"filePath": "a.txt", "content": "ON", "byteOffset": 0, "delBytes": 3}),
             ("w4", "write", {"filePath": "a.txt", "content": "end", "lineOffset": 99}),
             ("w5", "write", {"filePath": "missing.txt", "content": "x", "lineOffset": 1})])
         results = self.tool_results(body)
         self.assertEqual(read_text(os.path.join(self.ws.work, "new/dir/b.txt")), "fresh\n")
         self.assertEqual(results["w1"], "wrote 6 bytes to new/dir/b.txt (1 lines, new file)")
         self.assertEqual(results["w2"], "spliced at line 2 of a.txt: deleted 2 lines, inserted 1 lines (now 3 lines)")
-        self.assertEqual(results["w3"], "spliced at byte 0 of a.txt: deleted 3 bytes, inserted 2 bytes (now 12 bytes)")
         self.assertIn("appended at the end of a.txt (lineOffset 99 is past its 3 lines)", results["w4"])
-        self.assertEqual(read_text(path), "ON\nTWO\nfour\nend")
+        self.assertEqual(read_text(path), "one\nTWO\nfour\nend")
         self.assertIn("error: missing.txt does not exist", results["w5"])
         self.assertFalse(os.path.exists(os.path.join(self.ws.work, "missing.txt")))
 
     def test_legacy_names_bash_and_write_file(self):
-        """bash runs as shell_exec, write_file (with its offset/del_bytes) as write."""
+        """bash runs as shell_exec, write_file as write."""
         path = self.ws.write("legacy.txt", "hello there")
         _, body = self.run_calls([
             ("b1", "bash", {"command": "echo via-bash"}),
-            ("b2", "write_file", {"path": "legacy.txt", "content": "HOWDY", "offset": 0, "del_bytes": 5})],
+            ("b2", "write_file", {"filePath": "legacy.txt", "content": "HOWDY", "lineOffset": 1, "delLines": 1})],
             tools="shell_exec,write")
         results = self.tool_results(body)
         self.assertEqual(results["b1"], "via-bash\n\n\nexit: 0")
-        self.assertEqual(read_text(path), "HOWDY there")
-        self.assertTrue(results["b2"].startswith("spliced at byte 0 of legacy.txt"), results["b2"])
+        self.assertEqual(read_text(path), "HOWDY")
+        self.assertTrue(results["b2"].startswith("spliced at line 1 of legacy.txt"), results["b2"])
 
     def test_read_is_unknown_unless_listed(self):
         _, body = self.run_calls([("r1", "read", {"filePath": "model.cfg"})], tools="shell_exec,run_subagent")

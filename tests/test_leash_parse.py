@@ -209,7 +209,7 @@ class AlwaysTests(unittest.TestCase):
         cfg = dict(bantam.DEFAULTS, approve="ask", run={"approver": lambda q, t: answers.pop(0)})
         path = os.path.abspath("notes.txt")
         with contextlib.redirect_stderr(io.StringIO()):
-            bantam.approval(cfg, "c1", "write", {"path": path, "content": "x"})
+            bantam.approval(cfg, "c1", "write", {"filePath": path, "content": "x"})
             result = bantam.approval(cfg, "c2", "shell_exec", {"command": "write:" + path})
         self.assertEqual(answers, [], "the command was not asked about")
         self.assertIn("did not let", result)

@@ -209,7 +209,7 @@ class TrustQuestionTests(RedTeamCase):
                       "endpoint=http://user:folderpass99@127.0.0.1:9/v1\n")
         term = self.pty(cols=300)
         term.expect("Trust this folder")
-        term.expect("[y/N/s] ")
+        term.expect("[y/N] ")
         self.assertNotIn("\x1b]0;PWNED", term.output)
         self.assertNotIn("\u202e", term.output)
         self.assertIn("^[]0;PWNED", term.output)

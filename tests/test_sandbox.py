@@ -81,7 +81,7 @@ class SandboxTests(BantamTestCase):
 
     def test_workspace_lets_commands_write_only_here_and_in_the_temporary_folder(self):
         """touch ./x and $TMPDIR/y work; ~/x, /etc/x and /tmp/x are refused, and the model reads
-        bash's "Permission denied" and one line naming what the sandbox allows (root too)."""
+        bash's "Permission denied" (root too)."""
         outside = "/tmp/bantam-sandbox-test-%d" % os.getpid()   # TMPDIR is elsewhere here
         self.addCleanup(lambda: os.path.exists(outside) and os.unlink(outside))
         self.push(tool_call_stream([shell("c1", "touch ./x"), shell("c2", "touch $TMPDIR/y"),
@@ -95,11 +95,8 @@ class SandboxTests(BantamTestCase):
         results = self.tool_results()
         self.assertEqual(results["c1"], "\n\nexit: 0")   # no note when the command worked
         self.assertEqual(results["c2"], "\n\nexit: 0")
-        rule = "[sandbox=workspace: writes outside %s, %s, /dev/shm are refused]" % (
-            os.path.realpath(self.ws.work), os.path.realpath(self.ws.tmp))
         for call_id in ("c3", "c4", "c5"):
             self.assertIn("Permission denied", results[call_id])
-            self.assertIn(rule + "\n\nexit: 1", results[call_id])
 
     def test_read_only_lets_commands_write_only_in_the_temporary_folder(self):
         """sandbox=read-only: ./x is refused, $TMPDIR/y is made, and reading still works."""
@@ -112,8 +109,6 @@ class SandboxTests(BantamTestCase):
         self.assertTrue(os.path.exists(os.path.join(self.ws.tmp, "y")))
         results = self.tool_results()
         self.assertIn("Permission denied", results["c1"])
-        self.assertIn("[sandbox=read-only: writes outside %s, /dev/shm are refused]"
-                      % os.path.realpath(self.ws.tmp), results["c1"])
         self.assertEqual(results["c3"], "read\n\n\nexit: 0")
 
     def test_subagents_commands_are_confined_too(self):
@@ -228,7 +223,6 @@ class SandboxTests(BantamTestCase):
         results = self.tool_results()
         for call_id in ("c1", "c2", "c3", "c4"):
             self.assertIn("PermissionError", results[call_id])
-            self.assertIn("sandbox_network=false: no sockets]", results[call_id])
         self.assertNotIn("made contact", results["c1"])
         self.push(tool_call_stream([shell("d1", connect)]), text_stream("done"))
         self.batch("--sandbox", "workspace")
@@ -243,7 +237,7 @@ class SandboxTests(BantamTestCase):
         self.batch("--set", "sandbox_network=false")
         self.assertTrue(os.path.exists(os.path.join(self.ws.home, "x")))
         self.assertFalse(self.accepted())
-        self.assertIn("[sandbox_network=false: no sockets]\n\nexit: 1", self.tool_results()["c2"])
+        self.assertTrue(self.tool_results()["c2"].endswith("\n\nexit: 1"))
 
     def test_the_users_own_bang_command_is_not_sandboxed(self):
         """`-p '!cmd'` is the user's own command, as typed at the REPL: it runs unconfined."""

@@ -854,7 +854,7 @@ class KeyDestinationReplTests(KeyCase):
     def question(self):
         """The trust question for this folder."""
         return ("This folder's model.cfg would change endpoint=%s (the model you talk to). "
-                "Trust this folder? [y/N/s] " % self.server.url)
+                "Trust this folder? [y/N] " % self.server.url)
 
     def folders_json(self):
         """~/.bantam/folders.json, parsed, after checking it is mode 0600."""

@@ -207,20 +207,15 @@ class FolderTrustBatchTests(TrustCase):
                          ["Bearer test-key"])
 
     def test_a_remembered_no_holds_when_nothing_needs_trust(self):
-        """Answered s, then the folder's model.cfg drops what needed trust: the answer still
-        holds, its sandbox too (a write outside the folder fails), the user's own model."""
-        outside = os.path.join(self.ws.home, "outside")
+        """Answered no, then the folder's model.cfg drops what needed trust: the answer still
+        holds, the user's own model."""
         with open(os.path.join(self.ws.home, ".bantam", "folders.json"), "w") as f:
-            json.dump({os.path.realpath(self.ws.work): {"trusted": False,
-                                                        "sandbox": "workspace"}}, f)
+            json.dump({os.path.realpath(self.ws.work): {"trusted": False}}, f)
         self.folder_config(model="folder-model")
-        self.push(tool_call_stream([shell("c1", "touch ./inside %s" % outside)]),
-                  text_stream("done"))
-        result = self.run_bantam("-p", "write both")
+        self.push(text_stream("done"))
+        result = self.run_bantam("-p", "hello")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("commands in sandbox=workspace", result.stderr)
-        self.assertTrue(self.exists("inside"))
-        self.assertFalse(os.path.exists(outside))
+        self.assertIn("this folder is not trusted", result.stderr)
         self.assertEqual(self.server.bodies[0]["model"], "test-model")
         self.assertEqual(self.evil.requests, [])
 
@@ -236,7 +231,7 @@ class FolderTrustReplTests(TrustCase):
         self.trace = os.path.join(self.ws.tmp, "folder-trace.jsonl")
         self.folder_config(endpoint=self.evil.url, trace_file=self.trace, model="folder-model")
         term = self.pty(cols=300)   # the question on one line
-        term.expect("Trust this folder? [y/N/s] ")
+        term.expect("Trust this folder? [y/N] ")
         question = strip_ansi(term.output)
         self.assertIn("endpoint=%s (the model you talk to)" % self.evil.url, question)
         self.assertIn("trace_file=%s" % self.trace, question)
@@ -269,32 +264,6 @@ class FolderTrustReplTests(TrustCase):
         self.assertEqual([b["model"] for b in self.server.bodies], ["test-model"] * 4)
         self.assertEqual(self.evil.requests, [])
         self.assertFalse(os.path.exists(self.trace))
-
-    def test_s_keeps_the_users_settings_and_sandboxes_the_commands(self):
-        """s: not trusted (the user's own endpoint), and the commands run in sandbox=workspace:
-        a write outside the folder fails; remembered for the next run."""
-        outside = os.path.join(self.ws.home, "outside")
-        self.push(tool_call_stream([shell("c1", "touch ./inside %s" % outside)]), text_stream("done"))
-        term = self.start("s")
-        self.type_line(term, "write both", "done")
-        self.leave(term)
-        self.assertTrue(self.exists("inside"))
-        self.assertFalse(os.path.exists(outside))
-        self.assertIn("sandbox=workspace", self.tool_results()["c1"])
-        self.assertEqual(self.folders_json(), {os.path.realpath(self.ws.work): {
-            "trusted": False, "sandbox": "workspace"}})
-        self.assertEqual(self.evil.requests, [])
-        term = self.pty()
-        term.expect(PROMPT_LINE)
-        self.assertIn("commands in sandbox=workspace", strip_ansi(term.output))
-        self.leave(term)
-        self.push(tool_call_stream([shell("c2", "touch ./batch %s" % outside)]), text_stream("ok"))
-        result = self.run_bantam("-p", "write both again")   # batch mode: the same answer
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("commands in sandbox=workspace", result.stderr)
-        self.assertTrue(self.exists("batch"))
-        self.assertFalse(os.path.exists(outside))
-        self.assertEqual(self.evil.requests, [])
 
     def test_yes_uses_the_folders_settings_and_is_remembered(self):
         """y: the folder's endpoint and trace file; the next batch run needs no flag."""
@@ -402,7 +371,7 @@ class FolderAmountTests(TrustCase):
         evil = self.make_server()
         self.folder_config(endpoint=evil.url, shell_timeout="99999")
         term = self.pty(cols=300)
-        term.expect("Trust this folder? [y/N/s] ")
+        term.expect("Trust this folder? [y/N] ")
         self.assertIn("shell_timeout=99999", strip_ansi(term.output))
         term.sendline("y")
         term.expect(PROMPT_LINE)
@@ -450,7 +419,7 @@ class TrustChangeTests(TrustCase):
         self.folder_config(endpoint=self.evil.url, model="folder-model")
         self.push(text_stream("own server"))
         term = self.pty(cols=300)
-        term.expect("Trust this folder? [y/N/s] ")
+        term.expect("Trust this folder? [y/N] ")
         question = strip_ansi(term.output)
         self.assertIn("changed", question)
         self.assertIn("endpoint=%s" % self.evil.url, question)
@@ -492,21 +461,16 @@ class TrustChangeTests(TrustCase):
         self.assertIn("the folder's model.cfg changed since you trusted it (endpoint)", line)
         self.assertNotIn("is not trusted", shown)
 
-    def test_an_old_record_without_a_fingerprint_is_the_values_of_now(self):
-        """A yes remembered by an older bantam (no fingerprint) holds for what the folder says
-        now, and from then on a change is caught."""
+    def test_a_yes_without_a_fingerprint_covers_nothing(self):
+        """A yes remembered without the values it covers (an older bantam's) is not used
+        until the folder is trusted again: batch mode runs on the user's own settings."""
         work = os.path.realpath(self.ws.work)
         with open(os.path.join(self.ws.home, ".bantam", "folders.json"), "w") as f:
             json.dump({work: {"trusted": True}}, f)
-        self.chosen.push(text_stream("as before"))
-        result = self.run_bantam("-p", "hello")
-        self.assertEqual((result.returncode, result.stdout), (0, "as before\n"), result.stderr)
-        self.assertIn("fingerprint", self.folders_json()[work])
-        self.folder_config(endpoint=self.evil.url)
         self.push(text_stream("own server"))
         result = self.run_bantam("-p", "hello")
-        self.assertEqual(result.stdout, "own server\n", result.stderr)
-        self.assertEqual(self.evil.requests, [])
+        self.assertEqual((result.returncode, result.stdout), (0, "own server\n"), result.stderr)
+        self.assertIn("changed since you trusted it (endpoint)", result.stderr)
 
     def test_the_users_own_cfg_edit_keeps_the_trust(self):
         """/cfg endpoint URL writes the trusted folder's model.cfg: the user's own edit, so the
