@@ -2293,40 +2293,29 @@ def turn_tally(cfg):
 # tool calls, and the fixes its refusals teach (the request and delta hooks)
 # ----------------------------------------------------------------------------------------
 
-# The patterns stay strings: re compiles each on first use, not at every start. What servers
-# say when the prompt does not fit the model's context window (or a minute's tokens):
+# What servers say when the prompt does not fit the context window (or a minute's tokens),
+# when the money has run out (retrying cannot help), and about a blank assistant message:
 OVERFLOW_PATTERNS = (
     r"(?i)context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
     r"|exceeds the available context|greater than the context length|prompt is too long"
     r"|input token count.*exceeds|exceeds the maximum number of tokens|request too large"
-    r"|too large for model with|exceeded model token limit|range of input length"
-    r"|longer than the model's context length|exceeds the maximum allowed length"
-    r"|exceed context limit|prompt exceeds max length")
-
-# What servers say when the money, not the rate, has run out: retrying cannot help.
+    r"|too large for model with|exceeded model token limit|range of input length|exceed context"
+    r"|longer than the model's context length|exceeds the maximum allowed length|exceeds max len")
 QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check your plan and billing"
                   r"|credit balance is too low|insufficient (?:credits|balance)")
+EMPTY_ASSISTANT_PATTERNS = r"(?i)content or tool_calls must be set|text content blocks must"
 
-# What strict servers say about an assistant message with neither content nor tool calls.
-EMPTY_ASSISTANT_PATTERNS = (r"(?i)content or tool_calls must be set|text content blocks must")
-
-# Fixes a server's error teaches, kept for that endpoint and model: the error, and the line
-# that says so (none: nothing the user sees changes). Requests change in shape_request.
+# Fixes a server's error teaches, kept for that endpoint and model (see shape_request): the
+# error, and the line that says so. DashScope's Qwen3 thinking models answer only streamed
+# requests; Kimi K2.5+ and DeepSeek V4 (thinking) want reasoning_content on tool call messages;
+# Claude behind gateways takes content "" for an empty text block; Mistral takes tool call ids
+# of 9 letters and digits, OpenAI of 40 characters (a conversation begun elsewhere has others).
 FIXES = {
-    # DashScope's Qwen3 thinking models answer only streamed requests (a summary's too)
     "stream": (r"must be set to false for non-streaming", None),
-    # Kimi K2.5+ with thinking on, DeepSeek V4: the field on every assistant message with
-    # tool calls, even one where the model wrote no reasoning; Groq and Cerebras reject it
-    "reasoning_content": (
-        r"reasoning_content is missing|reasoning_content`? in the thinking mode",
-        "the server wants reasoning_content on tool call messages: sending it"),
-    # Claude behind OpenAI-compatible gateways (Databricks, Requesty, one-api): content ""
-    # beside tool calls becomes an empty text block, which it rejects; null is no block
-    "null_content": (
-        r"text content blocks must (?:be non-empty|contain non-whitespace)",
-        "the server rejects empty text beside tool calls: sending content null there"),
-    # Mistral takes tool call ids of 9 letters and digits, OpenAI of 40 characters at most: a
-    # conversation begun elsewhere holds others
+    "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking",
+                          "the server wants reasoning_content on tool call messages: sending it"),
+    "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
+                     "the server rejects empty text beside tool calls: sending content null there"),
     "short_ids": (r"a-z, A-Z, 0-9, with a length of 9|tool_calls\[\d+\]\.id'?: string too long",
                   "the server refuses these tool call ids: sending each as 9 letters and digits")}
 
@@ -2339,24 +2328,21 @@ REFUSED_FIELD = (r"(?i)unsupported|not supported|does not support|deprecated|ext
                  r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed"
                  r"|only [\d.]+ is allowed")
 
-CUTS = {   # what was cut of a reply: by finish_reason, by a bound of bantam's
+CUTS = {   # what was cut of a reply: by its finish_reason, by a bound of bantam's
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
     "content_filter": "[the reply was cut by the provider's content filter "
                       "(finish_reason: content_filter)]",
     "reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
     "details": "[the reasoning_details passed %(max_reasoning)d characters: none is kept]",
     "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
-
 THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills, Amazon Nova
-
 # A reply that is only a tool call written as text: in <tool_call> tags, in a fence, or bare.
 TEXT_CALL = (r"(?s)^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
              r"|(\{.*\}))\s*$")
 
 
 def shape_request(cfg, messages, body, error=None):
-    """The request hook: before sending, reasoning_effort, usage asked for in a stream and
-    the fixes this server's errors taught; after a failure, what learn_from makes of it."""
+    """The request hook: the body as this server takes it; after a failure, learn_from's."""
     if error is not None:
         return learn_from(cfg, messages, body, error)
     fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
@@ -2369,7 +2355,7 @@ def shape_request(cfg, messages, body, error=None):
         body["reasoning_effort"] = cfg["reasoning_effort"]
     for field in OPTIONAL_FIELDS:
         if "drop " + field in fixes:
-            body.pop(field, None)
+            del body[field]
     if fixes - {"stream"} - {"drop " + f for f in OPTIONAL_FIELDS}:   # fixes of the messages
         body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
     count_wait(cfg)
@@ -2377,8 +2363,8 @@ def shape_request(cfg, messages, body, error=None):
 
 
 def learn_from(cfg, messages, body, error):
-    """After a failed request: True to ask again at once (a fix learned, a blank assistant
-    message taken out); the error's kind and message put right (classify)."""
+    """After a failed request, the error put right: True to ask again at once (a fix learned,
+    a blank assistant message taken out)."""
     classify(cfg, error)
     reply = (cfg.get("run") or {}).get("reply") or {}
     if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
@@ -2386,16 +2372,14 @@ def learn_from(cfg, messages, body, error):
         reply["content"] = reply["reasoning"] = ()
     if error.kind == "overflow":
         learn_window(cfg, error.body or str(error))
-    if error.status == 400 and re.search(EMPTY_ASSISTANT_PATTERNS, error.body or ""):
-        kept = [m for m in messages if m["role"] != "assistant" or m.get("tool_calls")
-                or str(m.get("content") or "").strip()]
-        if len(kept) < len(messages):   # strict servers refuse an assistant message of nothing
-            messages[:] = kept
-            return True
+    kept = [m for m in messages if m["role"] != "assistant" or m.get("tool_calls")
+            or str(m.get("content") or "").strip()]
+    if len(kept) < len(messages) and re.search(EMPTY_ASSISTANT_PATTERNS, error.body or ""):
+        messages[:] = kept   # strict servers refuse an assistant message of nothing
+        return True
     fix, say = learned_fix(error, body)
-    learned = (cfg["endpoint"], cfg["model"], fix)
-    if fix and learned not in LEARNED["fixes"]:
-        LEARNED["fixes"].add(learned)
+    if fix and (cfg["endpoint"], cfg["model"], fix) not in LEARNED["fixes"]:
+        LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
         if say:
             note(cfg, "[%s from now on]" % say, "info")
         return True
@@ -2442,35 +2426,27 @@ def classify(cfg, error):
 
 
 def fixed_message(message, fixes):
-    """A message as this server takes it, the learned fixes applied (the same dict when none
-    changes it: the stored conversation stays as it was)."""
+    """A message as this server takes it (the same dict when no fix changes it)."""
     fixed = {k: v for k, v in message.items() if "drop " + k not in fixes}
     if message.get("tool_calls") and message["role"] == "assistant":
         if "reasoning_content" in fixes:
             fixed.setdefault("reasoning_content", "")
         if "null_content" in fixes and not str(fixed.get("content") or "").strip():
             fixed["content"] = None
-    if "short_ids" in fixes:   # a call and its result get the same id
+    if "short_ids" in fixes:   # a call and its result get the same id: 9 hex digits of its hash
+        import hashlib
+        short = lambda i: i if re.fullmatch("[a-zA-Z0-9]{9}", i) else hashlib.sha256(
+            i.encode()).hexdigest()[:9]
         if fixed.get("tool_calls"):
-            fixed["tool_calls"] = [dict(c, id=short_id(c.get("id"))) for c in fixed["tool_calls"]]
+            fixed["tool_calls"] = [dict(c, id=short(str(c.get("id")))) for c in fixed["tool_calls"]]
         if "tool_call_id" in fixed:
-            fixed["tool_call_id"] = short_id(fixed["tool_call_id"])
+            fixed["tool_call_id"] = short(str(fixed["tool_call_id"]))
     return message if fixed == message else fixed
 
 
-def short_id(call_id):
-    """A tool call id as Mistral takes it: itself if 9 letters and digits, else 9 hex digits
-    of its SHA-256."""
-    import hashlib
-    call_id = str(call_id or "")
-    return call_id if re.fullmatch("[a-zA-Z0-9]{9}", call_id) else hashlib.sha256(
-        call_id.encode()).hexdigest()[:9]
-
-
 def learned_fix(error, body):
-    """The fix a refused request (400, 422) asks for and the line saying so, or (None, None):
-    leaving out a field sent that the error names (in any case style, as xAI's
-    "reasoningEffort") as refused, or one of FIXES."""
+    """(fix, line saying so) for a refused request: leave out a field the error names as
+    refused (in any case style, as xAI's "reasoningEffort"), or one of FIXES; else Nones."""
     text = error.body or str(error)
     if error.status not in (400, 422) or error.kind == "overflow":
         return None, None
@@ -2478,8 +2454,8 @@ def learned_fix(error, body):
     sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
     named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
     if named and re.search(REFUSED_FIELD, text):
-        return "drop " + named[0], "the server does not support %r for this model: leaving it " \
-            "out" % named[0]
+        say = "the server does not support %r for this model: leaving it out" % named[0]
+        return "drop " + named[0], say
     return next(((fix, say) for fix, (pattern, say) in FIXES.items()
                  if re.search(pattern, text, re.I)), (None, None))
 
@@ -2504,13 +2480,11 @@ def shape_delta(cfg, reply, delta):
     the reply's bounds. {} after a read without output; None when the reply ended."""
     if "room" not in reply:   # what the reply may still keep (see room_for)
         reply.update(room={"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
-                           "arguments": MAX_ARGUMENTS}, cut=[], think="start", unsure="", ran=[])
+                           "arguments": MAX_ARGUMENTS}, cut=[], think="start", unsure="")
     if delta is None:
         return end_of_reply(cfg, reply)
-    if not delta:   # a network read without output
-        if time_up(cfg) and not reply["quiet"]:
-            raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
-        return delta
+    if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
+        raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
     delta = dict(delta)
     if isinstance(delta.get("refusal"), str) and delta["refusal"]:   # OpenAI's safety refusal
         delta["content"] = delta.get("content") or delta["refusal"]
@@ -2531,14 +2505,11 @@ def shape_delta(cfg, reply, delta):
         thought = thought[:room_for(reply, "reasoning", len(thought))]
         if thought:
             add_piece(reply, "reasoning", thought)
-    for fragment in delta.get("tool_calls") or ():   # none for calls past max_calls_per_reply
+    for fragment in delta.get("tool_calls") or ():
         function = fragment.get("function") if isinstance(fragment, dict) else None
         if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-            calls, index, arguments = reply["ran"], fragment.get("index"), function["arguments"]
-            if index not in calls and len(calls) < cfg["max_calls_per_reply"]:
-                calls.append(index)
-            function["arguments"] = arguments[:room_for(reply, "arguments", len(arguments))
-                                              if index in calls else 0]
+            size = room_for(reply, "arguments", len(function["arguments"]))
+            function["arguments"] = function["arguments"][:size]
     if isinstance(delta.get("content"), str) and delta["content"] and reply["think"]:
         text = delta.pop("content")   # stored as sent; shown: a <think> block as reasoning
         reply["content"].append(text)
@@ -2550,8 +2521,8 @@ def shape_delta(cfg, reply, delta):
 
 
 def end_of_reply(cfg, reply):
-    """The reply ended: what it still owes the user (what waited on a <think> marker, what
-    was cut) and the turn (a tool call written as text made real, the cost)."""
+    """The reply ended: what it owes the user (what waited on a <think> marker, what was
+    cut) and the turn (a tool call written as text made real, the cost)."""
     if reply["unsure"]:
         queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
     if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
@@ -2566,8 +2537,8 @@ def end_of_reply(cfg, reply):
 
 
 def merge_details(reply, details):
-    """Keep reasoning_details to send back: a block's fragments (one index and type) joined,
-    its signature covering the whole; none past max_reasoning characters (cut, it is void)."""
+    """Keep reasoning_details to send back, a block's fragments (one index and type) joined
+    (its signature covers the whole); none past max_reasoning characters (cut, it is void)."""
     kept = reply["extra"].setdefault("reasoning_details", [])
     for d in (d for d in details if isinstance(d, dict)):
         room_for(reply, "details", sum(len(v) for v in d.values() if isinstance(v, str)))
@@ -2585,8 +2556,8 @@ def merge_details(reply, details):
 
 
 def room_for(reply, kind, size):
-    """How many of size new characters of kind the reply may keep; past its bound, the room
-    is -1 for good and the cut is noted, once."""
+    """How many of size new characters of kind the reply may keep (past its bound: none ever
+    again, the room -1, the cut noted once)."""
     room = reply["room"]
     if size <= room[kind]:
         room[kind] -= size
@@ -2611,15 +2582,13 @@ def split_think(reply, text):
             return "" if reply["unsure"] else text
         reply["think"], text = "</" + tag[1:], head[len(tag):].lstrip()
     if reply["think"] != "after":
-        close = reply["think"]
-        end = text.find(close)
-        cut = end if end >= 0 else max(0, len(text) - len(close) + 1)
-        if text[:cut]:
-            queue(reply, "reasoning", text[:cut])
+        end = text.find(reply["think"])
+        cut = end if end >= 0 else max(0, len(text) - len(reply["think"]) + 1)
+        queue(reply, "reasoning", text[:cut])
         if end < 0:
             reply["unsure"] = text[cut:]
             return ""
-        text = text[end + len(close):]
+        text = text[end + len(reply["think"]):]
     text = text.lstrip()
     reply["think"] = "after" if not text else None
     return text
@@ -2627,17 +2596,17 @@ def split_think(reply, text):
 
 def text_tool_call(cfg, reply):
     """With text_tool_calls=true, make a reply that is only a tool call written as text
-    (<tool_call>{"name":..,"arguments":..}</tool_call> or bare JSON) a real one."""
-    if any(c["function"]["name"] for c in reply["calls"].values()):
-        return
+    (<tool_call>{"name":..,"arguments":..}</tool_call>, or bare JSON) a real one."""
     match = re.match(TEXT_CALL, "".join(reply["content"]))
     try:
         data = json.loads(next(g for g in match.groups() if g)) if match else None
     except ValueError:
         return
-    data = data.get("function", data) if isinstance(data, dict) else {}
+    data = data if isinstance(data, dict) else {}
+    data = data["function"] if isinstance(data.get("function"), dict) else data
     name, args = data.get("name"), data.get("arguments", data.get("parameters"))
-    if name not in TOOLS or not isinstance(args, (dict, str)):
+    if name not in TOOLS or not isinstance(args, (dict, str)) or any(
+            c["function"]["name"] for c in reply["calls"].values()):
         return
     if not cfg["text_tool_calls"]:
         return note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written "
@@ -2660,26 +2629,22 @@ def route(cfg):
     """(the endpoint's urlsplit, its proxy's urlsplit or None, the proxy's variable):
     SOCKS_PROXY, else the scheme's HTTP(S)_PROXY; none for a host that NO_PROXY names."""
     from urllib.parse import urlsplit
-    url = urlsplit(cfg["endpoint"])
-    env = lambda name: (os.environ.get(name.lower()) or os.environ.get(name) or "").strip()
+    url, env = urlsplit(cfg["endpoint"]), lambda name: (
+        os.environ.get(name.lower()) or os.environ.get(name) or "").strip()
     for rule in env("NO_PROXY").lower().split(","):
         rule = rule.strip().lstrip(".").split(":")[0]
         if rule == "*" or rule and (url.hostname == rule or url.hostname.endswith("." + rule)):
             return url, None, None
-    for variable in ("SOCKS_PROXY", url.scheme.upper() + "_PROXY"):
-        proxy = env(variable)
-        if proxy:
-            scheme = "socks5://" if variable == "SOCKS_PROXY" else "http://"
-            return url, urlsplit(proxy if "://" in proxy else scheme + proxy), variable
+    for variable, scheme in (("SOCKS_PROXY", "socks5"), (url.scheme.upper() + "_PROXY", "http")):
+        if env(variable):
+            proxy = env(variable)
+            return url, urlsplit(proxy if "://" in proxy else scheme + "://" + proxy), variable
     return url, None, None
 
 
 class SocksError(OSError):
     """A SOCKS5 proxy's refusal, in one line; retry: whether waiting may help."""
-
-    def __init__(self, message, retry=False):
-        OSError.__init__(self, message)
-        self.retry = retry
+    retry = False
 
 
 def socks5_connect(proxy_url, host, port, timeout):
@@ -2692,7 +2657,7 @@ def socks5_connect(proxy_url, host, port, timeout):
     where = "SOCKS5 proxy %s:%d" % (proxy.hostname, proxy.port or 1080)
     sock = socket.create_connection((proxy.hostname, proxy.port or 1080), timeout)
     try:
-        with sock.makefile("rb") as answer:   # (the proxy says nothing more till we speak)
+        with sock.makefile("rb") as answer:   # (the proxy says no more till we speak)
             method = 2 if proxy.username else 0   # 00: no authentication, 02: user/password
             sock.sendall(bytes([5, 1, method]))   # VER NMETHODS METHODS -> VER METHOD
             if answer.read(2) != bytes([5, method]):
@@ -2703,7 +2668,7 @@ def socks5_connect(proxy_url, host, port, timeout):
                 sock.sendall(bytes([1, len(user)]) + user + bytes([len(password)]) + password)
                 if answer.read(2)[1:] != b"\0":
                     raise SocksError("%s rejected the username/password" % where)
-            try:   # VER CMD=01 (CONNECT) RSV ATYP DST.ADDR DST.PORT -> VER REP RSV ATYP ...
+            try:   # VER CMD=01 (CONNECT) RSV ATYP DST.ADDR DST.PORT -> VER REP RSV ATYP BND
                 ip = ipaddress.ip_address(host.strip("[]"))
                 address = bytes([1 if ip.version == 4 else 4]) + ip.packed
             except ValueError:   # a name, for the proxy to resolve
@@ -2711,9 +2676,11 @@ def socks5_connect(proxy_url, host, port, timeout):
             sock.sendall(b"\5\1\0" + address + port.to_bytes(2, "big"))
             reply = answer.read(4).ljust(4, b"\1")   # (cut short: a general failure)
             if reply[1]:
-                raise SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
-                    where, host, port, reply[1]), reply[1] not in (2, 7, 8))
-            answer.read(({1: 4, 4: 16}.get(reply[3]) or (answer.read(1) or b"\0")[0]) + 2)   # BND
+                error = SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
+                    where, host, port, reply[1]))
+                error.retry = reply[1] not in (2, 7, 8)   # (not allowed, not supported)
+                raise error
+            answer.read(({1: 4, 4: 16}.get(reply[3]) or (answer.read(1) or b"\0")[0]) + 2)
         return sock
     except BaseException:
         sock.close()
@@ -2721,34 +2688,33 @@ def socks5_connect(proxy_url, host, port, timeout):
 
 
 def connect_endpoint(cfg):
-    """The connect hook: a connection to the endpoint through its proxy (a CONNECT tunnel
-    with the proxy URL's Basic credentials, or SOCKS5); None without one."""
+    """The connect hook: a connection through the endpoint's proxy (SOCKS5, or a CONNECT
+    tunnel with the proxy URL's Basic credentials); None without one."""
     import http.client
     from urllib.parse import unquote
     url, proxy, variable = route(cfg)
     kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    if proxy is None:
-        return None
     if variable == "SOCKS_PROXY":   # every (re)connect goes through it; http.client does the TLS
         conn = kind(url.hostname, default_port(url), timeout=cfg["timeout"])
         conn._create_connection = lambda address, timeout, source=None: socks5_connect(
             proxy.geturl(), address[0], address[1], timeout)
         return conn
-    import base64
-    conn = kind(proxy.hostname, default_port(proxy), timeout=cfg["timeout"])
-    login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
-    conn.set_tunnel(url.hostname, default_port(url), headers={"Proxy-Authorization": "Basic "
-                    + base64.b64encode(login.encode()).decode()} if proxy.username else {})
-    return conn
+    if proxy:
+        import base64
+        conn = kind(proxy.hostname, default_port(proxy), timeout=cfg["timeout"])
+        login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
+        auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
+        conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
+        return conn
+    return None
 
 
 def count_wait(cfg):
     """Until the reply's output begins, a "waiting" event each second (the REPL's
     "...requesting... N s"): a timer's signal, in the main thread; it stops itself."""
+    import atexit
     import signal
     import threading
-    if threading.current_thread() is not threading.main_thread():
-        return
 
     def tick(*_):
         reply = (cfg.get("run") or {}).get("reply") or {}
@@ -2756,13 +2722,16 @@ def count_wait(cfg):
             signal.setitimer(signal.ITIMER_REAL, 0)
         else:
             emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
-    signal.signal(signal.SIGALRM, tick)
-    signal.setitimer(signal.ITIMER_REAL, 1, 1)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGALRM, tick)
+        signal.setitimer(signal.ITIMER_REAL, 1, 1)
+        atexit.unregister(signal.setitimer)   # (a tick once Python exits would kill it)
+        atexit.register(signal.setitimer, signal.ITIMER_REAL, 0)
 
 
 def network_error(e, cfg, got_output=False):
     """The ApiError for a failed connection or read: fatal when waiting cannot help (an
-    untrusted certificate, a host name that does not exist, a proxy that says no)."""
+    untrusted certificate, a host name that does not resolve, a proxy that says no)."""
     import socket
     url, proxy, variable = route(cfg)
     where = proxy.netloc.rpartition("@")[2] if proxy else url.hostname   # (not its password)
