@@ -2353,9 +2353,8 @@ def shape_request(cfg, messages, body, error=None):
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
-    for field in OPTIONAL_FIELDS:
-        if "drop " + field in fixes:
-            del body[field]
+    for field in [f for f in OPTIONAL_FIELDS if "drop " + f in fixes]:
+        body.pop(field, None)
     if fixes - {"stream"} - {"drop " + f for f in OPTIONAL_FIELDS}:   # fixes of the messages
         body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
     count_wait(cfg)
@@ -2377,7 +2376,7 @@ def learn_from(cfg, messages, body, error):
     if len(kept) < len(messages) and re.search(EMPTY_ASSISTANT_PATTERNS, error.body or ""):
         messages[:] = kept   # strict servers refuse an assistant message of nothing
         return True
-    fix, say = learned_fix(error, body)
+    fix, say = learned_fix(error, body) if error.status in (400, 422) else (None, None)
     if fix and (cfg["endpoint"], cfg["model"], fix) not in LEARNED["fixes"]:
         LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
         if say:
@@ -2416,7 +2415,8 @@ def classify(cfg, error):
         hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
     elif status == 404:   # the URL posted to, and the setting that chose the endpoint
         hint = " (POST %s: check endpoint, from %s, and model)" % (re.sub(
-            r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1), cfg["sources"]["endpoint"])
+            r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1), cfg.get("sources", {}).get(
+            "endpoint"))
     elif status == 400 and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
         kind, hint = "retry", " (a malformed tool call from the model)"
     should = (headers.get("x-should-retry") or "").lower()
@@ -2448,8 +2448,6 @@ def learned_fix(error, body):
     """(fix, line saying so) for a refused request: leave out a field the error names as
     refused (in any case style, as xAI's "reasoningEffort"), or one of FIXES; else Nones."""
     text = error.body or str(error)
-    if error.status not in (400, 422) or error.kind == "overflow":
-        return None, None
     sent = [f for f in OPTIONAL_FIELDS if f in body]
     sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
     named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
@@ -2491,9 +2489,9 @@ def shape_delta(cfg, reply, delta):
     if isinstance(delta.get("content"), list):   # Mistral's parts: [{"type": "thinking",
         # "thinking": [{"type": "text", "text": ".."}]}, {"type": "text", "text": ".."}]
         parts = [p for p in delta["content"] if isinstance(p, dict)]
-        thinking = [t for p in parts if p.get("type") == "thinking" for t in p["thinking"]]
-        delta["reasoning"] = "".join(t.get("text", "") for t in thinking)
-        delta["content"] = "".join(p.get("text", "") for p in parts if p.get("type") == "text")
+        thinking = [t for p in parts if p.get("type") == "thinking" for t in p.get("thinking", ())]
+        delta["reasoning"] = "".join(str(t.get("text", "")) for t in thinking if type(t) is dict)
+        delta["content"] = "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
     if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
         reply["extra"].setdefault("extra_content", {}).update(delta["extra_content"])
     if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back
@@ -2558,13 +2556,10 @@ def merge_details(reply, details):
 def room_for(reply, kind, size):
     """How many of size new characters of kind the reply may keep (past its bound: none ever
     again, the room -1, the cut noted once)."""
-    room = reply["room"]
-    if size <= room[kind]:
-        room[kind] -= size
-        return size
-    if room[kind] >= 0:
+    room, fit = reply["room"], max(0, min(size, reply["room"][kind]))
+    if size > room[kind] >= 0:
         reply["cut"].append(kind)
-    fit, room[kind] = max(0, room[kind]), -1
+    room[kind] = room[kind] - size if size <= room[kind] else -1
     return fit
 
 
