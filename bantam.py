@@ -2305,11 +2305,10 @@ QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check you
                   r"|credit balance is too low|insufficient (?:credits|balance)")
 EMPTY_ASSISTANT_PATTERNS = r"(?i)content or tool_calls must be set|text content blocks must"
 
-# Fixes a server's error teaches, kept for that endpoint and model (see shape_request): the
-# error, and the line that says so. DashScope's Qwen3 thinking models answer only streamed
-# requests; Kimi K2.5+ and DeepSeek V4 (thinking) want reasoning_content on tool call messages;
-# Claude behind gateways takes content "" for an empty text block; Mistral takes tool call ids
-# of 9 letters and digits, OpenAI of 40 characters (a conversation begun elsewhere has others).
+# Fixes a server's error teaches, kept for that endpoint and model: the error, the line saying
+# so. DashScope's Qwen3 thinking models only stream; Kimi K2.5+, DeepSeek V4 want reasoning_content
+# on tool call messages; Claude behind gateways takes content "" for an empty text block;
+# Mistral takes tool call ids of 9 letters and digits, OpenAI of 40 (others: begun elsewhere).
 FIXES = {
     "stream": (r"must be set to false for non-streaming", None),
     "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking",
@@ -2362,8 +2361,8 @@ def shape_request(cfg, messages, body, error=None):
 
 
 def learn_from(cfg, messages, body, error):
-    """After a failed request, the error put right: True to ask again at once (a fix learned,
-    a blank assistant message taken out)."""
+    """After a failed request: True to ask again at once (a fix learned, a blank assistant
+    message taken out); the error put right."""
     classify(cfg, error)
     reply = (cfg.get("run") or {}).get("reply") or {}
     if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
@@ -2388,8 +2387,7 @@ def learn_from(cfg, messages, body, error):
 
 
 def classify(cfg, error):
-    """Put an ApiError's kind and message right: a network error's cause, what a status and
-    body mean (an overflow, a spent quota, a model's slip), an HTML page cut to its title."""
+    """Put an ApiError's kind and message right: what its cause, status and body mean."""
     text, status, headers, message = error.body or "", error.status, error.headers, str(error)
     if error.__cause__ is not None:
         reply = (cfg.get("run") or {}).get("reply") or {}
@@ -2445,8 +2443,8 @@ def fixed_message(message, fixes):
 
 
 def learned_fix(error, body):
-    """(fix, line saying so) for a refused request: leave out a field the error names as
-    refused (in any case style, as xAI's "reasoningEffort"), or one of FIXES; else Nones."""
+    """(fix, line saying so) for a refused request: leave out a field it names as refused (in
+    any case style, as xAI's "reasoningEffort"), or one of FIXES; else (None, None)."""
     text = error.body or str(error)
     sent = [f for f in OPTIONAL_FIELDS if f in body]
     sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
@@ -2459,8 +2457,8 @@ def learned_fix(error, body):
 
 
 def server_wait(headers, text=""):
-    """Seconds the server asks us to wait (retry-after-ms, Retry-After: seconds or a date;
-    else in the body, as Gemini's "retryDelay": "38s" or "Please retry in 37.9s."), or None."""
+    """Seconds the server asks us to wait (headers; else the body, as Gemini's "retryDelay":
+    "38s" or "Please retry in 37.9s."), or None."""
     from email.utils import parsedate_to_datetime
     after = (headers.get("retry-after") or "").strip()
     for wait in (lambda: float(headers["retry-after-ms"]) / 1000, lambda: float(after),
@@ -2474,8 +2472,7 @@ def server_wait(headers, text=""):
 
 
 def shape_delta(cfg, reply, delta):
-    """The delta hook, before Part I merges a delta: what providers send beyond text, within
-    the reply's bounds. {} after a read without output; None when the reply ended."""
+    """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
     if "room" not in reply:   # what the reply may still keep (see room_for)
         reply.update(room={"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
                            "arguments": MAX_ARGUMENTS}, cut=[], think="start", unsure="")
@@ -2519,8 +2516,7 @@ def shape_delta(cfg, reply, delta):
 
 
 def end_of_reply(cfg, reply):
-    """The reply ended: what it owes the user (what waited on a <think> marker, what was
-    cut) and the turn (a tool call written as text made real, the cost)."""
+    """The reply ended: what waited on a <think> marker, a tool call written as text, cuts."""
     if reply["unsure"]:
         queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
     if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
@@ -2535,8 +2531,8 @@ def end_of_reply(cfg, reply):
 
 
 def merge_details(reply, details):
-    """Keep reasoning_details to send back, a block's fragments (one index and type) joined
-    (its signature covers the whole); none past max_reasoning characters (cut, it is void)."""
+    """Keep reasoning_details to send back, a block's fragments joined (a signature covers
+    the whole); none past max_reasoning characters (cut, a signed block is void)."""
     kept = reply["extra"].setdefault("reasoning_details", [])
     for d in (d for d in details if isinstance(d, dict)):
         room_for(reply, "details", sum(len(v) for v in d.values() if isinstance(v, str)))
@@ -2554,8 +2550,7 @@ def merge_details(reply, details):
 
 
 def room_for(reply, kind, size):
-    """How many of size new characters of kind the reply may keep (past its bound: none ever
-    again, the room -1, the cut noted once)."""
+    """How many of size new characters of kind the reply may keep (past its bound: none)."""
     room, fit = reply["room"], max(0, min(size, reply["room"][kind]))
     if size > room[kind] >= 0:
         reply["cut"].append(kind)
@@ -2590,8 +2585,7 @@ def split_think(reply, text):
 
 
 def text_tool_call(cfg, reply):
-    """With text_tool_calls=true, make a reply that is only a tool call written as text
-    (<tool_call>{"name":..,"arguments":..}</tool_call>, or bare JSON) a real one."""
+    """With text_tool_calls=true, a reply that is only a tool call written as text is one."""
     match = re.match(TEXT_CALL, "".join(reply["content"]))
     try:
         data = json.loads(next(g for g in match.groups() if g)) if match else None
@@ -2643,8 +2637,7 @@ class SocksError(OSError):
 
 
 def socks5_connect(proxy_url, host, port, timeout):
-    """A socket connected to host:port through the SOCKS5 proxy at proxy_url,
-    socks5[h]://[user:password@]host[:port], which resolves host names (RFC 1928, 1929)."""
+    """A socket to host:port through socks5[h]://[user:password@]host[:port] (RFC 1928)."""
     import ipaddress
     import socket
     from urllib.parse import unquote, urlsplit
@@ -2658,9 +2651,8 @@ def socks5_connect(proxy_url, host, port, timeout):
             if answer.read(2) != bytes([5, method]):
                 raise SocksError("%s: no acceptable authentication method" % where)
             if method:   # VER=01 ULEN UNAME PLEN PASSWD -> VER STATUS (00: success)
-                user, password = unquote(proxy.username), unquote(proxy.password or "")
-                user, password = user.encode(), password.encode()
-                sock.sendall(bytes([1, len(user)]) + user + bytes([len(password)]) + password)
+                login = (unquote(s or "").encode() for s in (proxy.username, proxy.password))
+                sock.sendall(b"\1" + b"".join(bytes([len(s)]) + s for s in login))
                 if answer.read(2)[1:] != b"\0":
                     raise SocksError("%s rejected the username/password" % where)
             try:   # VER CMD=01 (CONNECT) RSV ATYP DST.ADDR DST.PORT -> VER REP RSV ATYP BND
@@ -2683,30 +2675,26 @@ def socks5_connect(proxy_url, host, port, timeout):
 
 
 def connect_endpoint(cfg):
-    """The connect hook: a connection through the endpoint's proxy (SOCKS5, or a CONNECT
-    tunnel with the proxy URL's Basic credentials); None without one."""
+    """The connect hook: a connection through the endpoint's proxy, if it has one."""
     import http.client
     from urllib.parse import unquote
     url, proxy, variable = route(cfg)
     kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    if variable == "SOCKS_PROXY":   # every (re)connect goes through it; http.client does the TLS
-        conn = kind(url.hostname, default_port(url), timeout=cfg["timeout"])
+    via = url if variable == "SOCKS_PROXY" else proxy
+    conn = kind(via.hostname, default_port(via), timeout=cfg["timeout"]) if proxy else None
+    if proxy and via is url:   # every (re)connect goes through it; http.client does the TLS
         conn._create_connection = lambda address, timeout, source=None: socks5_connect(
             proxy.geturl(), address[0], address[1], timeout)
-        return conn
-    if proxy:
+    elif proxy:   # a CONNECT tunnel, with the proxy URL's credentials
         import base64
-        conn = kind(proxy.hostname, default_port(proxy), timeout=cfg["timeout"])
         login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
         auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
         conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
-        return conn
-    return None
+    return conn
 
 
 def count_wait(cfg):
-    """Until the reply's output begins, a "waiting" event each second (the REPL's
-    "...requesting... N s"): a timer's signal, in the main thread; it stops itself."""
+    """A "waiting" event each second until the reply's output begins (SIGALRM)."""
     import atexit
     import signal
     import threading
@@ -2725,27 +2713,24 @@ def count_wait(cfg):
 
 
 def network_error(e, cfg, got_output=False):
-    """The ApiError for a failed connection or read: fatal when waiting cannot help (an
-    untrusted certificate, a host name that does not resolve, a proxy that says no)."""
+    """The ApiError for a failed connection or read: fatal when waiting cannot help."""
     import socket
     url, proxy, variable = route(cfg)
-    where = proxy.netloc.rpartition("@")[2] if proxy else url.hostname   # (not its password)
-    ssl, text, fatal = sys.modules.get("ssl"), str(e) or type(e).__name__, True
-    if isinstance(e, SocksError):
-        text, fatal = "%s (SOCKS_PROXY)" % e, not e.retry
-    elif ssl and isinstance(e, ssl.SSLCertVerificationError):
-        text = ("the certificate of %s is not trusted (%s); to trust a private or company CA, "
-                "point SSL_CERT_FILE at its PEM file" % (url.hostname, e.verify_message))
-    elif isinstance(e, socket.gaierror) and e.errno != socket.EAI_AGAIN:
-        text = "cannot resolve the host name of %s (%s)" % (where, e.strerror)
-    elif not text.startswith("Tunnel connection failed: 4"):   # (a proxy's 407: fatal)
-        fatal = False
-    if isinstance(e, socket.timeout) or "timed out" in text:
+    ssl, text = sys.modules.get("ssl"), str(e) or type(e).__name__
+    fatal = text.startswith("Tunnel connection failed: 4") or not getattr(e, "retry", True)
+    if ssl and isinstance(e, ssl.SSLCertVerificationError):
+        text, fatal = ("the certificate of %s is not trusted (%s); to trust a private or company "
+                       "CA, point SSL_CERT_FILE at its PEM file" % (url.hostname, e.verify_message),
+                       True)
+    elif isinstance(e, socket.gaierror) and e.errno != socket.EAI_AGAIN:   # (not for now)
+        text, fatal = "the host name %s does not resolve" % (proxy or url).hostname, True
+    elif isinstance(e, socket.timeout) or "timed out" in text:
         text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if got_output else (
             "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
-    elif isinstance(e, ConnectionRefusedError):
-        text = "connection refused by " + (
-            "the proxy %s (%s)" % (where, variable) if proxy else cfg["endpoint"])
+    elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
+        text = "connection refused by " + ("the proxy %s (%s)" % (
+            proxy.netloc.rpartition("@")[2], variable) if proxy else cfg["endpoint"])
+    text += " (SOCKS_PROXY)" if isinstance(e, SocksError) else ""
     return ApiError("network error: " + text, "fatal" if fatal else "retry")
 
 
