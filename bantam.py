@@ -2329,8 +2329,7 @@ REFUSED_FIELD = (r"(?i)unsupported|not supported|does not support|deprecated|ext
 
 CUTS = {   # what was cut of a reply: by its finish_reason, by a bound of bantam's
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
-    "content_filter": "[the reply was cut by the provider's content filter "
-                      "(finish_reason: content_filter)]",
+    "content_filter": "[the reply was cut by a content filter (finish_reason: content_filter)]",
     "reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
     "details": "[the reasoning_details passed %(max_reasoning)d characters: none is kept]",
     "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
@@ -2413,8 +2412,7 @@ def classify(cfg, error):
         hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
     elif status == 404:   # the URL posted to, and the setting that chose the endpoint
         hint = " (POST %s: check endpoint, from %s, and model)" % (re.sub(
-            r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1), cfg.get("sources", {}).get(
-            "endpoint"))
+            r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1), cfg["sources"]["endpoint"])
     elif status == 400 and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
         kind, hint = "retry", " (a malformed tool call from the model)"
     should = (headers.get("x-should-retry") or "").lower()
