@@ -2258,11 +2258,10 @@ DEFAULTS.update({
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
 POSITIVE |= {"context_window", "max_calls_per_reply"}
-EVENTS.update({
-    "waiting": "seconds", "discarded": "error", "context": "model "
-    "prompt_tokens cached_tokens completion_tokens estimated window share cost session_cost",
-    "approval": "id tool command path decision rule reason edited",
-    "budget_stop": "reason limit used"})
+EVENTS.update({"waiting": "seconds", "discarded": "error", "context": "model prompt_tokens "
+               "cached_tokens completion_tokens estimated window share cost session_cost",
+               "approval": "id tool command path decision rule reason edited",
+               "budget_stop": "reason limit used"})
 MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (then: cut)
 COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
