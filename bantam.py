@@ -1793,8 +1793,7 @@ DEFAULTS.update({
     "tools": "shell_exec,run_subagent",  # the tools offered to the model (also: read, write)
     "bantam_tools_dir": "",        # a folder of helper scripts, named in the system prompt
     "bantam_skills_dir": "",       # a folder of skills (<name>/SKILL.md), named to the model
-    "shell_env_exclude": "*KEY*,*SECRET*,*TOKEN*,*PASSWORD*",  # variables kept from commands
-                                   # (none: all pass but bantam's own secrets)
+    "shell_env_exclude": "*KEY*,*SECRET*,*TOKEN*,*PASSWORD*",  # kept from commands (none: all pass)
     "shell_env_keep": "",          # variables passed to commands all the same: GITHUB_TOKEN,...
     "project_instructions": True,  # add this folder's AGENTS.md to the system prompt
     "usage": True,                 # the token line on stderr after each turn
@@ -1818,17 +1817,15 @@ DEFAULTS.update({
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
 POSITIVE |= {"context_window", "max_calls_per_reply"}
-EVENTS.update({
-    "waiting": "seconds", "discarded": "error", "context": "model "
-    "prompt_tokens cached_tokens completion_tokens estimated window share cost session_cost",
-    "approval": "id tool command path decision rule reason edited",
-    "budget_stop": "reason limit used"})
+EVENTS.update({"waiting": "seconds", "discarded": "error", "context": "model prompt_tokens "
+               "cached_tokens completion_tokens estimated window share cost session_cost",
+               "approval": "id tool command path decision rule reason edited",
+               "budget_stop": "reason limit used"})
 MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (then: cut)
 COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
-# What this process has learned about the servers it talks to, shared on purpose by every run
-# (they are facts about the servers): context windows by (endpoint, model), and the fixes
-# their errors taught, (endpoint, model, fix) (see FIXES).
+# Facts about the servers, learned by this process and shared by its runs: context windows by
+# (endpoint, model), and the fixes their errors taught, (endpoint, model, fix) (see FIXES).
 LEARNED = {"windows": {}, "fixes": set()}
 
 
@@ -1854,98 +1851,75 @@ def turn_tally(cfg):
 # tool calls, and the fixes its refusals teach (the request and delta hooks)
 # ----------------------------------------------------------------------------------------
 
-# The patterns below stay strings: re compiles (and caches) each on first use, not at every
-# start. What servers say when the prompt does not fit the model's context window:
+# What servers say when the prompt does not fit the context window (or a minute's tokens),
+# when the money has run out (retrying cannot help), and about a blank assistant message:
 OVERFLOW_PATTERNS = (
     r"(?i)context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
     r"|exceeds the available context|greater than the context length|prompt is too long"
-    r"|input token count.*exceeds|exceeds the maximum number of tokens|reduce the length of the"
-    r"|longer than the maximum model length|context length is only|maximum prompt length"
-    r"|too large for model with|input is too long|token limit exceeded|too many tokens"
-    r"|exceeded model token limit|range of input length|longer than the model's context length"
-    r"|exceeds the maximum allowed length|exceed context limit|prompt exceeds max length")
-
-# What servers say when the money, not the rate, has run out: retrying cannot help.
+    r"|input token count.*exceeds|exceeds the maximum number of tokens|request too large"
+    r"|too large for model with|exceeded model token limit|range of input length|exceed context"
+    r"|longer than the model's context length|exceeds the maximum allowed length|exceeds max len")
 QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check your plan and billing"
                   r"|credit balance is too low|insufficient (?:credits|balance)")
+EMPTY_ASSISTANT_PATTERNS = r"(?i)content or tool_calls must be set|text content blocks must"
 
-# What strict servers say about an assistant message with neither content nor tool calls.
-EMPTY_ASSISTANT_PATTERNS = (
-    r"(?i)content or tool_calls must be set|either content or tool_calls|must have non-empty"
-    r" content|text content blocks must|expected a string, got null|parts must not be empty")
-
-# Fixes a server's error teaches, kept for that endpoint and model: the error, and the line
-# that says so (none: nothing the user sees changes). Requests change in shape_request.
+# Fixes a server's error teaches, kept for that endpoint and model: the error, the line saying
+# so. DashScope's Qwen3 thinking models only stream; Kimi K2.5+, DeepSeek V4 want reasoning_content
+# on tool call messages; Claude behind gateways takes content "" for an empty text block;
+# Mistral takes tool call ids of 9 letters and digits, OpenAI of 40 (others: begun elsewhere).
 FIXES = {
-    # DashScope's Qwen3 thinking models answer only streamed requests (a summary's too)
     "stream": (r"must be set to false for non-streaming", None),
-    # Kimi K2.5+ with thinking on, DeepSeek V4: the field on every assistant message with
-    # tool calls, even one where the model wrote no reasoning; Groq and Cerebras reject it
-    "reasoning_content": (
-        r"reasoning_content is missing|reasoning_content`? in the thinking mode",
-        "the server wants reasoning_content on tool call messages: sending it"),
-    # Claude behind OpenAI-compatible gateways (Databricks, Requesty, one-api): content ""
-    # beside tool calls becomes an empty text block, which it rejects; null is no block
-    "null_content": (
-        r"text content blocks must (?:be non-empty|contain non-whitespace)",
-        "the server rejects empty text beside tool calls: sending content null there"),
-    # Mistral takes tool call ids of 9 letters and digits, OpenAI of 40 characters at most: a
-    # conversation begun elsewhere (or on OpenRouter's other providers) holds others
-    "short_ids": (r"a-z, A-Z, 0-9, with a length of 9|alphanumeric strings with length 9"
-                  r"|tool_call(?:s\[\d+\]\.id|_id)'?: string too long",
+    "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking",
+                          "the server wants reasoning_content on tool call messages: sending it"),
+    "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
+                     "the server rejects empty text beside tool calls: sending content null there"),
+    "short_ids": (r"a-z, A-Z, 0-9, with a length of 9|tool_calls\[\d+\]\.id'?: string too long",
                   "the server refuses these tool call ids: sending each as 9 letters and digits")}
 
-# The fields a server may refuse: of the request, and of its messages.
+# The fields a server may refuse: of the request, and of its messages; and how it says so:
+# "Unsupported parameter", Mistral's "extra_forbidden", "`temperature` is deprecated", xAI's
+# "does not support parameter reasoningEffort", Kimi's "only 1 is allowed" (its own is used).
 OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
 MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
-
-# How servers refuse a field: OpenAI's "param", Mistral's extra_forbidden "loc", or words
-# ("`temperature` is deprecated", "property 'x' is unsupported", xAI's camelCase name, Kimi's
-# "invalid temperature: only 1 is allowed": left out, the server's own value is used).
 REFUSED_FIELD = (r"(?i)unsupported|not supported|does not support|deprecated|extra_forbidden"
                  r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed"
                  r"|only [\d.]+ is allowed")
 
-CUT_REPLY = {   # finish reasons that mean the reply is not whole
+CUTS = {   # what was cut of a reply: by its finish_reason, by a bound of bantam's
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
-    "content_filter": "[the reply was cut by the provider's content filter "
-                      "(finish_reason: content_filter)]"}
-
-CUTS = {"reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
-        "details": "[the reasoning_details passed %(max_reasoning)d characters: none is kept]",
-        "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
-
+    "content_filter": "[the reply was cut by a content filter (finish_reason: content_filter)]",
+    "reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
+    "details": "[the reasoning_details passed %(max_reasoning)d characters: none is kept]",
+    "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
 THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills, Amazon Nova
-
 # A reply that is only a tool call written as text: in <tool_call> tags, in a fence, or bare.
 TEXT_CALL = (r"(?s)^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
              r"|(\{.*\}))\s*$")
 
 
 def shape_request(cfg, messages, body, error=None):
-    """The request hook: before sending, reasoning_effort, usage asked for in a stream and
-    the fixes this server's errors taught; after a failure, what learn_from makes of it."""
+    """The request hook: the body as this server takes it; after a failure, learn_from's."""
     if error is not None:
         return learn_from(cfg, messages, body, error)
     fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
-    count, last = own(cfg).get("unstreamed", (0, None))
-    if count == len(messages) and last is messages[-1]:   # after an empty stream: this server
-        body["stream"] = False   # says what went wrong (an overflow) only in a reply not streamed
+    if own(cfg).get("unstreamed") is messages[-1]:   # after an empty stream: this server says
+        body["stream"] = False   # what went wrong (an overflow) only in a reply not streamed
     body["stream"] = body["stream"] or "stream" in fixes
     if body["stream"]:
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
-    for field in {"drop " + f for f in body} & fixes:
-        del body[field[5:]]
+    for field in [f for f in OPTIONAL_FIELDS if "drop " + f in fixes]:
+        body.pop(field, None)
     if fixes - {"stream"} - {"drop " + f for f in OPTIONAL_FIELDS}:   # fixes of the messages
         body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
+    count_wait(cfg)
     return body
 
 
 def learn_from(cfg, messages, body, error):
-    """After a failed request: True to ask again at once (a fix learned, an empty message
-    taken out); error's kind and message said better (the status, the body, the cause)."""
+    """After a failed request: True to ask again at once (a fix learned, a blank assistant
+    message taken out); the error put right."""
     classify(cfg, error)
     reply = (cfg.get("run") or {}).get("reply") or {}
     if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
@@ -1953,196 +1927,140 @@ def learn_from(cfg, messages, body, error):
         reply["content"] = reply["reasoning"] = ()
     if error.kind == "overflow":
         learn_window(cfg, error.body or str(error))
-    if error.kind == "empty_assistant":   # strict servers refuse an assistant message of nothing
-        kept = [m for m in messages if m["role"] != "assistant" or m.get("tool_calls")
-                or str(m.get("content") or "").strip()]
-        if len(kept) < len(messages):
-            messages[:] = kept
-            return True
-    fix, say = learned_fix(error, body)
-    learned = (cfg["endpoint"], cfg["model"], fix)
-    if fix and learned not in LEARNED["fixes"]:
-        LEARNED["fixes"].add(learned)
+    kept = [m for m in messages if m["role"] != "assistant" or m.get("tool_calls")
+            or str(m.get("content") or "").strip()]
+    if len(kept) < len(messages) and re.search(EMPTY_ASSISTANT_PATTERNS, error.body or ""):
+        messages[:] = kept   # strict servers refuse an assistant message of nothing
+        return True
+    fix, say = learned_fix(error, body) if error.status in (400, 422) else (None, None)
+    if fix and (cfg["endpoint"], cfg["model"], fix) not in LEARNED["fixes"]:
+        LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
         if say:
             note(cfg, "[%s from now on]" % say, "info")
         return True
     if error.body == "empty stream" and body["stream"]:   # for the rest of this call
-        own(cfg)["unstreamed"] = (len(messages), messages[-1])
+        own(cfg)["unstreamed"] = messages[-1]
     return False
 
 
 def classify(cfg, error):
-    """Put an ApiError's kind and message right: what its status and body say, a network
-    error's cause (a certificate, a host name, a proxy), a page of HTML cut to its title."""
-    cause, text = error.__cause__, error.body or ""
-    if cause is not None:
-        got_output = (cfg.get("run") or {}).get("reply", {}).get("first")
-        better = network_error(cause, cfg, bool(got_output))
+    """Put an ApiError's kind and message right: what its cause, status and body mean."""
+    text, status, headers, message = error.body or "", error.status, error.headers, str(error)
+    if error.__cause__ is not None:
+        reply = (cfg.get("run") or {}).get("reply") or {}
+        better = network_error(error.__cause__, cfg, bool(reply.get("first")))
         error.args, error.kind = better.args, better.kind
         return
-    if error.status is None:   # an error inside a stream, a reply that is not JSON
-        if re.search(OVERFLOW_PATTERNS, text):
-            error.kind = "overflow"
-        if "not JSON" in str(error):
-            error.args = ("the server sent a reply that is not JSON: %r" % page_text(text)[:200],)
-        return
-    status, headers, message = error.status, error.headers, str(error)
-    if re.match(r"HTTP \d+: \s*<[!a-zA-Z]", message):   # a page (DashScope's start "<400> ")
-        message = "HTTP %d: %s" % (status, page_text(text)[:300])
-    kind, hint = error.kind, ""   # retry or fatal, by its status (error_from_response)
-    wait = server_wait(headers, text)
-    if status == 413 or (status in (400, 422, 500) and re.search(OVERFLOW_PATTERNS, text)) or (
-            status == 429 and "request too large" in text.lower()):   # over a minute's tokens
+    if re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):   # a proxy's page:
+        import html   # its title, else its text without the tags
+        title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
+        words = title.group(1) if title else re.sub(
+            r"(?s)<(script|style)\b.*?</\1>|<[^>]*>", " ", text)
+        message = "%s: %s" % (message.split(":")[0], " ".join(html.unescape(words).split())[:300])
+    kind, hint, wait = error.kind, "", server_wait(headers, text)
+    quota = status == 402 or status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text) and not (
+        status == 429 and wait)   # Gemini's per-minute quota says the same, with a wait
+    if status == 413 or status in (None, 400, 422, 429, 500) and re.search(OVERFLOW_PATTERNS, text):
         kind = "overflow"
-    elif status == 400 and re.search(EMPTY_ASSISTANT_PATTERNS, text):
-        kind = "empty_assistant"
-    elif status == 402 or (status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text)
-                           and not (status == 429 and wait)):   # Gemini's per-minute quota
+    elif quota:
         kind, hint = "fatal", " (quota, credits or billing exhausted: not retried)"
-    elif status in (400, 422):
-        kind = "bad_request"
     elif status in (301, 302, 303, 307, 308):
-        target = headers.get("location") or "(no Location header)"
+        target = headers.get("location", "")
         message = "HTTP %d: the endpoint moved to %s" % (status, target)
         hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
     elif status == 404:   # the URL posted to, and the setting that chose the endpoint
-        url = re.sub(r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1)
-        hint = " (POST %s: check endpoint, from %s, and model)" % (
-            url, cfg.get("sources", {}).get("endpoint"))
-    elif status == 403:
-        hint = " (check endpoint and model in model.cfg)"
-    should = (headers.get("x-should-retry") or "").strip().lower()
-    if should == "true" and kind in ("fatal", "bad_request") and "quota" not in hint:
-        kind = "retry"
-    elif should == "false" and kind == "retry":
-        kind = "fatal"
-    if kind == "bad_request" and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
-        kind, hint = "retry", hint + " (a malformed tool call from the model)"
+        hint = " (POST %s: check endpoint, from %s, and model)" % (re.sub(
+            r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1), cfg["sources"]["endpoint"])
+    elif status == 400 and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
+        kind, hint = "retry", " (a malformed tool call from the model)"
+    should = (headers.get("x-should-retry") or "").lower()
+    if should in ("true", "false") and kind in ("retry", "fatal") and not quota:
+        kind = "retry" if should == "true" else "fatal"
     error.args, error.kind, error.wait = (message + hint,), kind, wait
 
 
 def fixed_message(message, fixes):
-    """A message as this server takes it, the learned fixes applied (the same dict when none
-    changes it: the stored conversation stays as it was)."""
+    """A message as this server takes it (the same dict when no fix changes it)."""
     fixed = {k: v for k, v in message.items() if "drop " + k not in fixes}
-    if message.get("tool_calls") and message.get("role") == "assistant":
+    if message.get("tool_calls") and message["role"] == "assistant":
         if "reasoning_content" in fixes:
             fixed.setdefault("reasoning_content", "")
         if "null_content" in fixes and not str(fixed.get("content") or "").strip():
             fixed["content"] = None
-    if "short_ids" in fixes:   # a call and its result get the same id
+    if "short_ids" in fixes:   # a call and its result get the same id: 9 hex digits of its hash
+        import hashlib
+        short = lambda i: i if re.fullmatch("[a-zA-Z0-9]{9}", i) else hashlib.sha256(
+            i.encode()).hexdigest()[:9]
         if fixed.get("tool_calls"):
-            fixed["tool_calls"] = [dict(c, id=short_id(c.get("id"))) for c in fixed["tool_calls"]]
+            fixed["tool_calls"] = [dict(c, id=short(str(c.get("id")))) for c in fixed["tool_calls"]]
         if "tool_call_id" in fixed:
-            fixed["tool_call_id"] = short_id(fixed["tool_call_id"])
+            fixed["tool_call_id"] = short(str(fixed["tool_call_id"]))
     return message if fixed == message else fixed
 
 
-def short_id(call_id):
-    """A tool call id as Mistral takes it: itself when it is 9 letters and digits, else the
-    first 9 hex digits of its SHA-256."""
-    import hashlib
-    call_id = str(call_id or "")
-    return call_id if re.fullmatch("[a-zA-Z0-9]{9}", call_id) else hashlib.sha256(
-        call_id.encode()).hexdigest()[:9]
-
-
 def learned_fix(error, body):
-    """The fix a refused request asks for and the line saying so, or (None, None): leaving
-    out a field sent that the error refuses (the one its JSON names, else one its text
-    names in any case style, as xAI's "reasoningEffort"), or one of FIXES."""
+    """(fix, line saying so) for a refused request: leave out a field it names as refused (in
+    any case style, as xAI's "reasoningEffort"), or one of FIXES; else (None, None)."""
     text = error.body or str(error)
-    if error.kind not in ("bad_request", "empty_assistant"):
-        return None, None
     sent = [f for f in OPTIONAL_FIELDS if f in body]
     sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
-    if sent and re.search(REFUSED_FIELD, text):
-        names = json_names(text)
-        named = [f for f in sent if f in names]
-        named += [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
-        if named:
-            say = "the server does not support %r for this model: leaving it out" % named[0]
-            return "drop " + named[0], say
+    named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
+    if named and re.search(REFUSED_FIELD, text):
+        say = "the server does not support %r for this model: leaving it out" % named[0]
+        return "drop " + named[0], say
     return next(((fix, say) for fix, (pattern, say) in FIXES.items()
                  if re.search(pattern, text, re.I)), (None, None))
 
 
-def json_names(text):
-    """The fields an error's JSON names: OpenAI's param ("messages[2].x": x), the loc of
-    Mistral's {"message": {"detail": [{"type": "extra_forbidden", "loc": ["body", "x"]}]}}."""
-    try:
-        error = json.loads(text)
-        error = error.get("error", error) if isinstance(error, dict) else {}
-        message = error.get("message")
-        detail = message.get("detail") if isinstance(message, dict) else None
-        places = [str(d.get("loc", [""])[-1]) for d in detail or () if isinstance(d, dict)]
-        return places + [str(error.get("param") or "").split(".")[-1].split("]")[-1]]
-    except (ValueError, AttributeError, IndexError, TypeError):
-        return []
-
-
-def page_text(text):
-    """An error body as one line: an HTML page's title, else its text without the tags (a
-    proxy's page, not an API's error); any other text as is."""
-    if not re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):
-        return text.strip()
-    import html
-    title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
-    words = title.group(1) if title else re.sub(r"(?s)<(script|style)\b.*?</\1>|<[^>]*>", " ", text)
-    return " ".join(html.unescape(words).split())
-
-
 def server_wait(headers, text=""):
-    """Seconds the server asks us to wait (retry-after-ms, Retry-After; else in the body, as
-    Gemini's "retryDelay": "38s" or "Please retry in 37.9s."), or None."""
-    after = (headers.get("retry-after") or "").strip()
-    for value, scale in ((headers.get("retry-after-ms"), 1000), (after, 1)):
-        try:
-            return max(0.0, float(value) / scale)
-        except (TypeError, ValueError):   # absent, or not a number: Retry-After may be a date
-            pass
+    """Seconds the server asks us to wait (headers; else the body, as Gemini's "retryDelay":
+    "38s" or "Please retry in 37.9s."), or None."""
     from email.utils import parsedate_to_datetime
-    try:
-        return max(0.0, parsedate_to_datetime(after).timestamp() - time.time())
-    except (TypeError, ValueError, IndexError):
-        pass
+    after = (headers.get("retry-after") or "").strip()
+    for wait in (lambda: float(headers["retry-after-ms"]) / 1000, lambda: float(after),
+                 lambda: parsedate_to_datetime(after).timestamp() - time.time()):
+        try:
+            return max(0.0, wait())
+        except (KeyError, TypeError, ValueError, IndexError):   # absent, or not this form
+            pass
     match = re.search(r'(?i)(?:"retryDelay":\s*"|retry in )(\d+(?:\.\d+)?)(m?s)\b', text)
     return float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) if match else None
 
 
 def shape_delta(cfg, reply, delta):
-    """The delta hook, before Part I merges a delta: what providers send beyond text, within
-    the reply's bounds. {} after a read without output; None when the reply ended."""
+    """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
     if "room" not in reply:   # what the reply may still keep (see room_for)
         reply.update(room={"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
-                           "arguments": MAX_ARGUMENTS, "calls": cfg["max_calls_per_reply"]},
-                     cut=[], think="start", unsure="")
+                           "arguments": MAX_ARGUMENTS}, cut=[], think="start", unsure="")
     if delta is None:
         return end_of_reply(cfg, reply)
-    if not delta:   # a network read without output
-        say_cuts(cfg, reply)
-        if time_up(cfg) and not reply["quiet"]:
-            raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
-        return delta
+    if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
+        raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
     delta = dict(delta)
     if isinstance(delta.get("refusal"), str) and delta["refusal"]:   # OpenAI's safety refusal
         delta["content"] = delta.get("content") or delta["refusal"]
-    if isinstance(delta.get("content"), list):   # Mistral's parts: reasoning and answer
-        thought, delta["content"] = content_parts(delta["content"])
-        if thought:
-            delta["reasoning"] = thought
+    if isinstance(delta.get("content"), list):   # Mistral's parts: [{"type": "thinking",
+        # "thinking": [{"type": "text", "text": ".."}]}, {"type": "text", "text": ".."}]
+        parts = [p for p in delta["content"] if isinstance(p, dict)]
+        thinking = [t for p in parts if p.get("type") == "thinking" for t in p.get("thinking", ())]
+        delta["reasoning"] = "".join(str(t.get("text", "")) for t in thinking if type(t) is dict)
+        delta["content"] = "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
     if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
-        merge_dict(reply["extra"].setdefault("extra_content", {}), delta["extra_content"])
-    merge_details(reply, delta.get("reasoning_details"))   # OpenRouter's, sent back
-    for key in ("reasoning_content", "reasoning"):   # (merged here: before the content)
-        thought = delta.pop(key, None)
-        if isinstance(thought, str) and thought:
-            reply["echo_reasoning"] |= key == "reasoning_content"
-            thought = thought[:room_for(reply, "reasoning", len(thought))]
-            if thought:
-                add_piece(reply, "reasoning", thought)
+        reply["extra"].setdefault("extra_content", {}).update(delta["extra_content"])
+    if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back
+        merge_details(reply, delta["reasoning_details"])
+    named, thought = delta.pop("reasoning_content", None), delta.pop("reasoning", None)
+    thought = named or thought   # (merged here: before the content)
+    if isinstance(thought, str) and thought:
+        reply["echo_reasoning"] |= thought is named
+        thought = thought[:room_for(reply, "reasoning", len(thought))]
+        if thought:
+            add_piece(reply, "reasoning", thought)
     for fragment in delta.get("tool_calls") or ():
-        bound_call(reply, fragment)
+        function = fragment.get("function") if isinstance(fragment, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+            size = room_for(reply, "arguments", len(function["arguments"]))
+            function["arguments"] = function["arguments"][:size]
     if isinstance(delta.get("content"), str) and delta["content"] and reply["think"]:
         text = delta.pop("content")   # stored as sent; shown: a <think> block as reasoning
         reply["content"].append(text)
@@ -2154,156 +2072,86 @@ def shape_delta(cfg, reply, delta):
 
 
 def end_of_reply(cfg, reply):
-    """The reply ended: what it still owes the user (what waited on a <think> marker, the
-    cuts said) and the turn (a tool call written as text made real, the cost)."""
+    """The reply ended: what waited on a <think> marker, a tool call written as text, cuts."""
     if reply["unsure"]:
         queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
     if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
         raise stream_error("finish_reason: error")
     text_tool_call(cfg, reply)
     end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
-    say_cuts(cfg, reply)
-    if reply["finish"] in CUT_REPLY and not reply["quiet"]:
-        note(cfg, CUT_REPLY[reply["finish"]], "warning")
+    for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
+        if cut in CUTS:
+            note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
     own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
     spend(cfg, reply)
-    return None
-
-
-def content_parts(parts):
-    """(reasoning, answer) of content sent as parts, as Mistral's reasoning models do:
-    [{"type": "thinking", "thinking": [{"type": "text", "text": "..."}]},
-     {"type": "text", "text": "..."}]."""
-    texts = {"thinking": [], "text": []}
-    for part in parts:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in texts:
-            continue
-        pieces = part.get("thinking") if kind == "thinking" else [part]
-        for piece in pieces if isinstance(pieces, list) else [{"text": pieces}]:
-            if isinstance(piece, dict) and isinstance(piece.get("text"), str):
-                texts[kind].append(piece["text"])
-    return "".join(texts["thinking"]), "".join(texts["text"])
 
 
 def merge_details(reply, details):
-    """Keep reasoning_details while they hold at most max_reasoning characters, past that
-    none (a signed block cut short is worthless). OpenRouter streams a block as fragments of
-    one type and index, and wants it back whole: its signature covers the whole text."""
+    """Keep reasoning_details to send back, a block's fragments joined (a signature covers
+    the whole); none past max_reasoning characters (cut, a signed block is void)."""
     kept = reply["extra"].setdefault("reasoning_details", [])
-    for d in details if isinstance(details, list) else ():
-        size = sum(len(v) for v in d.values() if isinstance(v, str)) if isinstance(d, dict) else 0
-        room_for(reply, "details", size)
-        if reply["room"]["details"] < 0:
-            del kept[:]
-            continue
+    for d in (d for d in details if isinstance(d, dict)):
+        room_for(reply, "details", sum(len(v) for v in d.values() if isinstance(v, str)))
         reply["size"] += 1
-        index = d.get("index") if isinstance(d, dict) else None
-        block = next((b for b in kept if isinstance(index, int) and isinstance(b, dict)
-                      and (b.get("index"), b.get("type")) == (index, d.get("type"))), None)
+        block = next((b for b in kept if isinstance(d.get("index"), int)
+                      and (b.get("index"), b.get("type")) == (d["index"], d.get("type"))), None)
         if block is None:
             kept.append(d)
-        else:
-            merge_dict(block, d, ("text", "summary", "data"))
-    if not kept:
+            continue
+        for key, value in d.items():
+            joined = key in ("text", "summary", "data") and isinstance(block.get(key), str)
+            block[key] = block[key] + value if joined and isinstance(value, str) else value
+    if not kept or reply["room"]["details"] < 0:
         del reply["extra"]["reasoning_details"]
 
 
-def merge_dict(into, extra, joined=()):
-    """Merge a provider's extra object into another, nested objects key by key (the strings
-    of joined keys are appended: fragments of one text)."""
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            merge_dict(into[key], value)
-        elif key in joined and isinstance(value, str) and isinstance(into.get(key), str):
-            into[key] += value
-        elif value is not None:
-            into[key] = value
-
-
-def bound_call(reply, fragment):
-    """Keep a tool-call fragment within the reply's bounds: MAX_ARGUMENTS characters of
-    arguments, none for a call beyond max_calls_per_reply (AL answers it: not run)."""
-    function = fragment.get("function") if isinstance(fragment, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
-        return
-    index, calls = fragment.get("index"), reply.setdefault("bounded", [])
-    if isinstance(index, int) and index not in calls:
-        if len(calls) >= reply["room"]["calls"]:   # a call beyond max_calls_per_reply
-            function["arguments"] = ""
-            return
-        calls.append(index)
-    arguments = function["arguments"]
-    function["arguments"] = arguments[:room_for(reply, "arguments", len(arguments))]
-
-
 def room_for(reply, kind, size):
-    """How many of size new characters of kind the reply may keep; past its bound, the room
-    is -1 for good and the cut is noted, once."""
-    room = reply["room"]
-    if size <= room[kind]:
-        room[kind] -= size
-        return size
-    if room[kind] >= 0:
+    """How many of size new characters of kind the reply may keep (past its bound: none)."""
+    room, fit = reply["room"], max(0, min(size, reply["room"][kind]))
+    if size > room[kind] >= 0:
         reply["cut"].append(kind)
-    fit, room[kind] = max(0, room[kind]), -1
+    room[kind] = room[kind] - size if size <= room[kind] else -1
     return fit
 
 
-def say_cuts(cfg, reply):
-    """Say once what was cut of the reply."""
-    for kind in () if reply["quiet"] else reply["cut"]:
-        note(cfg, CUTS[kind] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-    del reply["cut"][:]
-
-
 def split_think(reply, text):
-    """The answer part of a piece of content whose start may be a <think> block (reasoning,
-    queued as such). reply["think"]: "start", the closing tag looked for, "after" (blanks
-    after it are not shown) or None; reply["unsure"]: what may be part of a marker, held."""
+    """The answer part of a piece of content that may begin with a <think> block (queued as
+    reasoning). reply["think"]: "start", the closing tag looked for, "after" (blanks after it
+    are not shown) or None; reply["unsure"]: what came last, maybe part of a marker."""
     text, reply["unsure"] = reply["unsure"] + text, ""
     if reply["think"] == "start":
         head = text.lstrip()
         tag = next((t for t in THINK_TAGS if head.startswith(t)), None)
-        if not tag:
-            if any(t.startswith(head) for t in THINK_TAGS):   # "", "<thi": not known yet
-                reply["unsure"] = text
-                return ""
-            reply["think"] = None
-            return text
+        if tag is None:   # "", "<thi": not known yet
+            reply["unsure"] = text if any(t.startswith(head) for t in THINK_TAGS) else ""
+            reply["think"] = "start" if reply["unsure"] else None
+            return "" if reply["unsure"] else text
         reply["think"], text = "</" + tag[1:], head[len(tag):].lstrip()
     if reply["think"] != "after":
-        close = reply["think"]
-        end = text.find(close)
-        keep = 0 if end >= 0 else next((n for n in range(len(close) - 1, 0, -1)
-                                        if text.endswith(close[:n])), 0)
-        thought = text[:end] if end >= 0 else text[:len(text) - keep]
-        if thought:
-            queue(reply, "reasoning", thought)
+        end = text.find(reply["think"])
+        cut = end if end >= 0 else max(0, len(text) - len(reply["think"]) + 1)
+        queue(reply, "reasoning", text[:cut])
         if end < 0:
-            reply["unsure"] = text[len(text) - keep:]
+            reply["unsure"] = text[cut:]
             return ""
-        reply["think"], text = "after", text[end + len(close):]
+        text = text[end + len(reply["think"]):]
     text = text.lstrip()
     reply["think"] = "after" if not text else None
     return text
 
 
 def text_tool_call(cfg, reply):
-    """With text_tool_calls=true, make a reply that is only a tool call written as text
-    (<tool_call>{"name":..,"arguments":..}</tool_call> or bare JSON) a real one."""
-    if any(c["function"]["name"] for c in reply["calls"].values()):
-        return
+    """With text_tool_calls=true, a reply that is only a tool call written as text is one."""
     match = re.match(TEXT_CALL, "".join(reply["content"]))
     try:
         data = json.loads(next(g for g in match.groups() if g)) if match else None
     except ValueError:
         return
-    if not isinstance(data, dict):
-        return
-    data = data.get("function", data) if isinstance(data.get("function"), dict) else data
+    data = data if isinstance(data, dict) else {}
+    data = data["function"] if isinstance(data.get("function"), dict) else data
     name, args = data.get("name"), data.get("arguments", data.get("parameters"))
-    if name not in TOOLS or not isinstance(args, (dict, str)):
+    if name not in TOOLS or not isinstance(args, (dict, str)) or any(
+            c["function"]["name"] for c in reply["calls"].values()):
         return
     if not cfg["text_tool_calls"]:
         return note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written "
@@ -2318,249 +2166,128 @@ HOOKS["delta"].append(shape_delta)
 
 
 # ----------------------------------------------------------------------------------------
-# The transport: HTTP(S)_PROXY (a CONNECT tunnel), SOCKS_PROXY (SOCKS5), and the wait for a
-# reply cut into seconds, each a "waiting" event (the connect hook)
+# The transport: HTTP(S)_PROXY (a CONNECT tunnel), SOCKS_PROXY (SOCKS5), the wait for a
+# reply counted in seconds ("waiting" events), and network errors said plainly
 # ----------------------------------------------------------------------------------------
 
-def no_proxy(host):
-    """True when NO_PROXY names host (or a domain above it, or is *)."""
-    env = os.environ
-    for rule in (env.get("no_proxy") or env.get("NO_PROXY") or "").split(","):
-        rule = rule.strip().lower().lstrip(".").split(":")[0]
-        if rule == "*" or (rule and (host == rule or host.endswith("." + rule))):
-            return True
-    return False
-
-def socks_proxy_for(host):
-    """The SOCKS_PROXY (else socks_proxy) URL for host, unless NO_PROXY matches it."""
-    proxy = os.environ.get("SOCKS_PROXY", "").strip() or os.environ.get("socks_proxy", "").strip()
-    return proxy if proxy and not no_proxy(host) else None
-
 def route(cfg):
-    """(the endpoint's urlsplit, its SOCKS5 proxy, else its HTTP(S)_PROXY, the urlsplit
-    connected to): SOCKS is tried first, and NO_PROXY naming the host means neither."""
+    """(the endpoint's urlsplit, its proxy's urlsplit or None, the proxy's variable):
+    SOCKS_PROXY, else the scheme's HTTP(S)_PROXY; none for a host that NO_PROXY names."""
     from urllib.parse import urlsplit
-    url = urlsplit(cfg["endpoint"])
-    socks = socks_proxy_for(url.hostname)
-    env = os.environ
-    proxy = None if socks or no_proxy(url.hostname) else (
-        env.get(url.scheme + "_proxy") or env.get(url.scheme.upper() + "_PROXY"))
-    if proxy and "://" not in proxy:
-        proxy = "http://" + proxy
-    return url, socks, proxy, urlsplit(proxy) if proxy else url
+    url, env = urlsplit(cfg["endpoint"]), lambda name: (
+        os.environ.get(name.lower()) or os.environ.get(name) or "").strip()
+    for rule in env("NO_PROXY").lower().split(","):
+        rule = rule.strip().lstrip(".").split(":")[0]
+        if rule == "*" or rule and (url.hostname == rule or url.hostname.endswith("." + rule)):
+            return url, None, None
+    for variable, scheme in (("SOCKS_PROXY", "socks5"), (url.scheme.upper() + "_PROXY", "http")):
+        if env(variable):
+            proxy = env(variable)
+            return url, urlsplit(proxy if "://" in proxy else scheme + "://" + proxy), variable
+    return url, None, None
 
-# RFC 1928 section 6: the REP field of a CONNECT reply
-SOCKS_REPLIES = {1: "general SOCKS server failure", 2: "connection not allowed by ruleset",
-                 3: "network unreachable", 4: "host unreachable", 5: "connection refused",
-                 6: "TTL expired", 7: "command not supported", 8: "address type not supported"}
 
 class SocksError(OSError):
-    """A SOCKS5 failure, with a one-line message; .retry says whether waiting may help."""
+    """A SOCKS5 proxy's refusal, in one line; retry: whether waiting may help."""
+    retry = False
 
-    def __init__(self, message, retry=False):
-        OSError.__init__(self, message)
-        self.retry = retry
-
-def parse_socks_url(url):
-    """(host, port, user, password) of socks5[h]://[user:pass@]host[:port] or host:port."""
-    from urllib.parse import unquote, urlsplit
-    parts = urlsplit(url if "://" in url else "socks5://" + url)
-    if parts.scheme.lower() not in ("socks5", "socks5h"):
-        raise SocksError("unsupported proxy scheme %r (use socks5:// or socks5h://)"
-                         % parts.scheme)
-    try:
-        port = parts.port or 1080
-    except ValueError:   # the message never shows the URL: it may hold a password
-        raise SocksError("bad port in the SOCKS proxy address") from None
-    if not parts.hostname:
-        raise SocksError("no host in the SOCKS proxy address")
-    user, password = parts.username, parts.password
-    if not user and not password:
-        return parts.hostname, port, None, None
-    return parts.hostname, port, unquote(user or ""), unquote(password or "")
 
 def socks5_connect(proxy_url, host, port, timeout):
-    """A socket connected to host:port through the SOCKS5 proxy at proxy_url, which resolves
-    host names (socks5:// behaves as socks5h://). Failures raise SocksError."""
-    import socket
-    import struct
-    proxy_host, proxy_port, user, password = parse_socks_url(proxy_url)
-    where = "SOCKS5 proxy %s:%d" % (
-        "[%s]" % proxy_host if ":" in proxy_host else proxy_host, proxy_port)
-    try:   # timeout may be socket._GLOBAL_DEFAULT_TIMEOUT, as http.client passes it
-        sock = socket.create_connection((proxy_host, proxy_port), timeout)
-    except OSError as e:
-        raise SocksError("cannot connect to %s: %s" % (where, e), retry=True) from e
-    stage = "greeting"   # offer one method: 0 (no authentication) or 2 (username/password)
-    try:
-        offer = 0 if user is None else 2
-        sock.sendall(bytes([5, 1, offer]))   # VER=05 NMETHODS=01 METHODS: 05 01 00 or 05 01 02
-        version, method = socks_recv(sock, 2, where, stage)   # VER=05 METHOD (FF: none)
-        if version != 5:
-            raise SocksError("%s is not a SOCKS5 proxy (it answered version %d)" % (where, version))
-        if method != offer:
-            raise SocksError("%s: no acceptable authentication method (we offered %s)" % (
-                where, "username/password" if offer else "no authentication; it may need "
-                       "user:password@ in the proxy address"))
-        if method == 2:   # RFC 1929: VER=01 ULEN UNAME PLEN PASSWD, e.g. 01 03 'bob' 02 'pw'
-            stage = "authentication"
-            name, secret = user.encode("utf-8"), password.encode("utf-8")
-            if len(name) > 255 or len(secret) > 255:
-                raise SocksError("SOCKS5 username and password must be at most 255 bytes each")
-            sock.sendall(bytes([1, len(name)]) + name + bytes([len(secret)]) + secret)
-            if socks_recv(sock, 2, where, stage)[1] != 0:   # VER=01 STATUS (00: success)
-                raise SocksError("%s rejected the username/password (authentication failed)"
-                                 % where)
-        stage = "CONNECT"   # VER=05 CMD=01 RSV=00 ATYP DST.ADDR DST.PORT (2 bytes, big-endian)
-        sock.sendall(b"\x05\x01\x00" + socks_address(host) + struct.pack(">H", port))
-        _, rep, _, atyp = socks_recv(sock, 4, where, stage)   # VER REP RSV ATYP
-        if rep != 0:   # 2, 7 and 8 will not change; the target or the route may come back
-            raise SocksError("%s could not connect to %s:%d: %s (REP %d)" % (
-                where, host, port, SOCKS_REPLIES.get(rep, "unknown error"), rep),
-                retry=rep in (1, 3, 4, 5, 6))
-        if atyp not in (1, 3, 4):
-            raise SocksError("%s answered CONNECT with address type %d" % (where, atyp))
-        # BND.ADDR (01: 4-byte IPv4, 04: 16-byte IPv6, 03: LEN NAME) BND.PORT: unused, not HTTP
-        size = {1: 4, 4: 16}.get(atyp) or socks_recv(sock, 1, where, stage)[0]
-        socks_recv(sock, size + 2, where, stage)
-        return sock
-    except BaseException as e:
-        sock.close()
-        if isinstance(e, OSError) and not isinstance(e, SocksError):   # a timeout, a reset
-            raise SocksError("%s failed during %s: %s" % (where, stage, e), retry=True) from e
-        raise
-
-def socks_address(host):
-    """ATYP + DST.ADDR for host: 01 + 4 bytes, 04 + 16 bytes, or 03 LEN name (not resolved)."""
+    """A socket to host:port through socks5[h]://[user:password@]host[:port] (RFC 1928)."""
     import ipaddress
-    host = host.strip("[]")   # a URL's [::1]
+    import socket
+    from urllib.parse import unquote, urlsplit
+    proxy = urlsplit(proxy_url if "://" in proxy_url else "socks5://" + proxy_url)
+    where = "SOCKS5 proxy %s:%d" % (proxy.hostname, proxy.port or 1080)
+    sock = socket.create_connection((proxy.hostname, proxy.port or 1080), timeout)
     try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        try:   # a name in another script goes in its IDNA form (xn--...)
-            name = host.encode("idna")
-        except UnicodeError:
-            raise SocksError("bad host name %r" % host) from None
-        if len(name) > 255:
-            raise SocksError("host name must be at most 255 bytes for SOCKS5: %r" % host)
-        return bytes([3, len(name)]) + name
-    return bytes([1 if ip.version == 4 else 4]) + ip.packed
-
-def socks_recv(sock, size, where, stage):
-    """Exactly size bytes from sock; SocksError when the proxy hangs up first."""
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise SocksError("%s closed the connection during %s" % (where, stage), retry=True)
-        data += chunk
-    return data
+        with sock.makefile("rb") as answer:   # (the proxy says no more till we speak)
+            method = 2 if proxy.username else 0   # 00: no authentication, 02: user/password
+            sock.sendall(bytes([5, 1, method]))   # VER NMETHODS METHODS -> VER METHOD
+            if answer.read(2) != bytes([5, method]):
+                raise SocksError("%s: no acceptable authentication method" % where)
+            if method:   # VER=01 ULEN UNAME PLEN PASSWD -> VER STATUS (00: success)
+                login = (unquote(s or "").encode() for s in (proxy.username, proxy.password))
+                sock.sendall(b"\1" + b"".join(bytes([len(s)]) + s for s in login))
+                if answer.read(2)[1:] != b"\0":
+                    raise SocksError("%s rejected the username/password" % where)
+            try:   # VER CMD=01 (CONNECT) RSV ATYP DST.ADDR DST.PORT -> VER REP RSV ATYP BND
+                ip = ipaddress.ip_address(host.strip("[]"))
+                address = bytes([1 if ip.version == 4 else 4]) + ip.packed
+            except ValueError:   # a name, for the proxy to resolve
+                address = bytes([3, len(host.encode("idna"))]) + host.encode("idna")
+            sock.sendall(b"\5\1\0" + address + port.to_bytes(2, "big"))
+            reply = answer.read(4).ljust(4, b"\1")   # (cut short: a general failure)
+            if reply[1]:
+                error = SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
+                    where, host, port, reply[1]))
+                error.retry = reply[1] not in (2, 7, 8)   # (not allowed, not supported)
+                raise error
+            answer.read(({1: 4, 4: 16}.get(reply[3]) or (answer.read(1) or b"\0")[0]) + 2)
+        return sock
+    except BaseException:
+        sock.close()
+        raise
 
 
 def connect_endpoint(cfg):
-    """The connect hook: a connection to the endpoint's host, through a CONNECT proxy or a
-    SOCKS5 one if set; its responses wait for the model in seconds (see await_reply)."""
+    """The connect hook: a connection through the endpoint's proxy, if it has one."""
     import http.client
     from urllib.parse import unquote
-    url, socks, proxy, via = route(cfg)
+    url, proxy, variable = route(cfg)
     kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    conn = kind(via.hostname, default_port(via), timeout=cfg["timeout"])
-    if proxy:
-        headers = {}
-        if via.username:
-            import base64
-            login = "%s:%s" % (unquote(via.username), unquote(via.password or ""))
-            headers["Proxy-Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
-        conn.set_tunnel(url.hostname, default_port(url), headers=headers)
-    if socks:   # every (re)connect goes through the proxy; http.client still does the TLS
+    via = url if variable == "SOCKS_PROXY" else proxy
+    conn = kind(via.hostname, default_port(via), timeout=cfg["timeout"]) if proxy else None
+    if proxy and via is url:   # every (re)connect goes through it; http.client does the TLS
         conn._create_connection = lambda address, timeout, source=None: socks5_connect(
-            socks, address[0], address[1], timeout)
-    conn.response_class = waiting_response(cfg["endpoint"])
+            proxy.geturl(), address[0], address[1], timeout)
+    elif proxy:   # a CONNECT tunnel, with the proxy URL's credentials
+        import base64
+        login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
+        auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
+        conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
     return conn
 
 
-def waiting_response(endpoint):
-    """http.client's response class, waiting for the model's output (await_reply) before its
-    status line and each read, with the cfg of the request in progress on the connection."""
-    import http.client
+def count_wait(cfg):
+    """A "waiting" event each second until the reply's output begins (SIGALRM)."""
+    import atexit
+    import signal
+    import threading
 
-    class Response(http.client.HTTPResponse):
-        def begin(self):
-            await_reply(CONNECTIONS[endpoint], self.fp)
-            return http.client.HTTPResponse.begin(self)
+    def tick(*_):
+        reply = (cfg.get("run") or {}).get("reply") or {}
+        if reply.get("quiet", True) or reply["ended"] or reply["size"]:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        else:
+            emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGALRM, tick)
+        signal.setitimer(signal.ITIMER_REAL, 1, 1)
+        atexit.unregister(signal.setitimer)   # (a tick once Python exits would kill it)
+        atexit.register(signal.setitimer, signal.ITIMER_REAL, 0)
 
-        def read1(self, n=-1):
-            if not self.isclosed() and self.length != 0:   # (0: its Content-Length is used up)
-                await_reply(CONNECTIONS[endpoint], self.fp)
-            return http.client.HTTPResponse.read1(self, n)
-    return Response
-
-
-def await_reply(connection, fp):
-    """Until the model's output begins: a "waiting" event each second of waiting for the
-    reply's next bytes, and socket.timeout at first_byte_timeout, as the read would raise."""
-    import select
-    import socket
-    cfg, sock = connection["cfg"], connection["sock"]   # (http_request's entry)
-    reply = (cfg.get("run") or {}).get("reply")
-    if not reply or reply["quiet"] or reply["first"] or reply["ended"]:
-        return
-    deadline = time.monotonic() + cfg["first_byte_timeout"]
-    while not read_ahead(sock, fp):   # (bytes in fp's buffer or TLS's: select cannot see them)
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise socket.timeout("timed out")
-        if select.select([sock], [], [], min(1.0, left))[0]:   # bantam has one thread
-            return
-        emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
-
-
-def read_ahead(sock, fp):
-    """Are bytes of the reply already read from sock, into fp's buffer or the TLS layer?"""
-    if getattr(sock, "pending", None) and sock.pending():
-        return True
-    timeout = sock.gettimeout()
-    try:
-        sock.settimeout(0)   # fp.peek reads the socket only when its buffer is empty: never block
-        return bool(fp and fp.peek(1).strip(b"\r\n"))   # (a chunk's closing CRLF is no reply yet)
-    except OSError:   # nothing there (TLS says so with SSLWantReadError)
-        return False
-    finally:
-        sock.settimeout(timeout)
 
 def network_error(e, cfg, got_output=False):
-    """The ApiError for a failed connection or read: fatal when waiting cannot help (an
-    untrusted certificate, a host name that does not exist, a proxy that says no)."""
+    """The ApiError for a failed connection or read: fatal when waiting cannot help."""
     import socket
-    url, _, proxy, via = route(cfg)
-    host = via.hostname   # (a proxy's URL may hold a password: never print it)
-    if isinstance(e, SocksError):   # its message names the proxy, never its password
-        return ApiError("network error: %s (SOCKS_PROXY)" % e, "retry" if e.retry else "fatal")
-    ssl = sys.modules.get("ssl")
+    url, proxy, variable = route(cfg)
+    ssl, text = sys.modules.get("ssl"), str(e) or type(e).__name__
+    fatal = text.startswith("Tunnel connection failed: 4") or not getattr(e, "retry", True)
     if ssl and isinstance(e, ssl.SSLCertVerificationError):
-        return ApiError("TLS error: the certificate of %s is not trusted (%s); to trust a private "
-                        "or company CA, point SSL_CERT_FILE at its PEM file"
-                        % (url.hostname, getattr(e, "verify_message", "") or e), "fatal")
-    if isinstance(e, socket.gaierror):
-        if e.errno == socket.EAI_AGAIN:
-            return ApiError("network error: looking up %s failed for now (%s)" % (
-                host, e.strerror), "retry")
-        return ApiError("network error: the host name %s does not resolve (%s); check %s"
-                        % (host, e.strerror, "the proxy setting" if proxy else "endpoint"), "fatal")
-    if re.match(r"Tunnel connection failed: 4", str(e)):   # the proxy said no (407...)
-        return ApiError("network error: %s" % e, "fatal")
-    if isinstance(e, socket.timeout) or "timed out" in str(e):
-        if got_output:
-            return ApiError("network error: the reply stalled for %g s (timeout)"
-                            % cfg["timeout"], "retry")
-        return ApiError("network error: no answer within %g s (first_byte_timeout)"
-                        % cfg["first_byte_timeout"], "retry")
-    if isinstance(e, ConnectionRefusedError):
-        if proxy:
-            return ApiError("network error: connection refused by the proxy %s:%s (%s_PROXY)" % (
-                host, default_port(via), url.scheme.upper()), "retry")
-        return ApiError("network error: connection refused by %s" % cfg["endpoint"], "retry")
-    return ApiError("network error: %s" % (str(e) or type(e).__name__), "retry")
+        text, fatal = ("the certificate of %s is not trusted (%s); to trust a private or company "
+                       "CA, point SSL_CERT_FILE at its PEM file" % (url.hostname, e.verify_message),
+                       True)
+    elif isinstance(e, socket.gaierror) and e.errno != socket.EAI_AGAIN:   # (not for now)
+        text, fatal = "the host name %s does not resolve" % (proxy or url).hostname, True
+    elif isinstance(e, socket.timeout) or "timed out" in text:
+        text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if got_output else (
+            "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
+    elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
+        text = "connection refused by " + ("the proxy %s (%s)" % (
+            proxy.netloc.rpartition("@")[2], variable) if proxy else cfg["endpoint"])
+    text += " (SOCKS_PROXY)" if isinstance(e, SocksError) else ""
+    return ApiError("network error: " + text, "fatal" if fatal else "retry")
 
 
 HOOKS["connect"].append(connect_endpoint)

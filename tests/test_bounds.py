@@ -406,5 +406,5 @@ class EndpointTests(BoundsCase):
             "x" * 300)
         self.push(*[error(200, body=portal) for _ in range(4)])   # a captive portal answers 200
         result, _ = self.batch(1)
-        self.assertIn("not JSON: 'Sign in to the Wi-Fi'", result.stderr)
+        self.assertIn("not JSON: Sign in to the Wi-Fi", result.stderr)
         self.assertNotIn("<", result.stderr)
