@@ -771,10 +771,9 @@ class SecretOutputTests(TrustCase):
 class ConfigWriteTests(TrustCase):
     """/cfg writes keys where the user can see what happens."""
 
-    def test_api_key_into_a_folder_model_cfg_in_git_says_so(self):
-        """/cfg api_key in a trusted folder whose model.cfg holds the key, inside a git work
-        tree: said in so many words; the file is 0600."""
-        os.mkdir(os.path.join(self.ws.work, ".git"))
+    def test_api_key_into_a_folder_model_cfg(self):
+        """/cfg api_key in a trusted folder whose model.cfg holds the key: written there (said),
+        the file is 0600."""
         path = self.folder_config(api_key=FOLDER_KEY)
         os.chmod(path, 0o644)
         term = self.pty(env={"BANTAM_TRUST": "1"})
@@ -782,7 +781,6 @@ class ConfigWriteTests(TrustCase):
         out = strip_ansi(self.type_line(term, "/cfg api_key sk-new-key-000111"))
         self.leave(term)
         self.assertIn("sk-new-key-000111", read_text(path))
-        self.assertIn("git", out)
         self.assertIn(path, out)
         self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
 
