@@ -4343,8 +4343,7 @@ def context_window(cfg):
     return LEARNED["windows"][key]
 
 def discover_window(cfg):
-    """The window the server reports: the model's GET /models entry, llama.cpp's /props, or
-    Ollama's /api/show (its num_ctx first); None when none says."""
+    """The server's window: in the model's /models entry, /props, or /api/show; else None."""
     for ask in (lambda: [e for e in list_models(cfg, quiet=True) if e.get("id") == cfg["model"]],
                 lambda: get_json(cfg, "GET", "/props", root=True),
                 lambda: get_json(cfg, "POST", "/api/show", {"model": cfg["model"]}, root=True)):
@@ -4421,8 +4420,7 @@ def overflowed(cfg, messages, body, error=None):
 
 
 def token_line(convo, prompt, go):
-    """The turn hook of the token line: the "context" event; in the REPL, the offer to compact
-    at COMPACT_AT. Batch mode asks no server: the window learned, or the key's."""
+    """The turn hook of the "context" event (batch mode asks no server); the REPL's offer."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
     usage, cfg, cost = convo.get("usage"), convo["cfg"], convo.get("cost", 0.0)
@@ -4467,8 +4465,7 @@ HOOKS["turn"].append(token_line)
 # ----------------------------------------------------------------------------------------
 
 def prune_sessions(cfg):
-    """Remove the oldest made-up ids beyond keep_sessions (/save's copies stay, and so does one
-    changed since it was judged)."""
+    """Remove the oldest made-up ids beyond keep_sessions (not /save's, nor one just changed)."""
     made = {sid: last_change(sid) for sid in session_ids()
             if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
     for sid in sorted(made, key=made.get, reverse=True)[cfg["keep_sessions"]:]:
@@ -4502,8 +4499,7 @@ def cmd_delete(convo, arg):
         raise BantamError("usage: /delete <id or unique prefix> (see /list)")
     sid = resolve_session(arg)
     if convo and sid == convo["session"]["id"]:
-        raise BantamError("%s is the conversation you are in: /clear (or /load another) first"
-                          % sid)
+        raise BantamError("%s is the conversation you are in: /clear first" % sid)
     error = remove_session(sid)
     if error:
         raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
@@ -4516,8 +4512,7 @@ def cmd_continue(convo, arg):
     cmd_load(convo, latest_in_folder())
 
 def tidy_sessions(convo, prompt, go):
-    """The turn hook: bantam 1.0's autosave.json kept under an id of its own; the oldest pruned
-    after a first save; temp files of killed writes removed once a minute old."""
+    """The turn hook: 1.0's autosave.json kept, the oldest pruned, stale temp files removed."""
     link, new = session_path("autosave"), not convo["session"]["id"]
     if os.path.isfile(link) and not os.path.islink(link):
         when = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
@@ -4557,8 +4552,7 @@ HOOKS["turn"].append(tidy_sessions)
 # ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
-    """text with key=value appended (the last line of a key wins); ValueError for what
-    read_key_values would not read back exactly."""
+    """text with key=value appended (the last wins); ValueError if it would not read back."""
     if not isinstance(key, str) or key.lower() not in DEFAULTS:
         raise ValueError("bad config key %r" % (key,))
     if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
@@ -5687,8 +5681,7 @@ HOOKS["turn"].append(pasted)
 # ----------------------------------------------------------------------------------------
 
 def setting_flag(key, value=None):
-    """An argparse action setting config key key to the flag's value (or value), parsed as
-    the files' values are (an error names the flag); --set KEY=VALUE is key None."""
+    """An argparse action setting config key key (None: --set KEY=VALUE) to the flag's value."""
     import argparse
 
     class SetKey(argparse.Action):
@@ -5747,8 +5740,7 @@ HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
 
 
 def batch_prompt(args):
-    """The batch prompt: -p TEXT (piped stdin added), a file, stdin for '-'; !command as is."""
-    # `bantam "what is here"`: an argument naming no file, with a space or no '/' nor extension
+    """The batch prompt: -p TEXT (piped stdin added), a file, '-', or a sentence (no file)."""
     text = args.prompt_file
     if text and text != "-" and args.prompt is None and not os.path.exists(text) and (
             len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
@@ -5794,15 +5786,21 @@ def refuse_keyless(convo, prompt, go):
                           "/endpoint URL picks another server" % DEFAULTS["endpoint"])
     return go(prompt)
 
+def hung_up(*_):
+    """SIGHUP: stop like SIGTERM (saving); what went to the gone terminal goes to /dev/null."""
+    for fd in (1, 2):   # a pipe or a file (--jsonl's events for a script) still gets the rest
+        if stat.S_ISCHR(os.fstat(fd).st_mode):   # (a terminal, or /dev/null)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    sys.exit(129)
+
 
 def start(convo, args):
-    """The start hook of the command line: what the flags do before the first prompt, and
-    every check that can fail before a request is paid for; an exit status ends the run."""
+    """The start hook: the flags' work and every check before a request is paid for."""
     import signal
     cfg = convo["cfg"]
     if args.delete:
         return cmd_delete(None, args.delete) or 0
-    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # saved and stopped, like SIGTERM
+    signal.signal(signal.SIGHUP, hung_up)   # a closed terminal, a dropped SSH: saved, stopped
     settle(cfg)
     hide_secrets(cfg)
     if args.show_config:
@@ -5854,7 +5852,6 @@ def start(convo, args):
     convo.update(prompt=prompt, args=args, batch=batch)
     if args.replay:
         return replay(convo, args.replay)
-    # who answers approve=ask: nobody without a terminal (what needs asking is refused)
     cfg["run"].update(approved=set(), approver=terminal_approver(convo) if sys.stdin.isatty()
                       and sys.stdout.isatty() else None)
     if not batch and sys.stdin.isatty():
@@ -5942,8 +5939,7 @@ def replay(convo, path):
 
 
 def replayed_connection(cfg):
-    """The connect hook of --replay: a connection on no socket, answering each chat request
-    with the next recorded reply (another request: 404)."""
+    """The connect hook of --replay: no socket, each chat request answered from the trace."""
     state = (cfg.get("run") or {}).get("replay")
     if state is None:
         return None

@@ -20,7 +20,7 @@ are ~/.bantam/model.cfg (write_config) and the environment; the folder's are wor
   /cfg edit and an old record without a fingerprint keep the trust.
 - LeashLayerTests: the home approve=deny (and BANTAM_APPROVE=deny) holds under a folder
   model.cfg; deny patterns are joined from every layer; a flag wins (--yolo).
-- FolderTextNoteTests: the folder's system.txt and AGENTS.md apply, and every mode says so.
+- FolderTextNoteTests: the folder's system.txt and AGENTS.md apply.
 - CommandEnvironmentTests: the key is absent from a command's env, from /proc/$PPID/environ
   and /proc/$PPID/cmdline (--set api_key=... warns), for shell_exec and !cmd;
   shell_env_exclude / shell_env_keep; --show-config names what is withheld.
@@ -578,19 +578,15 @@ class LeashLayerTests(TrustCase):
 # ---------------------------------------------------------------- part 1: system.txt, AGENTS.md
 
 class FolderTextNoteTests(TrustCase):
-    """The folder's system.txt and AGENTS.md are text the model reads: they apply, said in one line."""
+    """The folder's system.txt and AGENTS.md are text the model reads: they apply."""
 
-    def test_batch_mode_says_so_on_stderr(self):
-        """Batch mode: one line on stderr names both; they reach the system prompt."""
+    def test_batch_mode_uses_both(self):
+        """Batch mode: both reach the system prompt (the note that said so is dropped)."""
         self.ws.write("system.txt", "Folder prompt.")
         self.ws.write("AGENTS.md", "Run make check.")
         self.push(text_stream("fine"))
         result = self.run_bantam("-p", "hello")
         self.assertEqual(result.returncode, 0, result.stderr)
-        notes = [l for l in result.stderr.splitlines() if "system.txt" in l or "AGENTS.md" in l]
-        self.assertEqual(len(notes), 1, result.stderr)
-        self.assertIn("AGENTS.md", notes[0])
-        self.assertIn("system.txt", notes[0])
         self.assertNotIn("folder", result.stdout)
         system = self.server.bodies[0]["messages"][0]["content"]
         self.assertTrue(system.startswith("Folder prompt."))
