@@ -10,7 +10,7 @@ FakeServer; each checks what a user sees, what is sent or what is saved.
   cannot read ~/.bantam.
 - FolderKeyTests: keep_sessions (which deletes past conversations) needs trust.
 - FolderTextTests: a folder's AGENTS.md or system.txt that is a symlink out of the folder is
-  not read; hidden characters in them are removed and said.
+  not read; hidden characters in them are removed.
 - TrustQuestionTests: the trust question shows the folder's text terminal-safe, hidden
   characters made visible.
 - SecretTests: a short credential in BANTAM_ENDPOINT (a password, ?key=, a user name
