@@ -3327,38 +3327,17 @@ def context_window(cfg):
     return LEARNED["windows"][key]
 
 def discover_window(cfg):
-    """The window the server reports for the model (GET /models, /props, /api/show), or None."""
-    for entry in list_models(cfg, quiet=True):
-        window = first_count(*map(entry.get, ("context_length", "context_window", "max_model_len")),
-                             dig(entry, "top_provider", "context_length"),
-                             dig(entry, "meta", "n_ctx"))   # llama-server's (not n_ctx_train)
-        if entry.get("id") == cfg["model"] and window:
-            return window
-    # llama.cpp: GET /props {"default_generation_settings": {"n_ctx": 2048, ...}, ...}
-    props = get_json(cfg, "GET", "/props", root=True)
-    if first_count(dig(props, "default_generation_settings", "n_ctx")):
-        return props["default_generation_settings"]["n_ctx"]
-    # Ollama: POST /api/show {"model": m} -> {"parameters": "num_ctx 8192\n...", "model_info":
-    # {"llama.context_length": 131072, ...}}: the window it runs with, else the model's limit
-    shown = get_json(cfg, "POST", "/api/show", {"model": cfg["model"]}, root=True)
-    num_ctx = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str(dig(shown, "parameters") or ""))
-    about = dig(shown, "model_info") if isinstance(dig(shown, "model_info"), dict) else {}
-    return first_count(int(num_ctx.group(1)) if num_ctx else None,
-                       *[v for k, v in about.items() if k.endswith(".context_length")])
+    """The server's window: in the model's /models entry, /props, or /api/show; else None."""
+    for ask in (lambda: [e for e in list_models(cfg, quiet=True) if e.get("id") == cfg["model"]],
+                lambda: get_json(cfg, "GET", "/props", root=True),
+                lambda: get_json(cfg, "POST", "/api/show", {"model": cfg["model"]}, root=True)):
+        text = json.dumps(ask())   # (n_ctx_train is not the window: the "n_ctx" must end)
+        for field in (r"num_ctx\s+", r"(?:context_length|context_window|max_model_len|n_ctx)\": "):
+            match = re.search(field + r"([1-9]\d*)(?![\d.])", text)
+            if match:
+                return int(match.group(1))
 
-def dig(value, *keys):
-    """value[key][key]...: None where a level is not a JSON object."""
-    for key in keys:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
-
-def first_count(*values):
-    """The first value that is a positive whole number, or None."""
-    return next((v for v in values if type(v) is int and v > 0), None)
-
-# What overflow errors say of the window: "maximum context length is 2048 tokens" (OpenAI,
-# vLLM, DeepSeek), "available context size (2048 tokens)" and "n_ctx": 2048 (llama.cpp),
-# "with 2048 maximum context length" (Mistral), "> 2048 maximum" (Anthropic)...
+# What overflow errors say of the window (OpenAI, vLLM, llama.cpp, Mistral, Anthropic...)
 WINDOW_IN_ERROR = (
     r"(?:maximum (?:context|prompt) length is|context window of|context length of(?: only)?"
     r"|available context size \(|maximum number of tokens allowed \(|tokens? > |model token limit:"
@@ -3398,12 +3377,18 @@ def estimate_tokens(chars):
 
 
 def overflowed(cfg, messages, body, error=None):
-    """The request hook of compaction, after an overflow: a summary's request trimmed, or the
-    conversation compacted once (the prompt kept whole if it fits half the window); True: resend."""
+    """The request hook of compaction: after an overflow, a summary request trimmed or the
+    conversation compacted once (the prompt kept if it fits half the window); True: resend."""
     if error is None or error.kind != "overflow":
         return body if error is None else False
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
-        return trim_for_summary(messages)
+        if len(messages) < 3:   # [system, summary prompt]: nothing left to drop
+            return False
+        kept = messages[(len(messages) + 1) // 2:-1]   # the newer half
+        while kept and kept[0].get("role") == "tool":
+            kept.pop(0)
+        messages[1:-1] = kept
+        return True
     if own(cfg).get("compacted"):
         error.args = ("%s (even after compacting the conversation)" % error,)
         return False
@@ -3411,26 +3396,15 @@ def overflowed(cfg, messages, body, error=None):
     own(cfg)["compacted"] = True
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), None)
     fits = isinstance(prompt, str) and estimate_tokens(len(prompt)) <= context_window(cfg) // 2
-    if not fits:   # the model answers a summary of the request: the user must know
+    if not fits:
         note(cfg, "[your prompt is more than half the context window: it is summarized with "
-             "the rest, not kept word for word]", "warning")
+             "the rest]", "warning")
     compact(cfg, messages, prompt if fits else None)
-    return True
-
-def trim_for_summary(request):
-    """Drop the older half of a summary request's conversation; False when nothing is left."""
-    if len(request) < 3:   # [system, summary prompt]
-        return False
-    kept = request[(len(request) + 1) // 2:-1]
-    while kept and kept[0].get("role") == "tool":
-        kept.pop(0)
-    request[1:-1] = kept
     return True
 
 
 def token_line(convo, prompt, go):
-    """The turn hook of the token line: the "context" event after a turn; in the REPL, the
-    offer to compact at COMPACT_AT. Batch mode asks no server: the window learned, or the key's."""
+    """The turn hook of the "context" event (batch mode asks no server); the REPL's offer."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
     usage, cfg, cost = convo.get("usage"), convo["cfg"], convo.get("cost", 0.0)
@@ -3475,8 +3449,7 @@ HOOKS["turn"].append(token_line)
 # ----------------------------------------------------------------------------------------
 
 def prune_sessions(cfg):
-    """Remove the oldest conversations with made-up ids beyond the newest keep_sessions (by
-    their last change); /save's copies stay, and so does one changed since it was judged."""
+    """Remove the oldest made-up ids beyond keep_sessions (not /save's, nor one just changed)."""
     made = {sid: last_change(sid) for sid in session_ids()
             if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
     for sid in sorted(made, key=made.get, reverse=True)[cfg["keep_sessions"]:]:
@@ -3510,8 +3483,7 @@ def cmd_delete(convo, arg):
         raise BantamError("usage: /delete <id or unique prefix> (see /list)")
     sid = resolve_session(arg)
     if convo and sid == convo["session"]["id"]:
-        raise BantamError("%s is the conversation you are in: /clear (or /load another) first"
-                          % sid)
+        raise BantamError("%s is the conversation you are in: /clear first" % sid)
     error = remove_session(sid)
     if error:
         raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
@@ -3524,9 +3496,7 @@ def cmd_continue(convo, arg):
     cmd_load(convo, latest_in_folder())
 
 def tidy_sessions(convo, prompt, go):
-    """The turn hook of tidy sessions: a conversation given a made-up id by its first save
-    prunes the oldest; bantam 1.0's regular autosave.json is kept under an id of its own
-    before a link replaces it; temp files of writes killed mid-way go once a minute old."""
+    """The turn hook: 1.0's autosave.json kept, the oldest pruned, stale temp files removed."""
     link, new = session_path("autosave"), not convo["session"]["id"]
     if os.path.isfile(link) and not os.path.islink(link):
         when = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
@@ -3538,7 +3508,7 @@ def tidy_sessions(convo, prompt, go):
             prune_sessions(convo["cfg"])
         folder = bantam_home("sessions")
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
-            try:   # lstat: a temp link's age is its own, not that of the file it names
+            try:   # lstat: a temp link's age is its own
                 if name.endswith(".tmp") and time.time() - os.lstat(
                         os.path.join(folder, name)).st_mtime > 60:
                     os.unlink(os.path.join(folder, name))
@@ -3549,7 +3519,7 @@ def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
     if args.cont and not latest_in_folder():
         raise ConfigError("no conversation of this folder to continue")
-    name = latest_in_folder() if args.cont else args.session   # (the same names as /save's)
+    name = latest_in_folder() if args.cont else args.session
     if name and (not re.match(SESSION_NAME, name) or name == "autosave"):
         raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
     if name and os.path.exists(session_path(name)):
@@ -3566,8 +3536,7 @@ HOOKS["turn"].append(tidy_sessions)
 # ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
-    """text with a key=value line appended (the last line of a key wins); ValueError for a
-    key or value that read_key_values would not read back exactly."""
+    """text with key=value appended (the last wins); ValueError if it would not read back."""
     if not isinstance(key, str) or key.lower() not in DEFAULTS:
         raise ValueError("bad config key %r" % (key,))
     if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
@@ -3577,8 +3546,7 @@ def set_config_line(text, key, value):
     return text + newline * (text[-1:] not in ("", "\n")) + key.lower() + "=" + value + newline
 
 def save_setting(path, key, raw):
-    """Append key=raw to the config file at path (through a symlink), with mode 0600 (it may
-    hold the API key, now or later); the 'path:line' it now comes from."""
+    """Append key=raw to the config file at path (mode 0600); the 'path:line' it comes from."""
     try:
         text = ""
         if os.path.exists(path):
@@ -3597,13 +3565,6 @@ def shown_value(cfg, key):
     value = "***" if key == "api_key" and value else value
     text = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
     return redact(cfg, text)   # the credentials in an endpoint URL too
-
-def in_git_work_tree(path):
-    """True when a .git lies in path's folder or above it: a file there may be committed."""
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(os.path.join(folder, ".git")) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-    return os.path.exists(os.path.join(folder, ".git"))
 
 def apply_setting(convo, key, value, where):
     """Use a new value of key from now on, in this conversation too."""
@@ -3647,9 +3608,6 @@ def cmd_cfg(convo, arg):
     remember_own_edit(cfg, path, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
-    if key in SECRET_KEYS and in_git_work_tree(path):
-        show(cfg, "[note: %s is inside a git work tree: a commit may take the key with it; add it "
-             "to .gitignore, or keep the key in ~/.bantam/model.cfg]\n" % path)
 
 def cmd_model(convo, arg):
     """/model [name]: switch the model (one the server does not list: not saved), or list them."""
@@ -3676,18 +3634,15 @@ def cmd_skill(convo, arg):
     cfg, found = convo["cfg"], skills(convo["cfg"])
     name, _, prompt = arg.partition(" ")
     if name and name not in found:
-        raise BantamError("no skill %r (%s)" % (name, "the skills: " + ", ".join(found) if found
-                                                else "set bantam_skills_dir"))
+        raise BantamError("no skill %r (the skills: %s)" % (name, ", ".join(found) or "none"))
     if name:
         prompt = prompt.strip()
         return read_prompt(found[name]).rstrip("\n") + ("\n\n" + prompt if prompt else "")
     for name, path in found.items():
         about = re.search(r"(?m)^description:(.*)", read_prompt(path))
         show(cfg, "%-20s %s\n" % (name, about.group(1).strip(" \"'") if about else ""))
-    folder = cfg["bantam_skills_dir"]
     if not found:
-        show(cfg, "(no skills in %s: a skill is a folder with a SKILL.md)\n" % folder if folder
-             else "(no skills folder: set one, e.g. /cfg bantam_skills_dir ~/skills)\n")
+        show(cfg, "(no skills folder with a NAME/SKILL.md: /cfg bantam_skills_dir DIR)\n")
     return None
 
 
@@ -3703,7 +3658,6 @@ COMMANDS.update({
     "/list": (lambda convo, arg: cmd_list(convo, arg, display_width), COMMANDS["/list"][1]),
     "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
 })
-
 
 # ----------------------------------------------------------------------------------------
 # Markdown: the reply rendered line by line, each line once, when its newline arrives
@@ -4330,8 +4284,7 @@ HOOKS["turn"].append(pasted)
 # ----------------------------------------------------------------------------------------
 
 def setting_flag(key, value=None):
-    """An argparse action setting config key key to the flag's value (or value), parsed as
-    the files' values are (an error names the flag); --set KEY=VALUE is key None."""
+    """An argparse action setting config key key (None: --set KEY=VALUE) to the flag's value."""
     import argparse
 
     class SetKey(argparse.Action):
@@ -4346,8 +4299,8 @@ def setting_flag(key, value=None):
             args.__dict__.setdefault("overrides", {})[name] = parse_value(
                 name, text, self.option_strings[-1])
             if key is None and name in SECRET_KEYS and text:
-                note({}, "warning: --set %s puts a secret in your shell's history; BANTAM_API_KEY "
-                     "or ~/.bantam/model.cfg keep it out" % name, "warning")
+                note({}, "warning: --set %s puts a secret in your shell's history" % name,
+                     "warning")
     return SetKey
 
 
@@ -4390,10 +4343,7 @@ HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
 
 
 def batch_prompt(args):
-    """The batch prompt: -p TEXT (with piped stdin added as context), a file, or stdin for '-'.
-    A prompt that starts with ! is a shell command (see run_direct): stdin is left to it."""
-    # `bantam "what is in this folder"`: an argument that names no file and does not look
-    # like a path (it has a space, or no '/' and no extension) is the prompt, as with -p
+    """The batch prompt: -p TEXT (piped stdin added), a file, '-', or a sentence (no file)."""
     text = args.prompt_file
     if text and text != "-" and args.prompt is None and not os.path.exists(text) and (
             len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
@@ -4439,37 +4389,16 @@ def refuse_keyless(convo, prompt, go):
                           "/endpoint URL picks another server" % DEFAULTS["endpoint"])
     return go(prompt)
 
-def note_folder_texts(cfg):
-    """Say that this folder's system.txt and AGENTS.md are in the system prompt (never unsaid)."""
-    sources = cfg["sources"]
-    said = ["this folder's system.txt replaces the system prompt"] * (
-        sources["system_prompt"] == os.path.join(os.getcwd(), "system.txt"))
-    if sources.get("project_instructions_file"):
-        said.append("using this folder's AGENTS.md (project_instructions=false turns it off)")
-    if sources.get("project_instructions_cut"):
-        said.append("its AGENTS.md is %.1f MB: only its first %dK characters are used"
-                    % (sources["project_instructions_cut"] / 2 ** 20, PROJECT_DOC_LIMIT // 1024))
-    said += ["its %s held hidden characters (%s): removed" % (name, ", ".join(found))
-             for name, found in sources.get("hidden", {}).items()]
-    if said:
-        note(cfg, "[%s]" % "; ".join(said), "info")
-
 def hung_up(*_):
-    """SIGHUP: the terminal is gone; stop like SIGTERM (saving), what went to it to /dev/null."""
-    null = os.open(os.devnull, os.O_WRONLY)
+    """SIGHUP: stop like SIGTERM (saving); what went to the gone terminal goes to /dev/null."""
     for fd in (1, 2):   # a pipe or a file (--jsonl's events for a script) still gets the rest
-        try:
-            gone = stat.S_ISCHR(os.fstat(fd).st_mode)   # (a terminal, or /dev/null)
-        except OSError:   # (closed)
-            gone = True
-        if gone:
-            os.dup2(null, fd)
+        if stat.S_ISCHR(os.fstat(fd).st_mode):   # (a terminal, or /dev/null)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
     sys.exit(129)
 
 
 def start(convo, args):
-    """The start hook of the command line: what the flags do before the first prompt, and
-    every check that can fail before a request is paid for; an exit status ends the run."""
+    """The start hook: the flags' work and every check before a request is paid for."""
     import signal
     cfg = convo["cfg"]
     if args.delete:
@@ -4491,11 +4420,13 @@ def start(convo, args):
         raise ConfigError("no API key for %s, so nothing is sent: %s; or %s; or %s" % (
             (DEFAULTS["endpoint"],) + KEYLESS_FIXES))
     check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
-    if args.output:   # before the model is paid: a file that cannot be written fails now
-        try:
+    try:   # a file that cannot be written fails now, before the model is paid
+        if args.output:
             open(args.output, "a").close()
-        except OSError as e:
-            raise ConfigError("-o/--output: cannot write %s: %s" % (args.output, e.strerror))
+        trace = cfg["trace_file"] and open(os.path.expanduser(cfg["trace_file"]), "a",
+                                           encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise ConfigError("cannot write %s: %s" % (e.filename, e.strerror))
     if prompt is not None and not prompt.strip():
         raise ConfigError("the prompt is empty")
     tokens = estimate_tokens(len(prompt or ""))   # near the key's window: the server's, asked
@@ -4504,13 +4435,19 @@ def start(convo, args):
         raise ConfigError("the prompt is about %d tokens (%d characters), more than the model's "
                           "context window of %d tokens" % (tokens, len(prompt), window))
     convo["session"], convo["messages"][:] = start_conversation(cfg, args)
-    convo["views"][0] = chosen_view(cfg, args, batch)
-    convo["views"] += [usage_meter(convo)] + ([trace_view(cfg)] if cfg["trace_file"] else [])
+    stream = sys.stdout
+    if args.jsonl and not batch:   # the events alone on stdout, the rest on stderr
+        sys.stdout.flush()
+        stream = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", errors="replace")
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    rendered = cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty())
+    convo["views"][0] = jsonl_view(stream, cfg) if args.jsonl else plain_view(cfg, QUIET) if (
+        args.quiet and batch) else VIEWS["terminal" if rendered else "plain"](cfg)
+    convo["views"] += [usage_meter(convo)] + ([jsonl_view(trace, cfg)] if trace else [])
     emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
          session=convo["session"]["id"], time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     if cfg["sources"].get("trust_note"):   # said through the run's view (-q, --jsonl)
         note(cfg, cfg["sources"]["trust_note"], "info")
-    note_folder_texts(cfg)
     if not batch and keyless(cfg):   # (refuse_keyless holds the prompts until a key is set)
         note(cfg, "[no API key for %s yet. One of these:\n  %s\n  %s\n  bantam %s\n  or here: "
              "/cfg api_key KEY, or /endpoint URL]" % ((DEFAULTS["endpoint"],) + KEYLESS_FIXES),
@@ -4518,8 +4455,6 @@ def start(convo, args):
     convo.update(prompt=prompt, args=args, batch=batch)
     if args.replay:
         return replay(convo, args.replay)
-    # the commands the user said "always" to, and who answers approve=ask (without a
-    # terminal: nobody, so what needs asking is refused), for the whole process
     cfg["run"].update(approved=set(), approver=terminal_approver(convo) if sys.stdin.isatty()
                       and sys.stdout.isatty() else None)
     if not batch and sys.stdin.isatty():
@@ -4533,28 +4468,6 @@ def start(convo, args):
         convo["take_back"] = True
         do_line(convo, args.interactive)
     return None
-
-def chosen_view(cfg, args, batch):
-    """The run's view: --jsonl (stdout JSON only), -q's in batch mode, terminal, or plain."""
-    if args.jsonl:
-        stream = sys.stdout
-        if not batch:
-            sys.stdout.flush()
-            stream = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", errors="replace")
-            os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-        return jsonl_view(stream, cfg)
-    if args.quiet and batch:
-        return plain_view(cfg, QUIET)
-    rendered = cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty())
-    return VIEWS["terminal" if rendered else "plain"](cfg)
-
-def trace_view(cfg):
-    """The trace_file's view: the events as JSON lines, appended."""
-    try:
-        return jsonl_view(open(os.path.expanduser(cfg["trace_file"]), "a", encoding="utf-8",
-                               errors="replace"), cfg)
-    except OSError as e:
-        raise ConfigError("trace_file: cannot open %s: %s" % (cfg["trace_file"], e.strerror))
 
 def batch_answer(convo, prompt, go):
     """The turn hook of batch mode: -q prints the answer, -o writes it; the exit status."""
@@ -4588,26 +4501,16 @@ HOOKS["turn"] += [batch_answer, refuse_keyless]
 # instead of the network (a connect hook answering from the recording), the tools for real
 # ----------------------------------------------------------------------------------------
 
-def last_run(path):
-    """The events of the last run recorded in a trace file (JSON lines)."""
+def replay(convo, path):
+    """--replay: run a trace's last run again; 1 when a tool result differs (said), else 0."""
     events = []
     try:
         with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                try:
-                    event = json.loads(line) if line.strip() else {}
-                except ValueError:
-                    raise ConfigError("%s:%d: not a JSON line of a bantam trace" % (path, number))
-                events = [] if event.get("type") == "start" else events
-                events += [event] * bool(event)
-    except OSError as e:
-        raise ConfigError("cannot read trace %s: %s" % (path, e.strerror))
-    return events
-
-
-def replay(convo, path):
-    """--replay: run a trace's last run again; 1 when a tool result differs (said), else 0."""
-    events = last_run(path)
+            for line in filter(str.strip, f):
+                event = json.loads(line)
+                events = [event] if event.get("type") == "start" else events + [event]
+    except (OSError, ValueError, AttributeError) as e:
+        raise ConfigError("cannot read trace %s: %s" % (path, getattr(e, "strerror", e)))
     prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
     if not prompts:
         raise ConfigError("%s: no recorded prompt to replay" % path)
@@ -4616,7 +4519,19 @@ def replay(convo, path):
         "replies": [e["message"] for e in events if e["type"] == "reply"],
         "results": [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"],
         "checked": 0, "diverged": None}
-    convo["views"].append(replay_checker(state))
+
+    def check(event):   # a view: each tool result against the recorded one
+        if event["type"] != "tool_result":
+            return
+        index, state["checked"] = state["checked"], state["checked"] + 1
+        recorded = state["results"][index] if index < len(state["results"]) else (None, None)
+        if recorded != (event["name"], event["content"]) and not state["diverged"]:
+            import difflib
+            diff = difflib.unified_diff(str(recorded[1]).splitlines(True),
+                                        event["content"].splitlines(True), "recorded", "now", n=1)
+            state["diverged"] = (index + 1, "%s differs from the recording:\n%s"
+                                 % (event["name"], "".join(list(diff)[:12])))
+    convo["views"].append(check)
     for prompt in prompts:
         run_turn(convo, prompt)
     if state["diverged"]:
@@ -4627,8 +4542,7 @@ def replay(convo, path):
 
 
 def replayed_connection(cfg):
-    """The connect hook of --replay: a connection on no socket, answering each chat request
-    with the next recorded reply (another request: 404)."""
+    """The connect hook of --replay: no socket, each chat request answered from the trace."""
     state = (cfg.get("run") or {}).get("replay")
     if state is None:
         return None
@@ -4651,22 +4565,6 @@ def replayed_connection(cfg):
     conn.connect = lambda: setattr(conn, "sock", types.SimpleNamespace(
         sendall=sent.append, makefile=answer, settimeout=lambda seconds: None, close=lambda: None))
     return conn
-
-
-def replay_checker(state):
-    """A view comparing each tool result with the recorded one; the first difference is kept."""
-    def view(event):
-        if event["type"] != "tool_result":
-            return
-        index, state["checked"] = state["checked"], state["checked"] + 1
-        recorded = state["results"][index] if index < len(state["results"]) else (None, None)
-        if recorded != (event["name"], event["content"]) and not state["diverged"]:
-            import difflib
-            diff = difflib.unified_diff(str(recorded[1]).splitlines(True),
-                                        event["content"].splitlines(True), "recorded", "now", n=1)
-            state["diverged"] = (index + 1, "%s differs from the recording:\n%s"
-                                 % (event["name"], "".join(list(diff)[:12])))
-    return view
 
 
 HOOKS["connect"].insert(0, replayed_connection)   # before the transport's: no network

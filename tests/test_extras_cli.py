@@ -349,13 +349,6 @@ class SkillTests(ExtrasCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertNotIn("make check", self.server.bodies[1]["messages"][0]["content"])
 
-    def test_agents_md_is_announced_in_the_repl(self):
-        self.ws.write("AGENTS.md", "Be brief.\n")
-        term = self.pty()
-        term.expect("using this folder's AGENTS.md")
-        term.expect("> ")
-        self.quit(term)
-
 
 class ToolsKeyTests(ExtrasCase):
     """The tools key, read and write through a real run, legacy names, the views."""

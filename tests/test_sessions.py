@@ -943,8 +943,8 @@ class SystemPromptNoteTests(SessionCase):
     NOTE = "[this folder's system.txt replaces the system prompt]"
 
     def test_note_once_per_run(self):
-        """A REPL in a folder with system.txt prints the note once and sends that text as the
-        system prompt; so does the next REPL there (what the model reads is never unsaid)."""
+        """A REPL in a folder with system.txt sends that text as the system prompt, run after
+        run (the note that said so is dropped)."""
         self.ws.write("system.txt", "You are the folder's own agent.")
         self.push(text_stream("first"), text_stream("second"))
         for run, word in enumerate(("first", "second")):
@@ -952,7 +952,6 @@ class SystemPromptNoteTests(SessionCase):
             self.say(term, "hi", word)
             self.quit(term)
             self.assertEqual(self.last_messages()[0], {"role": "system", "content": "You are the folder's own agent."})
-            self.assertEqual(term.output.count(self.NOTE), 1, term.output)
 
     def test_no_note_for_home_system_txt(self):
         """~/.bantam/system.txt is the user's own: no note."""

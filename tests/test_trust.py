@@ -20,7 +20,7 @@ are ~/.bantam/model.cfg (write_config) and the environment; the folder's are wor
   /cfg edit and an old record without a fingerprint keep the trust.
 - LeashLayerTests: the home approve=deny (and BANTAM_APPROVE=deny) holds under a folder
   model.cfg; deny patterns are joined from every layer; a flag wins (--yolo).
-- FolderTextNoteTests: the folder's system.txt and AGENTS.md apply, and every mode says so.
+- FolderTextNoteTests: the folder's system.txt and AGENTS.md apply.
 - CommandEnvironmentTests: the key is absent from a command's env, from /proc/$PPID/environ
   and /proc/$PPID/cmdline (--set api_key=... warns), for shell_exec and !cmd;
   shell_env_exclude / shell_env_keep; --show-config names what is withheld.
@@ -542,19 +542,15 @@ class LeashLayerTests(TrustCase):
 # ---------------------------------------------------------------- part 1: system.txt, AGENTS.md
 
 class FolderTextNoteTests(TrustCase):
-    """The folder's system.txt and AGENTS.md are text the model reads: they apply, said in one line."""
+    """The folder's system.txt and AGENTS.md are text the model reads: they apply."""
 
-    def test_batch_mode_says_so_on_stderr(self):
-        """Batch mode: one line on stderr names both; they reach the system prompt."""
+    def test_batch_mode_uses_both(self):
+        """Batch mode: both reach the system prompt (the note that said so is dropped)."""
         self.ws.write("system.txt", "Folder prompt.")
         self.ws.write("AGENTS.md", "Run make check.")
         self.push(text_stream("fine"))
         result = self.run_bantam("-p", "hello")
         self.assertEqual(result.returncode, 0, result.stderr)
-        notes = [l for l in result.stderr.splitlines() if "system.txt" in l or "AGENTS.md" in l]
-        self.assertEqual(len(notes), 1, result.stderr)
-        self.assertIn("AGENTS.md", notes[0])
-        self.assertIn("system.txt", notes[0])
         self.assertNotIn("folder", result.stdout)
         system = self.server.bodies[0]["messages"][0]["content"]
         self.assertTrue(system.startswith("Folder prompt."))
@@ -735,10 +731,9 @@ class SecretOutputTests(TrustCase):
 class ConfigWriteTests(TrustCase):
     """/cfg writes keys where the user can see what happens."""
 
-    def test_api_key_into_a_folder_model_cfg_in_git_says_so(self):
-        """/cfg api_key in a trusted folder whose model.cfg holds the key, inside a git work
-        tree: said in so many words; the file is 0600."""
-        os.mkdir(os.path.join(self.ws.work, ".git"))
+    def test_api_key_into_a_folder_model_cfg(self):
+        """/cfg api_key in a trusted folder whose model.cfg holds the key: written there (said),
+        the file is 0600."""
         path = self.folder_config(api_key=FOLDER_KEY)
         os.chmod(path, 0o644)
         term = self.pty(env={"BANTAM_TRUST": "1"})
@@ -746,7 +741,6 @@ class ConfigWriteTests(TrustCase):
         out = strip_ansi(self.type_line(term, "/cfg api_key sk-new-key-000111"))
         self.leave(term)
         self.assertIn("sk-new-key-000111", read_text(path))
-        self.assertIn("git", out)
         self.assertIn(path, out)
         self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
 
