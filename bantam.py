@@ -20,9 +20,8 @@ import time
 VERSION = "1.2.0"
 USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
 
-# The config schema: every key Part I uses, with its default (Part II adds its own). Values
-# from model.cfg, BANTAM_<KEY> or a flag are parsed by the default's type; CHOICES lists the
-# words a key allows, POSITIVE the numbers that must be above 0.
+# The config schema, parsed by each default's type (Part II adds keys). CHOICES: the words a
+# key allows; POSITIVE: the numbers that must be above 0.
 DEFAULTS = {
     "endpoint": "https://api.openai.com/v1",  # base URL of an OpenAI-compatible API
     "model": "gpt-4o",
@@ -45,7 +44,6 @@ RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other erro
 MAX_SERVER_WAIT = 60.0             # a longer wait asked for by the server fails the turn
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
 FLUSH_EVERY = 0.02                 # seconds between flushes of streamed text to a pipe
-SPILL_LIMIT = 1 << 30              # bytes of a command's output kept on disk at most
 MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
@@ -219,8 +217,9 @@ def plain_view(cfg, handlers=None, out=None, err=None, **more):
 
 def write(state, text, style=None, depth=0, raw=False):
     """Text on out: terminal-safe (unless raw), colored, a subagent's behind a rail."""
-    if state["status"]:
-        clear_status(state)
+    if state["status"]:   # erase the status line (or a preview's rows: status is their count)
+        rows, state["status"] = state["status"], 0
+        state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
     text = text if raw else terminal_safe(text)
     if text and depth != state["depth"]:
         text, state["depth"] = ("" if state["bol"] else "\n") + text, depth
@@ -281,12 +280,6 @@ def close_block(state, event):
     state["block"] = None
 
 
-def clear_status(state):
-    """Erase the status line (or a preview's rows: status is their count)."""
-    rows, state["status"] = state["status"], 0
-    state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
-
-
 def show_status(state, event):
     """...requesting... on a colored terminal (with the seconds waited, from 2 on)."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
@@ -310,8 +303,7 @@ def show_piece(state, event):
 
 def show_reply_end(state, event):
     """A model call or the turn ended: close what it opened."""
-    if state["status"]:
-        clear_status(state)
+    write(state, "")   # (the status line erased)
     close_block(state, event)
     flush_out(state, now=True)
 
@@ -346,8 +338,7 @@ def short_arguments(event):
 
 def show_on_stderr(state, text, style="error"):
     """One line on stderr (a terminal's open stdout line finished first)."""
-    if state["status"]:
-        clear_status(state)
+    write(state, "")
     if not state["bol"] and state["tty"]:
         end_line(state)
     flush_out(state, now=True)
@@ -582,19 +573,6 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
                 raise
 
 
-def release(cfg, response):
-    """Read what is left of a reply (2 s at most), so that its connection can carry the next
-    request; else close the connection."""
-    try:
-        if not response.will_close:   # (close-delimited or `Connection: close`: not reused)
-            CONNECTIONS[cfg["endpoint"]]["sock"].settimeout(2.0)
-            response.read()
-    except Exception:
-        pass
-    if response.will_close or not response.isclosed():
-        drop_connection(cfg)
-
-
 def chat(cfg, messages, tools=True, quiet=False):
     """The model's reply to messages (an assistant message), shown unless quiet. A failure goes
     to the request hook, then is retried after the backoff delays if kind retry, else raised."""
@@ -665,7 +643,14 @@ def exchange(cfg, body, quiet):
                 raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry",
                                body=data[:4000].decode("utf-8", "replace"))
             merge_chunk(cfg, reply, chunk, whole=True)
-        release(cfg, response)
+        try:   # the rest read (2 s a read at most): the connection carries the next request
+            if not response.will_close:   # (close-delimited or `Connection: close`: not reused)
+                CONNECTIONS[cfg["endpoint"]]["sock"].settimeout(2.0)
+                response.read()
+        except Exception:
+            pass
+        if response.will_close or not response.isclosed():
+            drop_connection(cfg)
         pass_on(cfg, reply)
         usage = reply["usage"] if isinstance(reply["usage"], dict) else {}
         if usage:   # tokens: prompt, cached (also DeepSeek's, Anthropic's), completion, estimated
@@ -913,6 +898,7 @@ SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # ba
 def shell_exec(cfg, args):
     """Run args["command"] with bash in a process group of its own, stdin empty, no pager, no
     secrets: its output (head and tail), "\\n\\nexit: " and its code."""
+    import signal
     import subprocess
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
@@ -935,17 +921,19 @@ def shell_exec(cfg, args):
     try:
         pump_output(cfg, proc, output, started + limit)
         proc.wait(max(0.01, started + limit - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
+    except BaseException as stop:   # the time is up, Ctrl+C, SIGTERM, SIGHUP: kill the group
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # the shell and all it started
+        except OSError:   # (none of it is left)
+            pass
         remark = "\n[%s: the command's process group was killed]" % why
-    except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
-        kill_group(proc)
-        pump_output(cfg, proc, output, time.monotonic() + DRAIN_SECONDS)   # printed just before
-        cfg["run"]["partial"] = "%s\n[%s after %.1f s: the command's process group was " \
-            "killed]\n\nexit: %s" % (output.text(), "interrupted by the user" if isinstance(
-                stop, KeyboardInterrupt) else "bantam was stopped", time.monotonic() - started,
-                proc.poll())
-        raise
+        if not isinstance(stop, subprocess.TimeoutExpired):
+            pump_output(cfg, proc, output, time.monotonic() + DRAIN_SECONDS)   # shown before
+            cfg["run"]["partial"] = "%s\n[%s after %.1f s: the command's process group was " \
+                "killed]\n\nexit: %s" % (output.text(), "interrupted by the user" if isinstance(
+                    stop, KeyboardInterrupt) else "bantam was stopped",
+                    time.monotonic() - started, proc.poll())
+            raise
     finally:
         proc.stdout.close()
         output.add(cfg, b"", final=True)
@@ -977,15 +965,6 @@ def pump_output(cfg, proc, output, until):
             if not data:
                 return
             output.add(cfg, data)
-
-
-def kill_group(proc):
-    """Kill the command's process group: the shell and all it started."""
-    import signal
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:   # (none of it is left)
-        pass
 
 
 def overwritten(text):
@@ -1102,10 +1081,7 @@ def check_calls(reply):
             args = json.loads(function["arguments"], strict=False)   # a raw newline is fine
             if not isinstance(args, dict):
                 raise ValueError("expected a JSON object")
-            clean = json.loads(clean_for_model(json.dumps(args, ensure_ascii=False)))
-            if clean != args:
-                function["arguments"] = json.dumps(clean, ensure_ascii=False)
-            parsed.append(clean)
+            parsed.append(args)
         except ValueError as e:
             parsed.append("error: the arguments of %s are not a valid JSON object (%s): %s" % (
                 function["name"], e, function["arguments"][:500]))
@@ -1289,20 +1265,6 @@ def save_session(cfg, session, messages, link=True):
         note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
 
-def read_session(sid):
-    """The session stored under sid; a BantamError when it is missing or not a conversation."""
-    try:
-        with open(session_path(sid), encoding="utf-8") as f:
-            session = json.load(f)
-        if not session["messages"] or any(m["role"] not in ROLES for m in session["messages"]):
-            raise ValueError("not a list of chat messages")
-    except FileNotFoundError:
-        raise BantamError("no session %r" % sid)
-    except (OSError, ValueError, LookupError, TypeError) as e:   # (not JSON, not UTF-8...)
-        raise BantamError("cannot read session %r (%s); the file is left as it is" % (sid, e))
-    return session
-
-
 def session_head(sid):
     """What the first line of session sid says (all but the messages), or {}."""
     try:
@@ -1348,7 +1310,15 @@ def load_session(sid):
     """(session, messages) to go on with conversation sid (an id or a unique prefix), repaired
     as the API requires: each tool call answered right after it, no blank reply."""
     sid = resolve_session(sid)
-    stored = read_session(sid)
+    try:
+        with open(session_path(sid), encoding="utf-8") as f:
+            stored = json.load(f)
+        if not stored["messages"] or any(m["role"] not in ROLES for m in stored["messages"]):
+            raise ValueError("not a list of chat messages")
+    except FileNotFoundError:
+        raise BantamError("no session %r" % sid)
+    except (OSError, ValueError, LookupError, TypeError) as e:   # (not JSON, not UTF-8...)
+        raise BantamError("cannot read session %r (%s); the file is left as it is" % (sid, e))
     session = dict(new_session(sid), changed=modified(session_path(sid)))
     session.update((k, stored[k]) for k in ("uid", "summary", "created_at") if stored.get(k))
     fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
@@ -1411,20 +1381,14 @@ COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the 
 SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
                   "Reply with the title only.")
 QUIT = object()
-SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what /save and --session accept
+SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what --session accepts (Part II's)
 
 
 def cmd_save(convo, arg):
-    """/save [name]: a copy of the conversation, titled by the model, under name or a new id."""
+    """/save: a copy of the conversation under a new id, titled by the model."""
     cfg, session = convo["cfg"], convo["session"]
     if len(convo["messages"]) < 2:   # (a title written for nothing would be made up)
         raise BantamError("nothing to save yet: the conversation has no prompt")
-    if arg and (not re.match(SESSION_NAME, arg) or arg == "autosave"):
-        raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), "
-                          "got %r" % arg)
-    if arg and arg != session["id"] and os.path.exists(session_path(arg)) and \
-            session_head(arg).get("copy_of") != session["uid"]:   # only this one's copy
-        raise BantamError("%r holds a different conversation; choose another name" % arg)
     try:
         title = " ".join(chat(cfg, append_user([dict(m) for m in convo["messages"]],
                                                SUMMARY_PROMPT), False, True)["content"].split())
@@ -1432,7 +1396,7 @@ def cmd_save(convo, arg):
         title = ""
         note(cfg, "[summary: %s; using the first prompt]" % e, "info")
     session["summary"] = title[:120] or first_user_text(convo["messages"])
-    copy = dict(new_session(arg or None), summary=session["summary"], head={
+    copy = dict(new_session(), summary=session["summary"], head={
         "copy_of": session["uid"]}, created_at=session["created_at"])
     save_session(cfg, copy, convo["messages"], link=False)
     if session["id"]:
@@ -1543,7 +1507,7 @@ def cmd_help(convo, arg):
 
 
 COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed)
-    "/save": (cmd_save, "/save [name]: save the conversation with a summary (under name)"),
+    "/save": (cmd_save, "save a copy of the conversation, with a summary"),
     "/list": (cmd_list, "/list [all]: the newest 20 saved sessions (* marks this folder's)"),
     "/load": (cmd_load, "/load <id>: continue a saved session (id or unique prefix)"),
     "/compact": (cmd_compact, "replace the conversation by a summary of it"),
@@ -1652,10 +1616,7 @@ def do_line(convo, line):
             if not isinstance(line, str):   # (a str: a prompt to send, e.g. a skill's)
                 return line
         elif re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
-            import difflib
-            close = difflib.get_close_matches(name, COMMANDS, n=1, cutoff=0.6)
-            return note(cfg, "unknown command %s%s (see /help)" % (
-                name, "; did you mean %s?" % close[0] if close else ""))
+            return note(cfg, "unknown command %s (see /help)" % name)
         turn(convo, line)
     except KeyboardInterrupt:
         note(cfg, "[interrupted]")
@@ -1694,14 +1655,10 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def read_prompt(path, hint=True):
-    """The batch prompt: the file's text, or stdin's for '-' (with hint: said if slow)."""
+def read_prompt(path, hint=None):
+    """The batch prompt: the file's text, or stdin's for '-' (hint: unused, Part II's)."""
     try:
         if path == "-":
-            import select
-            if hint and not select.select([sys.stdin], [], [], 1.0)[0]:
-                note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: "
-                     "</dev/null)]", "info")
             return sys.stdin.buffer.read().decode("utf-8-sig", "replace")
         with open(path, encoding="utf-8-sig") as f:
             return f.read()
