@@ -1175,7 +1175,7 @@ def enter_run(cfg, on_event=None):
     if not parent.get("loop"):
         run["said"] = set()   # the notes said once a turn (its subagents' runs share it)
     if not parent or on_event:
-        run.update(emit=on_event or parent.get("emit") or plain_view(cfg), json={}, wire={})
+        run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
     return dict(cfg, run=run)
 
 
@@ -1228,19 +1228,13 @@ def new_session(sid=None):
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def first_user_text(messages, width=60):
-    """The first prompt's first line, shortened: a conversation's title ("" when none)."""
-    for m in messages:
-        if m["role"] == "user" and isinstance(m.get("content"), str) and m["content"].strip():
-            text = " ".join(m["content"].strip().split("\n")[0].split())
-            return text if len(text) <= width else text[:width - 3] + "..."
-    return ""
-
-
 def save_session(cfg, session, messages, link=True):
     """Write the conversation's file, unless it holds this already (a first save takes a new
     time-based id); with link, point autosave.json at it. A failure is a warning."""
-    session["summary"] = session["summary"] or first_user_text(messages)   # kept by /compact
+    titles = [" ".join(m["content"].strip().split("\n")[0].split()) for m in messages if
+              m["role"] == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
+    title = (titles or [""])[0]   # (the first prompt's first line; kept by /compact)
+    session["summary"] = session["summary"] or title[:57] + "..." * (len(title) > 60) or title
     lines = [json.dumps(m, ensure_ascii=False) for m in messages]
     n, written = 1, (session["summary"], list(messages))
     try:
@@ -1395,7 +1389,7 @@ def cmd_save(convo, arg):
     except ApiError as e:
         title = ""
         note(cfg, "[summary: %s; using the first prompt]" % e, "info")
-    session["summary"] = title[:120] or first_user_text(convo["messages"])
+    session["summary"] = title[:120] or session["summary"]
     copy = dict(new_session(), summary=session["summary"], head={
         "copy_of": session["uid"]}, created_at=session["created_at"])
     save_session(cfg, copy, convo["messages"], link=False)
@@ -1559,17 +1553,6 @@ def setup_readline(convo):
     return readline
 
 
-def save_history(convo, readline):
-    """Write the newest 1000 entries of the history to its file, mode 0600."""
-    count = readline.get_current_history_length()
-    entries = [readline.get_history_item(i) or "" for i in range(max(1, count - 999), count + 1)]
-    try:
-        write_private_file(history_path(), "".join(
-            e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
-    except OSError as e:
-        note(convo["cfg"], "warning: cannot save history: %s" % e, "warning")
-
-
 def repl(convo):
     """Read prompts and commands until /quit, end of input or Ctrl+C twice at an empty line."""
     cfg = convo["cfg"]
@@ -1601,8 +1584,14 @@ def repl(convo):
             if line.strip() and do_line(convo, line) is QUIT:
                 break
     finally:
-        if readline:
-            save_history(convo, readline)
+        count = readline.get_current_history_length() if readline else 0   # the newest 1000
+        entries = [readline.get_history_item(i) for i in range(max(1, count - 999), count + 1)]
+        try:
+            if readline:
+                write_private_file(history_path(), "".join(
+                    e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+        except OSError as e:
+            note(cfg, "warning: cannot save history: %s" % e, "warning")
 
 
 def do_line(convo, line):
@@ -1688,8 +1677,8 @@ def main(argv=None):
         cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
-        cfg["run"] = {"emit": None, "depth": 0, "secrets": [], "json": {}, "wire": {}}
-        cfg["run"]["emit"] = lambda event: [view(event) for view in convo["views"]]
+        cfg["run"] = {"emit": lambda event: [view(event) for view in convo["views"]],
+                      "depth": 0, "secrets": []}
         convo["views"] = [VIEWS["plain"](cfg), step_saver(convo)]
         status = first("start", convo, args)   # Part II: the trust rule, its flags, its views
         if status is not None:
