@@ -117,15 +117,12 @@ class ApiError(BantamError):
         BantamError.__init__(self, message)
         self.kind, self.status, self.body, self.headers = kind, status, body, headers or {}
 
-    @property
-    def exit_code(self):
-        """1 when retrying later may work, else 2."""
-        return 1 if self.kind == "retry" else 2
+    exit_code = property(lambda self: 1 if self.kind == "retry" else 2)   # 1: try again later
 
 
 # ----------------------------------------------------------------------------------------
-# Events and the plain view: everything a run reports is one event, {"type", "t", "depth",
-# ...fields}, passed to one function, the run's sink; a view turns events into output.
+# Events and the plain view: all a run reports is one event, {"type", "t", "depth", ...},
+# passed to the run's sink; a view turns events into output.
 # ----------------------------------------------------------------------------------------
 
 STARTED = time.monotonic()   # events carry "t": seconds since the process started
@@ -202,8 +199,7 @@ RESET = "\033[0m"
 
 
 def plain_view(cfg, handlers=None, out=None, err=None, **more):
-    """A view printing the spec's traces on out, diagnostics on err; another view passes its
-    handlers and its own state (more)."""
+    """A view printing traces on out, diagnostics on err (another view: its handlers, state)."""
     out, err = out or sys.stdout, err or sys.stderr
     plain = cfg.get("color") == "never" or os.environ.get("NO_COLOR") or os.environ.get(
         "BANTAM_NO_COLOR")
@@ -233,8 +229,7 @@ def write(state, text, style=None, depth=0, raw=False):
 
 
 def guarded(state, stream, text, flush=False):
-    """Write to a view's stream: a failing stdout pipe or file ends the run; another failing
-    stream (stderr, a terminal hung up, a trace file) goes to /dev/null."""
+    """Write to a view's stream: a failing stdout pipe or file ends the run, another /dev/null."""
     try:
         state[stream].write(text)
         if flush:
@@ -401,8 +396,7 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
 
 
 def folder_file(name):
-    """The path of the file name here; None if there is none or it is a symlink out of the
-    folder or into ~/.bantam (AGENTS.md -> ~/.ssh/id_rsa: said)."""
+    """The path of the file name here; None if none, or a symlink out of the folder (said)."""
     path = os.path.abspath(name)
     if not os.path.isfile(path):
         return None
@@ -447,16 +441,14 @@ def read_key_values(path):
 
 
 def parse_value(key, raw, where):
-    """raw parsed by the type of DEFAULTS[key] and checked (CHOICES, POSITIVE, PARSERS);
-    else a ConfigError naming where, the key and what was expected."""
+    """raw parsed by the type of DEFAULTS[key] and checked; else a ConfigError saying why."""
     kind, value = type(DEFAULTS[key]), raw
     what = {bool: "true or false", int: "a whole number", float: "a number", list:
             "a comma-separated list of seconds", dict: "a JSON object of strings"}.get(kind)
     try:
-        if kind is bool:
-            if raw.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                raise ValueError
-            value = raw.lower() in ("true", "1", "yes", "on")
+        if kind is bool:   # (another word: a KeyError)
+            value = {"true": True, "1": True, "yes": True, "on": True, "false": False,
+                     "0": False, "no": False, "off": False}[raw.lower()]
         elif kind in (int, float):
             value = kind(raw)
             what += " above 0" if key in POSITIVE else " of 0 or more"
@@ -478,7 +470,7 @@ def parse_value(key, raw, where):
             what, value = "an http:// or https:// URL", raw.rstrip("/")
             if not re.match(r"https?://[^/]", raw):
                 raise ValueError
-    except ValueError:
+    except (ValueError, KeyError):
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
     return PARSERS[key](value, where) if key in PARSERS else value
 
@@ -513,8 +505,7 @@ def load_config(overrides=None, config_file=None, env=None):
 
 
 # ----------------------------------------------------------------------------------------
-# The HTTP client: one kept-alive connection per endpoint, Fibonacci retries, the reply read
-# as it streams (SSE) and assembled into the message the API expects back
+# The HTTP client: a kept-alive connection per endpoint, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
 
 CONNECTIONS = {}   # endpoint -> {"conn", "sock", "response", "cfg" (whose request it is)}
@@ -697,10 +688,8 @@ def error_from_response(cfg, response):
 
 
 def sse_events(read):
-    """Yield, after each network read, the list of events it completed (each event's data,
-    bytes). Lines look like  data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
-    or ": keep-alive", "event: name"; a blank line ends an event. A line `error: {...}`
-    (older llama.cpp) or of bare JSON (a proxy's error) is an event of its own."""
+    """Yield, after each network read, the data (bytes) of the events it completed."""
+    # data: {"choices":[...]}   : keep-alive   event: name   (a blank line ends an event)
     partial, data, ended = b"", [], False
     while not ended:
         block = read(65536)
@@ -720,9 +709,7 @@ def sse_events(read):
 
 
 def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply until [DONE] or its end, passing the text on after
-    each network read. Keep-alives are no progress: none for timeout seconds
-    (first_byte_timeout before the first output) is a stalled reply."""
+    """Merge a streamed reply into reply until [DONE] or its end; keep-alives are no progress."""
     for events in sse_events(response.read1):
         moved = False
         for data in events:
@@ -766,10 +753,8 @@ def stream_error(error):
 
 
 def merge_chunk(cfg, reply, chunk, whole=False):
-    """Merge one streamed chunk (whole: a non-streamed response) into reply; True when it
-    brought output: text, reasoning, a tool call's name or arguments. A chunk:
-    {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[{"index":0,"id":"call_1",
-     "function":{"name":"shell_exec","arguments":"{\\"comm"}}]}}],"usage":{...}}"""
+    """Merge one chunk (whole: a non-streamed response) into reply; True if it brought output."""
+    # {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[...]}}],"usage":{...}}
     reply["usage"], size = chunk.get("usage") or reply["usage"], reply["size"]
     if whole and not chunk.get("choices"):
         raise stream_error(chunk["error"]) if chunk.get("error") else ApiError(
@@ -808,8 +793,7 @@ def queue(reply, kind, text):
 
 
 def pass_on(cfg, reply, final=False):
-    """Emit what is queued, one event per run of text or reasoning, in order; unless final,
-    the end of the last run stays queued while it may begin a secret."""
+    """Emit what is queued, in order; unless final, an end that may begin a secret stays."""
     pending, reply["pending"] = reply["pending"], []
     for n, (kind, pieces) in enumerate(pending):
         text, held = stream_piece(cfg, "", "".join(pieces))
@@ -830,16 +814,14 @@ def end_reply(cfg, reply):
 
 
 def join_surrogates(text):
-    """Text with UTF-16 halves joined into their characters (an emoji split across two
-    chunks as "\\ud83d" and "\\ude00"); a lone half becomes U+FFFD."""
+    """Text with UTF-16 halves joined (an emoji split across chunks); a lone one U+FFFD."""
     if not re.search("[\ud800-\udfff]", text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def merge_tool_call(reply, fragment, position):
-    """Merge a tool-call fragment by its index (a new id and name at a taken index is a new
-    call: Ollama's are all at 0); other fields are kept to send back (Gemini's signature)."""
+    """Merge a tool-call fragment by index (a new id and name there: a new call, Ollama)."""
     if not isinstance(fragment, dict):
         return
     calls, function = reply["calls"], fragment.get("function") or {}
@@ -947,8 +929,7 @@ def shell_path():
 
 
 def pump_output(cfg, proc, output, until):
-    """Read the command's output until it closes, or DRAIN_SECONDS after the shell exits (a
-    background child may hold it open), or the time until."""
+    """Read the output until it closes, DRAIN_SECONDS after the shell exits, or until."""
     import select
     fd, started = proc.stdout.fileno(), time.monotonic()
     ticked, exited = started, None
@@ -983,8 +964,7 @@ class BoundedOutput:
         self.held, self.decoder = "", codecs.getincrementaldecoder("utf-8")("replace")
 
     def add(self, cfg, data, final=False):
-        """Take a piece of output and show it, redacted (a character or the start of a secret
-        that a read splits waits for the next piece; final: the end)."""
+        """Take a piece of output and show it, redacted (a split secret waits; final: the end)."""
         self.size += len(data)
         self.newlines += data.count(b"\n")
         self.tail = (self.tail + data)[-self.keep:]
@@ -1206,11 +1186,8 @@ def answer_unanswered(cfg, messages, calls):
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions: a file per conversation, ~/.bantam/sessions/<id>.json, written whole (mode 0600)
-# as a turn starts, after each step and as it ends; its first line is all but the messages:
+# Sessions: ~/.bantam/sessions/<id>.json, written whole (0600) at each step; a message a line
 #   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me", ..., "messages": [
-#   {"role": "system", "content": "..."},
-#   ]}
 # autosave.json links to the latest conversation's file: the spec's resume point.
 # ----------------------------------------------------------------------------------------
 
@@ -1229,8 +1206,7 @@ def new_session(sid=None):
 
 
 def save_session(cfg, session, messages, link=True):
-    """Write the conversation's file, unless it holds this already (a first save takes a new
-    time-based id); with link, point autosave.json at it. A failure is a warning."""
+    """Write the conversation's file unless it holds this (a first save takes an id)."""
     titles = [" ".join(m["content"].strip().split("\n")[0].split()) for m in messages if
               m["role"] == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
     title = (titles or [""])[0]   # (the first prompt's first line; kept by /compact)
@@ -1301,8 +1277,7 @@ def resolve_session(prefix):
 
 
 def load_session(sid):
-    """(session, messages) to go on with conversation sid (an id or a unique prefix), repaired
-    as the API requires: each tool call answered right after it, no blank reply."""
+    """(session, messages) of conversation sid (or a unique prefix), repaired for the API."""
     sid = resolve_session(sid)
     try:
         with open(session_path(sid), encoding="utf-8") as f:
@@ -1334,8 +1309,7 @@ def load_session(sid):
 
 
 def append_user(messages, content):
-    """Append a user message; after a user message (a summary, a prompt that got no answer)
-    the content joins it instead: servers with a strict order of roles require it."""
+    """Append a user message, or join it to one just before (strict servers want turns)."""
     last = messages[-1] if messages else {}
     if last.get("role") != "user":
         messages.append({"role": "user", "content": content})
@@ -1349,8 +1323,7 @@ def append_user(messages, content):
 
 
 def step_saver(convo):
-    """A view saving the conversation at each reply and once a step's tool results are all
-    in (the last call's): a kill loses the step in flight only."""
+    """A view saving the conversation at each reply and once a step's results are all in."""
     last = {}   # the id of the last call of the latest reply
 
     def view(event):
@@ -1363,9 +1336,8 @@ def step_saver(convo):
 
 
 # ----------------------------------------------------------------------------------------
-# Commands: name -> (handler, help). A handler takes (convo, argument): convo is the REPL's
-# conversation, {"cfg", "messages", "session"}; it changes it in place and returns QUIT to
-# end the REPL, or a prompt (a str) to send as the next turn.
+# Commands: name -> (handler, help); handler(convo, argument) changes convo ({"cfg",
+# "messages", "session"}) in place; it returns QUIT to end the REPL, or a prompt to send.
 # ----------------------------------------------------------------------------------------
 
 COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
@@ -1715,10 +1687,8 @@ def main(argv=None):
             pass
 
 
-# Here ends Part I: all of Bantam. A reader may stop here. Part II joins it through the tables
-# it extends (DEFAULTS, CHOICES, POSITIVE, PARSERS, TOOLS, COMMANDS, EVENTS, PLAIN, VIEWS,
-# FLAGS, HELP) and the eight hooks of HOOKS (start, turn, connect, request, delta, tool, spawn,
-# step), whose contracts are at HOOKS; it never replaces a function of Part I.
+# Here ends Part I: all of Bantam. Part II joins it through the tables it extends and the
+# hooks of HOOKS; it never replaces a function of Part I.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import stat          # (Part II's own module)
