@@ -1136,15 +1136,10 @@ def ask(cfg, messages):
         return chat(cfg, messages)
     except (KeyboardInterrupt, SystemExit) as stop:   # (the signals exit with SystemExit)
         text = "".join(cfg["run"].get("reply", {}).get("content", ()))
-        if text.strip():
-            add_message(cfg, messages, {"role": "assistant",
-                                        "content": text + "\n" + stop_marker(stop)})
+        if text.strip():   # (a Ctrl+C is the user's; a signal stopped bantam)
+            add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
+                INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
         raise
-
-
-def stop_marker(stop):
-    """How a message cut short ends: a Ctrl+C was the user's; a signal stopped bantam."""
-    return INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED
 
 
 def enter_run(cfg, on_event=None):
@@ -1179,8 +1174,9 @@ def answer_unanswered(cfg, messages, calls):
     answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m["role"] == "tool"}
     for call in calls:
         if call["id"] not in answered:
-            text = cfg["run"].pop("partial", None) or (
-                stop_marker(sys.exc_info()[1]) + ": the tool did not finish")
+            stop = sys.exc_info()[1]
+            text = cfg["run"].pop("partial", None) or (INTERRUPTED if isinstance(
+                stop, KeyboardInterrupt) else STOPPED) + ": the tool did not finish"
             add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
                                         "content": clean_for_model(text)})
 
@@ -1618,13 +1614,9 @@ def parse_args(argv):
 
 def read_prompt(path, hint=None):
     """The batch prompt: the file's text, or stdin's for '-' (hint: unused, Part II's)."""
-    try:
-        if path == "-":
-            return sys.stdin.buffer.read().decode("utf-8-sig", "replace")
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("cannot read prompt file %s: %s" % (path, getattr(e, "strerror", 0) or e))
+    if path == "-":
+        return sys.stdin.buffer.read().decode("utf-8-sig", "replace")
+    return read_text(path, "prompt file")
 
 
 def main(argv=None):

@@ -91,7 +91,7 @@ class PromptArgumentTests(FirstHourCase):
         for path in ("notes.txt", "src/task", "./prompt"):
             with self.subTest(path=path):
                 result = self.run_bantam(path)
-                self.assert_one_line_error(result, "cannot read prompt file %s" % path)
+                self.assert_one_line_error(result, "%s: cannot read prompt file" % path)
 
 
 class InteractiveFlagTests(FirstHourCase):
