@@ -530,12 +530,10 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream",
-               "Content-Type": "application/json"}
-    if cfg["api_key"]:
-        headers["Authorization"] = "Bearer " + cfg["api_key"]
+               "Content-Type": "application/json", "Authorization": "Bearer " + cfg["api_key"]}
     extra = cfg.get("headers") or {}   # (Part II's key: an Azure api-key replaces the Bearer)
     names = {k.lower() for k in extra}
-    names |= {"authorization"} if "api-key" in names else set()
+    names |= {"authorization"} if "api-key" in names or not cfg["api_key"] else set()
     headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     for attempt in (1, 2):
@@ -843,9 +841,8 @@ def merge_tool_call(reply, fragment, position):
     arguments = json.dumps(arguments) if isinstance(arguments, dict) else arguments
     if isinstance(arguments, str) and arguments:
         pieces = reply["pieces"][id(call)]
-        if 0 < len(pieces) <= len(arguments) and arguments.startswith(pieces[0]) and (
-                arguments.startswith("".join(pieces))):   # all so far, sent again: replaced
-            del pieces[:]
+        if pieces and arguments.startswith(pieces[0]) and arguments.startswith("".join(pieces)):
+            del pieces[:]   # all so far, sent again: replaced
         pieces.append(arguments)
         reply["size"] += len(arguments)
     call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
