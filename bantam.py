@@ -1630,7 +1630,7 @@ def main(argv=None):
             io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding, write_through=True)
     if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
         sys.stdout.reconfigure(errors="replace")
-    convo = None
+    convo, cfg = None, {}
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         import signal   # (after --version, which needs nothing more)
@@ -1655,16 +1655,14 @@ def main(argv=None):
             raise output_failed(e)
         return convo.get("status", 0)
     except KeyboardInterrupt:
-        if convo:
-            note(convo["cfg"], "[interrupted]")
+        note(cfg, "[interrupted]")
         return 130
     except SystemExit as stop:   # SIGTERM (or Part II's SIGHUP): said, as a Ctrl+C is
         if convo:
-            note(convo["cfg"], "[terminated]" if stop.code == 143 else "[hung up]")
+            note(cfg, "[terminated]" if stop.code == 143 else "[hung up]")
         raise
     except BantamError as e:
         if str(e):
-            cfg = convo["cfg"] if convo else {}
             emit(cfg, "error", message=redact(cfg, str(e)))
         return e.exit_code
     finally:
