@@ -496,11 +496,10 @@ def load_config(overrides=None, config_file=None, env=None):
         cfg[key] = DEFAULTS[key] if raw is None else parse_value(key, raw, where) if isinstance(
             raw, str) else raw
         cfg["sources"][key] = where
-    cfg["system_prompt"], cfg["sources"]["system_prompt"] = DEFAULT_SYSTEM, "built-in"
     path = folder_file("system.txt") or bantam_home("system.txt")
-    if os.path.isfile(path):
-        cfg["system_prompt"] = read_text(path, "system prompt")
-        cfg["sources"]["system_prompt"] = path
+    found = os.path.isfile(path)
+    cfg["system_prompt"] = read_text(path, "system prompt") if found else DEFAULT_SYSTEM
+    cfg["sources"]["system_prompt"] = path if found else "built-in"
     return cfg
 
 
@@ -1076,9 +1075,8 @@ def run_tool_call(cfg, call, args):
         args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
     for hook in HOOKS["tool"]:   # before: the first refusal (a text) is the result
         args = args if isinstance(args, str) else hook(cfg, call, args)
-    if isinstance(args, str):
-        result = args
-    else:
+    result = args   # (a text: an error or a refusal)
+    if not isinstance(args, str):
         try:
             result = hooked("tool", function(cfg, args), cfg, call, args)
             ok = not result.startswith("error:")   # a tool's own "error: ..." shows as one
