@@ -20,9 +20,8 @@ import time
 VERSION = "1.2.0"
 USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
 
-# The config schema: every key Part I uses, with its default (Part II adds its own). Values
-# from model.cfg, BANTAM_<KEY> or a flag are parsed by the default's type; CHOICES lists the
-# words a key allows, POSITIVE the numbers that must be above 0.
+# The config schema, parsed by each default's type (Part II adds keys). CHOICES: the words a
+# key allows; POSITIVE: the numbers that must be above 0.
 DEFAULTS = {
     "endpoint": "https://api.openai.com/v1",  # base URL of an OpenAI-compatible API
     "model": "gpt-4o",
@@ -45,7 +44,6 @@ RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other erro
 MAX_SERVER_WAIT = 60.0             # a longer wait asked for by the server fails the turn
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
 FLUSH_EVERY = 0.02                 # seconds between flushes of streamed text to a pipe
-SPILL_LIMIT = 1 << 30              # bytes of a command's output kept on disk at most
 MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
@@ -119,15 +117,12 @@ class ApiError(BantamError):
         BantamError.__init__(self, message)
         self.kind, self.status, self.body, self.headers = kind, status, body, headers or {}
 
-    @property
-    def exit_code(self):
-        """1 when retrying later may work, else 2."""
-        return 1 if self.kind == "retry" else 2
+    exit_code = property(lambda self: 1 if self.kind == "retry" else 2)   # 1: try again later
 
 
 # ----------------------------------------------------------------------------------------
-# Events and the plain view: everything a run reports is one event, {"type", "t", "depth",
-# ...fields}, passed to one function, the run's sink; a view turns events into output.
+# Events and the plain view: all a run reports is one event, {"type", "t", "depth", ...},
+# passed to the run's sink; a view turns events into output.
 # ----------------------------------------------------------------------------------------
 
 STARTED = time.monotonic()   # events carry "t": seconds since the process started
@@ -204,8 +199,7 @@ RESET = "\033[0m"
 
 
 def plain_view(cfg, handlers=None, out=None, err=None, **more):
-    """A view printing the spec's traces on out, diagnostics on err; another view passes its
-    handlers and its own state (more)."""
+    """A view printing traces on out, diagnostics on err (another view: its handlers, state)."""
     out, err = out or sys.stdout, err or sys.stderr
     plain = cfg.get("color") == "never" or os.environ.get("NO_COLOR") or os.environ.get(
         "BANTAM_NO_COLOR")
@@ -219,8 +213,9 @@ def plain_view(cfg, handlers=None, out=None, err=None, **more):
 
 def write(state, text, style=None, depth=0, raw=False):
     """Text on out: terminal-safe (unless raw), colored, a subagent's behind a rail."""
-    if state["status"]:
-        clear_status(state)
+    if state["status"]:   # erase the status line (or a preview's rows: status is their count)
+        rows, state["status"] = state["status"], 0
+        state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
     text = text if raw else terminal_safe(text)
     if text and depth != state["depth"]:
         text, state["depth"] = ("" if state["bol"] else "\n") + text, depth
@@ -234,8 +229,7 @@ def write(state, text, style=None, depth=0, raw=False):
 
 
 def guarded(state, stream, text, flush=False):
-    """Write to a view's stream: a failing stdout pipe or file ends the run; another failing
-    stream (stderr, a terminal hung up, a trace file) goes to /dev/null."""
+    """Write to a view's stream: a failing stdout pipe or file ends the run, another /dev/null."""
     try:
         state[stream].write(text)
         if flush:
@@ -281,12 +275,6 @@ def close_block(state, event):
     state["block"] = None
 
 
-def clear_status(state):
-    """Erase the status line (or a preview's rows: status is their count)."""
-    rows, state["status"] = state["status"], 0
-    state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
-
-
 def show_status(state, event):
     """...requesting... on a colored terminal (with the seconds waited, from 2 on)."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
@@ -310,8 +298,7 @@ def show_piece(state, event):
 
 def show_reply_end(state, event):
     """A model call or the turn ended: close what it opened."""
-    if state["status"]:
-        clear_status(state)
+    write(state, "")   # (the status line erased)
     close_block(state, event)
     flush_out(state, now=True)
 
@@ -346,8 +333,7 @@ def short_arguments(event):
 
 def show_on_stderr(state, text, style="error"):
     """One line on stderr (a terminal's open stdout line finished first)."""
-    if state["status"]:
-        clear_status(state)
+    write(state, "")
     if not state["bol"] and state["tty"]:
         end_line(state)
     flush_out(state, now=True)
@@ -410,8 +396,7 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
 
 
 def folder_file(name):
-    """The path of the file name here; None if there is none or it is a symlink out of the
-    folder or into ~/.bantam (AGENTS.md -> ~/.ssh/id_rsa: said)."""
+    """The path of the file name here; None if none, or a symlink out of the folder (said)."""
     path = os.path.abspath(name)
     if not os.path.isfile(path):
         return None
@@ -456,16 +441,14 @@ def read_key_values(path):
 
 
 def parse_value(key, raw, where):
-    """raw parsed by the type of DEFAULTS[key] and checked (CHOICES, POSITIVE, PARSERS);
-    else a ConfigError naming where, the key and what was expected."""
+    """raw parsed by the type of DEFAULTS[key] and checked; else a ConfigError saying why."""
     kind, value = type(DEFAULTS[key]), raw
     what = {bool: "true or false", int: "a whole number", float: "a number", list:
             "a comma-separated list of seconds", dict: "a JSON object of strings"}.get(kind)
     try:
-        if kind is bool:
-            if raw.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                raise ValueError
-            value = raw.lower() in ("true", "1", "yes", "on")
+        if kind is bool:   # (another word: a KeyError)
+            value = {"true": True, "1": True, "yes": True, "on": True, "false": False,
+                     "0": False, "no": False, "off": False}[raw.lower()]
         elif kind in (int, float):
             value = kind(raw)
             what += " above 0" if key in POSITIVE else " of 0 or more"
@@ -487,7 +470,7 @@ def parse_value(key, raw, where):
             what, value = "an http:// or https:// URL", raw.rstrip("/")
             if not re.match(r"https?://[^/]", raw):
                 raise ValueError
-    except ValueError:
+    except (ValueError, KeyError):
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
     return PARSERS[key](value, where) if key in PARSERS else value
 
@@ -513,17 +496,15 @@ def load_config(overrides=None, config_file=None, env=None):
         cfg[key] = DEFAULTS[key] if raw is None else parse_value(key, raw, where) if isinstance(
             raw, str) else raw
         cfg["sources"][key] = where
-    cfg["system_prompt"], cfg["sources"]["system_prompt"] = DEFAULT_SYSTEM, "built-in"
     path = folder_file("system.txt") or bantam_home("system.txt")
-    if os.path.isfile(path):
-        cfg["system_prompt"] = read_text(path, "system prompt")
-        cfg["sources"]["system_prompt"] = path
+    found = os.path.isfile(path)
+    cfg["system_prompt"] = read_text(path, "system prompt") if found else DEFAULT_SYSTEM
+    cfg["sources"]["system_prompt"] = path if found else "built-in"
     return cfg
 
 
 # ----------------------------------------------------------------------------------------
-# The HTTP client: one kept-alive connection per endpoint, Fibonacci retries, the reply read
-# as it streams (SSE) and assembled into the message the API expects back
+# The HTTP client: a kept-alive connection per endpoint, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
 
 CONNECTIONS = {}   # endpoint -> {"conn", "sock", "response", "cfg" (whose request it is)}
@@ -548,12 +529,10 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream",
-               "Content-Type": "application/json"}
-    if cfg["api_key"]:
-        headers["Authorization"] = "Bearer " + cfg["api_key"]
+               "Content-Type": "application/json", "Authorization": "Bearer " + cfg["api_key"]}
     extra = cfg.get("headers") or {}   # (Part II's key: an Azure api-key replaces the Bearer)
     names = {k.lower() for k in extra}
-    names |= {"authorization"} if "api-key" in names else set()
+    names |= {"authorization"} if "api-key" in names or not cfg["api_key"] else set()
     headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     for attempt in (1, 2):
@@ -580,19 +559,6 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
             if fresh or attempt == 2 or not isinstance(e, (ConnectionError,
                                                            http.client.BadStatusLine)):
                 raise
-
-
-def release(cfg, response):
-    """Read what is left of a reply (2 s at most), so that its connection can carry the next
-    request; else close the connection."""
-    try:
-        if not response.will_close:   # (close-delimited or `Connection: close`: not reused)
-            CONNECTIONS[cfg["endpoint"]]["sock"].settimeout(2.0)
-            response.read()
-    except Exception:
-        pass
-    if response.will_close or not response.isclosed():
-        drop_connection(cfg)
 
 
 def chat(cfg, messages, tools=True, quiet=False):
@@ -665,7 +631,14 @@ def exchange(cfg, body, quiet):
                 raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry",
                                body=data[:4000].decode("utf-8", "replace"))
             merge_chunk(cfg, reply, chunk, whole=True)
-        release(cfg, response)
+        try:   # the rest read (2 s a read at most): the connection carries the next request
+            if not response.will_close:   # (close-delimited or `Connection: close`: not reused)
+                CONNECTIONS[cfg["endpoint"]]["sock"].settimeout(2.0)
+                response.read()
+        except Exception:
+            pass
+        if response.will_close or not response.isclosed():
+            drop_connection(cfg)
         pass_on(cfg, reply)
         usage = reply["usage"] if isinstance(reply["usage"], dict) else {}
         if usage:   # tokens: prompt, cached (also DeepSeek's, Anthropic's), completion, estimated
@@ -712,10 +685,8 @@ def error_from_response(cfg, response):
 
 
 def sse_events(read):
-    """Yield, after each network read, the list of events it completed (each event's data,
-    bytes). Lines look like  data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}
-    or ": keep-alive", "event: name"; a blank line ends an event. A line `error: {...}`
-    (older llama.cpp) or of bare JSON (a proxy's error) is an event of its own."""
+    """Yield, after each network read, the data (bytes) of the events it completed."""
+    # data: {"choices":[...]}   : keep-alive   event: name   (a blank line ends an event)
     partial, data, ended = b"", [], False
     while not ended:
         block = read(65536)
@@ -735,9 +706,7 @@ def sse_events(read):
 
 
 def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply until [DONE] or its end, passing the text on after
-    each network read. Keep-alives are no progress: none for timeout seconds
-    (first_byte_timeout before the first output) is a stalled reply."""
+    """Merge a streamed reply into reply until [DONE] or its end; keep-alives are no progress."""
     for events in sse_events(response.read1):
         moved = False
         for data in events:
@@ -781,10 +750,8 @@ def stream_error(error):
 
 
 def merge_chunk(cfg, reply, chunk, whole=False):
-    """Merge one streamed chunk (whole: a non-streamed response) into reply; True when it
-    brought output: text, reasoning, a tool call's name or arguments. A chunk:
-    {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[{"index":0,"id":"call_1",
-     "function":{"name":"shell_exec","arguments":"{\\"comm"}}]}}],"usage":{...}}"""
+    """Merge one chunk (whole: a non-streamed response) into reply; True if it brought output."""
+    # {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[...]}}],"usage":{...}}
     reply["usage"], size = chunk.get("usage") or reply["usage"], reply["size"]
     if whole and not chunk.get("choices"):
         raise stream_error(chunk["error"]) if chunk.get("error") else ApiError(
@@ -823,8 +790,7 @@ def queue(reply, kind, text):
 
 
 def pass_on(cfg, reply, final=False):
-    """Emit what is queued, one event per run of text or reasoning, in order; unless final,
-    the end of the last run stays queued while it may begin a secret."""
+    """Emit what is queued, in order; unless final, an end that may begin a secret stays."""
     pending, reply["pending"] = reply["pending"], []
     for n, (kind, pieces) in enumerate(pending):
         text, held = stream_piece(cfg, "", "".join(pieces))
@@ -845,16 +811,14 @@ def end_reply(cfg, reply):
 
 
 def join_surrogates(text):
-    """Text with UTF-16 halves joined into their characters (an emoji split across two
-    chunks as "\\ud83d" and "\\ude00"); a lone half becomes U+FFFD."""
+    """Text with UTF-16 halves joined (an emoji split across chunks); a lone one U+FFFD."""
     if not re.search("[\ud800-\udfff]", text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def merge_tool_call(reply, fragment, position):
-    """Merge a tool-call fragment by its index (a new id and name at a taken index is a new
-    call: Ollama's are all at 0); other fields are kept to send back (Gemini's signature)."""
+    """Merge a tool-call fragment by index (a new id and name there: a new call, Ollama)."""
     if not isinstance(fragment, dict):
         return
     calls, function = reply["calls"], fragment.get("function") or {}
@@ -876,9 +840,8 @@ def merge_tool_call(reply, fragment, position):
     arguments = json.dumps(arguments) if isinstance(arguments, dict) else arguments
     if isinstance(arguments, str) and arguments:
         pieces = reply["pieces"][id(call)]
-        if 0 < len(pieces) <= len(arguments) and arguments.startswith(pieces[0]) and (
-                arguments.startswith("".join(pieces))):   # all so far, sent again: replaced
-            del pieces[:]
+        if pieces and arguments.startswith(pieces[0]) and arguments.startswith("".join(pieces)):
+            del pieces[:]   # all so far, sent again: replaced
         pieces.append(arguments)
         reply["size"] += len(arguments)
     call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
@@ -913,6 +876,7 @@ SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # ba
 def shell_exec(cfg, args):
     """Run args["command"] with bash in a process group of its own, stdin empty, no pager, no
     secrets: its output (head and tail), "\\n\\nexit: " and its code."""
+    import signal
     import subprocess
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
@@ -935,17 +899,19 @@ def shell_exec(cfg, args):
     try:
         pump_output(cfg, proc, output, started + limit)
         proc.wait(max(0.01, started + limit - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
+    except BaseException as stop:   # the time is up, Ctrl+C, SIGTERM, SIGHUP: kill the group
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # the shell and all it started
+        except OSError:   # (none of it is left)
+            pass
         remark = "\n[%s: the command's process group was killed]" % why
-    except BaseException as stop:   # Ctrl+C, SIGTERM, SIGHUP: stop the command's whole group
-        kill_group(proc)
-        pump_output(cfg, proc, output, time.monotonic() + DRAIN_SECONDS)   # printed just before
-        cfg["run"]["partial"] = "%s\n[%s after %.1f s: the command's process group was " \
-            "killed]\n\nexit: %s" % (output.text(), "interrupted by the user" if isinstance(
-                stop, KeyboardInterrupt) else "bantam was stopped", time.monotonic() - started,
-                proc.poll())
-        raise
+        if not isinstance(stop, subprocess.TimeoutExpired):
+            pump_output(cfg, proc, output, time.monotonic() + DRAIN_SECONDS)   # shown before
+            cfg["run"]["partial"] = "%s\n[%s after %.1f s: the command's process group was " \
+                "killed]\n\nexit: %s" % (output.text(), "interrupted by the user" if isinstance(
+                    stop, KeyboardInterrupt) else "bantam was stopped",
+                    time.monotonic() - started, proc.poll())
+            raise
     finally:
         proc.stdout.close()
         output.add(cfg, b"", final=True)
@@ -959,8 +925,7 @@ def shell_path():
 
 
 def pump_output(cfg, proc, output, until):
-    """Read the command's output until it closes, or DRAIN_SECONDS after the shell exits (a
-    background child may hold it open), or the time until."""
+    """Read the output until it closes, DRAIN_SECONDS after the shell exits, or until."""
     import select
     fd, started = proc.stdout.fileno(), time.monotonic()
     ticked, exited = started, None
@@ -979,15 +944,6 @@ def pump_output(cfg, proc, output, until):
             output.add(cfg, data)
 
 
-def kill_group(proc):
-    """Kill the command's process group: the shell and all it started."""
-    import signal
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:   # (none of it is left)
-        pass
-
-
 def overwritten(text):
     """Text as a terminal leaves it: of a line redrawn after a \\r, its last state."""
     return "\n".join(line[line.rstrip("\r").rfind("\r") + 1:] for line in text.split("\n"))
@@ -1004,8 +960,7 @@ class BoundedOutput:
         self.held, self.decoder = "", codecs.getincrementaldecoder("utf-8")("replace")
 
     def add(self, cfg, data, final=False):
-        """Take a piece of output and show it, redacted (a character or the start of a secret
-        that a read splits waits for the next piece; final: the end)."""
+        """Take a piece of output and show it, redacted (a split secret waits; final: the end)."""
         self.size += len(data)
         self.newlines += data.count(b"\n")
         self.tail = (self.tail + data)[-self.keep:]
@@ -1102,10 +1057,7 @@ def check_calls(reply):
             args = json.loads(function["arguments"], strict=False)   # a raw newline is fine
             if not isinstance(args, dict):
                 raise ValueError("expected a JSON object")
-            clean = json.loads(clean_for_model(json.dumps(args, ensure_ascii=False)))
-            if clean != args:
-                function["arguments"] = json.dumps(clean, ensure_ascii=False)
-            parsed.append(clean)
+            parsed.append(args)
         except ValueError as e:
             parsed.append("error: the arguments of %s are not a valid JSON object (%s): %s" % (
                 function["name"], e, function["arguments"][:500]))
@@ -1123,9 +1075,8 @@ def run_tool_call(cfg, call, args):
         args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
     for hook in HOOKS["tool"]:   # before: the first refusal (a text) is the result
         args = args if isinstance(args, str) else hook(cfg, call, args)
-    if isinstance(args, str):
-        result = args
-    else:
+    result = args   # (a text: an error or a refusal)
+    if not isinstance(args, str):
         try:
             result = hooked("tool", function(cfg, args), cfg, call, args)
             ok = not result.startswith("error:")   # a tool's own "error: ..." shows as one
@@ -1180,15 +1131,10 @@ def ask(cfg, messages):
         return chat(cfg, messages)
     except (KeyboardInterrupt, SystemExit) as stop:   # (the signals exit with SystemExit)
         text = "".join(cfg["run"].get("reply", {}).get("content", ()))
-        if text.strip():
-            add_message(cfg, messages, {"role": "assistant",
-                                        "content": text + "\n" + stop_marker(stop)})
+        if text.strip():   # (a Ctrl+C is the user's; a signal stopped bantam)
+            add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
+                INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
         raise
-
-
-def stop_marker(stop):
-    """How a message cut short ends: a Ctrl+C was the user's; a signal stopped bantam."""
-    return INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED
 
 
 def enter_run(cfg, on_event=None):
@@ -1199,7 +1145,7 @@ def enter_run(cfg, on_event=None):
     if not parent.get("loop"):
         run["said"] = set()   # the notes said once a turn (its subagents' runs share it)
     if not parent or on_event:
-        run.update(emit=on_event or parent.get("emit") or plain_view(cfg), json={}, wire={})
+        run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
     return dict(cfg, run=run)
 
 
@@ -1223,18 +1169,16 @@ def answer_unanswered(cfg, messages, calls):
     answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m["role"] == "tool"}
     for call in calls:
         if call["id"] not in answered:
-            text = cfg["run"].pop("partial", None) or (
-                stop_marker(sys.exc_info()[1]) + ": the tool did not finish")
+            stop = sys.exc_info()[1]
+            text = cfg["run"].pop("partial", None) or (INTERRUPTED if isinstance(
+                stop, KeyboardInterrupt) else STOPPED) + ": the tool did not finish"
             add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
                                         "content": clean_for_model(text)})
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions: a file per conversation, ~/.bantam/sessions/<id>.json, written whole (mode 0600)
-# as a turn starts, after each step and as it ends; its first line is all but the messages:
+# Sessions: ~/.bantam/sessions/<id>.json, written whole (0600) at each step; a message a line
 #   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me", ..., "messages": [
-#   {"role": "system", "content": "..."},
-#   ]}
 # autosave.json links to the latest conversation's file: the spec's resume point.
 # ----------------------------------------------------------------------------------------
 
@@ -1252,19 +1196,12 @@ def new_session(sid=None):
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def first_user_text(messages, width=60):
-    """The first prompt's first line, shortened: a conversation's title ("" when none)."""
-    for m in messages:
-        if m["role"] == "user" and isinstance(m.get("content"), str) and m["content"].strip():
-            text = " ".join(m["content"].strip().split("\n")[0].split())
-            return text if len(text) <= width else text[:width - 3] + "..."
-    return ""
-
-
 def save_session(cfg, session, messages, link=True):
-    """Write the conversation's file, unless it holds this already (a first save takes a new
-    time-based id); with link, point autosave.json at it. A failure is a warning."""
-    session["summary"] = session["summary"] or first_user_text(messages)   # kept by /compact
+    """Write the conversation's file unless it holds this (a first save takes an id)."""
+    titles = [" ".join(m["content"].strip().split("\n")[0].split()) for m in messages if
+              m["role"] == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
+    title = (titles or [""])[0]   # (the first prompt's first line; kept by /compact)
+    session["summary"] = session["summary"] or title[:57] + "..." * (len(title) > 60) or title
     lines = [json.dumps(m, ensure_ascii=False) for m in messages]
     n, written = 1, (session["summary"], list(messages))
     try:
@@ -1287,20 +1224,6 @@ def save_session(cfg, session, messages, link=True):
             os.replace(tmp, session_path("autosave"))
     except OSError as e:
         note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
-
-
-def read_session(sid):
-    """The session stored under sid; a BantamError when it is missing or not a conversation."""
-    try:
-        with open(session_path(sid), encoding="utf-8") as f:
-            session = json.load(f)
-        if not session["messages"] or any(m["role"] not in ROLES for m in session["messages"]):
-            raise ValueError("not a list of chat messages")
-    except FileNotFoundError:
-        raise BantamError("no session %r" % sid)
-    except (OSError, ValueError, LookupError, TypeError) as e:   # (not JSON, not UTF-8...)
-        raise BantamError("cannot read session %r (%s); the file is left as it is" % (sid, e))
-    return session
 
 
 def session_head(sid):
@@ -1345,10 +1268,17 @@ def resolve_session(prefix):
 
 
 def load_session(sid):
-    """(session, messages) to go on with conversation sid (an id or a unique prefix), repaired
-    as the API requires: each tool call answered right after it, no blank reply."""
+    """(session, messages) of conversation sid (or a unique prefix), repaired for the API."""
     sid = resolve_session(sid)
-    stored = read_session(sid)
+    try:
+        with open(session_path(sid), encoding="utf-8") as f:
+            stored = json.load(f)
+        if not stored["messages"] or any(m["role"] not in ROLES for m in stored["messages"]):
+            raise ValueError("not a list of chat messages")
+    except FileNotFoundError:
+        raise BantamError("no session %r" % sid)
+    except (OSError, ValueError, LookupError, TypeError) as e:   # (not JSON, not UTF-8...)
+        raise BantamError("cannot read session %r (%s); the file is left as it is" % (sid, e))
     session = dict(new_session(sid), changed=modified(session_path(sid)))
     session.update((k, stored[k]) for k in ("uid", "summary", "created_at") if stored.get(k))
     fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
@@ -1370,8 +1300,7 @@ def load_session(sid):
 
 
 def append_user(messages, content):
-    """Append a user message; after a user message (a summary, a prompt that got no answer)
-    the content joins it instead: servers with a strict order of roles require it."""
+    """Append a user message, or join it to one just before (strict servers want turns)."""
     last = messages[-1] if messages else {}
     if last.get("role") != "user":
         messages.append({"role": "user", "content": content})
@@ -1385,8 +1314,7 @@ def append_user(messages, content):
 
 
 def step_saver(convo):
-    """A view saving the conversation at each reply and once a step's tool results are all
-    in (the last call's): a kill loses the step in flight only."""
+    """A view saving the conversation at each reply and once a step's results are all in."""
     last = {}   # the id of the last call of the latest reply
 
     def view(event):
@@ -1399,9 +1327,8 @@ def step_saver(convo):
 
 
 # ----------------------------------------------------------------------------------------
-# Commands: name -> (handler, help). A handler takes (convo, argument): convo is the REPL's
-# conversation, {"cfg", "messages", "session"}; it changes it in place and returns QUIT to
-# end the REPL, or a prompt (a str) to send as the next turn.
+# Commands: name -> (handler, help); handler(convo, argument) changes convo ({"cfg",
+# "messages", "session"}) in place; it returns QUIT to end the REPL, or a prompt to send.
 # ----------------------------------------------------------------------------------------
 
 COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
@@ -1411,28 +1338,22 @@ COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the 
 SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
                   "Reply with the title only.")
 QUIT = object()
-SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what /save and --session accept
+SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what --session accepts (Part II's)
 
 
 def cmd_save(convo, arg):
-    """/save [name]: a copy of the conversation, titled by the model, under name or a new id."""
+    """/save: a copy of the conversation under a new id, titled by the model."""
     cfg, session = convo["cfg"], convo["session"]
     if len(convo["messages"]) < 2:   # (a title written for nothing would be made up)
         raise BantamError("nothing to save yet: the conversation has no prompt")
-    if arg and (not re.match(SESSION_NAME, arg) or arg == "autosave"):
-        raise BantamError("a session name is letters, digits, '-', '_' and '.' (not 'autosave'), "
-                          "got %r" % arg)
-    if arg and arg != session["id"] and os.path.exists(session_path(arg)) and \
-            session_head(arg).get("copy_of") != session["uid"]:   # only this one's copy
-        raise BantamError("%r holds a different conversation; choose another name" % arg)
     try:
         title = " ".join(chat(cfg, append_user([dict(m) for m in convo["messages"]],
                                                SUMMARY_PROMPT), False, True)["content"].split())
     except ApiError as e:
         title = ""
         note(cfg, "[summary: %s; using the first prompt]" % e, "info")
-    session["summary"] = title[:120] or first_user_text(convo["messages"])
-    copy = dict(new_session(arg or None), summary=session["summary"], head={
+    session["summary"] = title[:120] or session["summary"]
+    copy = dict(new_session(), summary=session["summary"], head={
         "copy_of": session["uid"]}, created_at=session["created_at"])
     save_session(cfg, copy, convo["messages"], link=False)
     if session["id"]:
@@ -1543,7 +1464,7 @@ def cmd_help(convo, arg):
 
 
 COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed)
-    "/save": (cmd_save, "/save [name]: save the conversation with a summary (under name)"),
+    "/save": (cmd_save, "save a copy of the conversation, with a summary"),
     "/list": (cmd_list, "/list [all]: the newest 20 saved sessions (* marks this folder's)"),
     "/load": (cmd_load, "/load <id>: continue a saved session (id or unique prefix)"),
     "/compact": (cmd_compact, "replace the conversation by a summary of it"),
@@ -1595,17 +1516,6 @@ def setup_readline(convo):
     return readline
 
 
-def save_history(convo, readline):
-    """Write the newest 1000 entries of the history to its file, mode 0600."""
-    count = readline.get_current_history_length()
-    entries = [readline.get_history_item(i) or "" for i in range(max(1, count - 999), count + 1)]
-    try:
-        write_private_file(history_path(), "".join(
-            e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
-    except OSError as e:
-        note(convo["cfg"], "warning: cannot save history: %s" % e, "warning")
-
-
 def repl(convo):
     """Read prompts and commands until /quit, end of input or Ctrl+C twice at an empty line."""
     cfg = convo["cfg"]
@@ -1637,8 +1547,14 @@ def repl(convo):
             if line.strip() and do_line(convo, line) is QUIT:
                 break
     finally:
-        if readline:
-            save_history(convo, readline)
+        count = readline.get_current_history_length() if readline else 0   # the newest 1000
+        entries = [readline.get_history_item(i) for i in range(max(1, count - 999), count + 1)]
+        try:
+            if readline:
+                write_private_file(history_path(), "".join(
+                    e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+        except OSError as e:
+            note(cfg, "warning: cannot save history: %s" % e, "warning")
 
 
 def do_line(convo, line):
@@ -1652,10 +1568,7 @@ def do_line(convo, line):
             if not isinstance(line, str):   # (a str: a prompt to send, e.g. a skill's)
                 return line
         elif re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
-            import difflib
-            close = difflib.get_close_matches(name, COMMANDS, n=1, cutoff=0.6)
-            return note(cfg, "unknown command %s%s (see /help)" % (
-                name, "; did you mean %s?" % close[0] if close else ""))
+            return note(cfg, "unknown command %s (see /help)" % name)
         turn(convo, line)
     except KeyboardInterrupt:
         note(cfg, "[interrupted]")
@@ -1694,19 +1607,11 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def read_prompt(path, hint=True):
-    """The batch prompt: the file's text, or stdin's for '-' (with hint: said if slow)."""
-    try:
-        if path == "-":
-            import select
-            if hint and not select.select([sys.stdin], [], [], 1.0)[0]:
-                note({}, "[reading stdin for the prompt; nothing has come yet (to skip it: "
-                     "</dev/null)]", "info")
-            return sys.stdin.buffer.read().decode("utf-8-sig", "replace")
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("cannot read prompt file %s: %s" % (path, getattr(e, "strerror", 0) or e))
+def read_prompt(path, hint=None):
+    """The batch prompt: the file's text, or stdin's for '-' (hint: unused, Part II's)."""
+    if path == "-":
+        return sys.stdin.buffer.read().decode("utf-8-sig", "replace")
+    return read_text(path, "prompt file")
 
 
 def main(argv=None):
@@ -1723,7 +1628,7 @@ def main(argv=None):
             io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding, write_through=True)
     if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
         sys.stdout.reconfigure(errors="replace")
-    convo = None
+    convo, cfg = None, {}
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         import signal   # (after --version, which needs nothing more)
@@ -1731,8 +1636,8 @@ def main(argv=None):
         cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
-        cfg["run"] = {"emit": None, "depth": 0, "secrets": [], "json": {}, "wire": {}}
-        cfg["run"]["emit"] = lambda event: [view(event) for view in convo["views"]]
+        cfg["run"] = {"emit": lambda event: [view(event) for view in convo["views"]],
+                      "depth": 0, "secrets": []}
         convo["views"] = [VIEWS["plain"](cfg), step_saver(convo)]
         status = first("start", convo, args)   # Part II: the trust rule, its flags, its views
         if status is not None:
@@ -1748,16 +1653,14 @@ def main(argv=None):
             raise output_failed(e)
         return convo.get("status", 0)
     except KeyboardInterrupt:
-        if convo:
-            note(convo["cfg"], "[interrupted]")
+        note(cfg, "[interrupted]")
         return 130
     except SystemExit as stop:   # SIGTERM (or Part II's SIGHUP): said, as a Ctrl+C is
         if convo:
-            note(convo["cfg"], "[terminated]" if stop.code == 143 else "[hung up]")
+            note(cfg, "[terminated]" if stop.code == 143 else "[hung up]")
         raise
     except BantamError as e:
         if str(e):
-            cfg = convo["cfg"] if convo else {}
             emit(cfg, "error", message=redact(cfg, str(e)))
         return e.exit_code
     finally:
@@ -1769,10 +1672,8 @@ def main(argv=None):
             pass
 
 
-# Here ends Part I: all of Bantam. A reader may stop here. Part II joins it through the tables
-# it extends (DEFAULTS, CHOICES, POSITIVE, PARSERS, TOOLS, COMMANDS, EVENTS, PLAIN, VIEWS,
-# FLAGS, HELP) and the eight hooks of HOOKS (start, turn, connect, request, delta, tool, spawn,
-# step), whose contracts are at HOOKS; it never replaces a function of Part I.
+# Here ends Part I: all of Bantam. Part II joins it through the tables it extends and the
+# hooks of HOOKS; it never replaces a function of Part I.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import stat          # (Part II's own module)

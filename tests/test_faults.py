@@ -727,21 +727,6 @@ class HostileOutputTests(BantamTestCase):
         for text in strings_in(sent[1:]):
             self.assertIsNone(HIDDEN.search(text), ascii(text))
 
-    def test_invisible_characters_written_as_json_escapes_are_removed(self):
-        """A model that writes the invisible characters as JSON escapes (\\u200b) gets no
-        further: the command that runs and the arguments stored hold none of them."""
-        command = "echo esc-aped > out.txt"
-        arguments = json.dumps({"command": "echo esc" + ZERO_WIDTH + "-aped" + TAGS + " > out.txt"},
-                               ensure_ascii=True)   # every invisible character as a \\u escape
-        self.assertNotRegex(arguments, HIDDEN)
-        self.push(tool_call_stream([("call_esc", "shell_exec", arguments)]), text_stream("ok"))
-        result = self.run_batch("look")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        with open(os.path.join(self.ws.work, "out.txt"), encoding="utf-8") as f:
-            self.assertEqual(f.read(), "esc-aped\n")
-        call = self.server.bodies[1]["messages"][2]["tool_calls"][0]
-        self.assertEqual(json.loads(call["function"]["arguments"]), {"command": command})
-
     def assert_no_terminal_controls(self, data, what):
         """data (bytes) holds no raw ESC, BEL or C1 CSI byte."""
         for byte in (b"\x1b", b"\x07", b"\x9b"):

@@ -130,9 +130,9 @@ class InputTests(TerminalCase):
         self.quit(term)
 
     def test_mistyped_command_and_exit(self):
-        """/hlep gets "did you mean /help?" and sends nothing; /exit leaves like /quit."""
+        """/hlep gets "unknown command" and sends nothing; /exit leaves like /quit."""
         term = self.start()
-        out = self.turn(term, "/hlep", "did you mean /help?")
+        out = self.turn(term, "/hlep", "(see /help)")
         self.assertIn("unknown command /hlep", out)
         self.assertEqual(self.server.posts, [])
         self.quit(term, "/exit\r")
