@@ -507,12 +507,18 @@ def load_config(overrides=None, config_file=None, env=None):
 # The HTTP client: a kept-alive connection per endpoint, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
 
-CONNECTIONS = {}   # endpoint -> {"conn", "sock", "response", "cfg" (whose request it is)}
+CONNECTIONS = {}   # (endpoint, thread) -> {"conn", "sock", "response", "cfg"}
+
+
+def pool_key(cfg):
+    """Whose connection: the endpoint's in this thread (two threads' runs never share one)."""
+    import threading
+    return cfg["endpoint"], threading.get_ident()
 
 
 def drop_connection(cfg):
     """Close the endpoint's connection (after an error, or a reply not read to its end)."""
-    entry = CONNECTIONS.pop(cfg["endpoint"], None)
+    entry = CONNECTIONS.pop(pool_key(cfg), None)
     if entry:
         entry["conn"].close()
 
@@ -536,7 +542,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     for attempt in (1, 2):
-        entry = CONNECTIONS.get(cfg["endpoint"])
+        entry = CONNECTIONS.get(pool_key(cfg))
         if entry and entry["response"] and not entry["response"].isclosed():
             drop_connection(cfg)   # its last reply is unread: http.client would refuse
             entry = None
@@ -546,7 +552,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
                 http.client.HTTPSConnection
             conn = first("connect", cfg) or kind(url.hostname, default_port(url),
                                                  timeout=cfg["timeout"])
-            entry = CONNECTIONS[cfg["endpoint"]] = {"conn": conn, "response": None}
+            entry = CONNECTIONS[pool_key(cfg)] = {"conn": conn, "response": None}
         entry["cfg"] = cfg
         try:
             entry["conn"].request(method, target, body, headers)
@@ -633,7 +639,7 @@ def exchange(cfg, body, quiet):
             merge_chunk(cfg, reply, chunk, whole=True)
         try:   # the rest read (2 s a read at most): the connection carries the next request
             if not response.will_close:   # (close-delimited or `Connection: close`: not reused)
-                CONNECTIONS[cfg["endpoint"]]["sock"].settimeout(2.0)
+                CONNECTIONS[pool_key(cfg)]["sock"].settimeout(2.0)
                 response.read()
         except Exception:
             pass
@@ -725,7 +731,7 @@ def read_stream(cfg, response, reply):
             moved = merge_chunk(cfg, reply, chunk) or moved
         pass_on(cfg, reply)
         now, key = time.monotonic(), "timeout" if reply["first"] else "first_byte_timeout"
-        entry = CONNECTIONS.get(cfg["endpoint"])
+        entry = CONNECTIONS.get(pool_key(cfg))
         if moved and not reply["first"] and entry:   # output has begun: a gap of timeout stalls
             entry["sock"].settimeout(cfg["timeout"])
         if moved:

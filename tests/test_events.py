@@ -752,6 +752,19 @@ class LibraryTests(EventCase):
                     self.assertNotIn(foreign, text)
                 self.assertEqual(data[name]["messages"][-1]["content"], "Answer %s, slowly." % name.upper())
 
+    def test_two_threads_on_one_endpoint_have_a_connection_each(self):
+        """Two overlapping runs against one endpoint: each thread its own connection (one
+        shared would be closed under the other's unread reply)."""
+        server = self.make_server([text_stream("Answer %s, slowly." % n, pieces=1, delay=0.05)
+                                   for n in ("one", "two")])
+        out = self.ws.path("tmp", "threads.json")
+        result = self.run_python(THREADS, server.url, server.url, out)
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+        data = self.read_json(out)
+        answers = {data[name]["messages"][-1]["content"] for name in "ab"}
+        self.assertEqual(answers, {"Answer one, slowly.", "Answer two, slowly."})
+        self.assertEqual(server.connections, 2)
+
 
 FLEET = 50
 FLEET_SCRIPT = r"""
