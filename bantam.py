@@ -4319,14 +4319,14 @@ def start(convo, args):
     if args.interactive is not None and batch:
         raise ConfigError("-i/--interactive starts the REPL: not with a prompt or --replay")
     prompt = batch_prompt(args) if batch and not args.replay else None
-    if prompt is not None and prompt.startswith("!"):   # the user's own command: its status
-        return run_direct(cfg, prompt[1:])
     trust_folder(cfg, args, not batch and sys.stdin.isatty(), lambda trust: settle(cfg, trust))
     hide_secrets(cfg)
+    check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
+    if args.prompt is not None and prompt.startswith("!"):   # typed by the user (never a file's)
+        return run_direct(cfg, prompt[1:])
     if prompt is not None and keyless(cfg):   # (a replay sends nothing)
         raise ConfigError("no API key for %s, so nothing is sent: %s; or %s; or %s" % (
             (DEFAULTS["endpoint"],) + KEYLESS_FIXES))
-    check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
     try:   # a file that cannot be written fails now, before the model is paid
         if args.output:
             open(args.output, "a").close()

@@ -71,15 +71,19 @@ class BangTests(ExtrasCase):
         self.assertIn("cat-done", result.stdout)
         self.assertEqual(self.server.bodies[0]["messages"][-1], {"role": "user", "content": "hello"})
 
-    def test_bang_prompt_file_runs_the_command_and_exits_with_its_status(self):
-        """A prompt file whose first line starts with ! is a shell script: no model call, no
-        session, its exit status is bantam's."""
-        result = self.run_batch("!echo out-$((1+1))\necho err >&2\nexit 5\n")
-        self.assertEqual(result.returncode, 5, result.stderr)
-        self.assertEqual(result.stdout, "out-2\n")
-        self.assertIn("err", result.stderr)
-        self.assertEqual(self.server.requests, [])
-        self.assertFalse(os.path.exists(self.ws.sessions_dir()))
+    def test_a_prompt_file_starting_with_bang_is_a_prompt(self):
+        """A file named like a word (`bantam review`) whose text starts with ! is sent to the
+        model as a prompt: nothing runs, with or without a folder model.cfg (issue 30)."""
+        self.ws.write("review", "!touch PWNED; env\n")
+        self.ws.write("model.cfg", "temperature=0.5\n")
+        for args in (("review",), ("--sandbox", "workspace", "review"), ("-",)):
+            with self.subTest(args=args):
+                self.push(text_stream("a prompt, not a command"))
+                result = self.run_bantam(*args, input="!touch PWNED; env\n")
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertFalse(os.path.exists(os.path.join(self.ws.work, "PWNED")))
+                self.assertEqual(self.server.bodies[-1]["messages"][-1]["content"],
+                                 "!touch PWNED; env")
 
     def test_bang_dash_p_leaves_stdin_to_the_command(self):
         result = self.run_bantam("-p", "!tr a-z A-Z", input="piped text\n")
