@@ -44,6 +44,7 @@ RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other erro
 MAX_SERVER_WAIT = 60.0             # a longer wait asked for by the server fails the turn
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
 FLUSH_EVERY = 0.02                 # seconds between flushes of streamed text to a pipe
+MAX_EVENT = 16 << 20               # bytes of one stream event at most
 MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
@@ -633,7 +634,7 @@ def exchange(cfg, body, quiet):
             data = response.read()
             try:
                 chunk = json.loads(data.decode("utf-8", "replace"))
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry",
                                body=data[:4000].decode("utf-8", "replace"))
             merge_chunk(cfg, reply, chunk, whole=True)
@@ -662,6 +663,10 @@ def exchange(cfg, body, quiet):
     except (OSError, http.client.HTTPException) as e:
         drop_connection(cfg)
         raise ApiError("network error: %s" % (str(e) or type(e).__name__), "retry") from e
+    except (TypeError, AttributeError, LookupError, ValueError, RecursionError) as e:
+        drop_connection(cfg)   # a reply of the wrong shape (a list where a dict belongs...)
+        raise ApiError("the server sent a malformed reply (%s: %s)" % (
+            type(e).__name__, str(e)[:200]), "retry") from e
     except BaseException:   # an ApiError, Ctrl+C, SIGTERM: the rest of the reply goes unread
         if response is None or not response.isclosed():
             drop_connection(cfg)
@@ -681,7 +686,7 @@ def error_from_response(cfg, response):
         error = (error[0] if isinstance(error, list) else error).get("error", error)
         error = error.get("message") if isinstance(error, dict) else error
         message = error if isinstance(error, str) and error else message
-    except (ValueError, LookupError, AttributeError):
+    except (ValueError, LookupError, AttributeError, RecursionError):
         pass
     status = response.status
     return ApiError("HTTP %d: %s%s" % (status, " ".join(message.split()), " (check api_key in "
@@ -699,6 +704,8 @@ def sse_events(read):
         ended = not block   # the end also ends a last line and event that lacked theirs
         lines = (partial + (block or b"\n\n")).split(b"\n")
         partial, events = lines.pop(), []
+        if len(partial) + sum(map(len, data)) > MAX_EVENT:
+            raise ApiError("the server sent a stream event over %d MB" % (MAX_EVENT >> 20))
         for line in lines:
             line = line.rstrip(b"\r")
             if not line and data:
@@ -720,7 +727,7 @@ def read_stream(cfg, response, reply):
                 return
             try:
                 chunk = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):
                 note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
                           % data[:80])
                 continue
@@ -1064,7 +1071,7 @@ def check_calls(reply):
             if not isinstance(args, dict):
                 raise ValueError("expected a JSON object")
             parsed.append(args)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             parsed.append("error: the arguments of %s are not a valid JSON object (%s): %s" % (
                 function["name"], e, function["arguments"][:500]))
             function["arguments"] = "{}"

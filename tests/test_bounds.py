@@ -18,7 +18,8 @@ import sys
 import time
 
 from tests.support import (
-    BantamTestCase, bantam_argv, chunk, error, sse, stop_process, text_stream, tool_call_stream)
+    BantamTestCase, bantam_argv, chunk, error, json_reply, sse, stop_process, text_stream,
+    tool_call_stream)
 
 MB = 1 << 20
 COMMENT = b": keep-alive\n\n"
@@ -408,3 +409,86 @@ class EndpointTests(BoundsCase):
         result, _ = self.batch(1)
         self.assertIn("not JSON: Sign in to the Wi-Fi", result.stderr)
         self.assertNotIn("<", result.stderr)
+
+
+DEEP = b"[" * 200000 + b"]" * 200000
+
+
+class HostileBytesTests(BoundsCase):
+    """No byte from a server ends in a traceback (issue 30): a one-line error or a warning."""
+
+    def assertClean(self, result):
+        """No traceback on stderr; every stderr line is one of bantam's."""
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertNotIn("RecursionError", result.stderr)
+
+    def test_deep_nesting_anywhere(self):
+        """200,000 nested [ ] as an SSE event, as a whole JSON reply, as an error body and
+        as a tool call's arguments: bantam goes on or fails in one line, never a traceback."""
+        self.ws.write_config(self.server, backoff="0.01")
+        deep_args = chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                            "function": {"name": "shell_exec",
+                                                         "arguments": DEEP.decode()}}]})
+        cases = [
+            ([sse([b"data: " + DEEP + b"\n\n", chunk({"content": "after"})])], 0),
+            ([{"__raw_json__": True}], None),
+            ([error(400, body=DEEP)], 2),
+            ([sse([deep_args, chunk({}, "tool_calls")]), text_stream("fixed")], 0),
+        ]
+        nonstream = json_reply(None)
+        nonstream["pieces"] = [b'{"choices": ' + DEEP + b"}"]
+        cases[1] = ([nonstream, nonstream], None)
+        for script, code in cases:
+            with self.subTest(script=str(script)[:60]):
+                self.push(*script)
+                result = self.run_bantam("-p", "hi", "--set", "stream=%s" % (
+                    "false" if script[0] is nonstream else "true"), timeout=60)
+                self.assertClean(result)
+                if code is not None:
+                    self.assertEqual(result.returncode, code, result.stderr[-2000:])
+                self.assertLessEqual(len(result.stderr.strip().splitlines()), 4, result.stderr)
+                while self.server.pending:
+                    self.server._script.popleft()
+
+    def test_random_events_never_crash(self):
+        """Random and adversarial events (huge numbers, lone surrogates, invalid UTF-8, odd
+        types where objects belong): a clean line each time, never a traceback."""
+        import random
+        rng = random.Random(30)
+        odd = [b'{"choices": [{"delta": {"content": 1e999999}}]}', b'{"choices": 7}',
+               b'{"choices": [{"delta": "x"}]}', b'{"choices": [{"delta": {"tool_calls": 5}}]}',
+               b'{"choices": [{"delta": {"content": "\\ud800"}}]}', b"\xff\xfe\x00garbage",
+               b'{"choices": [{"delta": {"tool_calls": [{"index": "a"}]}}]}', b"9" * 5000,
+               b'{"choices": [{"delta": {"content": ["x"]}}]}', b'{"error": 5}', b'[]', b'""']
+        self.ws.write_config(self.server, backoff="0.01")
+        for n in range(12):
+            events = [b"data: " + rng.choice(odd) + b"\n\n" for _ in range(rng.randint(1, 4))]
+            self.push(sse(events + [chunk({"content": "ok"})]), text_stream("ok"))
+            with self.subTest(n=n, events=events):
+                result = self.run_bantam("-p", "hi", timeout=60)
+                self.assertClean(result)
+                self.assertIn(result.returncode, (0, 1, 2), result.stderr[-2000:])
+            while self.server.pending:
+                self.server._script.popleft()
+
+    def test_an_event_over_16_mb_fails_in_bounded_memory(self):
+        """One `data:` line of 24 MB (a string that never ends): exit 2 in one line naming the
+        bound, and bantam's peak memory stays a small multiple of it (1.2.0: 522 MB for 10 MB)."""
+        piece = b"x" * MB
+        self.push(endless(itertools.chain([b'data: {"choices": [{"delta": {"content": "'],
+                                          itertools.repeat(piece, 24)), delay=0))
+        err_path = self.ws.path("tmp", "err.txt")
+        with open(err_path, "wb") as err:
+            proc = subprocess.Popen(bantam_argv("-p", "hi"), cwd=self.ws.work, env=self.ws.env(),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=err, start_new_session=True)
+        self.addCleanup(stop_process, proc)
+        peak, deadline = 0, time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            peak = max(peak, peak_memory(proc.pid))
+            time.sleep(0.02)
+        with open(err_path, encoding="utf-8") as f:
+            stderr = f.read()
+        self.assertEqual(proc.returncode, 2, stderr)
+        self.assertEqual(stderr, "error: the server sent a stream event over 16 MB\n")
+        self.assertLess(peak, 120, "bantam peaked at %.0f MB" % peak)
