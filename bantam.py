@@ -3411,17 +3411,15 @@ PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
 
 # ----------------------------------------------------------------------------------------
-# Approvals and budgets: what may run and what a turn may spend (the tool, step and request
-# hooks). deny refuses, allow runs a plain line unasked, then approve decides. Budgets are per
-# turn, shared with its subagents; a stop asks once more, without tools, for a final answer
-# (that call and the nudge after an empty reply count against max_repair_calls).
+# Approvals and budgets (the tool, step and request hooks): deny refuses, allow runs a plain
+# line unasked, then approve decides; a used-up budget of the turn (and its subagents) asks
+# once more, without tools, for a final answer (a repair call, as the empty-reply nudge is).
 # ----------------------------------------------------------------------------------------
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
                "or call a tool if you need one.")
-FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any "
-                "more. Give your best final answer from what you have found so far, and say "
-                "briefly what is left undone.")
+FINAL_PROMPT = ("You have reached a limit (%s) and cannot call tools any more. Give your best "
+                "final answer from what you have found, and say briefly what is left undone.")
 BUDGETS = {   # key: how its use is said
     "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
     "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
@@ -3625,9 +3623,8 @@ def allow_bar(cfg, split):
             return "%s writes %s, which allow patterns do not cover" % (word, where)
     return None
 
-# The splitter: bantam reads a command line plainly, not as a shell does. It finds the simple
-# commands (word lists: quotes resolved, the program by its base name, redirections last) and
-# says why a line is not plain (then allow does not run it).
+# The splitter reads a line plainly, not as a shell does: its simple commands (word lists: quotes
+# resolved, the program by its base name, redirections last), and why it is not plain.
 ARITH = (r"\(\((?:P|\((?:P|\((?:P)*\))*\))*\)\)"   # ((...)) as bash finds it: else ( (...) )
          .replace("P", r"""[^()"'`\\]|"(?:[^"\\]|\\.)*"|'[^']*'|`(?:[^`\\]|\\.)*`|\\."""))
 SHELL_TOKEN = (   # one token outside double quotes
@@ -3640,10 +3637,8 @@ QUOTED_TOKEN = (   # inside double quotes
     r"|(?P<param>\$(?:\{[^}]*\}?|\[[^]]*\]?|\w+|[@*#?$!-]))|(?P<plain>[^\"\\$`]+|.)")
 KEYWORDS = set("if then else elif fi do done while until for select case esac in function "
                "coproc ! { }".split())
-ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?="
 COMPUTED = r"[$`*?]|\[.*\]|{.*[,.].*}"   # a program named so may be any: $X, $(..), r?, {rm,x}
 SHELL_NAME = r"(ba|rba|da|z|k|mk|lk|pdk|a|ya|po|tc|c|fi|o|y)?sh[\d.]*$"   # sh, bash5.2, rbash...
-MAX_NESTING = 16   # shells in shells, substitutions in substitutions: deeper is not read
 WRAPPERS = {   # program: its short options that take a value (timeout also takes a duration)
     "env": "uCaP", "command": "", "exec": "a", "nice": "n", "nohup": "", "timeout": "sk",
     "doas": "uCa", "sudo": "ugpCDrtUThRac", "xargs": "aEdILnPs", "time": "fo", "stdbuf": "ioe",
@@ -3661,7 +3656,7 @@ def shell_commands(text):
 
 def shell_parse(text, i, depth, out, closer=False):
     """Read text[i:] into out, up to an unmatched ) when closer: the index after it."""
-    if depth > MAX_NESTING:   # not read: taken as a computed program (it matches every deny)
+    if depth > 16:   # shells in shells, $( in $(: deeper is not read, but taken as computed
         out.found.append(["$(...)"])
         out.unplain.append("commands nested too deep")
         return len(text)
@@ -3700,9 +3695,10 @@ def shell_parse(text, i, depth, out, closer=False):
                 parens = max(0, parens + (token == "(") - (token == ")"))
                 for delimiter, literal in heredocs if token == "\n" else ():   # its body
                     end = re.compile(delimiter).search(text, i)
-                    if not literal:   # expanded as a "..." word is: its $(...) and ` run
+                    if not literal:   # expanded as "..." is (its $(...) and ` run)
                         out.unplain.append("an unquoted heredoc")
-                        expanded(text[i:end.start() if end else len(text)], depth, out)
+                        body = text[i:end.start() if end else len(text)].replace('"', "")
+                        shell_parse('x="%s"' % body, 0, depth + 1, out)
                     i = end.end() + 1 if end else len(text)
                 heredocs = [] if token == "\n" else heredocs
     if dq or closer:
@@ -3721,61 +3717,47 @@ def substitution(text, start, token, depth, out):
         out.unplain.append("a backtick")
         shell_parse(re.sub(r"\\([`$\\])", r"\1", m.group(1)), 0, depth + 1, out)
         return m.group(), m.end()
-    if not re.match(r"\$?\(\([\d\s+*/%()-]*\)\)$", token):
+    body = token.lstrip("$")
+    if not re.match(r"\(\([\d\s+*/%()-]*\)\)$", body):
         out.unplain.append(token + " is computed")
-    if token[1:2] in "{[(":   # ((...)), $((...)), ${...}, $[...]
-        body = token.lstrip("$")
-        expanded(body[2:-2] if body[0] == "(" else body[1:-1], depth, out)
+        if body[0] in "{[(":   # ((...)), ${...}: expanded as "..." is (its $(...) and ` run)
+            body = body[2:-2] if body[0] == "(" else body[1:-1]
+            shell_parse('x="%s"' % body.replace('"', ""), 0, depth + 1, out)
     return token, start + len(token)
-
-def expanded(text, depth, out):
-    """Read text as a "..." word (a heredoc's body, ((...)), ${...}): its $(...) and ` run."""
-    shell_parse(': "%s"' % text.replace('"', ""), 0, depth + 1, out)
-    if out.found[-1][0] == ":":   # (the : itself)
-        out.found.pop()
 
 def simple_command(words, redirs, depth, out):
     """Add a simple command to out.found, then what it runs as a wrapper or sh -c."""
     while words:
-        if words[0] in KEYWORDS or re.match(r"\(\(|" + ASSIGNMENT, words[0]):
+        if words[0] in KEYWORDS or re.match(r"\(\(|[A-Za-z_]\w*(\[[^]]*\])?\+?=", words[0]):
             if words[0][0] not in "{}(":   # (substitution() said why a ((...)) is not plain)
                 out.unplain.append(words[0] + (" is a keyword" if words[0] in KEYWORDS
                                                else " sets a variable"))
             words = words[1:]
             continue
-        program, args = words[0], words[1:]
+        program, args, n = words[0], words[1:], 0
         if not re.search(COMPUTED, program):   # (a computed one stays whole: $(echo /bin/rm))
             program = os.path.basename(program) or program
         out.found.append([program] + args + redirs)
         if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
             out.unplain.append("the program is not a plain name: " + words[0])
-        if re.match(SHELL_NAME, program) and shell_script(args) is not None:
-            shell_parse(shell_script(args), 0, depth + 1, out)
-        if program in WRAPPERS:
+        if re.match(SHELL_NAME, program):   # sh [options] -c STRING: STRING is read too
+            while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":
+                n += 2 if args[n] in ("-o", "+o", "-O", "+O") else 1   # these take a value
+            n += args[n:n + 1] == ["--"]
+            if n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+](?!-)", a)):
+                shell_parse(args[n], 0, depth + 1, out)
+        words = []
+        if program in WRAPPERS:   # past its options (and their values) to what it runs
             out.unplain.append(program + " runs a command")
-        words = args[wrapped(program, args):] if program in WRAPPERS else []
-
-def wrapped(program, args):
-    """Where the command a wrapper runs starts in its args (past options and their values)."""
-    n = 0
-    while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
-        option = args[n]
-        if option[:2] == "--":
-            takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
-        else:   # -n5 holds its value; -in takes the next word (n is last)
-            letter = next((k for k, c in enumerate(option[1:]) if c in WRAPPERS[program]), -1)
-            takes = 0 <= letter == len(option) - 2
-        n += 2 if takes else 1
-    return n + (args[n:n + 1] == ["--"]) + (program == "timeout")
-
-def shell_script(args):
-    """The command string of `sh [options] -c STRING`, else None (a script file, or stdin)."""
-    n = 0
-    while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":
-        n += 2 if args[n] in ("-o", "+o", "-O", "+O") else 1   # these take a value
-    with_c = any("c" in a for a in args[:n] if a[:1] in ("-", "+") and a[:2] != "--")
-    n += args[n:n + 1] == ["--"]
-    return args[n] if with_c and n < len(args) else None
+            while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
+                option = args[n]
+                if option[:2] == "--":
+                    takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
+                else:   # -n5 holds its value; -in takes the next word (n is last)
+                    at = next((k for k, c in enumerate(option[1:]) if c in WRAPPERS[program]), -1)
+                    takes = 0 <= at == len(option) - 2
+                n += 2 if takes else 1
+            words = args[n + (args[n:n + 1] == ["--"]) + (program == "timeout"):]
 
 def user_decision(cfg, command, tool=None):
     """Ask the user about a command or a file tool's path: (decision, reason, edited)."""
