@@ -3420,10 +3420,12 @@ EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the us
                "or call a tool if you need one.")
 FINAL_PROMPT = ("You have reached a limit (%s) and cannot call tools any more. Give your best "
                 "final answer from what you have found, and say briefly what is left undone.")
-BUDGETS = {   # key: how its use is said
-    "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
-    "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
-    "max_al_iterations": "%s model calls"}
+BUDGETS = {   # key: how its use is said, what the turn used (t: its tally, n: repeats in a row)
+    "max_turn_tokens": ("%s tokens this turn", lambda t, n: t["tokens"]),
+    "max_turn_seconds": ("%s s this turn", lambda t, n: round(time.monotonic() - t["started"], 1)),
+    "max_cost": ("$%s this turn", lambda t, n: round(t["cost"], 6)),
+    "max_identical_calls": ("the same tool call %s times in a row", lambda t, n: n),
+    "max_al_iterations": ("%s model calls", None)}   # (counted by AL)
 
 def spend(cfg, reply):
     """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
@@ -3479,17 +3481,15 @@ def budgets(cfg, messages, calls):
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
     mine.update(ran=0, streak=(last, count))
-    used = {"max_turn_tokens": turn["tokens"],
-            "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
-            "max_cost": round(turn["cost"], 6), "max_identical_calls": count}
-    spent = next(((key, cfg[key], n) for key, n in used.items() if cfg[key] and n >= cfg[key]), 0)
+    spent = next(((key, cfg[key], used(turn, count)) for key, (_, used) in BUDGETS.items()
+                  if used and cfg[key] and used(turn, count) >= cfg[key]), None)
     return bool(spent) and final_answer(cfg, messages, *spent)
 
 def final_answer(cfg, messages, key, limit, used):
     """Say which budget stopped the loop; ask once, without tools, for a final answer. True."""
     own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking, words = repair_call(cfg), BUDGETS[key] % used
+    asking, words = repair_call(cfg), BUDGETS[key][0] % used
     if used == 1:   # "1 model call"
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
@@ -3563,8 +3563,7 @@ def refusal(name, rule, reason):
     text = {"no terminal": "this %s needs the user's approval, and no one is there to ask" % what,
             ".git": "write keeps out of .git/, where git runs code from (allow=write:PATH lets it)",
             "approve=deny": "%s is turned off (approve=deny)" % off}.get(rule)
-    text = text or "the %s matches the pattern %r of bantam's deny setting" % (
-        "command" if what == "command" else "path", rule.partition(" ")[2])
+    text = text or "it matches the pattern %r of bantam's deny setting" % rule.partition(" ")[2]
     return "[not run: %s%s]" % (text, " (%s)" % reason if reason else "")
 
 def patterns(cfg, key, tool=None):
@@ -3706,8 +3705,7 @@ def shell_parse(text, i, depth, out, closer=False):
     return len(text)
 
 def substitution(text, start, token, depth, out):
-    """Read what runs in the $(...), <(...), `...`, ((...)) or ${...} at start into out: (the
-    word, its end)."""
+    """Read what the $(...), <(...), `...`, ((...)) or ${...} at start runs: (the word, its end)."""
     if token[-1] == "(":   # $( <( >(: up to its )
         out.unplain.append(token + "...)")
         end = shell_parse(text, start + 2, depth + 1, out, closer=True)
@@ -3784,9 +3782,8 @@ def decide_file(cfg, tool, path):
                 return decision, "%s %s" % (key, pattern), None
     if tool + ":" + path in cfg["run"].setdefault("approved", set()):
         return "run", "always", None
-    # a symlink in the folder that leads out: write_tool refuses to follow it, and says so
     inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
-    where = None if inside else "outside the working folder"
+    where = None if inside else "outside the working folder"   # (write refuses symlinks out)
     if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
     if inside and tool == "read" or cfg["approve"] == "auto" and (inside or tool == "read"):
@@ -3802,10 +3799,8 @@ def write_preview(path, args, reason):
     import difflib
     old, whole = [], all(v is None or k in ("filePath", "path", "content") for k, v in args.items())
     try:   # a splice shows only what it adds
-        if whole and os.path.isfile(path) and os.path.getsize(path) < 1 << 20:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                old = f.read().splitlines()
-    except OSError:
+        old = read_text(path, "it").splitlines() if whole and os.path.getsize(path) < 1e6 else []
+    except (OSError, ConfigError):
         pass
     new = str(args.get("content", "")).splitlines()
     lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
