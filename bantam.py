@@ -3529,7 +3529,7 @@ def nudged(cfg, messages, body, error=None):
     return body
 
 def approval(cfg, call_id, name, args):
-    """The args to run a tool call with, or its refusal; an approval event for each decided."""
+    """The args to run a tool call with, or its refusal (a text); an approval event for each."""
     command = args.get("command") if name == "shell_exec" else None
     try:
         path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
@@ -3552,11 +3552,9 @@ def approval(cfg, call_id, name, args):
     if decision == "edit":
         cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
         return dict(args, command=edited)
-    return refusal(name, rule, reason) if decision == "refuse" else args
-
-def refusal(name, rule, reason):
-    """The tool result of a refused call: who refused it and why, for the model to adjust."""
-    what = "command" if name == "shell_exec" else name
+    if decision != "refuse":
+        return args
+    what = "command" if name == "shell_exec" else name   # who refused it and why, for the model
     if rule == "asked":
         return "[the user did not let this %s run%s]" % (what, ": " + reason if reason else "")
     off = {"command": "running commands", "write": "writing files"}.get(what, "reading elsewhere")
