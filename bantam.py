@@ -3716,7 +3716,7 @@ def substitution(text, start, token, depth, out):
     body = token.lstrip("$")
     if not re.match(r"\(\([\d\s+*/%()-]*\)\)$", body):
         out.unplain.append(token + " is computed")
-        if body[0] in "{[(":   # ((...)), ${...}: expanded as "..." is (its $(...) and ` run)
+        if body[:1] in ("{", "[", "("):   # ((...)), ${...}: read as "..." (its $(...), ` run)
             body = body[2:-2] if body[0] == "(" else body[1:-1]
             shell_parse('x="%s"' % body.replace('"', ""), 0, depth + 1, out)
     return token, start + len(token)

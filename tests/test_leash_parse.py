@@ -100,6 +100,7 @@ SPLITS = [
     ('echo "$\\\n(rm x)"', [['rm', 'x'], ['echo', '$(rm x)']], True),
     ('cat <<EOF\nEO\\\nF\nrm x', [['cat', '<<EOF'], ['rm', 'x']], True),
     ('echo $(( (1 + 2) * 3 )) ok', [['echo', '$(( (1 + 2) * 3 ))', 'ok']], False),
+    ('echo $$ "$$"', [['echo', '$$', '$$']], True),
     ('(( x = 1 << 2 ))\nrm x', [['rm', 'x']], True),
     ('for (( i = 1 << 2; i < 3; i++ )); do :; done\nrm x', [[':'], ['rm', 'x']], True),
     ('echo "$(( x << 2 ))"\nrm x', [['echo', '$(( x << 2 ))'], ['rm', 'x']], True),
