@@ -2808,21 +2808,21 @@ PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
 
 # ----------------------------------------------------------------------------------------
-# Approvals and budgets: what may run and what a turn may spend (the tool, step and request
-# hooks). A deny pattern refuses, allow ones run a plain line unasked, then approve decides.
-# Budgets are per turn, shared with its subagents; a stop makes one last call without tools
-# for the best answer. Nudges and that call have a budget of their own (max_repair_calls).
+# Approvals and budgets (the tool, step and request hooks): deny refuses, allow runs a plain
+# line unasked, then approve decides; a used-up budget of the turn (and its subagents) asks
+# once more, without tools, for a final answer (a repair call, as the empty-reply nudge is).
 # ----------------------------------------------------------------------------------------
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
                "or call a tool if you need one.")
-FINAL_PROMPT = ("You have reached a limit of this session (%s) and cannot call tools any "
-                "more. From what you have found so far, give your best final answer to the "
-                "user's request, and say briefly what is left undone.")
-BUDGETS = {   # key: how its use is said
-    "max_turn_tokens": "%s tokens this turn", "max_turn_seconds": "%s s this turn",
-    "max_cost": "$%s this turn", "max_identical_calls": "the same tool call %s times in a row",
-    "max_al_iterations": "%s model calls"}
+FINAL_PROMPT = ("You have reached a limit (%s) and cannot call tools any more. Give your best "
+                "final answer from what you have found, and say briefly what is left undone.")
+BUDGETS = {   # key: how its use is said, what the turn used (t: its tally, n: repeats in a row)
+    "max_turn_tokens": ("%s tokens this turn", lambda t, n: t["tokens"]),
+    "max_turn_seconds": ("%s s this turn", lambda t, n: round(time.monotonic() - t["started"], 1)),
+    "max_cost": ("$%s this turn", lambda t, n: round(t["cost"], 6)),
+    "max_identical_calls": ("the same tool call %s times in a row", lambda t, n: n),
+    "max_al_iterations": ("%s model calls", None)}   # (counted by AL)
 
 def spend(cfg, reply):
     """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
@@ -2871,30 +2871,22 @@ def budgets(cfg, messages, calls):
     if calls is None:
         limit = cfg["max_al_iterations"]
         return final_answer(cfg, messages, "max_al_iterations", limit, limit)
-    own(cfg)["ran"] = 0
-    spent = over_budget(cfg, calls[:cfg["max_calls_per_reply"]], messages)
-    return bool(spent) and final_answer(cfg, messages, *spent)
-
-def over_budget(cfg, calls, messages):
-    """(key, limit, used) of the first budget the turn used up (a repeat: same result too)."""
     turn, mine = turn_tally(cfg), own(cfg)
     last, count = mine.get("streak", (None, 0))
     results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
-    for call in calls:
+    for call in calls[:cfg["max_calls_per_reply"]]:   # a repeat: the same call and result
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
-    mine["streak"] = (last, count)
-    used = {"max_turn_tokens": turn["tokens"],
-            "max_turn_seconds": round(time.monotonic() - turn["started"], 1),
-            "max_cost": round(turn["cost"], 6), "max_identical_calls": count}
-    return next(((key, cfg[key], value) for key, value in used.items()
-                 if cfg[key] and value >= cfg[key]), None)
+    mine.update(ran=0, streak=(last, count))
+    spent = next(((key, cfg[key], used(turn, count)) for key, (_, used) in BUDGETS.items()
+                  if used and cfg[key] and used(turn, count) >= cfg[key]), None)
+    return bool(spent) and final_answer(cfg, messages, *spent)
 
 def final_answer(cfg, messages, key, limit, used):
     """Say which budget stopped the loop; ask once, without tools, for a final answer. True."""
     own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking, words = repair_call(cfg), BUDGETS[key] % used
+    asking, words = repair_call(cfg), BUDGETS[key][0] % used
     if used == 1:   # "1 model call"
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
@@ -2934,7 +2926,7 @@ def nudged(cfg, messages, body, error=None):
     return body
 
 def approval(cfg, call_id, name, args):
-    """The args to run a tool call with, or its refusal; an approval event for each decided."""
+    """The args to run a tool call with, or its refusal (a text); an approval event for each."""
     command = args.get("command") if name == "shell_exec" else None
     try:
         path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
@@ -2944,12 +2936,11 @@ def approval(cfg, call_id, name, args):
         return args
     decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
     edited = None
-    if decision == "ask":
-        if name == "write" or reason:   # what is asked about, and why
+    if decision == "ask":   # (a command's reason is None here)
+        if name == "write" or reason:
             note(cfg, write_preview(path, args, reason) if name == "write" else
                  "[%s: %s]" % (path, reason), "warning")
-        question = path and name.title() + "? [y/N/a] "
-        (decision, reason, edited), rule = user_decision(cfg, command, question), "asked"
+        (decision, reason, edited), rule = user_decision(cfg, command, path and name), "asked"
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
@@ -2958,21 +2949,16 @@ def approval(cfg, call_id, name, args):
     if decision == "edit":
         cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
         return dict(args, command=edited)
-    return refusal(name, rule, reason) if decision == "refuse" else args
-
-def refusal(name, rule, reason):
-    """The tool result of a refused call: who refused it and why, for the model to adjust."""
-    what = "command" if name == "shell_exec" else name
+    if decision != "refuse":
+        return args
+    what = "command" if name == "shell_exec" else name   # who refused it and why, for the model
     if rule == "asked":
         return "[the user did not let this %s run%s]" % (what, ": " + reason if reason else "")
     off = {"command": "running commands", "write": "writing files"}.get(what, "reading elsewhere")
-    text = {
-        "no terminal": "this %s needs the user's approval, and no one is there to ask" % what,
-        ".git": "write keeps out of .git/ (git runs code from there: hooks, fsmonitor); the user "
-                "may allow a path there (allow=write:PATH)",
-        "approve=deny": "%s is turned off in bantam's settings (approve=deny)" % off}.get(rule)
-    text = text or "the %s matches the pattern %r of bantam's deny setting" % (
-        "command" if what == "command" else "path", rule.partition(" ")[2])
+    text = {"no terminal": "this %s needs the user's approval, and no one is there to ask" % what,
+            ".git": "write keeps out of .git/, where git runs code from (allow=write:PATH lets it)",
+            "approve=deny": "%s is turned off (approve=deny)" % off}.get(rule)
+    text = text or "it matches the pattern %r of bantam's deny setting" % rule.partition(" ")[2]
     return "[not run: %s%s]" % (text, " (%s)" % reason if reason else "")
 
 def patterns(cfg, key, tool=None):
@@ -3009,8 +2995,7 @@ def decide(cfg, command):
     return decision, "approve=" + cfg["approve"], why if decision == "refuse" else None
 
 def pattern_hit(words, pattern):
-    """Why a simple command matches a pattern (its text; "unlink deletes files, as rm does"),
-    else None. `rm *` also matches a bare `rm`, as xargs runs it."""
+    """Why a simple command matches a pattern (`rm *` also a bare rm, as xargs runs it)."""
     import fnmatch
     forms = {" ".join(words): " ".join(words)}
     if words[0] in ("unlink", "shred", "rmdir") or words[0] == "find" and "-delete" in words:
@@ -3022,37 +3007,32 @@ def allow_bar(cfg, split):
     """Why allow may not run a line whose commands all match (a redirection), else None."""
     import fnmatch
     writable = [glob for _, glob in patterns(cfg, "allow", "write")]
-    for word in split.redirs:
-        m = re.match(r"\d*(&>>?|>>|>\||>&|>|<>)(.*)", word, re.S)
-        if not m or m.group(1) == ">&" and re.match(r"\d*-?$", m.group(2)) \
-                or m.group(2) == "/dev/null":
-            continue   # it reads, copies a descriptor (2>&1, >&-) or writes nothing
-        path = os.path.realpath(os.path.expanduser(m.group(2)))
-        computed = re.search(r"[$`*?[{]|^~[^/]", m.group(2))
-        where = ("to a computed path" if computed else
-                 "outside the working folder" if not within(path, [os.getcwd()]) else
-                 "into a .git folder" if ".git" in path.split(os.sep) else None)
-        if where and (computed or not any(fnmatch.fnmatchcase(path, g) for g in writable)):
+    for word in split.redirs:   # a write (not 2>&1, >&- or >/dev/null)
+        m = re.match(r"\d*(?:&>>?|>>|>\||>&(?!\d*-?$)|>(?!&)|<>)(?!/dev/null$)(.*)", word, re.S)
+        path = m and os.path.realpath(os.path.expanduser(m.group(1)))
+        where = path and ("to a computed path" if re.search(r"[$`*?[{]|^~[^/]", m.group(1)) else
+                          "outside the working folder" if not within(path, [os.getcwd()]) else
+                          "into a .git folder" if ".git" in path.split(os.sep) else None)
+        if where and (where[0] == "t" or not any(fnmatch.fnmatchcase(path, g) for g in writable)):
             return "%s writes %s, which allow patterns do not cover" % (word, where)
     return None
-# The splitter: bantam reads a command line plainly, not as a shell does. It finds the simple
-# commands (word lists: quotes resolved, the program by its base name, redirections last) and
-# says why a line is not plain (then allow does not run it).
+
+# The splitter reads a line plainly, not as a shell does: its simple commands (word lists: quotes
+# resolved, the program by its base name, redirections last), and why it is not plain.
+ARITH = (r"\(\((?:P|\((?:P|\((?:P)*\))*\))*\)\)"   # ((...)) as bash finds it: else ( (...) )
+         .replace("P", r"""[^()"'`\\]|"(?:[^"\\]|\\.)*"|'[^']*'|`(?:[^`\\]|\\.)*`|\\."""))
 SHELL_TOKEN = (   # one token outside double quotes
-    r"(?s)(?P<space>[ \t]+)|(?P<esc>\\.?)|(?P<sq>'[^']*'?)|(?P<dq>\")"
-    r"|(?P<sub>\$\(|[<>]\(|`)"
-    r"|(?P<param>\$(?:\{[^}]*\}?|\[[^]]*\]?|'(?:[^'\\]|\\.)*'?|\w+|[@*#?$!-]))"
+    r"(?s)(?P<space>[ \t]+)|(?P<esc>\\.?)|(?P<sq>'[^']*'?)|(?P<dq>\")|(?P<sub>\$?" + ARITH
+    + r"|\$\(|[<>]\(|`)|(?P<param>\$(?:\{[^}]*\}?|\[[^]]*\]?|'(?:[^'\\]|\\.)*'?|\w+|[@*#?$!-]))"
     r"|(?P<redir>\d*(?:&>>?|<<<|<<-|<<|<>|>>|>\||>&|<&|>|<))|(?P<op>&&|\|\||\|&|[;&|\n()])"
     r"|(?P<plain>[^\s\"'\\$`;&|()<>]+|.)")
 QUOTED_TOKEN = (   # inside double quotes
-    r"(?s)(?P<dq>\")|(?P<esc>\\[$`\"\\])|(?P<sub>\$\(|`)"
+    r"(?s)(?P<dq>\")|(?P<esc>\\[$`\"\\])|(?P<sub>\$" + ARITH + r"|\$\(|`)"
     r"|(?P<param>\$(?:\{[^}]*\}?|\[[^]]*\]?|\w+|[@*#?$!-]))|(?P<plain>[^\"\\$`]+|.)")
 KEYWORDS = set("if then else elif fi do done while until for select case esac in function "
                "coproc ! { }".split())
-ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?="
 COMPUTED = r"[$`*?]|\[.*\]|{.*[,.].*}"   # a program named so may be any: $X, $(..), r?, {rm,x}
 SHELL_NAME = r"(ba|rba|da|z|k|mk|lk|pdk|a|ya|po|tc|c|fi|o|y)?sh[\d.]*$"   # sh, bash5.2, rbash...
-MAX_NESTING = 16   # shells in shells, substitutions in substitutions: deeper is not read
 WRAPPERS = {   # program: its short options that take a value (timeout also takes a duration)
     "env": "uCaP", "command": "", "exec": "a", "nice": "n", "nohup": "", "timeout": "sk",
     "doas": "uCa", "sudo": "ugpCDrtUThRac", "xargs": "aEdILnPs", "time": "fo", "stdbuf": "ioe",
@@ -3070,7 +3050,7 @@ def shell_commands(text):
 
 def shell_parse(text, i, depth, out, closer=False):
     """Read text[i:] into out, up to an unmatched ) when closer: the index after it."""
-    if depth > MAX_NESTING:   # not read: taken as a computed program (it matches every deny)
+    if depth > 16:   # shells in shells, $( in $(: deeper is not read, but taken as computed
         out.found.append(["$(...)"])
         out.unplain.append("commands nested too deep")
         return len(text)
@@ -3084,10 +3064,10 @@ def shell_parse(text, i, depth, out, closer=False):
         if kind == "plain" and token[0] == "#" and word is None and not dq:   # a comment
             i = text.find("\n", start) % (len(text) + 1)
         elif kind in ("sq", "dq", "esc", "sub", "param", "plain"):   # a piece of a word
-            if kind == "sub":
+            if kind in ("sub", "param"):
                 token, i = substitution(text, start, token, depth, out)
-            elif kind == "param" or kind == "sq" and not token[1:].endswith("'"):
-                out.unplain.append("%s is computed" % token if kind == "param" else "a lone quote")
+            elif kind == "sq" and not token[1:].endswith("'"):
+                out.unplain.append("a lone quote")
             dq, quoted = dq != (kind == "dq"), quoted or kind in ("sq", "dq", "esc")
             if kind in ("sq", "dq", "esc"):   # (a '...' holds no ': its last one closes it)
                 token = token[1:].rstrip("'") if kind == "sq" else token[1:]
@@ -3095,10 +3075,9 @@ def shell_parse(text, i, depth, out, closer=False):
         else:
             if word is not None:   # a word ends: an argument, or what a redirection names
                 (redirs if redir else words).append((redir or "") + "".join(word))
-                if redir and redir.lstrip("0123456789") in ("<<", "<<-"):
-                    heredocs.append(("".join(word), "\t*" if redir.endswith("-") else ""))
-                    if not quoted:   # its body is expanded
-                        out.unplain.append("an unquoted heredoc")
+                if redir and redir.lstrip("0123456789") in ("<<", "<<-"):   # a heredoc
+                    heredocs.append(("(?m)^%s%s$" % ("\t*" if redir[-1] == "-" else "",
+                                                     re.escape("".join(word))), quoted))
                 word, redir, quoted = None, None, False
             redir = token if kind == "redir" else redir
             if kind == "op":
@@ -3108,77 +3087,81 @@ def shell_parse(text, i, depth, out, closer=False):
                 if token == ")" and closer and not parens:
                     return i
                 parens = max(0, parens + (token == "(") - (token == ")"))
-                for delimiter, tabs in heredocs if token == "\n" else ():   # data: skipped
-                    end = re.compile("(?m)^%s%s$" % (tabs, re.escape(delimiter))).search(text, i)
+                for delimiter, literal in heredocs if token == "\n" else ():   # its body
+                    end = re.compile(delimiter).search(text, i)
+                    if not literal:   # expanded as "..." is (its $(...) and ` run)
+                        out.unplain.append("an unquoted heredoc")
+                        body = text[i:end.start() if end else len(text)].replace('"', "")
+                        shell_parse('x="%s"' % body, 0, depth + 1, out)
                     i = end.end() + 1 if end else len(text)
                 heredocs = [] if token == "\n" else heredocs
     if dq or closer:
         out.unplain.append("an unclosed quote" if dq else "an unclosed $(")
     return len(text)
 
-def substitution(text, start, opener, depth, out):
-    """The $(...), <(...), >(...) or `...` at start read into out: (its text, its end)."""
-    m = re.compile(r"\$\(\([\d\s+*/%()-]*\)\)").match(text, start)
-    if not m:   # (a $(( of anything else is read as $( with a ( in it)
-        out.unplain.append("a backtick" if opener == "`" else opener + "...)")
-    if not m and opener == "`":
+def substitution(text, start, token, depth, out):
+    """Read what the $(...), <(...), `...`, ((...)) or ${...} at start runs: (the word, its end)."""
+    if token[-1] == "(":   # $( <( >(: up to its )
+        out.unplain.append(token + "...)")
+        end = shell_parse(text, start + 2, depth + 1, out, closer=True)
+        return text[start:end], end
+    if token == "`":
         m = re.compile(r"`((?:[^`\\]|\\.)*)`?", re.S).match(text, start)
+        out.unplain.append("a backtick")
         shell_parse(re.sub(r"\\([`$\\])", r"\1", m.group(1)), 0, depth + 1, out)
-    end = m.end() if m else shell_parse(text, start + 2, depth + 1, out, closer=True)
-    return text[start:end], end
+        return m.group(), m.end()
+    body = token.lstrip("$")
+    if not re.match(r"\(\([\d\s+*/%()-]*\)\)$", body):
+        out.unplain.append(token + " is computed")
+        if body[:1] in ("{", "[", "("):   # ((...)), ${...}: read as "..." (its $(...), ` run)
+            body = body[2:-2] if body[0] == "(" else body[1:-1]
+            shell_parse('x="%s"' % body.replace('"', ""), 0, depth + 1, out)
+    return token, start + len(token)
 
 def simple_command(words, redirs, depth, out):
     """Add a simple command to out.found, then what it runs as a wrapper or sh -c."""
     while words:
-        if words[0] in KEYWORDS or re.match(ASSIGNMENT, words[0]):
-            if words[0] not in ("{", "}"):
-                out.unplain.append("%s %s" % (words[0], "is a keyword" if words[0] in KEYWORDS
-                                              else "sets a variable"))
+        if words[0] in KEYWORDS or re.match(r"\(\(|[A-Za-z_]\w*(\[[^]]*\])?\+?=", words[0]):
+            if words[0][0] not in "{}(":   # (substitution() said why a ((...)) is not plain)
+                out.unplain.append(words[0] + (" is a keyword" if words[0] in KEYWORDS
+                                               else " sets a variable"))
             words = words[1:]
             continue
-        program, args = words[0], words[1:]
+        program, args, n = words[0], words[1:], 0
         if not re.search(COMPUTED, program):   # (a computed one stays whole: $(echo /bin/rm))
             program = os.path.basename(program) or program
         out.found.append([program] + args + redirs)
         if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
             out.unplain.append("the program is not a plain name: " + words[0])
-        if re.match(SHELL_NAME, program) and shell_script(args) is not None:
-            shell_parse(shell_script(args), 0, depth + 1, out)
-        if program in WRAPPERS:
+        if re.match(SHELL_NAME, program):   # sh [options] -c STRING: STRING is read too
+            while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":
+                n += 2 if args[n] in ("-o", "+o", "-O", "+O") else 1   # these take a value
+            n += args[n:n + 1] == ["--"]
+            if n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+](?!-)", a)):
+                shell_parse(args[n], 0, depth + 1, out)
+        words = []
+        if program in WRAPPERS:   # past its options (and their values) to what it runs
             out.unplain.append(program + " runs a command")
-        words = args[wrapped(program, args):] if program in WRAPPERS else []
+            while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
+                option = args[n]
+                if option[:2] == "--":
+                    takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
+                else:   # -n5 holds its value; -in takes the next word (n is last)
+                    at = next((k for k, c in enumerate(option[1:]) if c in WRAPPERS[program]), -1)
+                    takes = 0 <= at == len(option) - 2
+                n += 2 if takes else 1
+            words = args[n + (args[n:n + 1] == ["--"]) + (program == "timeout"):]
 
-def wrapped(program, args):
-    """Where the command a wrapper runs starts in its args (past options and their values)."""
-    n = 0
-    while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
-        option = args[n]
-        if option[:2] == "--":
-            takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
-        else:   # -n5 holds its value; -in takes the next word (n is last)
-            letter = next((k for k, c in enumerate(option[1:]) if c in WRAPPERS[program]), -1)
-            takes = 0 <= letter == len(option) - 2
-        n += 2 if takes else 1
-    return n + (args[n:n + 1] == ["--"]) + (program == "timeout")
-
-def shell_script(args):
-    """The command string of `sh [options] -c STRING`, else None (a script file, or stdin)."""
-    n = 0
-    while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":
-        n += 2 if args[n] in ("-o", "+o", "-O", "+O") else 1   # these take a value
-    with_c = any("c" in a for a in args[:n] if a[:1] in ("-", "+") and a[:2] != "--")
-    n += args[n:n + 1] == ["--"]
-    return args[n] if with_c and n < len(args) else None
-
-def user_decision(cfg, command, question=None):
-    """Ask the user about a command or a file (question): (decision, reason, edited)."""
-    answer = (cfg["run"]["approver"](question or "Run? [y/N/a/e] ", "") or "").strip()
+def user_decision(cfg, command, tool=None):
+    """Ask the user about a command or a file tool's path: (decision, reason, edited)."""
+    ask = cfg["run"]["approver"]
+    answer = (ask(tool.title() + "? [y/N/a] " if tool else "Run? [y/N/a/e] ", "") or "").strip()
     word, _, rest = answer.partition(" ")
     word = word.lower().rstrip(",:")
     if word in ("y", "yes", "a", "always"):
         return "run" if word[0] == "y" else "always", None, None
-    if word in ("e", "edit") and not question:
-        edited = cfg["run"]["approver"]("Command: ", command)
+    if word in ("e", "edit") and not tool:
+        edited = ask("Command: ", command)
         if edited and edited.strip() and edited != command:
             return "edit", None, edited
         return ("run" if edited == command else "refuse"), None, None
@@ -3194,9 +3177,8 @@ def decide_file(cfg, tool, path):
                 return decision, "%s %s" % (key, pattern), None
     if tool + ":" + path in cfg["run"].setdefault("approved", set()):
         return "run", "always", None
-    # a symlink in the folder that leads out: write_tool refuses to follow it, and says so
     inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
-    where = None if inside else "outside the working folder"
+    where = None if inside else "outside the working folder"   # (write refuses symlinks out)
     if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
     if inside and tool == "read" or cfg["approve"] == "auto" and (inside or tool == "read"):
@@ -3212,10 +3194,8 @@ def write_preview(path, args, reason):
     import difflib
     old, whole = [], all(v is None or k in ("filePath", "path", "content") for k, v in args.items())
     try:   # a splice shows only what it adds
-        if whole and os.path.isfile(path) and os.path.getsize(path) < 1 << 20:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                old = f.read().splitlines()
-    except OSError:
+        old = read_text(path, "it").splitlines() if whole and os.path.getsize(path) < 1e6 else []
+    except (OSError, ConfigError):
         pass
     new = str(args.get("content", "")).splitlines()
     lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
