@@ -2400,21 +2400,18 @@ def add_prompt_extras(cfg):
         ("bantam_tools_dir", "Extra shell tools can be found at %s"),
         ("bantam_skills_dir", "Skills may be discovered and invoked from %s")) if cfg[key]]
     path = cfg["project_instructions"] and folder_file("AGENTS.md")
-    sources.update(project_instructions_file=None, project_instructions_cut=None, hidden={})
+    sources["project_instructions_file"] = None
     try:
         if path:
             with open(path, encoding="utf-8-sig", errors="replace") as f:
-                text = f.read(PROJECT_DOC_LIMIT)
-            extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
-                          % (os.getcwd(), folder_text(cfg, "AGENTS.md", text.strip())))
+                text = clean_for_model(f.read(PROJECT_DOC_LIMIT).strip())
+            extras.append("Project instructions (AGENTS.md of %s):\n\n%s" % (os.getcwd(), text))
             sources["project_instructions_file"] = path
-            if len(text) == PROJECT_DOC_LIMIT and os.path.getsize(path) > PROJECT_DOC_LIMIT:
-                sources["project_instructions_cut"] = os.path.getsize(path)
     except OSError as e:
         note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
     base = sources["base_system_prompt"]
     if sources["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
-        base = folder_text(cfg, "system.txt", base)
+        base = clean_for_model(base)
     cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
         if extras else base
 
@@ -2422,13 +2419,6 @@ PROJECT_DOC_LIMIT = 65536   # characters of AGENTS.md used: every request carrie
 
 FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
                    "write": "write (a whole file, or a splice at a line)"}
-
-def folder_text(cfg, name, text):
-    """A folder's text without the characters that can hide instructions (said later)."""
-    found = sorted(set(re.findall(INVISIBLE, text)))
-    if found:
-        cfg["sources"]["hidden"][name] = ["U+%04X" % ord(c) for c in found]
-    return clean_for_model(text) if found else text
 
 def folder_memory():
     """{folder: {"trusted": bool, "fingerprint": {key: hash}}} ({} if none)."""
@@ -2646,12 +2636,10 @@ def allow(add, path, rights, hidden):
         fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:   # gone since it was listed, or not on this system
         return
-    try:
-        mode = os.fstat(fd).st_mode   # a symlink's target is allowed where it lies, or not at all
-        if not stat.S_ISLNK(mode):
-            add(fd, rights if stat.S_ISDIR(mode) else rights & FILE_RIGHTS)
-    finally:
-        os.close(fd)
+    mode = os.fstat(fd).st_mode   # a symlink's target is allowed where it lies, or not at all
+    if not stat.S_ISLNK(mode):
+        add(fd, rights if stat.S_ISDIR(mode) else rights & FILE_RIGHTS)
+    os.close(fd)   # (an error above ends the ruleset anyway)
 
 def socket_filter():
     """(a seccomp program under which socket(), io_uring_setup() fail; its sock_fprog)."""
@@ -2696,10 +2684,10 @@ def sandboxed(cfg, options):
     return options
 
 def sandbox_refusal(cfg, args, reading=False):
-    """Why the sandbox keeps a file tool from args' path (write: outside the roots), or ''."""
+    """Why the sandbox keeps a file tool (TOOLS asks first) from args' path, or ''."""
     mode = sandbox_of(cfg)[0]
     try:
-        path = os.path.realpath(tool_path(args))
+        path = os.path.realpath(os.path.abspath(path_argument(args)))
     except ValueError:
         return ""   # the tool says what is wrong with its arguments
     roots, hidden = sandbox_roots(cfg) if mode else ([path], [])
@@ -2749,10 +2737,6 @@ def path_argument(args):
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
 
-def tool_path(args):
-    """The absolute path a file tool works on, '..' taken lexically as the leash takes it."""
-    return os.path.abspath(path_argument(args))
-
 def int_argument(args, name, low):
     """args[name] as an int >= low (JSON's 10.0 too), None when absent or null; ValueError."""
     value = args.get(name)
@@ -2778,9 +2762,6 @@ def whole_file(path):
 
 def read_tool(cfg, args):
     """The read tool: a page of a file's numbered lines, or of a directory's sorted entries."""
-    refused = sandbox_refusal(cfg, args, reading=True)
-    if refused:
-        return refused
     try:
         path = path_argument(args)
         offset = int_argument(args, "offset", 0) or 1   # 0 is taken as 1: harmless for a read
@@ -2788,7 +2769,7 @@ def read_tool(cfg, args):
     except ValueError as e:
         return "error: read: %s" % e
     try:
-        where = tool_path(args)   # what the leash decided on
+        where = os.path.abspath(path)   # '..' taken lexically, as the leash does
         if os.path.isdir(where):
             with os.scandir(where) as entries:   # dotfiles included: they matter (.gitignore, .env)
                 items = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
@@ -2826,9 +2807,6 @@ def model_line(line):
 
 def write_tool(cfg, args):
     """The write tool: replace a whole file, or splice content in at a line."""
-    refused = sandbox_refusal(cfg, args)
-    if refused:
-        return refused
     try:
         path = path_argument(args)
         content = args.get("content")
@@ -2840,7 +2818,7 @@ def write_tool(cfg, args):
     except ValueError as e:
         return "error: write: %s" % e
     data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
-    target = os.path.realpath(tool_path(args))   # through a symlink, not replacing the link
+    target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
     try:
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
             return "error: %s is a symlink to outside the working folder: %s" % (path, target)
@@ -2888,7 +2866,10 @@ def check_tool_names(raw, where):
     return ",".join(dict.fromkeys(names))
 
 
-TOOLS.update(read=(READ_SCHEMA, read_tool), write=(WRITE_SCHEMA, write_tool))
+TOOLS.update(read=(READ_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args, True) or
+                   read_tool(cfg, args)),
+             write=(WRITE_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args) or
+                    write_tool(cfg, args)))
 TOOLS.update({alias: (None, TOOLS[name][1]) for alias, name in TOOL_ALIASES.items()})
 PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
