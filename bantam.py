@@ -2310,11 +2310,9 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
 
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
-
 TIGHTEN_ONLY = {"shell_timeout", "timeout", "first_byte_timeout", "final_answer_timeout",
                 "backoff", "max_tool_res", "max_calls_per_reply", "max_repair_calls",
                 "max_reasoning", "context_window", "price_in", "price_out", "price_cached"}
-
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
 def strictness(key, value):
@@ -2391,11 +2389,9 @@ def add_prompt_extras(cfg):
     """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
     enabled, sources = cfg["tools"].split(","), cfg["sources"]
     more = [FILE_TOOL_LINES[name] for name in ("read", "write") if name in enabled]
-    missing = [name for name in ("shell_exec", "run_subagent") if name not in enabled]
     extras = ["You also have %s." % " and ".join(more)] if more else []
-    if missing:   # the prompt names both: say which one this session leaves out
-        extras.append("In this session %s %s not available."
-                      % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
+    extras += ["In this session %s is not available." % name   # (the base prompt names both)
+               for name in ("shell_exec", "run_subagent") if name not in enabled]
     extras += [text % cfg[key] for key, text in (
         ("bantam_tools_dir", "Extra shell tools can be found at %s"),
         ("bantam_skills_dir", "Skills may be discovered and invoked from %s")) if cfg[key]]
@@ -2507,14 +2503,13 @@ def hide_secrets(cfg):
         return
     try:
         import ctypes
-        with open("/proc/self/stat", "rb") as f:   # fields 48 to 51: arg_start ... env_end
-            fields = f.read().rpartition(b")")[2].split()
-        start, end = int(fields[45]), int(fields[48])
+        with open("/proc/self/stat", "rb") as f:   # fields 48 and 51: arg_start, env_end
+            start, end = [int(n) for n in f.read().rpartition(b")")[2].split()[45:49:3]]
         block = ctypes.string_at(start, end - start)
         for found in re.finditer(b"|".join(map(re.escape, sorted(secrets, key=len)[::-1])), block):
             ctypes.memset(start + found.start(), ord("*"), found.end() - found.start())
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
-    except (OSError, ValueError, IndexError, AttributeError):
+    except (OSError, ValueError, AttributeError):
         pass
 
 # Query parameters that carry a credential (api-key, X-Amz-Signature, code but not country_code)
@@ -2620,8 +2615,7 @@ def sandbox_ruleset(cfg):
             allow(add, "/", 1 | 4, hidden)          # EXECUTE, READ_FILE: all but the hidden
             for path in roots + list(DEVICES):
                 allow(add, path, rights, hidden)
-    except OSError as e:
-        os.close(ruleset)
+    except OSError as e:   # (the ruleset's fd is let go with the child or the run)
         raise ConfigError("sandbox=%s: cannot make its Landlock rules: %s" % (mode, e))
     return ruleset
 
@@ -2671,10 +2665,9 @@ def sandboxed(cfg, options):
         try:
             ruleset, libc = sandbox_ruleset(cfg), ctypes.CDLL(None, use_errno=True)
             program, fprog = socket_filter() if sandbox_of(cfg)[1] else (None, None)
-            u = ctypes.c_ulong
-            failed = libc.prctl(38, u(1), u(0), u(0), u(0)) or libc.syscall(   # NO_NEW_PRIVS
-                ctypes.c_long(446), ctypes.c_long(ruleset), u(0)) or (   # restrict_self
-                program is not None and libc.prctl(22, u(2), fprog, u(0), u(0)))   # SECCOMP
+            u = ctypes.c_ulong   # prctl 38: NO_NEW_PRIVS, 22: SECCOMP
+            failed = libc.prctl(38, u(1), u(0), u(0), u(0)) or landlock(2, ruleset, 0) or (
+                program is not None and libc.prctl(22, u(2), fprog, u(0), u(0)))
         except Exception:
             failed = True
         if failed:
@@ -2773,20 +2766,17 @@ def read_tool(cfg, args):
         if os.path.isdir(where):
             with os.scandir(where) as entries:   # dotfiles included: they matter (.gitignore, .env)
                 items = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
-            unit, text, empty = "entries", lambda n, name: name, "an empty directory"
+            unit, text = "entries", lambda n, name: name
         else:
             data = whole_file(where)
             if b"\0" in data[:BINARY_SNIFF]:   # text has no NULs; binary wastes context
                 return "error: %s looks like a binary file (%d bytes): use xxd" % (path, len(data))
             items = data.split(b"\n")[:count_lines(data)]
-            unit, text, empty = "lines", lambda n, line: "%d: %s" % (n, model_line(line)), \
-                "empty: 0 lines"
+            unit, text = "lines", lambda n, line: "%d: %s" % (n, model_line(line))
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
         return "error: cannot read %s: %s" % (path, e.strerror or e)
-    if not items:
-        return "(%s is %s)" % (path, empty)
     shown, used = [], 0
     for number in range(offset, len(items) + 1):
         shown.append(text(number, items[number - 1]))
@@ -2794,7 +2784,7 @@ def read_tool(cfg, args):
         if len(shown) > limit or len(shown) > 1 and used > cfg["max_tool_res"] - HINT_ROOM:
             return "\n".join(shown[:-1] + ["[... %d more %s: read with offset=%d]" % (
                 len(items) - number + 1, unit, number)])
-    if not shown:
+    if not shown:   # (an empty file or folder too)
         return "error: offset %d is past the end of %s (%d %s)" % (offset, path, len(items), unit)
     return "\n".join(shown)
 
@@ -2832,25 +2822,21 @@ def write_tool(cfg, args):
             write_private_file(target, data, keep_mode=True)
             return "wrote %d bytes to %s (%d lines%s)" % (
                 len(data), path, count_lines(data), "" if existed else ", new file")
-        return splice(target, path, data, line or 1, del_lines or 0)
+        line, del_lines = line or 1, del_lines or 0
+        old = re.findall(rb"[^\n]*\n|[^\n]+\Z", whole_file(target))
+        head, tail = b"".join(old[:line - 1]), b"".join(old[line - 1 + del_lines:])
+        lead = b"\n" if head[-1:] not in (b"", b"\n") else b""   # past a last line without one
+        data += b"\n" if data[-1:] not in (b"", b"\n") and tail else b""   # not "Xb\n"
+        new = head + lead + data + tail
+        write_private_file(target, new, keep_mode=True)
+        where = ("appended at the end of %s (lineOffset %d is past its %d lines)" % (path, line,
+                 len(old)) if line > len(old) + 1 else "spliced at line %d of %s" % (line, path))
+        return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
+            where, len(old[line - 1:line - 1 + del_lines]), count_lines(data), count_lines(new))
     except FileNotFoundError:
         return "error: %s does not exist; to create it, give only filePath and content" % path
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
-
-def splice(target, path, data, line, del_lines):
-    """Splice data into target at a line, after deleting del_lines lines there."""
-    lines = re.findall(rb"[^\n]*\n|[^\n]+\Z", whole_file(target))
-    head, cut = b"".join(lines[:line - 1]), lines[line - 1:][:del_lines]
-    tail = b"".join(lines[line - 1 + del_lines:])
-    lead = b"\n" if head[-1:] not in (b"", b"\n") else b""   # past a last line without one
-    text = data + (b"\n" if data[-1:] not in (b"", b"\n") and tail else b"")   # not "Xb\n"
-    new = head + lead + text + tail
-    write_private_file(target, new, keep_mode=True)
-    where = "spliced at line %d of %s" % (line, path) if line <= len(lines) + 1 else \
-        "appended at the end of %s (lineOffset %d is past its %d lines)" % (path, line, len(lines))
-    return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
-        where, len(cut), count_lines(text), count_lines(new))
 
 # Other agents' tool names that models trained on them still call:
 TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
