@@ -2294,12 +2294,10 @@ HOOKS["connect"].append(connect_endpoint)
 
 
 # ----------------------------------------------------------------------------------------
-# Trust and secrets: what a folder may set before it is trusted, the leash that only
-# tightens across the layers of settings, and the secrets kept from the commands
+# Trust and secrets: a cloned folder's model.cfg sets NEEDS_TRUST only once trusted (the yes
+# covers the values seen), TIGHTEN_ONLY only to tighten; deny joins; STRICTER: the strictest
 # ----------------------------------------------------------------------------------------
 
-# A cloned repository is not the user: its ./model.cfg sets NEEDS_TRUST only when trusted (the
-# yes covers the values seen) and TIGHTEN_ONLY only to tighten; deny joins; STRICTER: strictest.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
@@ -2388,7 +2386,9 @@ def settle(cfg, trust=None):
 def add_prompt_extras(cfg):
     """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
     enabled, sources = cfg["tools"].split(","), cfg["sources"]
-    more = [FILE_TOOL_LINES[name] for name in ("read", "write") if name in enabled]
+    more = [name + {"read": " (a file's numbered lines, or a directory's entries)",
+                    "write": " (a whole file, or a splice at a line)"}[name]
+            for name in ("read", "write") if name in enabled]
     extras = ["You also have %s." % " and ".join(more)] if more else []
     extras += ["In this session %s is not available." % name   # (the base prompt names both)
                for name in ("shell_exec", "run_subagent") if name not in enabled]
@@ -2412,9 +2412,6 @@ def add_prompt_extras(cfg):
         if extras else base
 
 PROJECT_DOC_LIMIT = 65536   # characters of AGENTS.md used: every request carries them
-
-FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
-                   "write": "write (a whole file, or a splice at a line)"}
 
 def folder_memory():
     """{folder: {"trusted": bool, "fingerprint": {key: hash}}} ({} if none)."""
@@ -2554,8 +2551,7 @@ HOOKS["spawn"].append(scrub_environment)
 
 
 # ----------------------------------------------------------------------------------------
-# The sandbox: commands write only here and in temp (workspace) or in temp (read-only), with no
-# socket if sandbox_network=false: Landlock and seccomp, between fork and exec (the spawn hook)
+# The sandbox: Landlock (sandbox) and seccomp (sandbox_network), between fork and exec
 # ----------------------------------------------------------------------------------------
 
 # Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8...
@@ -2659,7 +2655,6 @@ def sandboxed(cfg, options):
     if not any(sandbox_of(cfg)):
         return options
     check_sandbox(cfg)   # a sandbox switched on mid-run that cannot be had: the command is refused
-
     def confine():
         import ctypes
         try:
@@ -2695,14 +2690,11 @@ HOOKS["spawn"].append(sandboxed)
 
 
 # ----------------------------------------------------------------------------------------
-# The file tools (offered when the tools key names them): read shows a file's numbered lines
-# (write's lineOffset) or a folder's entries; write replaces a whole file or splices in lines
+# The file tools: read (a file's numbered lines, a folder's entries), write (whole, or lines)
 # ----------------------------------------------------------------------------------------
 
 READ_LIMIT = 2000       # lines shown when no limit is given
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
-BINARY_SNIFF = 8192     # a NUL byte in this many leading bytes marks a binary file
-HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" hint
 FILE_LIMIT = 64 << 20   # read and splice take a file whole: a larger one is bash's (sed, tail)
 
 READ_SCHEMA = {
@@ -2764,12 +2756,11 @@ def read_tool(cfg, args):
     try:
         where = os.path.abspath(path)   # '..' taken lexically, as the leash does
         if os.path.isdir(where):
-            with os.scandir(where) as entries:   # dotfiles included: they matter (.gitignore, .env)
-                items = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+            items = sorted(e.name + "/" if e.is_dir() else e.name for e in os.scandir(where))
             unit, text = "entries", lambda n, name: name
         else:
             data = whole_file(where)
-            if b"\0" in data[:BINARY_SNIFF]:   # text has no NULs; binary wastes context
+            if b"\0" in data[:8192]:   # text has no NULs; binary wastes context
                 return "error: %s looks like a binary file (%d bytes): use xxd" % (path, len(data))
             items = data.split(b"\n")[:count_lines(data)]
             unit, text = "lines", lambda n, line: "%d: %s" % (n, model_line(line))
@@ -2781,7 +2772,7 @@ def read_tool(cfg, args):
     for number in range(offset, len(items) + 1):
         shown.append(text(number, items[number - 1]))
         used += len(shown[-1].encode("utf-8", "replace")) + 1
-        if len(shown) > limit or len(shown) > 1 and used > cfg["max_tool_res"] - HINT_ROOM:
+        if len(shown) > limit or len(shown) > 1 and used > cfg["max_tool_res"] - 200:
             return "\n".join(shown[:-1] + ["[... %d more %s: read with offset=%d]" % (
                 len(items) - number + 1, unit, number)])
     if not shown:   # (an empty file or folder too)
