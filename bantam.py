@@ -2343,8 +2343,7 @@ def settle_secrets(cfg):
         cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
 
 def settle(cfg, trust=None):
-    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered; True;
-    False: the user said no); cfg["sources"] gets what trust_folder needs."""
+    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no)."""
     sources, layers = cfg["sources"], cfg["sources"]["layers"]
     mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
@@ -2400,7 +2399,7 @@ def add_prompt_extras(cfg):
     try:
         if path:
             with open(path, encoding="utf-8-sig", errors="replace") as f:
-                text = clean_for_model(f.read(PROJECT_DOC_LIMIT).strip())
+                text = clean_for_model(f.read(65536).strip())   # every request carries it
             extras.append("Project instructions (AGENTS.md of %s):\n\n%s" % (os.getcwd(), text))
             sources["project_instructions_file"] = path
     except OSError as e:
@@ -2410,8 +2409,6 @@ def add_prompt_extras(cfg):
         base = clean_for_model(base)
     cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
         if extras else base
-
-PROJECT_DOC_LIMIT = 65536   # characters of AGENTS.md used: every request carries them
 
 def folder_memory():
     """{folder: {"trusted": bool, "fingerprint": {key: hash}}} ({} if none)."""
@@ -2443,8 +2440,7 @@ def remember_folder(**facts):
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it: --trust, or the REPL's answer (remembered); a folder
-    never asked about stops batch mode (exit 2); reload(trust) settles cfg again."""
+    """cfg as this folder may steer it (--trust, the REPL's answer); reload(trust) re-settles."""
     sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
     said = None if facts.get("trusted") is None else facts["trusted"] is True   # else a no
@@ -2459,9 +2455,8 @@ def trust_folder(cfg, args, interactive, reload):
     asking = changes and (said is True or said is None and any(k in NEEDS_TRUST for k in changes))
     if asking and not interactive and said is None:   # a remembered answer holds in batch mode
         own = " (your own server? bantam -e %s)" % shown["endpoint"] if "endpoint" in shown else ""
-        raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
-                          "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
-                          "runners), or answer once in the REPL%s" % (what, own))
+        raise ConfigError("this folder's model.cfg would change %s: trust it with bantam "
+                          "--trust, BANTAM_TRUST=1 or a yes in the REPL%s" % (what, own))
     if asking and interactive:
         since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
         said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
@@ -2519,9 +2514,8 @@ def url_secrets(url):
         parts = urlsplit(url)
     except ValueError:   # "http://[::1": not a URL a request could go to
         return []
-    named = [pair.partition("=") for pair in parts.query.split("&")]
-    return [parts.password or parts.username or ""] + [
-        value for name, _, value in named if CREDENTIAL_PARAMETER.search(name)]
+    return [parts.password or parts.username or ""] + [value for name, _, value in (
+        p.partition("=") for p in parts.query.split("&")) if CREDENTIAL_PARAMETER.search(name)]
 
 def withheld_variables(cfg):
     """The variables kept from commands: bantam's, a secret's, shell_env_exclude's not kept."""
@@ -2673,17 +2667,15 @@ def sandboxed(cfg, options):
 
 def sandbox_refusal(cfg, args, reading=False):
     """Why the sandbox keeps a file tool (TOOLS asks first) from args' path, or ''."""
-    mode = sandbox_of(cfg)[0]
-    try:
-        path = os.path.realpath(os.path.abspath(path_argument(args)))
-    except ValueError:
-        return ""   # the tool says what is wrong with its arguments
-    roots, hidden = sandbox_roots(cfg) if mode else ([path], [])
-    if within(path, hidden) or not reading and not within(path, roots):
-        why = "bantam's own files (%s) cannot be read" % ", ".join(hidden) if reading else \
-            "writes outside %s are refused" % ", ".join(roots)
-        return "error: sandbox=%s: %s: %s" % (mode, why, path)
-    return ""
+    mode, path = sandbox_of(cfg)[0], args.get("filePath")
+    if not mode or not isinstance(path, str):   # (the tool says what is wrong with its arguments)
+        return ""
+    roots, hidden = sandbox_roots(cfg)
+    path = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+    refused = within(path, hidden) or not reading and not within(path, roots)
+    why = "bantam's own files (%s) cannot be read" % ", ".join(hidden) if reading else \
+        "writes outside %s are refused" % ", ".join(roots)
+    return "error: sandbox=%s: %s: %s" % (mode, why, path) if refused else ""
 
 
 HOOKS["spawn"].append(sandboxed)
@@ -2829,8 +2821,7 @@ def write_tool(cfg, args):
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
-# Other agents' tool names that models trained on them still call:
-TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
+TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}   # other agents' names models call
 
 def check_tool_names(raw, where):
     """The tools key: comma-separated names of TOOLS (or their other names), normalized."""
