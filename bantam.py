@@ -2208,12 +2208,10 @@ HOOKS["connect"].append(connect_endpoint)
 
 
 # ----------------------------------------------------------------------------------------
-# Trust and secrets: what a folder may set before it is trusted, the leash that only
-# tightens across the layers of settings, and the secrets kept from the commands
+# Trust and secrets: a cloned folder's model.cfg sets NEEDS_TRUST only once trusted (the yes
+# covers the values seen), TIGHTEN_ONLY only to tighten; deny joins; STRICTER: the strictest
 # ----------------------------------------------------------------------------------------
 
-# A cloned repository is not the user: its ./model.cfg sets NEEDS_TRUST only when trusted (the
-# yes covers the values seen) and TIGHTEN_ONLY only to tighten; deny joins; STRICTER: strictest.
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
@@ -2224,11 +2222,9 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
 
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
-
 TIGHTEN_ONLY = {"shell_timeout", "timeout", "first_byte_timeout", "final_answer_timeout",
                 "backoff", "max_tool_res", "max_calls_per_reply", "max_repair_calls",
                 "max_reasoning", "context_window", "price_in", "price_out", "price_cached"}
-
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
 def strictness(key, value):
@@ -2261,8 +2257,7 @@ def settle_secrets(cfg):
         cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
 
 def settle(cfg, trust=None):
-    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered; True;
-    False: the user said no); cfg["sources"] gets what trust_folder needs."""
+    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no)."""
     sources, layers = cfg["sources"], cfg["sources"]["layers"]
     mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
@@ -2304,45 +2299,30 @@ def settle(cfg, trust=None):
 def add_prompt_extras(cfg):
     """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
     enabled, sources = cfg["tools"].split(","), cfg["sources"]
-    more = [FILE_TOOL_LINES[name] for name in ("read", "write") if name in enabled]
-    missing = [name for name in ("shell_exec", "run_subagent") if name not in enabled]
+    more = [name + {"read": " (a file's numbered lines, or a directory's entries)",
+                    "write": " (a whole file, or a splice at a line)"}[name]
+            for name in ("read", "write") if name in enabled]
     extras = ["You also have %s." % " and ".join(more)] if more else []
-    if missing:   # the prompt names both: say which one this session leaves out
-        extras.append("In this session %s %s not available."
-                      % (" and ".join(missing), "are" if len(missing) > 1 else "is"))
+    extras += ["In this session %s is not available." % name   # (the base prompt names both)
+               for name in ("shell_exec", "run_subagent") if name not in enabled]
     extras += [text % cfg[key] for key, text in (
         ("bantam_tools_dir", "Extra shell tools can be found at %s"),
         ("bantam_skills_dir", "Skills may be discovered and invoked from %s")) if cfg[key]]
     path = cfg["project_instructions"] and folder_file("AGENTS.md")
-    sources.update(project_instructions_file=None, project_instructions_cut=None, hidden={})
+    sources["project_instructions_file"] = None
     try:
         if path:
             with open(path, encoding="utf-8-sig", errors="replace") as f:
-                text = f.read(PROJECT_DOC_LIMIT)
-            extras.append("Project instructions (AGENTS.md of %s):\n\n%s"
-                          % (os.getcwd(), folder_text(cfg, "AGENTS.md", text.strip())))
+                text = clean_for_model(f.read(65536).strip())   # every request carries it
+            extras.append("Project instructions (AGENTS.md of %s):\n\n%s" % (os.getcwd(), text))
             sources["project_instructions_file"] = path
-            if len(text) == PROJECT_DOC_LIMIT and os.path.getsize(path) > PROJECT_DOC_LIMIT:
-                sources["project_instructions_cut"] = os.path.getsize(path)
     except OSError as e:
         note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
     base = sources["base_system_prompt"]
     if sources["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
-        base = folder_text(cfg, "system.txt", base)
+        base = clean_for_model(base)
     cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
         if extras else base
-
-PROJECT_DOC_LIMIT = 65536   # characters of AGENTS.md used: every request carries them
-
-FILE_TOOL_LINES = {"read": "read (a file's numbered lines, or a directory's entries)",
-                   "write": "write (a whole file, or a splice at a line)"}
-
-def folder_text(cfg, name, text):
-    """A folder's text without the characters that can hide instructions (said later)."""
-    found = sorted(set(re.findall(INVISIBLE, text)))
-    if found:
-        cfg["sources"]["hidden"][name] = ["U+%04X" % ord(c) for c in found]
-    return clean_for_model(text) if found else text
 
 def folder_memory():
     """{folder: {"trusted": bool, "fingerprint": {key: hash}}} ({} if none)."""
@@ -2374,8 +2354,7 @@ def remember_folder(**facts):
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it: --trust, or the REPL's answer (remembered); a folder
-    never asked about stops batch mode (exit 2); reload(trust) settles cfg again."""
+    """cfg as this folder may steer it (--trust, the REPL's answer); reload(trust) re-settles."""
     sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
     said = None if facts.get("trusted") is None else facts["trusted"] is True   # else a no
@@ -2390,9 +2369,8 @@ def trust_folder(cfg, args, interactive, reload):
     asking = changes and (said is True or said is None and any(k in NEEDS_TRUST for k in changes))
     if asking and not interactive and said is None:   # a remembered answer holds in batch mode
         own = " (your own server? bantam -e %s)" % shown["endpoint"] if "endpoint" in shown else ""
-        raise ConfigError("this folder's model.cfg would change %s: a folder must be trusted "
-                          "to steer bantam: bantam --trust (remembered), BANTAM_TRUST=1 (job "
-                          "runners), or answer once in the REPL%s" % (what, own))
+        raise ConfigError("this folder's model.cfg would change %s: trust it with bantam "
+                          "--trust, BANTAM_TRUST=1 or a yes in the REPL%s" % (what, own))
     if asking and interactive:
         since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
         said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
@@ -2431,14 +2409,13 @@ def hide_secrets(cfg):
         return
     try:
         import ctypes
-        with open("/proc/self/stat", "rb") as f:   # fields 48 to 51: arg_start ... env_end
-            fields = f.read().rpartition(b")")[2].split()
-        start, end = int(fields[45]), int(fields[48])
+        with open("/proc/self/stat", "rb") as f:   # fields 48 and 51: arg_start, env_end
+            start, end = [int(n) for n in f.read().rpartition(b")")[2].split()[45:49:3]]
         block = ctypes.string_at(start, end - start)
         for found in re.finditer(b"|".join(map(re.escape, sorted(secrets, key=len)[::-1])), block):
             ctypes.memset(start + found.start(), ord("*"), found.end() - found.start())
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
-    except (OSError, ValueError, IndexError, AttributeError):
+    except (OSError, ValueError, AttributeError):
         pass
 
 # Query parameters that carry a credential (api-key, X-Amz-Signature, code but not country_code)
@@ -2451,9 +2428,8 @@ def url_secrets(url):
         parts = urlsplit(url)
     except ValueError:   # "http://[::1": not a URL a request could go to
         return []
-    named = [pair.partition("=") for pair in parts.query.split("&")]
-    return [parts.password or parts.username or ""] + [
-        value for name, _, value in named if CREDENTIAL_PARAMETER.search(name)]
+    return [parts.password or parts.username or ""] + [value for name, _, value in (
+        p.partition("=") for p in parts.query.split("&")) if CREDENTIAL_PARAMETER.search(name)]
 
 def withheld_variables(cfg):
     """The variables kept from commands: bantam's, a secret's, shell_env_exclude's not kept."""
@@ -2483,8 +2459,7 @@ HOOKS["spawn"].append(scrub_environment)
 
 
 # ----------------------------------------------------------------------------------------
-# The sandbox: commands write only here and in temp (workspace) or in temp (read-only), with no
-# socket if sandbox_network=false: Landlock and seccomp, between fork and exec (the spawn hook)
+# The sandbox: Landlock (sandbox) and seccomp (sandbox_network), between fork and exec
 # ----------------------------------------------------------------------------------------
 
 # Landlock's rights (linux/landlock.h): EXECUTE 1, WRITE_FILE 2, READ_FILE 4, READ_DIR 8...
@@ -2544,8 +2519,7 @@ def sandbox_ruleset(cfg):
             allow(add, "/", 1 | 4, hidden)          # EXECUTE, READ_FILE: all but the hidden
             for path in roots + list(DEVICES):
                 allow(add, path, rights, hidden)
-    except OSError as e:
-        os.close(ruleset)
+    except OSError as e:   # (the ruleset's fd is let go with the child or the run)
         raise ConfigError("sandbox=%s: cannot make its Landlock rules: %s" % (mode, e))
     return ruleset
 
@@ -2560,12 +2534,10 @@ def allow(add, path, rights, hidden):
         fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:   # gone since it was listed, or not on this system
         return
-    try:
-        mode = os.fstat(fd).st_mode   # a symlink's target is allowed where it lies, or not at all
-        if not stat.S_ISLNK(mode):
-            add(fd, rights if stat.S_ISDIR(mode) else rights & FILE_RIGHTS)
-    finally:
-        os.close(fd)
+    mode = os.fstat(fd).st_mode   # a symlink's target is allowed where it lies, or not at all
+    if not stat.S_ISLNK(mode):
+        add(fd, rights if stat.S_ISDIR(mode) else rights & FILE_RIGHTS)
+    os.close(fd)   # (an error above ends the ruleset anyway)
 
 def socket_filter():
     """(a seccomp program under which socket(), io_uring_setup() fail; its sock_fprog)."""
@@ -2591,16 +2563,14 @@ def sandboxed(cfg, options):
     if not any(sandbox_of(cfg)):
         return options
     check_sandbox(cfg)   # a sandbox switched on mid-run that cannot be had: the command is refused
-
     def confine():
         import ctypes
         try:
             ruleset, libc = sandbox_ruleset(cfg), ctypes.CDLL(None, use_errno=True)
             program, fprog = socket_filter() if sandbox_of(cfg)[1] else (None, None)
-            u = ctypes.c_ulong
-            failed = libc.prctl(38, u(1), u(0), u(0), u(0)) or libc.syscall(   # NO_NEW_PRIVS
-                ctypes.c_long(446), ctypes.c_long(ruleset), u(0)) or (   # restrict_self
-                program is not None and libc.prctl(22, u(2), fprog, u(0), u(0)))   # SECCOMP
+            u = ctypes.c_ulong   # prctl 38: NO_NEW_PRIVS, 22: SECCOMP
+            failed = libc.prctl(38, u(1), u(0), u(0), u(0)) or landlock(2, ruleset, 0) or (
+                program is not None and libc.prctl(22, u(2), fprog, u(0), u(0)))
         except Exception:
             failed = True
         if failed:
@@ -2610,32 +2580,27 @@ def sandboxed(cfg, options):
     return options
 
 def sandbox_refusal(cfg, args, reading=False):
-    """Why the sandbox keeps a file tool from args' path (write: outside the roots), or ''."""
-    mode = sandbox_of(cfg)[0]
-    try:
-        path = os.path.realpath(tool_path(args))
-    except ValueError:
-        return ""   # the tool says what is wrong with its arguments
-    roots, hidden = sandbox_roots(cfg) if mode else ([path], [])
-    if within(path, hidden) or not reading and not within(path, roots):
-        why = "bantam's own files (%s) cannot be read" % ", ".join(hidden) if reading else \
-            "writes outside %s are refused" % ", ".join(roots)
-        return "error: sandbox=%s: %s: %s" % (mode, why, path)
-    return ""
+    """Why the sandbox keeps a file tool (TOOLS asks first) from args' path, or ''."""
+    mode, path = sandbox_of(cfg)[0], args.get("filePath")
+    if not mode or not isinstance(path, str):   # (the tool says what is wrong with its arguments)
+        return ""
+    roots, hidden = sandbox_roots(cfg)
+    path = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+    refused = within(path, hidden) or not reading and not within(path, roots)
+    why = "bantam's own files (%s) cannot be read" % ", ".join(hidden) if reading else \
+        "writes outside %s are refused" % ", ".join(roots)
+    return "error: sandbox=%s: %s: %s" % (mode, why, path) if refused else ""
 
 
 HOOKS["spawn"].append(sandboxed)
 
 
 # ----------------------------------------------------------------------------------------
-# The file tools (offered when the tools key names them): read shows a file's numbered lines
-# (write's lineOffset) or a folder's entries; write replaces a whole file or splices in lines
+# The file tools: read (a file's numbered lines, a folder's entries), write (whole, or lines)
 # ----------------------------------------------------------------------------------------
 
 READ_LIMIT = 2000       # lines shown when no limit is given
 LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
-BINARY_SNIFF = 8192     # a NUL byte in this many leading bytes marks a binary file
-HINT_ROOM = 200         # bytes of max_tool_res kept free for the "more lines" hint
 FILE_LIMIT = 64 << 20   # read and splice take a file whole: a larger one is bash's (sed, tail)
 
 READ_SCHEMA = {
@@ -2663,10 +2628,6 @@ def path_argument(args):
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
 
-def tool_path(args):
-    """The absolute path a file tool works on, '..' taken lexically as the leash takes it."""
-    return os.path.abspath(path_argument(args))
-
 def int_argument(args, name, low):
     """args[name] as an int >= low (JSON's 10.0 too), None when absent or null; ValueError."""
     value = args.get(name)
@@ -2692,9 +2653,6 @@ def whole_file(path):
 
 def read_tool(cfg, args):
     """The read tool: a page of a file's numbered lines, or of a directory's sorted entries."""
-    refused = sandbox_refusal(cfg, args, reading=True)
-    if refused:
-        return refused
     try:
         path = path_argument(args)
         offset = int_argument(args, "offset", 0) or 1   # 0 is taken as 1: harmless for a read
@@ -2702,32 +2660,28 @@ def read_tool(cfg, args):
     except ValueError as e:
         return "error: read: %s" % e
     try:
-        where = tool_path(args)   # what the leash decided on
+        where = os.path.abspath(path)   # '..' taken lexically, as the leash does
         if os.path.isdir(where):
-            with os.scandir(where) as entries:   # dotfiles included: they matter (.gitignore, .env)
-                items = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
-            unit, text, empty = "entries", lambda n, name: name, "an empty directory"
+            items = sorted(e.name + "/" if e.is_dir() else e.name for e in os.scandir(where))
+            unit, text = "entries", lambda n, name: name
         else:
             data = whole_file(where)
-            if b"\0" in data[:BINARY_SNIFF]:   # text has no NULs; binary wastes context
+            if b"\0" in data[:8192]:   # text has no NULs; binary wastes context
                 return "error: %s looks like a binary file (%d bytes): use xxd" % (path, len(data))
             items = data.split(b"\n")[:count_lines(data)]
-            unit, text, empty = "lines", lambda n, line: "%d: %s" % (n, model_line(line)), \
-                "empty: 0 lines"
+            unit, text = "lines", lambda n, line: "%d: %s" % (n, model_line(line))
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
         return "error: cannot read %s: %s" % (path, e.strerror or e)
-    if not items:
-        return "(%s is %s)" % (path, empty)
     shown, used = [], 0
     for number in range(offset, len(items) + 1):
         shown.append(text(number, items[number - 1]))
         used += len(shown[-1].encode("utf-8", "replace")) + 1
-        if len(shown) > limit or len(shown) > 1 and used > cfg["max_tool_res"] - HINT_ROOM:
+        if len(shown) > limit or len(shown) > 1 and used > cfg["max_tool_res"] - 200:
             return "\n".join(shown[:-1] + ["[... %d more %s: read with offset=%d]" % (
                 len(items) - number + 1, unit, number)])
-    if not shown:
+    if not shown:   # (an empty file or folder too)
         return "error: offset %d is past the end of %s (%d %s)" % (offset, path, len(items), unit)
     return "\n".join(shown)
 
@@ -2740,9 +2694,6 @@ def model_line(line):
 
 def write_tool(cfg, args):
     """The write tool: replace a whole file, or splice content in at a line."""
-    refused = sandbox_refusal(cfg, args)
-    if refused:
-        return refused
     try:
         path = path_argument(args)
         content = args.get("content")
@@ -2754,7 +2705,7 @@ def write_tool(cfg, args):
     except ValueError as e:
         return "error: write: %s" % e
     data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
-    target = os.path.realpath(tool_path(args))   # through a symlink, not replacing the link
+    target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
     try:
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
             return "error: %s is a symlink to outside the working folder: %s" % (path, target)
@@ -2768,28 +2719,23 @@ def write_tool(cfg, args):
             write_private_file(target, data, keep_mode=True)
             return "wrote %d bytes to %s (%d lines%s)" % (
                 len(data), path, count_lines(data), "" if existed else ", new file")
-        return splice(target, path, data, line or 1, del_lines or 0)
+        line, del_lines = line or 1, del_lines or 0
+        old = re.findall(rb"[^\n]*\n|[^\n]+\Z", whole_file(target))
+        head, tail = b"".join(old[:line - 1]), b"".join(old[line - 1 + del_lines:])
+        lead = b"\n" if head[-1:] not in (b"", b"\n") else b""   # past a last line without one
+        data += b"\n" if data[-1:] not in (b"", b"\n") and tail else b""   # not "Xb\n"
+        new = head + lead + data + tail
+        write_private_file(target, new, keep_mode=True)
+        where = ("appended at the end of %s (lineOffset %d is past its %d lines)" % (path, line,
+                 len(old)) if line > len(old) + 1 else "spliced at line %d of %s" % (line, path))
+        return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
+            where, len(old[line - 1:line - 1 + del_lines]), count_lines(data), count_lines(new))
     except FileNotFoundError:
         return "error: %s does not exist; to create it, give only filePath and content" % path
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
-def splice(target, path, data, line, del_lines):
-    """Splice data into target at a line, after deleting del_lines lines there."""
-    lines = re.findall(rb"[^\n]*\n|[^\n]+\Z", whole_file(target))
-    head, cut = b"".join(lines[:line - 1]), lines[line - 1:][:del_lines]
-    tail = b"".join(lines[line - 1 + del_lines:])
-    lead = b"\n" if head[-1:] not in (b"", b"\n") else b""   # past a last line without one
-    text = data + (b"\n" if data[-1:] not in (b"", b"\n") and tail else b"")   # not "Xb\n"
-    new = head + lead + text + tail
-    write_private_file(target, new, keep_mode=True)
-    where = "spliced at line %d of %s" % (line, path) if line <= len(lines) + 1 else \
-        "appended at the end of %s (lineOffset %d is past its %d lines)" % (path, line, len(lines))
-    return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
-        where, len(cut), count_lines(text), count_lines(new))
-
-# Other agents' tool names that models trained on them still call:
-TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}
+TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}   # other agents' names models call
 
 def check_tool_names(raw, where):
     """The tools key: comma-separated names of TOOLS (or their other names), normalized."""
@@ -2802,7 +2748,10 @@ def check_tool_names(raw, where):
     return ",".join(dict.fromkeys(names))
 
 
-TOOLS.update(read=(READ_SCHEMA, read_tool), write=(WRITE_SCHEMA, write_tool))
+TOOLS.update(read=(READ_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args, True) or
+                   read_tool(cfg, args)),
+             write=(WRITE_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args) or
+                    write_tool(cfg, args)))
 TOOLS.update({alias: (None, TOOLS[name][1]) for alias, name in TOOL_ALIASES.items()})
 PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
