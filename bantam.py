@@ -3669,7 +3669,6 @@ MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
 BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 
-# The patterns stay strings: re compiles each at its first use, not at every start.
 SGR = r"\033\[[0-9;]*m"
 PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
 GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"   # ZWJ and its partner, skin tones: width 0
@@ -3714,13 +3713,19 @@ def md_end(state):
     held, state["held"] = state["held"], None   # (a held line and a table never both)
     out += md_block(state, held, hold=False) if held else md_table(state) if state["table"] else ""
     if state["fence"] is not None:             # closed as its own closing fence would
-        out += md_code(state, state["fence"][0] * state["fence"][1])
+        out += md_line(state, state["fence"][0] * state["fence"][1])
     return out
 
 def md_line(state, line):
     """One complete source line rendered (a possible table header is held for one line)."""
-    if state["fence"] is not None:
-        return md_code(state, line)
+    if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
+        char, size, indent, pad = state["fence"]
+        m = re.match(FENCE_END, line)
+        if m and m.group(1)[0] == char and len(m.group(1)) >= size:
+            state["fence"] = None
+            return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
+        body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
+        return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
     table, held, state["held"] = state["table"], state["held"], None
     if table is not None and "|" in line:
         table[0].append(split_row(line))
@@ -3809,16 +3814,6 @@ def md_item(state, indent, m):
                        state["width"] - column)
     return hang(lines, " " * start + marker + " ", " " * column)
 
-def md_code(state, line):
-    """A line inside a fenced code block: verbatim and unwrapped, or the closing fence."""
-    char, size, indent, pad = state["fence"]
-    m = re.match(FENCE_END, line)
-    if m and m.group(1)[0] == char and len(m.group(1)) >= size:
-        state["fence"] = None
-        return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
-    body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
-    return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
-
 def split_row(line):
     """The cells of a table row: "| a | `b|c` | d \\| e |" -> ["a", "`b|c`", "d | e"]."""
     text = line.strip()
@@ -3841,14 +3836,10 @@ def md_table(state):
     rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
     cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
     cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
-    room = state["width"] - 3 * count - 1    # "│ " + " │ " between cells + " │"
-    bar = styled("\u2502", st["dim"])
-    if room < 2 * count:                     # too many columns for a frame: one line a row
-        return "".join(hang(wrap_words((" " + bar + " ").join(row), state["width"]), "", "")
-                       for row in cells)
+    room, bar = state["width"] - 3 * count - 1, styled("\u2502", st["dim"])   # less the bars
     widths = [min(room, max(1, max(display_width(row[i]) for row in cells)))
               for i in range(count)]
-    while sum(widths) > room:                # the widest narrowed, the last first
+    while sum(widths) > room and max(widths) > 1:   # the widest narrowed, the last first
         widths[max(range(count), key=lambda i: (widths[i], i))] -= 1
 
     def rule(left, mid, right):
@@ -3995,16 +3986,10 @@ def jsonl_view(stream, cfg):
                  % getattr(stream, "name", "the event stream"), "warning")
     return view
 
-def terminal_view(cfg):
-    """A view for a person: the plain view's colors, rendered Markdown, tools shown live."""
-    return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0)
-
 def screen_size(state):
-    """(columns, rows) of the terminal (COLUMNS/LINES when it is not one)."""
-    try:
-        return tuple(os.get_terminal_size(state["out"].fileno()))
-    except (OSError, ValueError, AttributeError):
-        return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
+    """(columns, rows) of the terminal (COLUMNS and LINES first, 80x24 when it is none)."""
+    import shutil
+    return tuple(shutil.get_terminal_size())
 
 def term_text(state, event):
     """A piece of the answer or reasoning rendered, the line in progress previewed (3 rows)."""
@@ -4036,10 +4021,10 @@ def md_flush(state, depth):
 def term_tool_call(state, event):
     """A tool call in words ("$ ls", "» read a.txt (offset 3)"), or as the plain trace."""
     try:
-        args = json.loads(event["arguments"])
-    except ValueError:
-        args = None
-    args, name = args if isinstance(args, dict) else {}, event["name"]
+        args = dict(json.loads(event["arguments"]))
+    except (ValueError, TypeError):
+        args = {}
+    name = event["name"]
     path, text = args.get("filePath", args.get("path")), args.get("command", args.get("prompt"))
     words = "[tool call: %s(%s)]" % (name, event["arguments"])
     name = TOOL_ALIASES.get(name, name)
@@ -4070,13 +4055,6 @@ def bounded(text, rows, width):
         used, last = used + height[last - 1], last - 1
     return "\n".join(lines[:first] + ["[... %d lines not shown (%d in all) ...]" % (
         last - first, len(lines))] + lines[last:])
-
-def term_approval(state, event):
-    """A decision about a command: the clock starts now; the user's own answer is not repeated."""
-    if state["tool"]:
-        state["tool"]["started"] = time.monotonic()
-    if event["rule"] != "asked":
-        show_approval(state, event)
 
 def term_tool_output(state, event):
     """A command's output as it comes: its first lines shown, the others only counted."""
@@ -4149,8 +4127,10 @@ def term_tool_result(state, event):
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status, approval=term_approval)
-VIEWS.update(terminal=terminal_view)
+                tool_progress=tool_status,
+                approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
+VIEWS.update(terminal=lambda cfg: plain_view(cfg, TERMINAL, md=None, tool=None,   # a person's
+                                             tool_lines=cfg.get("tool_lines") or 0))
 
 
 # ----------------------------------------------------------------------------------------
@@ -4177,7 +4157,15 @@ def setup_terminal(convo):
         readline.parse_and_bind("tab: complete")
         readline.set_completer_delims(" \t\n")
         readline.set_completer(lambda text, state: complete(text, state, cfg))
-    note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
+    from urllib.parse import urlsplit   # the first line: model, host, context window, sandbox
+    parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
+    parts += ["context %d" % cfg["context_window"]] * (
+        cfg["sources"]["context_window"] != "default")
+    mode, closed = sandbox_of(cfg)
+    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + ["/help for commands"]
+    if len(" \u00b7 ".join(parts)) > screen_size(None)[0]:
+        parts = parts[1:-1] + ["/help"]   # shorter when narrow
+    note(cfg, " \u00b7 ".join(parts), "info")
 
 def complete(text, state, cfg):
     """Readline's completer: /commands, then session ids, config keys or skill names."""
@@ -4215,18 +4203,6 @@ def keys_typed_ahead():
         pass
     text = b"".join(waiting).decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
-
-def startup_line(cfg, columns):
-    """The REPL's first line: model, endpoint host, context window when set, sandbox, /help."""
-    from urllib.parse import urlsplit
-    parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
-    parts += ["context %d" % cfg["context_window"]] * (
-        cfg["sources"]["context_window"] != "default")
-    mode, closed = sandbox_of(cfg)
-    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + ["/help for commands"]
-    if len(" \u00b7 ".join(parts)) > columns:   # shorter when narrow
-        parts = parts[1:-1] + ["/help"]
-    return " \u00b7 ".join(parts)
 
 def confirm(question):
     """A yes/no question at the terminal, Enter for yes; the answer stays out of the history."""
