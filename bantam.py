@@ -3667,24 +3667,17 @@ MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
              "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
-BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 
 SGR = r"\033\[[0-9;]*m"
-PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
-GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"   # ZWJ and its partner, skin tones: width 0
-# A word longer than a line breaks between characters (with their marks and style codes)
 CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
          ".(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*(?:\033\\[[0-9;]*m)*")
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
-FENCE_END = r"[ \t]*(`{3,}|~{3,})[ \t]*$"
 HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
-RULE = r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$"   # ---  ***  _ _ _
 QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
 DELIMITER = r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$"   # | :--- | :-: | --: |
 # "- item", "12. item", "3) item", "- [x] done": indent, marker, task box, text
 ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
 CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"   # "|" outside `a|b` and \|
-MARKUP = r"[`\\\[<*_~]"   # none: the text has no spans
 
 # Inline spans: each starts with a literal, then a lookbehind; 500 characters at most (linear)
 INLINE = (
@@ -3720,7 +3713,7 @@ def md_line(state, line):
     """One complete source line rendered (a possible table header is held for one line)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
         char, size, indent, pad = state["fence"]
-        m = re.match(FENCE_END, line)
+        m = re.match(r"[ \t]*(`{3,}|~{3,})[ \t]*$", line)
         if m and m.group(1)[0] == char and len(m.group(1)) >= size:
             state["fence"] = None
             return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
@@ -3756,7 +3749,7 @@ def md_block(state, line, hold=True):
         label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
         return pad + styled(label, st["dim"]) + "\n"
     heading = lead == "#" and re.match(HEADING, line)
-    rule = lead in "-*_" and re.match(RULE, line)
+    rule = lead in "-*_" and re.match(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$", line)
     quote = lead == ">" and re.match(QUOTE, line)
     if heading or rule or quote:
         del lists[:]
@@ -3804,10 +3797,9 @@ def md_item(state, indent, m):
     if start is None:
         start = lists[-1][2] if lists else 0     # a child starts at its parent's text
     start = min(start, state["width"] // 2)      # deep nesting in a narrow terminal
-    marker = m.group(2) if m.group(2)[0].isdigit() else BULLETS[len(lists) % 3]
+    marker = m.group(2) if m.group(2)[0].isdigit() else "\u2022\u25e6\u25aa"[len(lists) % 3]
     if m.group(3):                               # - [ ] ☐   - [x] ☑ (instead of a bullet)
-        box = "\u2610\u2611"[m.group(3) != " "]
-        marker = marker + " " + box if marker[0].isdigit() else box
+        marker = (marker + " ") * marker[0].isdigit() + "\u2610\u2611"[m.group(3) != " "]
     column = start + display_width(marker) + 1
     lists.append((indent, start, column))
     lines = wrap_words(md_inline((m.group(4) or "").strip(), state["styles"]),
@@ -3858,7 +3850,7 @@ def md_table(state):
 
 def md_inline(text, st, base="", depth=0):
     """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
-    if depth > 8 or not re.search(MARKUP, text):   # spans in spans: 8 deep is plenty
+    if depth > 8 or not re.search(r"[`\\\[<*_~]", text):   # spans in spans: 8 deep is plenty
         return text
 
     def span(m):
@@ -3893,7 +3885,7 @@ def wrap_words(text, width):
     if display_width(text) <= width:
         return [text]
     lines, line, used, active = [], "", 0, ""
-    for gap, word in re.findall(PIECES, text):
+    for gap, word in re.findall(r"( *)([^ ]+)", text):
         w = display_width(word)   # (a word longer than a line: cut between characters)
         pieces = [(word, w)] if w <= width else [(ch, display_width(ch))
                                                  for ch in re.findall(CHARS, word)]
@@ -3915,7 +3907,7 @@ def display_width(text):
     if text.isascii():
         return len(text)
     import unicodedata   # (here: only text that is not ASCII needs it, and the import costs)
-    text = re.sub(GLUED, "", text)
+    text = re.sub("(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]", "", text)   # ZWJ and partner, skin tones
     return len(text) + sum(-1 if unicodedata.combining(ch) or unicodedata.category(ch) in (
         "Mn", "Me", "Cf") else unicodedata.east_asian_width(ch) in ("W", "F")
         for ch in re.findall(r"[^\x00-\x7f]", text))
@@ -4037,7 +4029,7 @@ def term_tool_call(state, event):
                          if key not in ("filePath", "path", "content"))
         words = "\u00bb %s %s%s%s" % (name, path, size, " (%s)" % more if more else "")
     show_call(state, event, words)
-    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "status_at": 0.0,
+    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(),
                      "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
 
 def bounded(text, rows, width):
@@ -4066,27 +4058,20 @@ def term_tool_output(state, event):
     for line in lines[:max(0, tool["limit"] // 2 - tool["lines"])]:
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
     tool["lines"] += len(lines)
-    if time.monotonic() - tool["status_at"] >= 0.1:
-        tool_status(state, event)
     flush_out(state)
 
 def screen_line(state, line, depth):
     """A line of output (its last state after \\r) on one row: its start and its longer end."""
     line, room = overwritten(line), max(screen_size(state)[0] - 4 * depth, 10)
-    if len(line) <= room and line.isascii() or display_width(line) <= room:
+    if display_width(line) <= room:   # (cut as if each character took one column)
         return line
-    head, tail = line[:room // 3], line[-room:]
-    while display_width(head) > room // 3:
-        head = head[:-1]
-    while display_width(head + tail) > room - 1:
-        tail = tail[1:]
-    return head + "\u2026" + tail
+    return line[:room // 3] + "\u2026" + line[len(line) - room + room // 3 + 1:]
 
 def tool_status(state, event):
     """A running command's status (also tool_progress's handler): seconds, lines not shown."""
     tool = state["tool"]
     if tool and state["bol"] and state["tty"]:
-        tool["status_at"], hidden = time.monotonic(), tool["lines"] - tool["limit"] // 2
+        hidden = tool["lines"] - tool["limit"] // 2
         text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
         text += " \u00b7 %d more lines" % hidden if hidden > 0 else ""
         text = styled(text, state["color"] and COLORS["dim"])
@@ -4234,13 +4219,10 @@ def run_direct(cfg, command, own_stdin=True):
     import signal
     import subprocess
     sys.stdout.flush()
-    # Ctrl+C reaches the command, not bantam (a handler: SIG_IGN would be inherited)
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
-    try:
+    previous = signal.signal(signal.SIGINT, lambda *_: None)   # (SIG_IGN would be inherited)
+    try:   # Ctrl+C reaches the command, not bantam
         code = subprocess.call([shell_path(), "-c", command], env=command_env(cfg),
                                stdin=None if own_stdin else subprocess.DEVNULL)
-    except OSError as e:
-        raise BantamError("cannot start the shell: %s" % e)
     finally:
         signal.signal(signal.SIGINT, previous)
     code = 128 - code if code < 0 else code
