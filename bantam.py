@@ -3808,9 +3808,7 @@ def md_item(state, indent, m):
 
 def split_row(line):
     """The cells of a table row: "| a | `b|c` | d \\| e |" -> ["a", "`b|c`", "d | e"]."""
-    text = line.strip()
-    text = text[1:] if text.startswith("|") else text
-    text = text[:-1] if text.endswith("|") and not text.endswith("\\|") else text
+    text = re.sub(r"^\||(?<!\\)\|$", "", line.strip())   # the outer bars
     bars = [m.start() for m in re.finditer(CELL_BREAK, text) if m.group() == "|"]
     return [text[a + 1:b].strip().replace("\\|", "|")
             for a, b in zip([-1] + bars, bars + [len(text)])]
@@ -3902,8 +3900,7 @@ def wrap_words(text, width):
 
 def display_width(text):
     """Terminal columns of text: CJK and emoji 2, combining and format marks and SGR codes 0."""
-    if "\033" in text:
-        text = re.sub(SGR, "", text)
+    text = re.sub(SGR, "", text)
     if text.isascii():
         return len(text)
     import unicodedata   # (here: only text that is not ASCII needs it, and the import costs)
@@ -4082,6 +4079,7 @@ def tool_status(state, event):
 def term_tool_result(state, event):
     """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
     tool, state["tool"], depth = state["tool"], None, event["depth"]
+    end_line(state, depth)   # (a command's output: its lines are whole)
     end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
     if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
@@ -4099,10 +4097,8 @@ def term_tool_result(state, event):
         write(state, summary + "\n", "dim" if end.group(2) == "0" else "error", depth)
     elif (event["name"] == "run_subagent" and event["ok"]
           and not event["content"].startswith(("error:", "("))):
-        end_line(state, depth)   # its answer is on screen already, behind the rail
         write(state, "\u00bb subagent done\n", "dim", depth)
     else:
-        end_line(state, depth)
         width = max(20, screen_size(state)[0] - 4 * depth)
         text = bounded(event["content"].rstrip("\n"), tool["limit"] if tool else 20, width)
         write(state, text + "\n", "body" if event["ok"] else "error", depth)
