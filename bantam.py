@@ -3736,15 +3736,13 @@ def md_block(state, line, hold=True):
     """One source line outside code blocks and tables as terminal lines."""
     line = line.expandtabs(4)
     text = line.strip()
+    blank, state["blank"] = state["blank"], not text
     if not text:                               # runs of blank lines show as one
-        out, state["blank"] = "" if state["blank"] else "\n", True
-        return out
-    state["blank"] = False
-    indent, lead, st, lists = len(line) - len(line.lstrip()), text[0], state["styles"], \
-        state["lists"]
+        return "" if blank else "\n"
+    indent, lead, st = len(line) - len(line.lstrip()), text[0], state["styles"]
     fence = lead in "`~" and re.match(FENCE, line)
     if fence:                                  # ─── python, indented like the list it is in
-        pad = " " * list_column(lists, indent)
+        pad = " " * list_column(state["lists"], indent)
         state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad)   # ``` ~~~~
         label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
         return pad + styled(label, st["dim"]) + "\n"
@@ -3752,7 +3750,7 @@ def md_block(state, line, hold=True):
     rule = lead in "-*_" and re.match(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$", line)
     quote = lead == ">" and re.match(QUOTE, line)
     if heading or rule or quote:
-        del lists[:]
+        del state["lists"][:]
     if heading:                                # bold; levels 1 and 2 underlined with ═ or ─
         level = len(heading.group(1))
         style = st["title"] if level < 3 else st["heading"]
@@ -3774,7 +3772,7 @@ def md_block(state, line, hold=True):
     if hold and "|" in text:
         state["held"] = line                   # a table header, if a delimiter row follows
         return ""
-    pad = " " * list_column(lists, indent)     # a paragraph, or an item's continuation
+    pad = " " * list_column(state["lists"], indent)     # a paragraph, or an item's continuation
     return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
 
 def hang(lines, first, rest):
@@ -3791,11 +3789,10 @@ def list_column(lists, indent):
 
 def md_item(state, indent, m):
     """A list item: bullet by depth or the item's own number, text with a hanging indent."""
-    lists, start = state["lists"], None
+    lists = state["lists"]
+    start = lists[-1][2] if lists else 0         # a child starts at its parent's text
     while lists and indent < lists[-1][0] + 2:   # deeper items end, and a sibling (indents off
         start = lists.pop()[1]                   # by one still count) starts where it did
-    if start is None:
-        start = lists[-1][2] if lists else 0     # a child starts at its parent's text
     start = min(start, state["width"] // 2)      # deep nesting in a narrow terminal
     marker = m.group(2) if m.group(2)[0].isdigit() else "\u2022\u25e6\u25aa"[len(lists) % 3]
     if m.group(3):                               # - [ ] ☐   - [x] ☑ (instead of a bullet)
@@ -3827,8 +3824,7 @@ def md_table(state):
     cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
     cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
     room, bar = state["width"] - 3 * count - 1, styled("\u2502", st["dim"])   # less the bars
-    widths = [min(room, max(1, max(display_width(row[i]) for row in cells)))
-              for i in range(count)]
+    widths = [min(room, max(1, max(display_width(row[i]) for row in cells))) for i in range(count)]
     while sum(widths) > room and max(widths) > 1:   # the widest narrowed, the last first
         widths[max(range(count), key=lambda i: (widths[i], i))] -= 1
 
@@ -3966,7 +3962,6 @@ QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed, secrets replaced (/cfg may add one)."""
     state = {"out": stream, "err": stream}   # for guarded(): a closed pipe stops the run
-
     def view(event):
         guarded(state, "out", redact(cfg, json.dumps(event, ensure_ascii=False)) + "\n", True)
         if state["out"] is not stream and not state.get("said"):   # a full disk: say so, once
@@ -4013,10 +4008,9 @@ def term_tool_call(state, event):
         args = dict(json.loads(event["arguments"]))
     except (ValueError, TypeError):
         args = {}
-    name = event["name"]
+    name = TOOL_ALIASES.get(event["name"], event["name"])
     path, text = args.get("filePath", args.get("path")), args.get("command", args.get("prompt"))
-    words = "[tool call: %s(%s)]" % (name, event["arguments"])
-    name = TOOL_ALIASES.get(name, name)
+    words = "[tool call: %s(%s)]" % (event["name"], event["arguments"])
     if name in ("shell_exec", "run_subagent") and isinstance(text, str):
         words = ("$ " if name == "shell_exec" else "\u00bb subagent: ") + text.rstrip("\n")
     elif name in ("read", "write") and isinstance(path, str):
@@ -4133,11 +4127,21 @@ def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
+    def complete(text, state):   # Tab: /commands, then session ids, config keys or skill names
+        line, options = readline.get_line_buffer(), []
+        if line.startswith(("/load ", "/save ", "/delete ")):
+            options = session_ids()
+        elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
+            options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
+        elif " " not in line:
+            options = COMMANDS
+        options = [name for name in options if name.startswith(text)]
+        return options[state] + " " if state < len(options) else None
     if readline:
         readline.parse_and_bind("set enable-bracketed-paste on")
         readline.parse_and_bind("tab: complete")
         readline.set_completer_delims(" \t\n")
-        readline.set_completer(lambda text, state: complete(text, state, cfg))
+        readline.set_completer(complete)
     from urllib.parse import urlsplit   # the first line: model, host, context window, sandbox
     parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
     parts += ["context %d" % cfg["context_window"]] * (
@@ -4147,19 +4151,6 @@ def setup_terminal(convo):
     if len(" \u00b7 ".join(parts)) > screen_size(None)[0]:
         parts = parts[1:-1] + ["/help"]   # shorter when narrow
     note(cfg, " \u00b7 ".join(parts), "info")
-
-def complete(text, state, cfg):
-    """Readline's completer: /commands, then session ids, config keys or skill names."""
-    import readline
-    line, options = readline.get_line_buffer(), []
-    if line.startswith(("/load ", "/save ", "/delete ")):
-        options = session_ids()
-    elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
-        options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
-    elif " " not in line:
-        options = COMMANDS
-    options = [name for name in options if name.startswith(text)]
-    return options[state] + " " if state < len(options) else None
 
 def terminal_approver(convo):
     """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt."""
