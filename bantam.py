@@ -3510,25 +3510,17 @@ MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
              "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
-BULLETS = "\u2022\u25e6\u25aa"            # • ◦ ▪ by nesting depth
 
-# The patterns stay strings: re compiles each at its first use, not at every start.
 SGR = r"\033\[[0-9;]*m"
-PIECES = r"( *)([^ ]+)"   # "  word": the gap and the word
-GLUED = "(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]"   # ZWJ and its partner, skin tones: width 0
-# A word longer than a line breaks between characters (with their marks and style codes)
 CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
          ".(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*(?:\033\\[[0-9;]*m)*")
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
-FENCE_END = r"[ \t]*(`{3,}|~{3,})[ \t]*$"
 HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
-RULE = r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$"   # ---  ***  _ _ _
 QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
 DELIMITER = r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$"   # | :--- | :-: | --: |
 # "- item", "12. item", "3) item", "- [x] done": indent, marker, task box, text
 ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
 CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"   # "|" outside `a|b` and \|
-MARKUP = r"[`\\\[<*_~]"   # none: the text has no spans
 
 # Inline spans: each starts with a literal, then a lookbehind; 500 characters at most (linear)
 INLINE = (
@@ -3557,13 +3549,19 @@ def md_end(state):
     held, state["held"] = state["held"], None   # (a held line and a table never both)
     out += md_block(state, held, hold=False) if held else md_table(state) if state["table"] else ""
     if state["fence"] is not None:             # closed as its own closing fence would
-        out += md_code(state, state["fence"][0] * state["fence"][1])
+        out += md_line(state, state["fence"][0] * state["fence"][1])
     return out
 
 def md_line(state, line):
     """One complete source line rendered (a possible table header is held for one line)."""
-    if state["fence"] is not None:
-        return md_code(state, line)
+    if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
+        char, size, indent, pad = state["fence"]
+        m = re.match(r"[ \t]*(`{3,}|~{3,})[ \t]*$", line)
+        if m and m.group(1)[0] == char and len(m.group(1)) >= size:
+            state["fence"] = None
+            return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
+        body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
+        return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
     table, held, state["held"] = state["table"], state["held"], None
     if table is not None and "|" in line:
         table[0].append(split_row(line))
@@ -3581,23 +3579,21 @@ def md_block(state, line, hold=True):
     """One source line outside code blocks and tables as terminal lines."""
     line = line.expandtabs(4)
     text = line.strip()
+    blank, state["blank"] = state["blank"], not text
     if not text:                               # runs of blank lines show as one
-        out, state["blank"] = "" if state["blank"] else "\n", True
-        return out
-    state["blank"] = False
-    indent, lead, st, lists = len(line) - len(line.lstrip()), text[0], state["styles"], \
-        state["lists"]
+        return "" if blank else "\n"
+    indent, lead, st = len(line) - len(line.lstrip()), text[0], state["styles"]
     fence = lead in "`~" and re.match(FENCE, line)
     if fence:                                  # ─── python, indented like the list it is in
-        pad = " " * list_column(lists, indent)
+        pad = " " * list_column(state["lists"], indent)
         state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad)   # ``` ~~~~
         label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
         return pad + styled(label, st["dim"]) + "\n"
     heading = lead == "#" and re.match(HEADING, line)
-    rule = lead in "-*_" and re.match(RULE, line)
+    rule = lead in "-*_" and re.match(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$", line)
     quote = lead == ">" and re.match(QUOTE, line)
     if heading or rule or quote:
-        del lists[:]
+        del state["lists"][:]
     if heading:                                # bold; levels 1 and 2 underlined with ═ or ─
         level = len(heading.group(1))
         style = st["title"] if level < 3 else st["heading"]
@@ -3619,7 +3615,7 @@ def md_block(state, line, hold=True):
     if hold and "|" in text:
         state["held"] = line                   # a table header, if a delimiter row follows
         return ""
-    pad = " " * list_column(lists, indent)     # a paragraph, or an item's continuation
+    pad = " " * list_column(state["lists"], indent)     # a paragraph, or an item's continuation
     return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
 
 def hang(lines, first, rest):
@@ -3636,37 +3632,23 @@ def list_column(lists, indent):
 
 def md_item(state, indent, m):
     """A list item: bullet by depth or the item's own number, text with a hanging indent."""
-    lists, start = state["lists"], None
+    lists = state["lists"]
+    start = lists[-1][2] if lists else 0         # a child starts at its parent's text
     while lists and indent < lists[-1][0] + 2:   # deeper items end, and a sibling (indents off
         start = lists.pop()[1]                   # by one still count) starts where it did
-    if start is None:
-        start = lists[-1][2] if lists else 0     # a child starts at its parent's text
     start = min(start, state["width"] // 2)      # deep nesting in a narrow terminal
-    marker = m.group(2) if m.group(2)[0].isdigit() else BULLETS[len(lists) % 3]
+    marker = m.group(2) if m.group(2)[0].isdigit() else "\u2022\u25e6\u25aa"[len(lists) % 3]
     if m.group(3):                               # - [ ] ☐   - [x] ☑ (instead of a bullet)
-        box = "\u2610\u2611"[m.group(3) != " "]
-        marker = marker + " " + box if marker[0].isdigit() else box
+        marker = (marker + " ") * marker[0].isdigit() + "\u2610\u2611"[m.group(3) != " "]
     column = start + display_width(marker) + 1
     lists.append((indent, start, column))
     lines = wrap_words(md_inline((m.group(4) or "").strip(), state["styles"]),
                        state["width"] - column)
     return hang(lines, " " * start + marker + " ", " " * column)
 
-def md_code(state, line):
-    """A line inside a fenced code block: verbatim and unwrapped, or the closing fence."""
-    char, size, indent, pad = state["fence"]
-    m = re.match(FENCE_END, line)
-    if m and m.group(1)[0] == char and len(m.group(1)) >= size:
-        state["fence"] = None
-        return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
-    body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
-    return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
-
 def split_row(line):
     """The cells of a table row: "| a | `b|c` | d \\| e |" -> ["a", "`b|c`", "d | e"]."""
-    text = line.strip()
-    text = text[1:] if text.startswith("|") else text
-    text = text[:-1] if text.endswith("|") and not text.endswith("\\|") else text
+    text = re.sub(r"^\||(?<!\\)\|$", "", line.strip())   # the outer bars
     bars = [m.start() for m in re.finditer(CELL_BREAK, text) if m.group() == "|"]
     return [text[a + 1:b].strip().replace("\\|", "|")
             for a, b in zip([-1] + bars, bars + [len(text)])]
@@ -3684,14 +3666,9 @@ def md_table(state):
     rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
     cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
     cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
-    room = state["width"] - 3 * count - 1    # "│ " + " │ " between cells + " │"
-    bar = styled("\u2502", st["dim"])
-    if room < 2 * count:                     # too many columns for a frame: one line a row
-        return "".join(hang(wrap_words((" " + bar + " ").join(row), state["width"]), "", "")
-                       for row in cells)
-    widths = [min(room, max(1, max(display_width(row[i]) for row in cells)))
-              for i in range(count)]
-    while sum(widths) > room:                # the widest narrowed, the last first
+    room, bar = state["width"] - 3 * count - 1, styled("\u2502", st["dim"])   # less the bars
+    widths = [min(room, max(1, max(display_width(row[i]) for row in cells))) for i in range(count)]
+    while sum(widths) > room and max(widths) > 1:   # the widest narrowed, the last first
         widths[max(range(count), key=lambda i: (widths[i], i))] -= 1
 
     def rule(left, mid, right):
@@ -3710,7 +3687,7 @@ def md_table(state):
 
 def md_inline(text, st, base="", depth=0):
     """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
-    if depth > 8 or not re.search(MARKUP, text):   # spans in spans: 8 deep is plenty
+    if depth > 8 or not re.search(r"[`\\\[<*_~]", text):   # spans in spans: 8 deep is plenty
         return text
 
     def span(m):
@@ -3745,7 +3722,7 @@ def wrap_words(text, width):
     if display_width(text) <= width:
         return [text]
     lines, line, used, active = [], "", 0, ""
-    for gap, word in re.findall(PIECES, text):
+    for gap, word in re.findall(r"( *)([^ ]+)", text):
         w = display_width(word)   # (a word longer than a line: cut between characters)
         pieces = [(word, w)] if w <= width else [(ch, display_width(ch))
                                                  for ch in re.findall(CHARS, word)]
@@ -3762,12 +3739,11 @@ def wrap_words(text, width):
 
 def display_width(text):
     """Terminal columns of text: CJK and emoji 2, combining and format marks and SGR codes 0."""
-    if "\033" in text:
-        text = re.sub(SGR, "", text)
+    text = re.sub(SGR, "", text)
     if text.isascii():
         return len(text)
     import unicodedata   # (here: only text that is not ASCII needs it, and the import costs)
-    text = re.sub(GLUED, "", text)
+    text = re.sub("(?s)\u200d.?|[\U0001f3fb-\U0001f3ff]", "", text)   # ZWJ and partner, skin tones
     return len(text) + sum(-1 if unicodedata.combining(ch) or unicodedata.category(ch) in (
         "Mn", "Me", "Cf") else unicodedata.east_asian_width(ch) in ("W", "F")
         for ch in re.findall(r"[^\x00-\x7f]", text))
@@ -3829,7 +3805,6 @@ QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed, secrets replaced (/cfg may add one)."""
     state = {"out": stream, "err": stream}   # for guarded(): a closed pipe stops the run
-
     def view(event):
         guarded(state, "out", redact(cfg, json.dumps(event, ensure_ascii=False)) + "\n", True)
         if state["out"] is not stream and not state.get("said"):   # a full disk: say so, once
@@ -3838,16 +3813,10 @@ def jsonl_view(stream, cfg):
                  % getattr(stream, "name", "the event stream"), "warning")
     return view
 
-def terminal_view(cfg):
-    """A view for a person: the plain view's colors, rendered Markdown, tools shown live."""
-    return plain_view(cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0)
-
 def screen_size(state):
-    """(columns, rows) of the terminal (COLUMNS/LINES when it is not one)."""
-    try:
-        return tuple(os.get_terminal_size(state["out"].fileno()))
-    except (OSError, ValueError, AttributeError):
-        return int(os.environ.get("COLUMNS") or 80), int(os.environ.get("LINES") or 24)
+    """(columns, rows) of the terminal (COLUMNS and LINES first, 80x24 when it is none)."""
+    import shutil
+    return tuple(shutil.get_terminal_size())
 
 def term_text(state, event):
     """A piece of the answer or reasoning rendered, the line in progress previewed (3 rows)."""
@@ -3879,13 +3848,12 @@ def md_flush(state, depth):
 def term_tool_call(state, event):
     """A tool call in words ("$ ls", "» read a.txt (offset 3)"), or as the plain trace."""
     try:
-        args = json.loads(event["arguments"])
-    except ValueError:
-        args = None
-    args, name = args if isinstance(args, dict) else {}, event["name"]
+        args = dict(json.loads(event["arguments"]))
+    except (ValueError, TypeError):
+        args = {}
+    name = TOOL_ALIASES.get(event["name"], event["name"])
     path, text = args.get("filePath", args.get("path")), args.get("command", args.get("prompt"))
-    words = "[tool call: %s(%s)]" % (name, event["arguments"])
-    name = TOOL_ALIASES.get(name, name)
+    words = "[tool call: %s(%s)]" % (event["name"], event["arguments"])
     if name in ("shell_exec", "run_subagent") and isinstance(text, str):
         words = ("$ " if name == "shell_exec" else "\u00bb subagent: ") + text.rstrip("\n")
     elif name in ("read", "write") and isinstance(path, str):
@@ -3895,7 +3863,7 @@ def term_tool_call(state, event):
                          if key not in ("filePath", "path", "content"))
         words = "\u00bb %s %s%s%s" % (name, path, size, " (%s)" % more if more else "")
     show_call(state, event, words)
-    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "status_at": 0.0,
+    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(),
                      "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
 
 def bounded(text, rows, width):
@@ -3914,13 +3882,6 @@ def bounded(text, rows, width):
     return "\n".join(lines[:first] + ["[... %d lines not shown (%d in all) ...]" % (
         last - first, len(lines))] + lines[last:])
 
-def term_approval(state, event):
-    """A decision about a command: the clock starts now; the user's own answer is not repeated."""
-    if state["tool"]:
-        state["tool"]["started"] = time.monotonic()
-    if event["rule"] != "asked":
-        show_approval(state, event)
-
 def term_tool_output(state, event):
     """A command's output as it comes: its first lines shown, the others only counted."""
     tool = state["tool"]
@@ -3931,27 +3892,20 @@ def term_tool_output(state, event):
     for line in lines[:max(0, tool["limit"] // 2 - tool["lines"])]:
         write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
     tool["lines"] += len(lines)
-    if time.monotonic() - tool["status_at"] >= 0.1:
-        tool_status(state, event)
     flush_out(state)
 
 def screen_line(state, line, depth):
     """A line of output (its last state after \\r) on one row: its start and its longer end."""
     line, room = overwritten(line), max(screen_size(state)[0] - 4 * depth, 10)
-    if len(line) <= room and line.isascii() or display_width(line) <= room:
+    if display_width(line) <= room:   # (cut as if each character took one column)
         return line
-    head, tail = line[:room // 3], line[-room:]
-    while display_width(head) > room // 3:
-        head = head[:-1]
-    while display_width(head + tail) > room - 1:
-        tail = tail[1:]
-    return head + "\u2026" + tail
+    return line[:room // 3] + "\u2026" + line[len(line) - room + room // 3 + 1:]
 
 def tool_status(state, event):
     """A running command's status (also tool_progress's handler): seconds, lines not shown."""
     tool = state["tool"]
     if tool and state["bol"] and state["tty"]:
-        tool["status_at"], hidden = time.monotonic(), tool["lines"] - tool["limit"] // 2
+        hidden = tool["lines"] - tool["limit"] // 2
         text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
         text += " \u00b7 %d more lines" % hidden if hidden > 0 else ""
         text = styled(text, state["color"] and COLORS["dim"])
@@ -3962,6 +3916,7 @@ def tool_status(state, event):
 def term_tool_result(state, event):
     """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
     tool, state["tool"], depth = state["tool"], None, event["depth"]
+    end_line(state, depth)   # (a command's output: its lines are whole)
     end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
     if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
@@ -3979,10 +3934,8 @@ def term_tool_result(state, event):
         write(state, summary + "\n", "dim" if end.group(2) == "0" else "error", depth)
     elif (event["name"] == "run_subagent" and event["ok"]
           and not event["content"].startswith(("error:", "("))):
-        end_line(state, depth)   # its answer is on screen already, behind the rail
         write(state, "\u00bb subagent done\n", "dim", depth)
     else:
-        end_line(state, depth)
         width = max(20, screen_size(state)[0] - 4 * depth)
         text = bounded(event["content"].rstrip("\n"), tool["limit"] if tool else 20, width)
         write(state, text + "\n", "body" if event["ok"] else "error", depth)
@@ -3992,8 +3945,10 @@ def term_tool_result(state, event):
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status, approval=term_approval)
-VIEWS.update(terminal=terminal_view)
+                tool_progress=tool_status,
+                approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
+VIEWS.update(terminal=lambda cfg: plain_view(cfg, TERMINAL, md=None, tool=None,   # a person's
+                                             tool_lines=cfg.get("tool_lines") or 0))
 
 
 # ----------------------------------------------------------------------------------------
@@ -4015,25 +3970,30 @@ def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
+    def complete(text, state):   # Tab: /commands, then session ids, config keys or skill names
+        line, options = readline.get_line_buffer(), []
+        if line.startswith(("/load ", "/save ", "/delete ")):
+            options = session_ids()
+        elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
+            options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
+        elif " " not in line:
+            options = COMMANDS
+        options = [name for name in options if name.startswith(text)]
+        return options[state] + " " if state < len(options) else None
     if readline:
         readline.parse_and_bind("set enable-bracketed-paste on")
         readline.parse_and_bind("tab: complete")
         readline.set_completer_delims(" \t\n")
-        readline.set_completer(lambda text, state: complete(text, state, cfg))
-    note(cfg, startup_line(cfg, os.get_terminal_size(sys.stdin.fileno()).columns or 80), "info")
-
-def complete(text, state, cfg):
-    """Readline's completer: /commands, then session ids, config keys or skill names."""
-    import readline
-    line, options = readline.get_line_buffer(), []
-    if line.startswith(("/load ", "/save ", "/delete ")):
-        options = session_ids()
-    elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
-        options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
-    elif " " not in line:
-        options = COMMANDS
-    options = [name for name in options if name.startswith(text)]
-    return options[state] + " " if state < len(options) else None
+        readline.set_completer(complete)
+    from urllib.parse import urlsplit   # the first line: model, host, context window, sandbox
+    parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
+    parts += ["context %d" % cfg["context_window"]] * (
+        cfg["sources"]["context_window"] != "default")
+    mode, closed = sandbox_of(cfg)
+    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + ["/help for commands"]
+    if len(" \u00b7 ".join(parts)) > screen_size(None)[0]:
+        parts = parts[1:-1] + ["/help"]   # shorter when narrow
+    note(cfg, " \u00b7 ".join(parts), "info")
 
 def terminal_approver(convo):
     """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt."""
@@ -4058,18 +4018,6 @@ def keys_typed_ahead():
         pass
     text = b"".join(waiting).decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
-
-def startup_line(cfg, columns):
-    """The REPL's first line: model, endpoint host, context window when set, sandbox, /help."""
-    from urllib.parse import urlsplit
-    parts = ["bantam %s" % VERSION, "%s @ %s" % (cfg["model"], urlsplit(cfg["endpoint"]).netloc)]
-    parts += ["context %d" % cfg["context_window"]] * (
-        cfg["sources"]["context_window"] != "default")
-    mode, closed = sandbox_of(cfg)
-    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + ["/help for commands"]
-    if len(" \u00b7 ".join(parts)) > columns:   # shorter when narrow
-        parts = parts[1:-1] + ["/help"]
-    return " \u00b7 ".join(parts)
 
 def confirm(question):
     """A yes/no question at the terminal, Enter for yes; the answer stays out of the history."""
@@ -4101,13 +4049,10 @@ def run_direct(cfg, command, own_stdin=True):
     import signal
     import subprocess
     sys.stdout.flush()
-    # Ctrl+C reaches the command, not bantam (a handler: SIG_IGN would be inherited)
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
-    try:
+    previous = signal.signal(signal.SIGINT, lambda *_: None)   # (SIG_IGN would be inherited)
+    try:   # Ctrl+C reaches the command, not bantam
         code = subprocess.call([shell_path(), "-c", command], env=command_env(cfg),
                                stdin=None if own_stdin else subprocess.DEVNULL)
-    except OSError as e:
-        raise BantamError("cannot start the shell: %s" % e)
     finally:
         signal.signal(signal.SIGINT, previous)
     code = 128 - code if code < 0 else code
