@@ -3315,8 +3315,8 @@ HOOKS["request"].append(nudged)
 
 
 # ----------------------------------------------------------------------------------------
-# The context window and compaction: the window the server reports (or an overflow error
-# names), the token line after a turn, a conversation that no longer fits compacted
+# The context window and compaction: the window asked or learned, the token line after a
+# turn, a conversation that no longer fits compacted
 # ----------------------------------------------------------------------------------------
 
 def context_window(cfg):
@@ -3375,7 +3375,6 @@ def estimate_tokens(chars):
     """Tokens in a text of this many characters, roughly (about four characters a token)."""
     return (chars + 3) // 4
 
-
 def overflowed(cfg, messages, body, error=None):
     """The request hook of compaction: after an overflow, a summary request trimmed or the
     conversation compacted once (the prompt kept if it fits half the window); True: resend."""
@@ -3401,7 +3400,6 @@ def overflowed(cfg, messages, body, error=None):
              "the rest]", "warning")
     compact(cfg, messages, prompt if fits else None)
     return True
-
 
 def token_line(convo, prompt, go):
     """The turn hook of the "context" event (batch mode asks no server); the REPL's offer."""
@@ -3439,7 +3437,6 @@ def usage_meter(convo):
             convo["ended"] = event["status"]
     return view
 
-
 HOOKS["request"].append(overflowed)
 HOOKS["turn"].append(token_line)
 
@@ -3473,9 +3470,11 @@ def remove_session(sid):
         return e
 
 def latest_in_folder():
-    """The id of the newest conversation that ran in the current folder, or None."""
-    here = os.getcwd()
-    return next((sid for sid in session_ids() if session_head(sid).get("cwd") == here), None)
+    """The id of the newest conversation that ran in the current folder (else ConfigError)."""
+    for sid in session_ids():
+        if session_head(sid).get("cwd") == os.getcwd():
+            return sid
+    raise ConfigError("no conversation of this folder to continue (see /list)")
 
 def cmd_delete(convo, arg):
     """/delete <id> (--delete: convo None): delete a saved conversation (id or unique prefix)."""
@@ -3491,12 +3490,11 @@ def cmd_delete(convo, arg):
 
 def cmd_continue(convo, arg):
     """/continue: resume the newest conversation of this folder."""
-    if not latest_in_folder():
-        raise BantamError("no conversation of this folder to continue (see /list)")
     cmd_load(convo, latest_in_folder())
 
 def tidy_sessions(convo, prompt, go):
     """The turn hook: 1.0's autosave.json kept, the oldest pruned, stale temp files removed."""
+    import glob
     link, new = session_path("autosave"), not convo["session"]["id"]
     if os.path.isfile(link) and not os.path.islink(link):
         when = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
@@ -3506,19 +3504,15 @@ def tidy_sessions(convo, prompt, go):
     finally:
         if new and convo["session"]["id"] and convo["cfg"]["keep_sessions"]:   # 0: keep all
             prune_sessions(convo["cfg"])
-        folder = bantam_home("sessions")
-        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        for path in glob.glob(os.path.join(glob.escape(bantam_home("sessions")), ".*.tmp")):
             try:   # lstat: a temp link's age is its own
-                if name.endswith(".tmp") and time.time() - os.lstat(
-                        os.path.join(folder, name)).st_mtime > 60:
-                    os.unlink(os.path.join(folder, name))
+                if time.time() - os.lstat(path).st_mtime > 60:
+                    os.unlink(path)
             except OSError:   # (another run removed it first)
                 pass
 
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
-    if args.cont and not latest_in_folder():
-        raise ConfigError("no conversation of this folder to continue")
     name = latest_in_folder() if args.cont else args.session
     if name and (not re.match(SESSION_NAME, name) or name == "autosave"):
         raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
@@ -3526,13 +3520,11 @@ def start_conversation(cfg, args):
         return load_session(name)
     return new_session(name or None), [{"role": "system", "content": cfg["system_prompt"]}]
 
-
 HOOKS["turn"].append(tidy_sessions)
 
 
 # ----------------------------------------------------------------------------------------
-# Settings and more commands: /cfg sets a key live and writes it to its config file, /model,
-# /models, /endpoint, /skill (the COMMANDS table)
+# Settings and more commands: /cfg (set live, saved), /model, /models, /endpoint, /skill
 # ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
@@ -3544,20 +3536,6 @@ def set_config_line(text, key, value):
                          "spaces or a ' #' comment" % (value, key))
     newline = "\r\n" if "\r\n" in text else "\n"
     return text + newline * (text[-1:] not in ("", "\n")) + key.lower() + "=" + value + newline
-
-def save_setting(path, key, raw):
-    """Append key=raw to the config file at path (mode 0600); the 'path:line' it comes from."""
-    try:
-        text = ""
-        if os.path.exists(path):
-            with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
-                text = f.read()
-        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
-    except ValueError as e:   # (a UnicodeDecodeError too)
-        raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
-    except OSError as e:
-        raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
-    return read_key_values(path)[key][1]
 
 def shown_value(cfg, key):
     """A setting as /cfg and --show-config print it: secrets as ***."""
@@ -3604,7 +3582,17 @@ def cmd_cfg(convo, arg):
     value = parse_value(key, raw, "/cfg")
     path = folder if folder and cfg["sources"].get(key, "").startswith(folder + ":") else \
         cfg["sources"]["config_file"]
-    where = save_setting(path, key, raw)
+    try:   # appended (mode 0600): the last line of a key wins
+        text = ""
+        if os.path.exists(path):
+            with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
+                text = f.read()
+        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
+    except ValueError as e:   # (a UnicodeDecodeError too)
+        raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
+    except OSError as e:
+        raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
+    where = read_key_values(path)[key][1]
     remember_own_edit(cfg, path, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
@@ -3643,8 +3631,6 @@ def cmd_skill(convo, arg):
         show(cfg, "%-20s %s\n" % (name, about.group(1).strip(" \"'") if about else ""))
     if not found:
         show(cfg, "(no skills folder with a NAME/SKILL.md: /cfg bantam_skills_dir DIR)\n")
-    return None
-
 
 COMMANDS.update({
     "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
@@ -4279,8 +4265,7 @@ HOOKS["turn"].append(pasted)
 
 
 # ----------------------------------------------------------------------------------------
-# The command line: its flags (the FLAGS table), and what they do before the first prompt
-# (the start hook) and after a batch turn (the turn hook)
+# The command line: its flags, their work before the first prompt and after a batch turn
 # ----------------------------------------------------------------------------------------
 
 def setting_flag(key, value=None):
@@ -4302,7 +4287,6 @@ def setting_flag(key, value=None):
                 note({}, "warning: --set %s puts a secret in your shell's history" % name,
                      "warning")
     return SetKey
-
 
 def more_flags(parser):
     """Part II's flags (made when the command line is read: argparse loads only then)."""
@@ -4332,7 +4316,6 @@ def more_flags(parser):
     add("--trust", action="store_true", help="trust this folder: its model.cfg may steer bantam")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
 
-
 FLAGS.insert(1, more_flags)
 HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
     "config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg over it (once "
@@ -4340,7 +4323,6 @@ HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
     + ", ".join(DEFAULTS) + ".",
     "exit status: 0 done, 1 failed after retries, 2 usage, config or request error, 3 stopped "
     "by a budget, 130 interrupted, 129 hang-up, 143 terminated, 141 stdout closed."))
-
 
 def batch_prompt(args):
     """The batch prompt: -p TEXT (piped stdin added), a file, '-', or a sentence (no file)."""
@@ -4375,18 +4357,18 @@ def show_config(cfg):
         show(cfg, "%-20s %-40s %s\n" % row)
 
 def keyless(cfg):
-    """True when a prompt would go to the default endpoint, never set up, with no key."""
-    return not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]
-
-KEYLESS_FIXES = ("set api_key in ~/.bantam/model.cfg (bantam's model.cfg.example shows every "
-                 "key)", "export OPENAI_API_KEY=... (or BANTAM_API_KEY)",
-                 "-e http://localhost:11434/v1 -m MODEL for a local server")
+    """Why no prompt may go out (the default endpoint, never set up, has no key), else None."""
+    if not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]:
+        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg "
+                "(model.cfg.example shows every key), export OPENAI_API_KEY=..., use -e "
+                "http://localhost:11434/v1 -m MODEL for a local server, or here: /cfg api_key "
+                "KEY, /endpoint URL" % DEFAULTS["endpoint"])
+    return None
 
 def refuse_keyless(convo, prompt, go):
     """The turn hook keeping a REPL prompt from the default endpoint while no key is set."""
     if keyless(convo["cfg"]):
-        raise BantamError("no API key for %s, so nothing was sent: /cfg api_key KEY sets one, "
-                          "/endpoint URL picks another server" % DEFAULTS["endpoint"])
+        raise BantamError(keyless(convo["cfg"]))
     return go(prompt)
 
 def hung_up(*_):
@@ -4395,7 +4377,6 @@ def hung_up(*_):
         if stat.S_ISCHR(os.fstat(fd).st_mode):   # (a terminal, or /dev/null)
             os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
     sys.exit(129)
-
 
 def start(convo, args):
     """The start hook: the flags' work and every check before a request is paid for."""
@@ -4417,8 +4398,7 @@ def start(convo, args):
     trust_folder(cfg, args, not batch and sys.stdin.isatty(), lambda trust: settle(cfg, trust))
     hide_secrets(cfg)
     if prompt is not None and keyless(cfg):   # (a replay sends nothing)
-        raise ConfigError("no API key for %s, so nothing is sent: %s; or %s; or %s" % (
-            (DEFAULTS["endpoint"],) + KEYLESS_FIXES))
+        raise ConfigError(keyless(cfg))
     check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
     try:   # a file that cannot be written fails now, before the model is paid
         if args.output:
@@ -4449,9 +4429,7 @@ def start(convo, args):
     if cfg["sources"].get("trust_note"):   # said through the run's view (-q, --jsonl)
         note(cfg, cfg["sources"]["trust_note"], "info")
     if not batch and keyless(cfg):   # (refuse_keyless holds the prompts until a key is set)
-        note(cfg, "[no API key for %s yet. One of these:\n  %s\n  %s\n  bantam %s\n  or here: "
-             "/cfg api_key KEY, or /endpoint URL]" % ((DEFAULTS["endpoint"],) + KEYLESS_FIXES),
-             "info")
+        note(cfg, "[%s]" % keyless(cfg), "info")
     convo.update(prompt=prompt, args=args, batch=batch)
     if args.replay:
         return replay(convo, args.replay)
@@ -4491,14 +4469,12 @@ def batch_answer(convo, prompt, go):
     if not answer:   # an empty stdout with exit 0 would read as an answer to a script
         note(cfg, "[no answer: the turn ended without one]")
 
-
 HOOKS["start"].append(start)
 HOOKS["turn"] += [batch_answer, refuse_keyless]
 
 
 # ----------------------------------------------------------------------------------------
-# Replay: --replay TRACE runs the last run of a trace file again, its recorded model replies
-# instead of the network (a connect hook answering from the recording), the tools for real
+# Replay: --replay TRACE runs a trace's last run again, the model's replies from the recording
 # ----------------------------------------------------------------------------------------
 
 def replay(convo, path):
@@ -4540,7 +4516,6 @@ def replay(convo, path):
     note(cfg, "replay: all %d tool results matched the recording" % state["checked"], "info")
     return 0
 
-
 def replayed_connection(cfg):
     """The connect hook of --replay: no socket, each chat request answered from the trace."""
     state = (cfg.get("run") or {}).get("replay")
@@ -4565,7 +4540,6 @@ def replayed_connection(cfg):
     conn.connect = lambda: setattr(conn, "sock", types.SimpleNamespace(
         sendall=sent.append, makefile=answer, settimeout=lambda seconds: None, close=lambda: None))
     return conn
-
 
 HOOKS["connect"].insert(0, replayed_connection)   # before the transport's: no network
 
