@@ -3371,10 +3371,6 @@ def list_models(cfg, quiet=False):
     models = models.get("data", models.get("models")) if isinstance(models, dict) else models
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
-def estimate_tokens(chars):
-    """Tokens in a text of this many characters, roughly (about four characters a token)."""
-    return (chars + 3) // 4
-
 def overflowed(cfg, messages, body, error=None):
     """The request hook of compaction: after an overflow, a summary request trimmed or the
     conversation compacted once (the prompt kept if it fits half the window); True: resend."""
@@ -3394,10 +3390,9 @@ def overflowed(cfg, messages, body, error=None):
     note(cfg, "[%s: the context window is full; compacting and trying again]" % error, "warning")
     own(cfg)["compacted"] = True
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), None)
-    fits = isinstance(prompt, str) and estimate_tokens(len(prompt)) <= context_window(cfg) // 2
+    fits = isinstance(prompt, str) and (len(prompt) + 3) // 4 <= context_window(cfg) // 2
     if not fits:
-        note(cfg, "[your prompt is more than half the context window: it is summarized with "
-             "the rest]", "warning")
+        note(cfg, "[your prompt is more than half the context window: it is summarized]", "warning")
     compact(cfg, messages, prompt if fits else None)
     return True
 
@@ -3447,15 +3442,12 @@ HOOKS["turn"].append(token_line)
 
 def prune_sessions(cfg):
     """Remove the oldest made-up ids beyond keep_sessions (not /save's, nor one just changed)."""
-    made = {sid: last_change(sid) for sid in session_ids()
-            if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
+    def changed(sid):   # its file or its journal
+        return max(modified(session_path(sid)), modified(session_path(sid, ".steps")))
+    made = {sid: changed(sid) for sid in session_ids() if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
     for sid in sorted(made, key=made.get, reverse=True)[cfg["keep_sessions"]:]:
-        if not session_head(sid).get("copy_of") and last_change(sid) == made[sid]:
+        if not session_head(sid).get("copy_of") and changed(sid) == made[sid]:
             remove_session(sid)
-
-def last_change(sid):
-    """When session sid's file or its journal last changed."""
-    return max(modified(session_path(sid)), modified(session_path(sid, ".steps")))
 
 def remove_session(sid):
     """Delete session sid's file, journal and autosave link; the OSError that stopped it."""
@@ -3606,8 +3598,8 @@ def cmd_model(convo, arg):
     listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
     if listed and arg not in listed:
         apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
-        return note(cfg, "[%s is not among the server's models (/model lists them): for this "
-                    "session only, not saved]" % arg, "warning")
+        return note(cfg, "[%s is not among the server's models: this session only, not saved]"
+                    % arg, "warning")
     return cmd_cfg(convo, "model " + arg)
 
 def skills(cfg):
@@ -4284,8 +4276,7 @@ def setting_flag(key, value=None):
             args.__dict__.setdefault("overrides", {})[name] = parse_value(
                 name, text, self.option_strings[-1])
             if key is None and name in SECRET_KEYS and text:
-                note({}, "warning: --set %s puts a secret in your shell's history" % name,
-                     "warning")
+                note({}, "warning: --set %s: a secret in your shell history" % name, "warning")
     return SetKey
 
 def more_flags(parser):
@@ -4297,8 +4288,7 @@ def more_flags(parser):
     add("-e", "--endpoint", metavar="URL", action=setting("endpoint"), help="the API's base URL")
     add("--set", metavar="KEY=VALUE", action=setting(None), help="set any config key (repeatable)")
     add("--config", metavar="FILE", help="read this config file instead of model.cfg")
-    add("-c", "--continue", dest="cont", action="store_true",
-        help="continue this folder's latest conversation")
+    add("-c", "--continue", dest="cont", action="store_true", help="resume this folder's latest")
     add("--session", metavar="ID", help="continue conversation ID, or start one with that id")
     add("--delete", metavar="ID", help="delete saved conversation ID (or unique prefix), then exit")
     add("-q", "--quiet", action="store_true", help="stdout: only the answer; stderr: only problems")
@@ -4307,10 +4297,8 @@ def more_flags(parser):
     add("--trace", metavar="FILE", action=setting("trace_file"), help="append the events to FILE")
     add("--replay", metavar="TRACE", help="run a recorded trace again (its replies, real tools)")
     leash = parser.add_mutually_exclusive_group()
-    leash.add_argument("--ask", nargs=0, action=setting("approve", "ask"),
-                       help="ask before each shell command (approve=ask)")
-    leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"),
-                       help="run shell commands without asking (approve=auto)")
+    leash.add_argument("--ask", nargs=0, action=setting("approve", "ask"), help="ask each time")
+    leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"), help="never ask")
     add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"], action=setting("sandbox"),
         help="off, workspace or read-only: where commands may write")
     add("--trust", action="store_true", help="trust this folder: its model.cfg may steer bantam")
@@ -4363,7 +4351,6 @@ def keyless(cfg):
                 "(model.cfg.example shows every key), export OPENAI_API_KEY=..., use -e "
                 "http://localhost:11434/v1 -m MODEL for a local server, or here: /cfg api_key "
                 "KEY, /endpoint URL" % DEFAULTS["endpoint"])
-    return None
 
 def refuse_keyless(convo, prompt, go):
     """The turn hook keeping a REPL prompt from the default endpoint while no key is set."""
@@ -4409,7 +4396,7 @@ def start(convo, args):
         raise ConfigError("cannot write %s: %s" % (e.filename, e.strerror))
     if prompt is not None and not prompt.strip():
         raise ConfigError("the prompt is empty")
-    tokens = estimate_tokens(len(prompt or ""))   # near the key's window: the server's, asked
+    tokens = (len(prompt or "") + 3) // 4   # over half the key's window: the server's is asked
     window = context_window(cfg) if tokens > cfg["context_window"] // 2 else tokens
     if tokens > window:
         raise ConfigError("the prompt is about %d tokens (%d characters), more than the model's "
@@ -4445,7 +4432,6 @@ def start(convo, args):
             convo["readline"].add_history(args.interactive)
         convo["take_back"] = True
         do_line(convo, args.interactive)
-    return None
 
 def batch_answer(convo, prompt, go):
     """The turn hook of batch mode: -q prints the answer, -o writes it; the exit status."""
@@ -4490,36 +4476,31 @@ def replay(convo, path):
     prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
     if not prompts:
         raise ConfigError("%s: no recorded prompt to replay" % path)
-    cfg = convo["cfg"]
-    state = cfg["run"]["replay"] = {
-        "replies": [e["message"] for e in events if e["type"] == "reply"],
-        "results": [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"],
-        "checked": 0, "diverged": None}
+    cfg, results = convo["cfg"], []
+    cfg["run"]["replay"] = [e["message"] for e in events if e["type"] == "reply"]
 
-    def check(event):   # a view: each tool result against the recorded one
-        if event["type"] != "tool_result":
-            return
-        index, state["checked"] = state["checked"], state["checked"] + 1
-        recorded = state["results"][index] if index < len(state["results"]) else (None, None)
-        if recorded != (event["name"], event["content"]) and not state["diverged"]:
-            import difflib
-            diff = difflib.unified_diff(str(recorded[1]).splitlines(True),
-                                        event["content"].splitlines(True), "recorded", "now", n=1)
-            state["diverged"] = (index + 1, "%s differs from the recording:\n%s"
-                                 % (event["name"], "".join(list(diff)[:12])))
-    convo["views"].append(check)
+    def keep(event):   # a view: the tool results of this run
+        if event["type"] == "tool_result":
+            results.append((event["name"], event["content"]))
+    convo["views"].append(keep)
     for prompt in prompts:
         run_turn(convo, prompt)
-    if state["diverged"]:
-        note(cfg, "replay: diverged at tool result %d: %s" % state["diverged"])
-        return 1
-    note(cfg, "replay: all %d tool results matched the recording" % state["checked"], "info")
+    recorded = [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"]
+    for index, (now, then) in enumerate(zip(results, recorded + [(None, "")] * len(results))):
+        if now != then:
+            import difflib
+            diff = difflib.unified_diff(str(then[1]).splitlines(True), now[1].splitlines(True),
+                                        "recorded", "now", n=1)
+            note(cfg, "replay: diverged at tool result %d: %s differs from the recording:\n%s"
+                 % (index + 1, now[0], "".join(list(diff)[:12])))
+            return 1
+    note(cfg, "replay: all %d tool results matched the recording" % len(results), "info")
     return 0
 
 def replayed_connection(cfg):
     """The connect hook of --replay: no socket, each chat request answered from the trace."""
-    state = (cfg.get("run") or {}).get("replay")
-    if state is None:
+    replies = (cfg.get("run") or {}).get("replay")
+    if replies is None:
         return None
     import http.client
     import types
@@ -4530,9 +4511,9 @@ def replayed_connection(cfg):
         body, sent[:] = {"error": {"message": "not recorded"}}, []
         if b"/chat/completions" in request.split(b"\r\n", 1)[0]:
             body["error"]["message"] = "replay: the recording has no more model replies"
-            if state["replies"]:
+            if replies:
                 status, body = b"200 OK", {"choices": [
-                    {"index": 0, "message": state["replies"].pop(0), "finish_reason": None}]}
+                    {"index": 0, "message": replies.pop(0), "finish_reason": None}]}
         body = json.dumps(body).encode()
         return io.BytesIO(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: "
                           b"%d\r\n\r\n%s" % (status, len(body), body))
