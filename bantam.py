@@ -3377,13 +3377,11 @@ def overflowed(cfg, messages, body, error=None):
     if error is None or error.kind != "overflow":
         return body if error is None else False
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
-        if len(messages) < 3:   # [system, summary prompt]: nothing left to drop
-            return False
         kept = messages[(len(messages) + 1) // 2:-1]   # the newer half
         while kept and kept[0].get("role") == "tool":
             kept.pop(0)
-        messages[1:-1] = kept
-        return True
+        messages[1:-1], trimmed = kept, len(messages) > 2   # [system, summary prompt]: failed
+        return trimmed
     if own(cfg).get("compacted"):
         error.args = ("%s (even after compacting the conversation)" % error,)
         return False
@@ -3598,8 +3596,7 @@ def cmd_model(convo, arg):
     listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
     if listed and arg not in listed:
         apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
-        return note(cfg, "[%s is not among the server's models: this session only, not saved]"
-                    % arg, "warning")
+        return note(cfg, "[%s is not among the server's models: used, not saved]" % arg, "warning")
     return cmd_cfg(convo, "model " + arg)
 
 def skills(cfg):
@@ -3616,8 +3613,7 @@ def cmd_skill(convo, arg):
     if name and name not in found:
         raise BantamError("no skill %r (the skills: %s)" % (name, ", ".join(found) or "none"))
     if name:
-        prompt = prompt.strip()
-        return read_prompt(found[name]).rstrip("\n") + ("\n\n" + prompt if prompt else "")
+        return "\n\n".join(filter(None, (read_prompt(found[name]).rstrip("\n"), prompt.strip())))
     for name, path in found.items():
         about = re.search(r"(?m)^description:(.*)", read_prompt(path))
         show(cfg, "%-20s %s\n" % (name, about.group(1).strip(" \"'") if about else ""))
@@ -4347,10 +4343,10 @@ def show_config(cfg):
 def keyless(cfg):
     """Why no prompt may go out (the default endpoint, never set up, has no key), else None."""
     if not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]:
-        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg "
-                "(model.cfg.example shows every key), export OPENAI_API_KEY=..., use -e "
-                "http://localhost:11434/v1 -m MODEL for a local server, or here: /cfg api_key "
-                "KEY, /endpoint URL" % DEFAULTS["endpoint"])
+        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg (see "
+                "model.cfg.example), export OPENAI_API_KEY=..., use -e http://localhost:11434/v1 "
+                "-m MODEL for a local server, or here: /cfg api_key KEY, /endpoint URL"
+                % DEFAULTS["endpoint"])
 
 def refuse_keyless(convo, prompt, go):
     """The turn hook keeping a REPL prompt from the default endpoint while no key is set."""
