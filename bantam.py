@@ -3158,8 +3158,8 @@ HOOKS["request"].append(nudged)
 
 
 # ----------------------------------------------------------------------------------------
-# The context window and compaction: the window the server reports (or an overflow error
-# names), the token line after a turn, a conversation that no longer fits compacted
+# The context window and compaction: the window asked or learned, the token line after a
+# turn, a conversation that no longer fits compacted
 # ----------------------------------------------------------------------------------------
 
 def context_window(cfg):
@@ -3214,37 +3214,28 @@ def list_models(cfg, quiet=False):
     models = models.get("data", models.get("models")) if isinstance(models, dict) else models
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
-def estimate_tokens(chars):
-    """Tokens in a text of this many characters, roughly (about four characters a token)."""
-    return (chars + 3) // 4
-
-
 def overflowed(cfg, messages, body, error=None):
     """The request hook of compaction: after an overflow, a summary request trimmed or the
     conversation compacted once (the prompt kept if it fits half the window); True: resend."""
     if error is None or error.kind != "overflow":
         return body if error is None else False
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
-        if len(messages) < 3:   # [system, summary prompt]: nothing left to drop
-            return False
         kept = messages[(len(messages) + 1) // 2:-1]   # the newer half
         while kept and kept[0].get("role") == "tool":
             kept.pop(0)
-        messages[1:-1] = kept
-        return True
+        messages[1:-1], trimmed = kept, len(messages) > 2   # [system, summary prompt]: failed
+        return trimmed
     if own(cfg).get("compacted"):
         error.args = ("%s (even after compacting the conversation)" % error,)
         return False
     note(cfg, "[%s: the context window is full; compacting and trying again]" % error, "warning")
     own(cfg)["compacted"] = True
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), None)
-    fits = isinstance(prompt, str) and estimate_tokens(len(prompt)) <= context_window(cfg) // 2
+    fits = isinstance(prompt, str) and (len(prompt) + 3) // 4 <= context_window(cfg) // 2
     if not fits:
-        note(cfg, "[your prompt is more than half the context window: it is summarized with "
-             "the rest]", "warning")
+        note(cfg, "[your prompt is more than half the context window: it is summarized]", "warning")
     compact(cfg, messages, prompt if fits else None)
     return True
-
 
 def token_line(convo, prompt, go):
     """The turn hook of the "context" event (batch mode asks no server); the REPL's offer."""
@@ -3282,7 +3273,6 @@ def usage_meter(convo):
             convo["ended"] = event["status"]
     return view
 
-
 HOOKS["request"].append(overflowed)
 HOOKS["turn"].append(token_line)
 
@@ -3293,15 +3283,12 @@ HOOKS["turn"].append(token_line)
 
 def prune_sessions(cfg):
     """Remove the oldest made-up ids beyond keep_sessions (not /save's, nor one just changed)."""
-    made = {sid: last_change(sid) for sid in session_ids()
-            if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
+    def changed(sid):   # its file or its journal
+        return max(modified(session_path(sid)), modified(session_path(sid, ".steps")))
+    made = {sid: changed(sid) for sid in session_ids() if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
     for sid in sorted(made, key=made.get, reverse=True)[cfg["keep_sessions"]:]:
-        if not session_head(sid).get("copy_of") and last_change(sid) == made[sid]:
+        if not session_head(sid).get("copy_of") and changed(sid) == made[sid]:
             remove_session(sid)
-
-def last_change(sid):
-    """When session sid's file or its journal last changed."""
-    return max(modified(session_path(sid)), modified(session_path(sid, ".steps")))
 
 def remove_session(sid):
     """Delete session sid's file, journal and autosave link; the OSError that stopped it."""
@@ -3316,9 +3303,11 @@ def remove_session(sid):
         return e
 
 def latest_in_folder():
-    """The id of the newest conversation that ran in the current folder, or None."""
-    here = os.getcwd()
-    return next((sid for sid in session_ids() if session_head(sid).get("cwd") == here), None)
+    """The id of the newest conversation that ran in the current folder (else ConfigError)."""
+    for sid in session_ids():
+        if session_head(sid).get("cwd") == os.getcwd():
+            return sid
+    raise ConfigError("no conversation of this folder to continue (see /list)")
 
 def cmd_delete(convo, arg):
     """/delete <id> (--delete: convo None): delete a saved conversation (id or unique prefix)."""
@@ -3334,12 +3323,11 @@ def cmd_delete(convo, arg):
 
 def cmd_continue(convo, arg):
     """/continue: resume the newest conversation of this folder."""
-    if not latest_in_folder():
-        raise BantamError("no conversation of this folder to continue (see /list)")
     cmd_load(convo, latest_in_folder())
 
 def tidy_sessions(convo, prompt, go):
     """The turn hook: 1.0's autosave.json kept, the oldest pruned, stale temp files removed."""
+    import glob
     link, new = session_path("autosave"), not convo["session"]["id"]
     if os.path.isfile(link) and not os.path.islink(link):
         when = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
@@ -3349,19 +3337,15 @@ def tidy_sessions(convo, prompt, go):
     finally:
         if new and convo["session"]["id"] and convo["cfg"]["keep_sessions"]:   # 0: keep all
             prune_sessions(convo["cfg"])
-        folder = bantam_home("sessions")
-        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        for path in glob.glob(os.path.join(glob.escape(bantam_home("sessions")), ".*.tmp")):
             try:   # lstat: a temp link's age is its own
-                if name.endswith(".tmp") and time.time() - os.lstat(
-                        os.path.join(folder, name)).st_mtime > 60:
-                    os.unlink(os.path.join(folder, name))
+                if time.time() - os.lstat(path).st_mtime > 60:
+                    os.unlink(path)
             except OSError:   # (another run removed it first)
                 pass
 
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
-    if args.cont and not latest_in_folder():
-        raise ConfigError("no conversation of this folder to continue")
     name = latest_in_folder() if args.cont else args.session
     if name and (not re.match(SESSION_NAME, name) or name == "autosave"):
         raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
@@ -3369,13 +3353,11 @@ def start_conversation(cfg, args):
         return load_session(name)
     return new_session(name or None), [{"role": "system", "content": cfg["system_prompt"]}]
 
-
 HOOKS["turn"].append(tidy_sessions)
 
 
 # ----------------------------------------------------------------------------------------
-# Settings and more commands: /cfg sets a key live and writes it to its config file, /model,
-# /models, /endpoint, /skill (the COMMANDS table)
+# Settings and more commands: /cfg (set live, saved), /model, /models, /endpoint, /skill
 # ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
@@ -3387,20 +3369,6 @@ def set_config_line(text, key, value):
                          "spaces or a ' #' comment" % (value, key))
     newline = "\r\n" if "\r\n" in text else "\n"
     return text + newline * (text[-1:] not in ("", "\n")) + key.lower() + "=" + value + newline
-
-def save_setting(path, key, raw):
-    """Append key=raw to the config file at path (mode 0600); the 'path:line' it comes from."""
-    try:
-        text = ""
-        if os.path.exists(path):
-            with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
-                text = f.read()
-        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
-    except ValueError as e:   # (a UnicodeDecodeError too)
-        raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
-    except OSError as e:
-        raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
-    return read_key_values(path)[key][1]
 
 def shown_value(cfg, key):
     """A setting as /cfg and --show-config print it: secrets as ***."""
@@ -3447,7 +3415,17 @@ def cmd_cfg(convo, arg):
     value = parse_value(key, raw, "/cfg")
     path = folder if folder and cfg["sources"].get(key, "").startswith(folder + ":") else \
         cfg["sources"]["config_file"]
-    where = save_setting(path, key, raw)
+    try:   # appended (mode 0600): the last line of a key wins
+        text = ""
+        if os.path.exists(path):
+            with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
+                text = f.read()
+        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
+    except ValueError as e:   # (a UnicodeDecodeError too)
+        raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
+    except OSError as e:
+        raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
+    where = read_key_values(path)[key][1]
     remember_own_edit(cfg, path, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
@@ -3461,8 +3439,7 @@ def cmd_model(convo, arg):
     listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
     if listed and arg not in listed:
         apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
-        return note(cfg, "[%s is not among the server's models (/model lists them): for this "
-                    "session only, not saved]" % arg, "warning")
+        return note(cfg, "[%s is not among the server's models: used, not saved]" % arg, "warning")
     return cmd_cfg(convo, "model " + arg)
 
 def skills(cfg):
@@ -3479,15 +3456,12 @@ def cmd_skill(convo, arg):
     if name and name not in found:
         raise BantamError("no skill %r (the skills: %s)" % (name, ", ".join(found) or "none"))
     if name:
-        prompt = prompt.strip()
-        return read_prompt(found[name]).rstrip("\n") + ("\n\n" + prompt if prompt else "")
+        return "\n\n".join(filter(None, (read_prompt(found[name]).rstrip("\n"), prompt.strip())))
     for name, path in found.items():
         about = re.search(r"(?m)^description:(.*)", read_prompt(path))
         show(cfg, "%-20s %s\n" % (name, about.group(1).strip(" \"'") if about else ""))
     if not found:
         show(cfg, "(no skills folder with a NAME/SKILL.md: /cfg bantam_skills_dir DIR)\n")
-    return None
-
 
 COMMANDS.update({
     "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
@@ -4067,8 +4041,7 @@ HOOKS["turn"].append(pasted)
 
 
 # ----------------------------------------------------------------------------------------
-# The command line: its flags (the FLAGS table), and what they do before the first prompt
-# (the start hook) and after a batch turn (the turn hook)
+# The command line: its flags, their work before the first prompt and after a batch turn
 # ----------------------------------------------------------------------------------------
 
 def setting_flag(key, value=None):
@@ -4087,10 +4060,8 @@ def setting_flag(key, value=None):
             args.__dict__.setdefault("overrides", {})[name] = parse_value(
                 name, text, self.option_strings[-1])
             if key is None and name in SECRET_KEYS and text:
-                note({}, "warning: --set %s puts a secret in your shell's history" % name,
-                     "warning")
+                note({}, "warning: --set %s: a secret in your shell history" % name, "warning")
     return SetKey
-
 
 def more_flags(parser):
     """Part II's flags (made when the command line is read: argparse loads only then)."""
@@ -4101,8 +4072,7 @@ def more_flags(parser):
     add("-e", "--endpoint", metavar="URL", action=setting("endpoint"), help="the API's base URL")
     add("--set", metavar="KEY=VALUE", action=setting(None), help="set any config key (repeatable)")
     add("--config", metavar="FILE", help="read this config file instead of model.cfg")
-    add("-c", "--continue", dest="cont", action="store_true",
-        help="continue this folder's latest conversation")
+    add("-c", "--continue", dest="cont", action="store_true", help="resume this folder's latest")
     add("--session", metavar="ID", help="continue conversation ID, or start one with that id")
     add("--delete", metavar="ID", help="delete saved conversation ID (or unique prefix), then exit")
     add("-q", "--quiet", action="store_true", help="stdout: only the answer; stderr: only problems")
@@ -4111,15 +4081,12 @@ def more_flags(parser):
     add("--trace", metavar="FILE", action=setting("trace_file"), help="append the events to FILE")
     add("--replay", metavar="TRACE", help="run a recorded trace again (its replies, real tools)")
     leash = parser.add_mutually_exclusive_group()
-    leash.add_argument("--ask", nargs=0, action=setting("approve", "ask"),
-                       help="ask before each shell command (approve=ask)")
-    leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"),
-                       help="run shell commands without asking (approve=auto)")
+    leash.add_argument("--ask", nargs=0, action=setting("approve", "ask"), help="ask each time")
+    leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"), help="never ask")
     add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"], action=setting("sandbox"),
         help="off, workspace or read-only: where commands may write")
     add("--trust", action="store_true", help="trust this folder: its model.cfg may steer bantam")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
-
 
 FLAGS.insert(1, more_flags)
 HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
@@ -4128,7 +4095,6 @@ HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
     + ", ".join(DEFAULTS) + ".",
     "exit status: 0 done, 1 failed after retries, 2 usage, config or request error, 3 stopped "
     "by a budget, 130 interrupted, 129 hang-up, 143 terminated, 141 stdout closed."))
-
 
 def batch_prompt(args):
     """The batch prompt: -p TEXT (piped stdin added), a file, '-', or a sentence (no file)."""
@@ -4163,18 +4129,17 @@ def show_config(cfg):
         show(cfg, "%-20s %-40s %s\n" % row)
 
 def keyless(cfg):
-    """True when a prompt would go to the default endpoint, never set up, with no key."""
-    return not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]
-
-KEYLESS_FIXES = ("set api_key in ~/.bantam/model.cfg (bantam's model.cfg.example shows every "
-                 "key)", "export OPENAI_API_KEY=... (or BANTAM_API_KEY)",
-                 "-e http://localhost:11434/v1 -m MODEL for a local server")
+    """Why no prompt may go out (the default endpoint, never set up, has no key), else None."""
+    if not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]:
+        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg (see "
+                "model.cfg.example), export OPENAI_API_KEY=..., use -e http://localhost:11434/v1 "
+                "-m MODEL for a local server, or here: /cfg api_key KEY, /endpoint URL"
+                % DEFAULTS["endpoint"])
 
 def refuse_keyless(convo, prompt, go):
     """The turn hook keeping a REPL prompt from the default endpoint while no key is set."""
     if keyless(convo["cfg"]):
-        raise BantamError("no API key for %s, so nothing was sent: /cfg api_key KEY sets one, "
-                          "/endpoint URL picks another server" % DEFAULTS["endpoint"])
+        raise BantamError(keyless(convo["cfg"]))
     return go(prompt)
 
 def hung_up(*_):
@@ -4183,7 +4148,6 @@ def hung_up(*_):
         if stat.S_ISCHR(os.fstat(fd).st_mode):   # (a terminal, or /dev/null)
             os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
     sys.exit(129)
-
 
 def start(convo, args):
     """The start hook: the flags' work and every check before a request is paid for."""
@@ -4206,8 +4170,7 @@ def start(convo, args):
     if args.prompt is not None and prompt.startswith("!"):   # typed by the user (never a file's)
         return run_direct(cfg, prompt[1:])
     if prompt is not None and keyless(cfg):   # (a replay sends nothing)
-        raise ConfigError("no API key for %s, so nothing is sent: %s; or %s; or %s" % (
-            (DEFAULTS["endpoint"],) + KEYLESS_FIXES))
+        raise ConfigError(keyless(cfg))
     try:   # a file that cannot be written fails now, before the model is paid
         if args.output:
             open(args.output, "a").close()
@@ -4217,7 +4180,7 @@ def start(convo, args):
         raise ConfigError("cannot write %s: %s" % (e.filename, e.strerror))
     if prompt is not None and not prompt.strip():
         raise ConfigError("the prompt is empty")
-    tokens = estimate_tokens(len(prompt or ""))   # near the key's window: the server's, asked
+    tokens = (len(prompt or "") + 3) // 4   # over half the key's window: the server's is asked
     window = context_window(cfg) if tokens > cfg["context_window"] // 2 else tokens
     if tokens > window:
         raise ConfigError("the prompt is about %d tokens (%d characters), more than the model's "
@@ -4237,9 +4200,7 @@ def start(convo, args):
     if cfg["sources"].get("trust_note"):   # said through the run's view (-q, --jsonl)
         note(cfg, cfg["sources"]["trust_note"], "info")
     if not batch and keyless(cfg):   # (refuse_keyless holds the prompts until a key is set)
-        note(cfg, "[no API key for %s yet. One of these:\n  %s\n  %s\n  bantam %s\n  or here: "
-             "/cfg api_key KEY, or /endpoint URL]" % ((DEFAULTS["endpoint"],) + KEYLESS_FIXES),
-             "info")
+        note(cfg, "[%s]" % keyless(cfg), "info")
     convo.update(prompt=prompt, args=args, batch=batch)
     if args.replay:
         return replay(convo, args.replay)
@@ -4255,7 +4216,6 @@ def start(convo, args):
             convo["readline"].add_history(args.interactive)
         convo["take_back"] = True
         do_line(convo, args.interactive)
-    return None
 
 def batch_answer(convo, prompt, go):
     """The turn hook of batch mode: -q prints the answer, -o writes it; the exit status."""
@@ -4279,14 +4239,12 @@ def batch_answer(convo, prompt, go):
     if not answer:   # an empty stdout with exit 0 would read as an answer to a script
         note(cfg, "[no answer: the turn ended without one]")
 
-
 HOOKS["start"].append(start)
 HOOKS["turn"] += [batch_answer, refuse_keyless]
 
 
 # ----------------------------------------------------------------------------------------
-# Replay: --replay TRACE runs the last run of a trace file again, its recorded model replies
-# instead of the network (a connect hook answering from the recording), the tools for real
+# Replay: --replay TRACE runs a trace's last run again, the model's replies from the recording
 # ----------------------------------------------------------------------------------------
 
 def replay(convo, path):
@@ -4302,37 +4260,31 @@ def replay(convo, path):
     prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
     if not prompts:
         raise ConfigError("%s: no recorded prompt to replay" % path)
-    cfg = convo["cfg"]
-    state = cfg["run"]["replay"] = {
-        "replies": [e["message"] for e in events if e["type"] == "reply"],
-        "results": [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"],
-        "checked": 0, "diverged": None}
+    cfg, results = convo["cfg"], []
+    cfg["run"]["replay"] = [e["message"] for e in events if e["type"] == "reply"]
 
-    def check(event):   # a view: each tool result against the recorded one
-        if event["type"] != "tool_result":
-            return
-        index, state["checked"] = state["checked"], state["checked"] + 1
-        recorded = state["results"][index] if index < len(state["results"]) else (None, None)
-        if recorded != (event["name"], event["content"]) and not state["diverged"]:
-            import difflib
-            diff = difflib.unified_diff(str(recorded[1]).splitlines(True),
-                                        event["content"].splitlines(True), "recorded", "now", n=1)
-            state["diverged"] = (index + 1, "%s differs from the recording:\n%s"
-                                 % (event["name"], "".join(list(diff)[:12])))
-    convo["views"].append(check)
+    def keep(event):   # a view: the tool results of this run
+        if event["type"] == "tool_result":
+            results.append((event["name"], event["content"]))
+    convo["views"].append(keep)
     for prompt in prompts:
         run_turn(convo, prompt)
-    if state["diverged"]:
-        note(cfg, "replay: diverged at tool result %d: %s" % state["diverged"])
-        return 1
-    note(cfg, "replay: all %d tool results matched the recording" % state["checked"], "info")
+    recorded = [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"]
+    for index, (now, then) in enumerate(zip(results, recorded + [(None, "")] * len(results))):
+        if now != then:
+            import difflib
+            diff = difflib.unified_diff(str(then[1]).splitlines(True), now[1].splitlines(True),
+                                        "recorded", "now", n=1)
+            note(cfg, "replay: diverged at tool result %d: %s differs from the recording:\n%s"
+                 % (index + 1, now[0], "".join(list(diff)[:12])))
+            return 1
+    note(cfg, "replay: all %d tool results matched the recording" % len(results), "info")
     return 0
-
 
 def replayed_connection(cfg):
     """The connect hook of --replay: no socket, each chat request answered from the trace."""
-    state = (cfg.get("run") or {}).get("replay")
-    if state is None:
+    replies = (cfg.get("run") or {}).get("replay")
+    if replies is None:
         return None
     import http.client
     import types
@@ -4343,9 +4295,9 @@ def replayed_connection(cfg):
         body, sent[:] = {"error": {"message": "not recorded"}}, []
         if b"/chat/completions" in request.split(b"\r\n", 1)[0]:
             body["error"]["message"] = "replay: the recording has no more model replies"
-            if state["replies"]:
+            if replies:
                 status, body = b"200 OK", {"choices": [
-                    {"index": 0, "message": state["replies"].pop(0), "finish_reason": None}]}
+                    {"index": 0, "message": replies.pop(0), "finish_reason": None}]}
         body = json.dumps(body).encode()
         return io.BytesIO(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: "
                           b"%d\r\n\r\n%s" % (status, len(body), body))
@@ -4353,7 +4305,6 @@ def replayed_connection(cfg):
     conn.connect = lambda: setattr(conn, "sock", types.SimpleNamespace(
         sendall=sent.append, makefile=answer, settimeout=lambda seconds: None, close=lambda: None))
     return conn
-
 
 HOOKS["connect"].insert(0, replayed_connection)   # before the transport's: no network
 

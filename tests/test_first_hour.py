@@ -311,7 +311,7 @@ class FirstRunTests(FirstHourCase):
         nothing is connected to or saved; after /endpoint the next prompt goes there."""
         proxy, env = self.watch()
         term = self.repl(cols=80, env=env)
-        out = " ".join(self.typed(term, "hi there", "nothing was sent").split())   # (wrapped)
+        out = " ".join(self.typed(term, "hi there", "nothing is sent").split())   # (wrapped)
         self.assertIn("no API key for https://api.openai.com/v1", out)
         self.assertIn("/cfg api_key KEY", out)
         self.assertEqual(proxy.connections, 0)
