@@ -1691,8 +1691,7 @@ def main(argv=None):
 
 import stat          # (Part II's own module)
 
-# Part II adds to Part I's tables: the keys below (and their checks), more events, views,
-# tools, commands and flags; and it fills the hooks. Its sections follow in reading order.
+# Part II adds keys, events, views, tools, commands and flags to Part I's tables; fills hooks.
 
 DEFAULTS.update({
     "headers": {},                 # extra request headers, JSON: {"api-key": "..."} (secret)
@@ -1700,7 +1699,6 @@ DEFAULTS.update({
     "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
     "max_reasoning": 262144,       # characters of a reply's reasoning shown, kept and sent back
     "max_calls_per_reply": 64,     # tool calls of a reply that run; the rest are answered "not run"
-    "text_tool_calls": False,      # run a reply that is only a tool call written as text
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown, live tool output: auto (a terminal) | always | never
     "tool_lines": 10,              # lines of a command's output shown on screen (0: a screenful)
@@ -1749,8 +1747,7 @@ def own(cfg):
 
 
 def turn_tally(cfg):
-    """What the turn has spent so far, shared by its subagents: {started, tokens, cost,
-    repairs}; made when a turn's first run asks for it (None outside a turn)."""
+    """The turn's spending {started, tokens, cost, repairs}, shared by subagents (or None)."""
     run = cfg.get("run")
     if not run or not run.get("loop"):
         return None
@@ -1765,8 +1762,7 @@ def turn_tally(cfg):
 # tool calls, and the fixes its refusals teach (the request and delta hooks)
 # ----------------------------------------------------------------------------------------
 
-# What servers say when the prompt does not fit the context window (or a minute's tokens),
-# when the money has run out (retrying cannot help), and about a blank assistant message:
+# What servers say of a prompt too long, of money run out, of a blank assistant message:
 OVERFLOW_PATTERNS = (
     r"(?i)context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
     r"|exceeds the available context|greater than the context length|prompt is too long"
@@ -1777,10 +1773,8 @@ QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check you
                   r"|credit balance is too low|insufficient (?:credits|balance)")
 EMPTY_ASSISTANT_PATTERNS = r"(?i)content or tool_calls must be set|text content blocks must"
 
-# Fixes a server's error teaches, kept for that endpoint and model: the error, the line saying
-# so. DashScope's Qwen3 thinking models only stream; Kimi K2.5+, DeepSeek V4 want reasoning_content
-# on tool call messages; Claude behind gateways takes content "" for an empty text block;
-# Mistral takes tool call ids of 9 letters and digits, OpenAI of 40 (others: begun elsewhere).
+# Fixes errors teach, per endpoint and model (DashScope's Qwen3 thinking only streams; Kimi,
+# DeepSeek want reasoning_content; Claude gateways: no ""; Mistral: 9-character call ids).
 FIXES = {
     "stream": (r"must be set to false for non-streaming", None),
     "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking",
@@ -1790,9 +1784,7 @@ FIXES = {
     "short_ids": (r"a-z, A-Z, 0-9, with a length of 9|tool_calls\[\d+\]\.id'?: string too long",
                   "the server refuses these tool call ids: sending each as 9 letters and digits")}
 
-# The fields a server may refuse: of the request, and of its messages; and how it says so:
-# "Unsupported parameter", Mistral's "extra_forbidden", "`temperature` is deprecated", xAI's
-# "does not support parameter reasoningEffort", Kimi's "only 1 is allowed" (its own is used).
+# The fields a server may refuse (of the request, of its messages), and how it says so.
 OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
 MESSAGE_EXTRAS = ("reasoning_content", "reasoning_details", "extra_content")
 REFUSED_FIELD = (r"(?i)unsupported|not supported|does not support|deprecated|extra_forbidden"
@@ -1803,12 +1795,8 @@ CUTS = {   # what was cut of a reply: by its finish_reason, by a bound of bantam
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
     "content_filter": "[the reply was cut by a content filter (finish_reason: content_filter)]",
     "reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
-    "details": "[the reasoning_details passed %(max_reasoning)d characters: none is kept]",
     "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
 THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills, Amazon Nova
-# A reply that is only a tool call written as text: in <tool_call> tags, in a fence, or bare.
-TEXT_CALL = (r"(?s)^\s*(?:<tool_call>\s*(\{.*\})\s*</tool_call>|```(?:json)?\s*(\{.*\})\s*```"
-             r"|(\{.*\}))\s*$")
 
 
 def shape_request(cfg, messages, body, error=None):
@@ -1832,8 +1820,7 @@ def shape_request(cfg, messages, body, error=None):
 
 
 def learn_from(cfg, messages, body, error):
-    """After a failed request: True to ask again at once (a fix learned, a blank assistant
-    message taken out); the error put right."""
+    """After a failure: True to ask again at once (a fix learned, a blank message dropped)."""
     classify(cfg, error)
     reply = (cfg.get("run") or {}).get("reply") or {}
     if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
@@ -1913,8 +1900,7 @@ def fixed_message(message, fixes):
 
 
 def learned_fix(error, body):
-    """(fix, line saying so) for a refused request: leave out a field it names as refused (in
-    any case style, as xAI's "reasoningEffort"), or one of FIXES; else (None, None)."""
+    """(fix, line saying so) for a refused request: drop a field it names, or a FIXES one."""
     text = error.body or str(error)
     sent = [f for f in OPTIONAL_FIELDS if f in body]
     sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
@@ -1927,8 +1913,7 @@ def learned_fix(error, body):
 
 
 def server_wait(headers, text=""):
-    """Seconds the server asks us to wait (headers; else the body, as Gemini's "retryDelay":
-    "38s" or "Please retry in 37.9s."), or None."""
+    """Seconds the server asks us to wait (headers, else Gemini's body), or None."""
     from email.utils import parsedate_to_datetime
     after = (headers.get("retry-after") or "").strip()
     for wait in (lambda: float(headers["retry-after-ms"]) / 1000, lambda: float(after),
@@ -1944,8 +1929,8 @@ def server_wait(headers, text=""):
 def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
     if "room" not in reply:   # what the reply may still keep (see room_for)
-        reply.update(room={"reasoning": cfg["max_reasoning"], "details": cfg["max_reasoning"],
-                           "arguments": MAX_ARGUMENTS}, cut=[], think="start", unsure="")
+        reply.update(room={"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS},
+                     cut=[], think="start", unsure="")
     if delta is None:
         return end_of_reply(cfg, reply)
     if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
@@ -1961,8 +1946,6 @@ def shape_delta(cfg, reply, delta):
         delta["content"] = "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
     if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
         reply["extra"].setdefault("extra_content", {}).update(delta["extra_content"])
-    if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back
-        merge_details(reply, delta["reasoning_details"])
     named, thought = delta.pop("reasoning_content", None), delta.pop("reasoning", None)
     thought = named or thought   # (merged here: before the content)
     if isinstance(thought, str) and thought:
@@ -1970,6 +1953,8 @@ def shape_delta(cfg, reply, delta):
         thought = thought[:room_for(reply, "reasoning", len(thought))]
         if thought:
             add_piece(reply, "reasoning", thought)
+    if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back
+        merge_details(reply, delta["reasoning_details"])
     for fragment in delta.get("tool_calls") or ():
         function = fragment.get("function") if isinstance(fragment, dict) else None
         if isinstance(function, dict) and isinstance(function.get("arguments"), str):
@@ -1986,12 +1971,11 @@ def shape_delta(cfg, reply, delta):
 
 
 def end_of_reply(cfg, reply):
-    """The reply ended: what waited on a <think> marker, a tool call written as text, cuts."""
+    """The reply ended: what waited on a <think> marker, and the cuts."""
     if reply["unsure"]:
         queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
     if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
         raise stream_error("finish_reason: error")
-    text_tool_call(cfg, reply)
     end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
     for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
         if cut in CUTS:
@@ -2001,11 +1985,9 @@ def end_of_reply(cfg, reply):
 
 
 def merge_details(reply, details):
-    """Keep reasoning_details to send back, a block's fragments joined (a signature covers
-    the whole); none past max_reasoning characters (cut, a signed block is void)."""
+    """Keep reasoning_details to send back, a block's fragments joined (signed as a whole)."""
     kept = reply["extra"].setdefault("reasoning_details", [])
     for d in (d for d in details if isinstance(d, dict)):
-        room_for(reply, "details", sum(len(v) for v in d.values() if isinstance(v, str)))
         reply["size"] += 1
         block = next((b for b in kept if isinstance(d.get("index"), int)
                       and (b.get("index"), b.get("type")) == (d["index"], d.get("type"))), None)
@@ -2015,7 +1997,7 @@ def merge_details(reply, details):
         for key, value in d.items():
             joined = key in ("text", "summary", "data") and isinstance(block.get(key), str)
             block[key] = block[key] + value if joined and isinstance(value, str) else value
-    if not kept or reply["room"]["details"] < 0:
+    if not kept or "reasoning" in reply["cut"]:   # (a signed block cut short is void)
         del reply["extra"]["reasoning_details"]
 
 
@@ -2052,27 +2034,6 @@ def split_think(reply, text):
     text = text.lstrip()
     reply["think"] = "after" if not text else None
     return text
-
-
-def text_tool_call(cfg, reply):
-    """With text_tool_calls=true, a reply that is only a tool call written as text is one."""
-    match = re.match(TEXT_CALL, "".join(reply["content"]))
-    try:
-        data = json.loads(next(g for g in match.groups() if g)) if match else None
-    except ValueError:
-        return
-    data = data if isinstance(data, dict) else {}
-    data = data["function"] if isinstance(data.get("function"), dict) else data
-    name, args = data.get("name"), data.get("arguments", data.get("parameters"))
-    if name not in TOOLS or not isinstance(args, (dict, str)) or any(
-            c["function"]["name"] for c in reply["calls"].values()):
-        return
-    if not cfg["text_tool_calls"]:
-        return note_once(cfg, "text_tool_hint", "[hint: the reply looks like a tool call written "
-                         "as text; set text_tool_calls=true in model.cfg to run such replies]",
-                         "info")
-    reply["content"], reply["calls"] = [], {}
-    merge_tool_call(reply, {"function": {"name": name, "arguments": args}}, 0)
 
 
 HOOKS["request"].append(shape_request)

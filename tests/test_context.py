@@ -443,54 +443,6 @@ class OverflowTests(BantamTestCase):
         self.assertIn("even after compacting", proc.stderr.splitlines()[-1])
 
 
-class TextToolCallTests(BantamTestCase):
-    """text_tool_calls=true runs a reply that is only a tool call written as text."""
-
-    REPLIES = [
-        ("<tool_call> tags", '<tool_call>{"name":"shell_exec","arguments":{"command":"echo hi"}}</tool_call>'),
-        ("bare JSON", '{"name": "shell_exec", "arguments": {"command": "echo hi"}}'),
-    ]
-
-    def test_on_runs_the_call(self):
-        """The call runs; the stored and sent conversation holds a real tool call answered by
-        its tool message."""
-        for what, reply in self.REPLIES:
-            with self.subTest(what):
-                self.server.requests.clear()
-                self.ws.write_config(self.server, text_tool_calls=True)
-                self.push(text_stream(reply), text_stream("It printed hi."))
-                proc = self.run_batch("say hi")
-                self.assertEqual(proc.returncode, 0, proc.stderr)
-                self.assertIn("[tool call: shell_exec(", proc.stdout)
-                self.assertIn("[tool result: shell_exec]\nhi\n", proc.stdout)
-                bodies = self.server.bodies
-                self.assertEqual(len(bodies), 2)
-                sent = bodies[1]["messages"]
-                assistant, tool = sent[2], sent[3]
-                self.assertEqual(assistant["role"], "assistant")
-                [call] = assistant["tool_calls"]
-                self.assertEqual(call["function"]["name"], "shell_exec")
-                self.assertEqual(json.loads(call["function"]["arguments"]), {"command": "echo hi"})
-                self.assertTrue(call["id"])
-                self.assertEqual(tool, {"role": "tool", "tool_call_id": call["id"],
-                                        "content": "hi\n\n\nexit: 0"})
-                self.assertEqual(self.read_autosave()["messages"][2:4], [assistant, tool])
-
-    def test_off_prints_a_hint(self):
-        """Off (the default): the text stays text, nothing runs, and a one-line hint names the setting."""
-        for what, reply in self.REPLIES:
-            with self.subTest(what):
-                self.server.requests.clear()
-                self.push(text_stream(reply))
-                proc = self.run_batch("say hi")
-                self.assertEqual(proc.returncode, 0, proc.stderr)
-                self.assertNotIn("[tool call", proc.stdout)
-                hints = [line for line in proc.stderr.splitlines() if "text_tool_calls" in line]
-                self.assertEqual(len(hints), 1, proc.stderr)
-                self.assertEqual(len(self.server.posts), 1)
-                self.assertEqual(self.read_autosave()["messages"][-1], {"role": "assistant", "content": reply})
-
-
 CONTENT_OR_TOOL_CALLS = "Invalid assistant message: content or tool_calls must be set"
 NON_WHITESPACE = "messages: text content blocks must contain non-whitespace text"
 

@@ -56,15 +56,6 @@ class SaidOnceTests(LibraryCase):
         warned = [[n for n in notes if "not JSON" in n] for notes in runs]
         self.assertEqual([len(w) for w in warned], [1, 1], runs)
 
-    def test_the_text_tool_call_hint_is_given_in_each_run(self):
-        """A reply that is only a tool call written as text gets the text_tool_calls hint in
-        each of two runs of one process."""
-        call = '<tool_call>{"name": "shell_exec", "arguments": {"command": "ls"}}</tool_call>'
-        self.push(text_stream(call), text_stream(call))
-        runs = self.run_library(TWO_RUNS, self.server.url)
-        hinted = [[n for n in notes if "text_tool_calls=true" in n] for notes in runs]
-        self.assertEqual([len(h) for h in hinted], [1, 1], runs)
-
 
 @unittest.skipUnless(os.path.isdir("/proc/self/fd"), "needs /proc to count sockets")
 class StreamQueueTests(BantamTestCase):
