@@ -32,7 +32,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 from tests import support  # noqa: E402  (the fake server and the pseudo-terminal)
 
 CASES = os.path.join(HERE, "spec_cases.json")
-PROMPT = re.compile(r"(?:^|\n)(?:\x1b\[\?2004h)?> ")   # the REPL's input prompt, "> "
+# the REPL's input prompt "> ", at a line start or after cursor-movement / erase / mode
+# sequences (Node's readline writes "\r\x1b[K" before it, GNU readline "\x1b[?2004h")
+PROMPT = re.compile(r"(?:^|[\r\n]|\x1b\[[0-9;?]*[A-Za-z])(?:\x1b\[[0-9;?]*[A-Za-z]|\r)*> ")
 BASE_CONFIG = {"model": "test-model", "stream": "true", "color": "never",
                "backoff": "0.01,0.01,0.01,0.01,0.01", "timeout": "10"}
 

@@ -7,6 +7,7 @@ run through the tests' launcher (bantam.py compiled once per test run).
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -68,6 +69,30 @@ class FileShapeTests(unittest.TestCase):
             wide = ["%d: %d columns" % (n, len(line.rstrip("\n")))
                     for n, line in enumerate(f, 1) if len(line.rstrip("\n")) > 100]
         self.assertEqual(wide, [])
+
+
+class CopyTests(unittest.TestCase):
+    """tests/ copied to another folder runs the cases given only the command after --."""
+
+    def test_cases_run_from_a_copy_of_tests(self):
+        """A copy of tests/ with no bantam.py beside it lists the cases and runs them against
+        `python3 /path/to/bantam.py` (what a port's author does)."""
+        folder = tempfile.mkdtemp(prefix="bantam-spec-copy-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        here = os.path.dirname(os.path.abspath(__file__))
+        shutil.copytree(here, os.path.join(folder, "tests"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        script = os.path.join(folder, "tests", "spec.py")
+        listed = subprocess.run([sys.executable, script, "--list"], cwd=folder,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                universal_newlines=True, timeout=60)
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertEqual(len(listed.stdout.splitlines()), len(spec.load_cases()))
+        ran = subprocess.run([sys.executable, script, "--", sys.executable, support.BANTAM],
+                             cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             universal_newlines=True, timeout=600)
+        self.assertEqual(ran.returncode, 0, ran.stdout[-3000:] + ran.stderr[-2000:])
+        self.assertRegex(ran.stdout.splitlines()[-1], r"^\d+ passed, 0 failed$")
 
 
 for _case in spec.load_cases():
