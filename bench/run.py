@@ -717,11 +717,10 @@ print(json.dumps({"runs": results, "timed_out": bool(killed), "killed": len(kill
 # The step-save micro-benchmark: imports bantam (importlib, from --bantam) with HOME in the
 # temp dir, grows a conversation the way the tool loop does (an assistant message with one
 # shell_exec call, then its tool message) and times every save of it, for each strategy:
-#   journal  bantam's own save_step at every message (appends to <id>.steps)
-#   whole    save_session at every message instead (the whole <id>.json rewritten, fsynced)
-#   nofsync  the same whole rewrite with os.fsync made a no-op (how much of it is fsync)
-# Each growth starts after the prompt's save (untimed, it creates the file) and ends with
-# the turn's final save_session (timed). Prints JSON: {strategy: [one dict per rep]}.
+#   whole    bantam's save_session at every message (the whole <id>.json rewritten, fsynced)
+#   nofsync  the same with os.fsync made a no-op (how much of it is fsync)
+# Each growth starts after the prompt's save (untimed, it creates the file).
+# Prints JSON: {strategy: [one dict per rep]}.
 STEPS_SRC = r"""
 import importlib.util, json, os, sys, time
 spec = json.loads(sys.argv[1])
@@ -739,53 +738,37 @@ def no_fsync(fd):
     pass
 
 
-def save_whole(cfg, session, messages):
-    bantam.save_session(cfg, session, messages, link=False)
-
-
 def grow(strategy, n):
     session = bantam.new_session()
     messages = [{"role": "system", "content": cfg["system_prompt"]}]
     bantam.append_user(messages, "Run the benchmark step.\n")
-    bantam.save_step(cfg, session, messages)   # the prompt's save: creates the file
-    save = bantam.save_step if strategy == "journal" else save_whole
+    bantam.save_session(cfg, session, messages)   # the prompt's save: creates the file
     os.fsync = no_fsync if strategy == "nofsync" else real_fsync
     steps, clock = [], time.perf_counter
-    journaled = False
     try:
         for i in range(n // 2):
             call = {"id": "call_%d" % i, "type": "function",
                     "function": {"name": "shell_exec", "arguments": '{"command": "true"}'}}
             for m in ({"role": "assistant", "content": "", "tool_calls": [call]},
-                      bantam.tool_message(call["id"], "\n\nexit: 0")):
+                      {"role": "tool", "tool_call_id": call["id"], "content": "\n\nexit: 0"}):
                 messages.append(m)
                 t0 = clock()
-                save(cfg, session, messages)
+                bantam.save_session(cfg, session, messages, link=False)
                 steps.append(clock() - t0)
-        path = bantam.session_path(session["id"])
-        journaled = os.path.exists(path[:-5] + ".steps")
-        t0 = clock()
-        bantam.save_session(cfg, session, messages)   # the turn's end
-        final = clock() - t0
     finally:
         os.fsync = real_fsync
+    path = bantam.session_path(session["id"])
     with open(path, encoding="utf-8") as f:
         saved = len(json.load(f)["messages"])
-    for p in (path, path[:-5] + ".steps"):
-        try:
-            os.unlink(p)
-        except OSError:
-            pass
+    os.unlink(path)
     tail = steps[-max(1, n // 10):]
     return {"step_mean_s": sum(steps) / len(steps), "tail_mean_s": sum(tail) / len(tail),
-            "step_max_s": max(steps), "final_s": final,
-            "per_step_s": (sum(steps) + final) / len(steps), "saved_messages": saved,
-            "expected_messages": len(messages), "journaled": journaled}
+            "step_max_s": max(steps), "saved_messages": saved,
+            "expected_messages": len(messages)}
 
 
 out = dict((s, []) for s in spec["strategies"])
-grow("journal", 40)   # warm-up: imports, caches, the sessions folder
-grow("whole", 40)
+grow("whole", 40)   # warm-up: imports, caches, the sessions folder
 for _ in range(spec["reps"]):
     for strategy in spec["strategies"]:
         out[strategy].append(grow(strategy, spec["messages"]))
@@ -1531,9 +1514,9 @@ def us(seconds):
 
 
 def bench_steps(b, reps, n):
-    """Step saves (issue 10): bantam's own save_step (a journal appended at every message)
-    plus the final save_session, vs a whole-file rewrite at every message, for a conversation
-    growing by n messages of the tool loop's shape; timed in-process (STEPS_SRC)."""
+    """Step saves: bantam's save_session (the whole file, fsynced) at every message of a
+    conversation growing by n messages of the tool loop's shape, as bantam saves at each reply
+    and once its tool results are in; timed in-process (STEPS_SRC); without fsync beside it."""
     root = os.path.join(b.tmp, "steps")
     home, cwd = os.path.join(root, "home"), os.path.join(root, "cwd")
     os.makedirs(home)
@@ -1542,7 +1525,7 @@ def bench_steps(b, reps, n):
     with open(config, "w") as f:   # a key as long as a real one: every saved line is redacted
         f.write("endpoint=%s\nmodel=bench\napi_key=sk-bench-%s\n" % (
             b.server.endpoint("loop-0"), "0123456789abcdef" * 3))
-    strategies = ["journal", "whole", "nofsync"]
+    strategies = ["whole", "nofsync"]
     spec = {"bantam": b.bantam, "home": home, "cwd": cwd, "config": config, "reps": reps,
             "messages": n, "strategies": strategies}
     _, rc, out = b.run([PY, b.steps_helper, json.dumps(spec)], cwd, timeout=240, capture=True)
@@ -1552,39 +1535,30 @@ def bench_steps(b, reps, n):
     for strategy in strategies:
         rs = runs[strategy]
         res[strategy] = dict((k, med([r[k] for r in rs])) for k in (
-            "per_step_s", "step_mean_s", "tail_mean_s", "step_max_s", "final_s"))
+            "step_mean_s", "tail_mean_s", "step_max_s"))
         lost = [r for r in rs if r["saved_messages"] != r["expected_messages"]]
         if lost:
             b.notes.append("steps [%s]: the saved file held %d of %d messages" % (
                 strategy, lost[0]["saved_messages"], lost[0]["expected_messages"]))
-    if not all(r["journaled"] for r in runs["journal"]):
-        b.notes.append("steps: save_step wrote no <id>.steps journal (it rewrote the file?)")
-    j, w, nf = res["journal"], res["whole"], res["nofsync"]
-    ratio = j["per_step_s"] / w["per_step_s"]
-    res["ratio_journal_vs_whole"] = ratio
-    b.row("step saves: per step, %d messages (save_step journal vs whole rewrite per step)" % n,
-          us(j["per_step_s"]), us(w["per_step_s"]), "%.2f" % ratio, "—")
+    w, nf = res["whole"], res["nofsync"]
+    b.row("step saves: a whole save per step, %d messages (fsync vs none)" % n,
+          us(w["step_mean_s"]), us(nf["step_mean_s"]),
+          "%.2f" % (w["step_mean_s"] / nf["step_mean_s"]), "—")
     loop = b.results.get("loop", {}).get("framings", {}).get("chunked", {})
     if loop.get("per_iter_s"):   # an iteration adds two messages: the call and its result
         it = loop["per_iter_s"]
-        share, share_w = 2 * j["per_step_s"] / it, 2 * w["per_step_s"] / it
-        res.update(loop_iter_s=it, share_of_iteration=share, share_whole=share_w)
+        share = 2 * w["step_mean_s"] / it
+        res.update(loop_iter_s=it, share_of_iteration=share)
         b.row("step saves: share of one tool-loop iteration [chunked] (2 saves)",
               "%.1f%%" % (100 * share), fmt_ms(it), "—", "—")
-        b.notes.append("steps: 2 whole rewrites per iteration would take %.1f%% of it "
-                       "(the loop's target, <= 1.2x a loop that saves nothing, leaves 20%%)."
-                       % (100 * share_w))
     else:
         b.notes.append("steps: no tool-loop row in this run (--only), so no share of an "
                        "iteration; run with --only loop,steps for it.")
     b.notes.append("steps: median of %d growths by %d messages on %s (HOME in the temp dir): "
-                   "journal %s/append (%s over the last tenth, %s at most) + final save %s; "
-                   "whole rewrite %s/step (last tenth %s) + final %s; whole rewrite without "
-                   "fsync %s/step (last tenth %s)." % (
-                       reps, n, res["filesystem"], us(j["step_mean_s"]), us(j["tail_mean_s"]),
-                       us(j["step_max_s"]), us(j["final_s"]), us(w["step_mean_s"]),
-                       us(w["tail_mean_s"]), us(w["final_s"]), us(nf["step_mean_s"]),
-                       us(nf["tail_mean_s"])))
+                   "%s/save (%s over the last tenth, %s at most); without fsync %s/save "
+                   "(last tenth %s)." % (
+                       reps, n, res["filesystem"], us(w["step_mean_s"]), us(w["tail_mean_s"]),
+                       us(w["step_max_s"]), us(nf["step_mean_s"]), us(nf["tail_mean_s"])))
     b.results["steps"] = res
 
 
@@ -1626,7 +1600,7 @@ def run_fleet(b, argvs, cwd, timeout, tag):
 
 def check_fleet_sessions(b, sids, prompts):
     """Problems with the conversation files of a fleet: each must exist, parse, hold its own
-    prompt and the whole turn (5 messages), and no journal may be left."""
+    prompt and the whole turn (5 messages)."""
     problems = []
     sessions = os.path.join(b.home, ".bantam", "sessions")
     for sid, prompt in zip(sids, prompts):
@@ -1640,8 +1614,6 @@ def check_fleet_sessions(b, sids, prompts):
         users = [m.get("content") for m in msgs if m.get("role") == "user"]
         if users != [prompt] or len(msgs) != 5:
             problems.append("%s: %d messages, user messages %r" % (sid, len(msgs), users[:2]))
-        if os.path.exists(path[:-5] + ".steps"):
-            problems.append("%s: journal left behind" % sid)
     link = os.path.join(sessions, "autosave.json")
     target = os.path.basename(os.readlink(link))[:-5] if os.path.islink(link) else None
     if target not in sids:
