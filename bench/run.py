@@ -1611,8 +1611,8 @@ def check_fleet_sessions(b, sids, prompts):
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append("%s: %s" % (sid, e))
             continue
-        users = [m.get("content") for m in msgs if m.get("role") == "user"]
-        if users != [prompt] or len(msgs) != 5:
+        users = [str(m.get("content")).strip() for m in msgs if m.get("role") == "user"]
+        if users != [prompt.strip()] or len(msgs) != 5:
             problems.append("%s: %d messages, user messages %r" % (sid, len(msgs), users[:2]))
     link = os.path.join(sessions, "autosave.json")
     target = os.path.basename(os.readlink(link))[:-5] if os.path.islink(link) else None
