@@ -586,7 +586,7 @@ class Fleet(object):
                 self.problem("prompt %d: trace of %s (%s): %s" % (i, sid, run, "; ".join(wrong)))
 
     def check_session(self, i, sid, run, prompt, answer):
-        """The run's conversation file: its own prompt, its answer if it got one, no journal."""
+        """The run's conversation file: its own prompt, its answer if it got one."""
         path = os.path.join(self.home, ".bantam", "sessions", sid + ".json")
         text = read(path)
         self.check_tags(i, text, "the conversation %s" % sid)
@@ -601,8 +601,6 @@ class Fleet(object):
         if roles != want or users != [prompt.strip()] or (
                 run[-1] == 200 and msgs[-1].get("content") != answer):
             self.problem("prompt %d: conversation %s holds %r" % (i, sid, msgs[1:]))
-        if os.path.exists(path[:-5] + ".steps"):
-            self.problem("prompt %d: conversation %s left its journal" % (i, sid))
 
     def check_stdout(self):
         """The answers on stdout (-q): each prompt's own, once, where the runner puts them."""

@@ -717,11 +717,10 @@ print(json.dumps({"runs": results, "timed_out": bool(killed), "killed": len(kill
 # The step-save micro-benchmark: imports bantam (importlib, from --bantam) with HOME in the
 # temp dir, grows a conversation the way the tool loop does (an assistant message with one
 # shell_exec call, then its tool message) and times every save of it, for each strategy:
-#   journal  bantam's own save_step at every message (appends to <id>.steps)
-#   whole    save_session at every message instead (the whole <id>.json rewritten, fsynced)
-#   nofsync  the same whole rewrite with os.fsync made a no-op (how much of it is fsync)
-# Each growth starts after the prompt's save (untimed, it creates the file) and ends with
-# the turn's final save_session (timed). Prints JSON: {strategy: [one dict per rep]}.
+#   whole    bantam's save_session at every message (the whole <id>.json rewritten, fsynced)
+#   nofsync  the same with os.fsync made a no-op (how much of it is fsync)
+# Each growth starts after the prompt's save (untimed, it creates the file).
+# Prints JSON: {strategy: [one dict per rep]}.
 STEPS_SRC = r"""
 import importlib.util, json, os, sys, time
 spec = json.loads(sys.argv[1])
@@ -739,53 +738,37 @@ def no_fsync(fd):
     pass
 
 
-def save_whole(cfg, session, messages):
-    bantam.save_session(cfg, session, messages, link=False)
-
-
 def grow(strategy, n):
     session = bantam.new_session()
     messages = [{"role": "system", "content": cfg["system_prompt"]}]
     bantam.append_user(messages, "Run the benchmark step.\n")
-    bantam.save_step(cfg, session, messages)   # the prompt's save: creates the file
-    save = bantam.save_step if strategy == "journal" else save_whole
+    bantam.save_session(cfg, session, messages)   # the prompt's save: creates the file
     os.fsync = no_fsync if strategy == "nofsync" else real_fsync
     steps, clock = [], time.perf_counter
-    journaled = False
     try:
         for i in range(n // 2):
             call = {"id": "call_%d" % i, "type": "function",
                     "function": {"name": "shell_exec", "arguments": '{"command": "true"}'}}
             for m in ({"role": "assistant", "content": "", "tool_calls": [call]},
-                      bantam.tool_message(call["id"], "\n\nexit: 0")):
+                      {"role": "tool", "tool_call_id": call["id"], "content": "\n\nexit: 0"}):
                 messages.append(m)
                 t0 = clock()
-                save(cfg, session, messages)
+                bantam.save_session(cfg, session, messages, link=False)
                 steps.append(clock() - t0)
-        path = bantam.session_path(session["id"])
-        journaled = os.path.exists(path[:-5] + ".steps")
-        t0 = clock()
-        bantam.save_session(cfg, session, messages)   # the turn's end
-        final = clock() - t0
     finally:
         os.fsync = real_fsync
+    path = bantam.session_path(session["id"])
     with open(path, encoding="utf-8") as f:
         saved = len(json.load(f)["messages"])
-    for p in (path, path[:-5] + ".steps"):
-        try:
-            os.unlink(p)
-        except OSError:
-            pass
+    os.unlink(path)
     tail = steps[-max(1, n // 10):]
     return {"step_mean_s": sum(steps) / len(steps), "tail_mean_s": sum(tail) / len(tail),
-            "step_max_s": max(steps), "final_s": final,
-            "per_step_s": (sum(steps) + final) / len(steps), "saved_messages": saved,
-            "expected_messages": len(messages), "journaled": journaled}
+            "step_max_s": max(steps), "saved_messages": saved,
+            "expected_messages": len(messages)}
 
 
 out = dict((s, []) for s in spec["strategies"])
-grow("journal", 40)   # warm-up: imports, caches, the sessions folder
-grow("whole", 40)
+grow("whole", 40)   # warm-up: imports, caches, the sessions folder
 for _ in range(spec["reps"]):
     for strategy in spec["strategies"]:
         out[strategy].append(grow(strategy, spec["messages"]))
@@ -1531,9 +1514,9 @@ def us(seconds):
 
 
 def bench_steps(b, reps, n):
-    """Step saves (issue 10): bantam's own save_step (a journal appended at every message)
-    plus the final save_session, vs a whole-file rewrite at every message, for a conversation
-    growing by n messages of the tool loop's shape; timed in-process (STEPS_SRC)."""
+    """Step saves: bantam's save_session (the whole file, fsynced) at every message of a
+    conversation growing by n messages of the tool loop's shape, as bantam saves at each reply
+    and once its tool results are in; timed in-process (STEPS_SRC); without fsync beside it."""
     root = os.path.join(b.tmp, "steps")
     home, cwd = os.path.join(root, "home"), os.path.join(root, "cwd")
     os.makedirs(home)
@@ -1542,7 +1525,7 @@ def bench_steps(b, reps, n):
     with open(config, "w") as f:   # a key as long as a real one: every saved line is redacted
         f.write("endpoint=%s\nmodel=bench\napi_key=sk-bench-%s\n" % (
             b.server.endpoint("loop-0"), "0123456789abcdef" * 3))
-    strategies = ["journal", "whole", "nofsync"]
+    strategies = ["whole", "nofsync"]
     spec = {"bantam": b.bantam, "home": home, "cwd": cwd, "config": config, "reps": reps,
             "messages": n, "strategies": strategies}
     _, rc, out = b.run([PY, b.steps_helper, json.dumps(spec)], cwd, timeout=240, capture=True)
@@ -1552,39 +1535,30 @@ def bench_steps(b, reps, n):
     for strategy in strategies:
         rs = runs[strategy]
         res[strategy] = dict((k, med([r[k] for r in rs])) for k in (
-            "per_step_s", "step_mean_s", "tail_mean_s", "step_max_s", "final_s"))
+            "step_mean_s", "tail_mean_s", "step_max_s"))
         lost = [r for r in rs if r["saved_messages"] != r["expected_messages"]]
         if lost:
             b.notes.append("steps [%s]: the saved file held %d of %d messages" % (
                 strategy, lost[0]["saved_messages"], lost[0]["expected_messages"]))
-    if not all(r["journaled"] for r in runs["journal"]):
-        b.notes.append("steps: save_step wrote no <id>.steps journal (it rewrote the file?)")
-    j, w, nf = res["journal"], res["whole"], res["nofsync"]
-    ratio = j["per_step_s"] / w["per_step_s"]
-    res["ratio_journal_vs_whole"] = ratio
-    b.row("step saves: per step, %d messages (save_step journal vs whole rewrite per step)" % n,
-          us(j["per_step_s"]), us(w["per_step_s"]), "%.2f" % ratio, "—")
+    w, nf = res["whole"], res["nofsync"]
+    b.row("step saves: a whole save per step, %d messages (fsync vs none)" % n,
+          us(w["step_mean_s"]), us(nf["step_mean_s"]),
+          "%.2f" % (w["step_mean_s"] / nf["step_mean_s"]), "—")
     loop = b.results.get("loop", {}).get("framings", {}).get("chunked", {})
     if loop.get("per_iter_s"):   # an iteration adds two messages: the call and its result
         it = loop["per_iter_s"]
-        share, share_w = 2 * j["per_step_s"] / it, 2 * w["per_step_s"] / it
-        res.update(loop_iter_s=it, share_of_iteration=share, share_whole=share_w)
+        share = 2 * w["step_mean_s"] / it
+        res.update(loop_iter_s=it, share_of_iteration=share)
         b.row("step saves: share of one tool-loop iteration [chunked] (2 saves)",
               "%.1f%%" % (100 * share), fmt_ms(it), "—", "—")
-        b.notes.append("steps: 2 whole rewrites per iteration would take %.1f%% of it "
-                       "(the loop's target, <= 1.2x a loop that saves nothing, leaves 20%%)."
-                       % (100 * share_w))
     else:
         b.notes.append("steps: no tool-loop row in this run (--only), so no share of an "
                        "iteration; run with --only loop,steps for it.")
     b.notes.append("steps: median of %d growths by %d messages on %s (HOME in the temp dir): "
-                   "journal %s/append (%s over the last tenth, %s at most) + final save %s; "
-                   "whole rewrite %s/step (last tenth %s) + final %s; whole rewrite without "
-                   "fsync %s/step (last tenth %s)." % (
-                       reps, n, res["filesystem"], us(j["step_mean_s"]), us(j["tail_mean_s"]),
-                       us(j["step_max_s"]), us(j["final_s"]), us(w["step_mean_s"]),
-                       us(w["tail_mean_s"]), us(w["final_s"]), us(nf["step_mean_s"]),
-                       us(nf["tail_mean_s"])))
+                   "%s/save (%s over the last tenth, %s at most); without fsync %s/save "
+                   "(last tenth %s)." % (
+                       reps, n, res["filesystem"], us(w["step_mean_s"]), us(w["tail_mean_s"]),
+                       us(w["step_max_s"]), us(nf["step_mean_s"]), us(nf["tail_mean_s"])))
     b.results["steps"] = res
 
 
@@ -1626,7 +1600,7 @@ def run_fleet(b, argvs, cwd, timeout, tag):
 
 def check_fleet_sessions(b, sids, prompts):
     """Problems with the conversation files of a fleet: each must exist, parse, hold its own
-    prompt and the whole turn (5 messages), and no journal may be left."""
+    prompt and the whole turn (5 messages)."""
     problems = []
     sessions = os.path.join(b.home, ".bantam", "sessions")
     for sid, prompt in zip(sids, prompts):
@@ -1637,11 +1611,9 @@ def check_fleet_sessions(b, sids, prompts):
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append("%s: %s" % (sid, e))
             continue
-        users = [m.get("content") for m in msgs if m.get("role") == "user"]
-        if users != [prompt] or len(msgs) != 5:
+        users = [str(m.get("content")).strip() for m in msgs if m.get("role") == "user"]
+        if users != [prompt.strip()] or len(msgs) != 5:
             problems.append("%s: %d messages, user messages %r" % (sid, len(msgs), users[:2]))
-        if os.path.exists(path[:-5] + ".steps"):
-            problems.append("%s: journal left behind" % sid)
     link = os.path.join(sessions, "autosave.json")
     target = os.path.basename(os.readlink(link))[:-5] if os.path.islink(link) else None
     if target not in sids:
@@ -1766,13 +1738,17 @@ def bench_memory(b, reps):
         b.notes.append("memory: tool result sent to the model exceeds max_tool_res.")
 
 
-def bantam_10(b):
-    """bantam 1.0.0's file (the last commit before 5d40e98) in the bench's temp dir, or None
-    when git cannot show it (not a checkout)."""
-    path = os.path.join(b.tmp, "bantam10.py")
+# Earlier releases measured beside this one: (label, git revision of bantam.py).
+RELEASES = (("1.0.0", "5d40e98~1"), ("1.2.0", "f0e28ac"))
+
+
+def bantam_at(b, rev):
+    """bantam.py as git has it at rev, in the bench's temp dir, or None when git cannot show
+    it (not a checkout)."""
+    path = os.path.join(b.tmp, "bantam-%s.py" % re.sub(r"\W", "_", rev))
     if not os.path.exists(path):
         try:
-            old = subprocess.run(["git", "show", "5d40e98~1:bantam.py"], cwd=HERE,
+            old = subprocess.run(["git", "show", rev + ":bantam.py"], cwd=HERE,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                  stdin=subprocess.DEVNULL, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
@@ -1799,36 +1775,87 @@ def peak_rss_kb(b, argv, cwd, reps):
     return max(rss)
 
 
+def cached_argv(b):
+    """(argv, cwd) that run bantam from its cached bytecode: `python3 -m bantam` in the
+    project folder (so that it is importable), after one warm-up run that writes __pycache__."""
+    folder, name = os.path.split(b.bantam)
+    argv = [PY, "-m", os.path.splitext(name)[0]]
+    _, rc, _ = b.run(argv + ["--version"], folder)
+    b.check(rc, "python3 -m bantam --version (warm-up)")
+    import importlib.util
+    if not os.path.exists(importlib.util.cache_from_source(b.bantam)):
+        b.notes.append("footprint: the warm-up wrote no __pycache__ (a read-only folder?): "
+                       "the cached rows compile the file like the script rows.")
+    return argv, folder
+
+
+def bench_requests(b):
+    """A batch run with N model calls makes N requests, every path counted (the context
+    window is asked only when needed): N = 1 (an answer) and N = 4 (3 tool calls, then one)."""
+    for calls in (1, 4):
+        cwd = b.workdir("loop-%d" % (calls - 1))
+        before = len(b.server.stats.log)
+        _, rc, _ = b.run(b.bantam_argv("prompt.txt"), cwd)
+        b.check(rc, "bantam prompt.txt (loop-%d)" % (calls - 1))
+        log = b.server.stats.log[before:]
+        made = len(log)
+        if made != calls:
+            b.notes.append("requests: the batch run with %d model calls asked %s" % (
+                calls, ", ".join("%s %s" % (m, p.split("/", 3)[-1]) for _, m, p in log)))
+        b.results.setdefault("requests", {})[str(calls)] = made
+        b.row("requests: a batch run with %d model call%s" % (calls, "s" if calls > 1 else ""),
+              "%d requests" % made, "%d" % calls, "%.2f" % (made / float(calls)),
+              "== %d" % calls, made == calls)
+
+
 def bench_footprint(b, reps):
     """What the size of the file costs at every start (`python3 bantam.py` compiles it each
-    time) and in memory, against `python3 -c pass` and against bantam 1.0.0 in the same run."""
+    time) and in memory, and the same from cached bytecode (`python3 -m bantam`), against
+    `python3 -c pass` and against earlier releases (RELEASES) in the same run."""
     cwd = b.workdir("stream-1")
     with open(os.path.join(cwd, "hi.txt"), "w") as f:   # 1.0 has no -p: its batch mode reads a file
         f.write("hi\n")
-    old = bantam_10(b)
-    if old is None:
-        b.notes.append("footprint: git could not show bantam 1.0.0 (5d40e98~1:bantam.py); "
-                       "the 1.0 figures are missing.")
-    ts, to, tp = [], [], []
+    olds = []
+    for label, rev in RELEASES:
+        path = bantam_at(b, rev)
+        if path is None:
+            b.notes.append("footprint: git could not show bantam %s (%s:bantam.py); its "
+                           "figures are missing." % (label, rev))
+        else:
+            olds.append((label, path))
+    cached, project = cached_argv(b)
+    times = dict((k, []) for k in ["script", "cached", "python"] + [l for l, _ in olds])
     for _ in range(reps):  # interleaved so drift hits every command alike
-        ts.append(b.run(b.bantam_argv("--version"), cwd)[0])
-        if old:
-            to.append(b.run([PY, old, "--version"], cwd)[0])
-        tp.append(b.run([PY, "-c", "pass"], cwd)[0])
-    ms, mo, mp = med(ts), med(to) if to else None, med(tp)
-    rss = peak_rss_kb(b, b.bantam_argv("-p", "hi"), cwd, max(3, reps // 5))
-    rss_old = peak_rss_kb(b, [PY, old, "hi.txt"], cwd, max(3, reps // 5)) if old else None
-    rss_python = peak_rss_kb(b, [PY, "-c", "pass"], cwd, 3)
-    b.results["footprint"] = {"script_s": ms, "v10_script_s": mo, "python_s": mp, "runs": reps,
-                              "oneshot_maxrss_kb": rss, "v10_oneshot_maxrss_kb": rss_old,
-                              "python_maxrss_kb": rss_python}
-    was = " (1.0: %s, %.2fx)" % (fmt_ms(mo), mo / mp) if mo else ""
-    b.row("start-up: `python3 bantam.py --version` vs `python3 -c pass`%s" % was, fmt_ms(ms),
-          fmt_ms(mp), "%.2fx" % (ms / mp), "<= 2x", ms / mp <= 2.0)
-    was = " (1.0, `bantam.py hi.txt`: %.1f MB)" % (rss_old / 1024.0) if rss_old else ""
+        times["script"].append(b.run(b.bantam_argv("--version"), cwd)[0])
+        times["cached"].append(b.run(cached + ["--version"], project)[0])
+        for label, path in olds:
+            times[label].append(b.run([PY, path, "--version"], cwd)[0])
+        times["python"].append(b.run([PY, "-c", "pass"], cwd)[0])
+    m = dict((k, med(v)) for k, v in times.items())
+    n = max(3, reps // 5)
+    config = os.path.join(cwd, "model.cfg")
+    rss = {"script": peak_rss_kb(b, b.bantam_argv("-p", "hi"), cwd, n),
+           "cached": peak_rss_kb(b, cached + ["--config", config, "-p", "hi"], project, n),
+           "python": peak_rss_kb(b, [PY, "-c", "pass"], cwd, 3)}
+    for label, path in olds:   # 1.0 has no -p and no --config
+        argv = [PY, path, "hi.txt"] if label == "1.0.0" else [PY, path, "-p", "hi"]
+        rss[label] = peak_rss_kb(b, argv, cwd, n)
+    b.results["footprint"] = {"runs": reps, "seconds": m, "maxrss_kb": rss}
+    mp, rp = m["python"], float(rss["python"])
+    was = "".join(" (%s: %.2fx)" % (l, m[l] / mp) for l, _ in olds)
+    b.row("start-up: `python3 bantam.py --version` vs `python3 -c pass`%s" % was,
+          fmt_ms(m["script"]), fmt_ms(mp), "%.2fx" % (m["script"] / mp), "—")
+    b.row("start-up, cached bytecode: `python3 -m bantam --version` vs `python3 -c pass`",
+          fmt_ms(m["cached"]), fmt_ms(mp), "%.2fx" % (m["cached"] / mp), "<= 1.5x",
+          m["cached"] / mp <= 1.5)
+    was = "".join(" (%s: %.1f MB)" % (l, rss[l] / 1024.0) for l, _ in olds)
     b.row("peak RSS: one-shot `python3 bantam.py -p hi`%s vs `python3 -c pass`" % was,
-          "%.1f MB" % (rss / 1024.0), "%.1f MB" % (rss_python / 1024.0),
-          "%.2fx" % (rss / float(rss_python)), "<= 20 MB", rss <= 20 * 1024)
+          "%.1f MB" % (rss["script"] / 1024.0), "%.1f MB" % (rp / 1024.0),
+          "%.2fx" % (rss["script"] / rp), "—")
+    b.row("peak RSS, cached bytecode: one-shot `python3 -m bantam -p hi` vs `python3 -c pass`",
+          "%.1f MB" % (rss["cached"] / 1024.0), "%.1f MB" % (rp / 1024.0),
+          "%.2fx" % (rss["cached"] / rp), "<= 22 MB", rss["cached"] <= 22 * 1024)
+    bench_requests(b)
 
 
 # --------------------------------------------------------------------------
