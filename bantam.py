@@ -141,8 +141,12 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
 def emit(cfg, kind, **fields):
     """Pass one event to the run's sink (outside a run: a plain view); callers redact it."""
     run = cfg.get("run") or {}
-    (run.get("emit") or plain_view(cfg))(dict(
-        type=kind, t=round(time.monotonic() - STARTED, 3), depth=run.get("depth", 0), **fields))
+    run["emitting"] = True   # (a timer's signal handler must not write in the middle)
+    try:
+        (run.get("emit") or plain_view(cfg))(dict(type=kind, t=round(
+            time.monotonic() - STARTED, 3), depth=run.get("depth", 0), **fields))
+    finally:
+        run["emitting"] = False
 
 
 def note(cfg, text, level="error"):
@@ -2134,7 +2138,7 @@ def count_wait(cfg):
         reply = (cfg.get("run") or {}).get("reply") or {}
         if reply.get("quiet", True) or reply["ended"] or reply["size"]:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        else:
+        elif not cfg["run"].get("emitting"):   # (a write is under way: the next tick says it)
             emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGALRM, tick)
