@@ -65,6 +65,14 @@ class BoundsCase(BantamTestCase):
         self.assertEqual(result.returncode, code, shown)
         return result, time.monotonic() - started
 
+    def watch_peak(self, proc, seconds):
+        """Wait up to seconds for proc to end; its peak memory in MB, read while it ran."""
+        peak, deadline = 0, time.monotonic() + seconds
+        while proc.poll() is None and time.monotonic() < deadline:
+            peak = max(peak, peak_memory(proc.pid))
+            time.sleep(0.02)
+        return peak
+
     def tool_results(self, body):
         """[(tool_call_id, content)] of the tool messages in a request body, in order."""
         return [(m["tool_call_id"], m["content"]) for m in body["messages"] if m["role"] == "tool"]
@@ -263,10 +271,7 @@ class ReasoningBoundTests(BoundsCase):
                                     env=self.ws.env(), stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=err, start_new_session=True)
         self.addCleanup(stop_process, proc)
-        peak, deadline = 0, time.monotonic() + 120   # a hang fails the test
-        while proc.poll() is None and time.monotonic() < deadline:
-            peak = max(peak, peak_memory(proc.pid))
-            time.sleep(0.02)
+        peak = self.watch_peak(proc, 120)   # a hang fails the test
         with open(err_path, encoding="utf-8") as f:
             stderr = f.read()
         self.assertEqual(proc.returncode, 0, stderr)
@@ -483,10 +488,7 @@ class HostileBytesTests(BoundsCase):
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=err, start_new_session=True)
         self.addCleanup(stop_process, proc)
-        peak, deadline = 0, time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
-            peak = max(peak, peak_memory(proc.pid))
-            time.sleep(0.02)
+        peak = self.watch_peak(proc, 60)
         with open(err_path, encoding="utf-8") as f:
             stderr = f.read()
         self.assertEqual(proc.returncode, 2, stderr)
