@@ -53,7 +53,8 @@ def server_item(reply):
                            then `data: [DONE]` unless "done": false);
     {"json": {...}}         a JSON body; with "status" for an error;
     {"drop": true}          the connection closed with no answer;
-    {"answer": "text"}      that text, streamed or not as the request asked."""
+    {"answer": "text"}      that text, streamed or not as the request asked.
+An "sse" reply may say "delay": seconds between its pieces (a reply still streaming)."""
     if reply.get("drop"):
         return support.drop()
     if "answer" in reply:
@@ -61,10 +62,18 @@ def server_item(reply):
         return lambda request: (support.text_stream(text) if (request["body"] or {}).get("stream")
                                 else support.json_reply(support.completion(text)))
     if "sse" in reply:
-        return support.sse(reply["sse"], done=reply.get("done", True),
+        return support.sse(reply["sse"], done=reply.get("done", True), delay=reply.get("delay", 0),
                            framing=reply.get("framing", "chunked"))
     return support.json_reply(reply.get("json"), status=reply.get("status", 200),
                               framing=reply.get("framing", "length"))
+
+
+class Server(support.FakeServer):
+    """The scripted server; each request also records when it came (for the backoff delays)."""
+
+    def _record(self, record):
+        record["time"] = time.monotonic()
+        super()._record(record)
 
 
 # ---------------------------------------------------------------- matching
@@ -148,9 +157,12 @@ class Folder:
 
 
 def set_up(case, folder, server):
-    """Write model.cfg (in work/, or in ~/.bantam/ for "config_in": "home") and the files."""
+    """Write model.cfg (in work/, or in ~/.bantam/ for "config_in": "home"; a value's
+    {endpoint} is the server's URL, a null value leaves the key out) and the files."""
     keys = dict(BASE_CONFIG, endpoint=server.url, api_key="test-key")
     keys.update(case.get("config", {}))
+    keys = {k: v.replace("{endpoint}", server.url) if isinstance(v, str) else v
+            for k, v in keys.items()}
     text = "".join("%s=%s\n" % (k, v) for k, v in keys.items() if v is not None)
     folder.write("home/.bantam/model.cfg" if case.get("config_in") == "home" else "work/model.cfg",
                  text)
@@ -180,8 +192,11 @@ def run_batch(command, case, folder):
 def run_terminal(command, case, folder):
     """Drive the REPL on a pseudo-terminal with the case's keys; (status, screen text, "").
     Each step is {"type": text} (sent as typed; \\r is Enter, \\n is Ctrl+J, \\u0004 is
-    Ctrl+D; {name} is replaced by a captured text), {"expect": text}, {"prompt": true} (wait
-    for the next "> ") or {"capture": regex, "as": name} (wait for regex, keep its group 1)."""
+    Ctrl+D, \u0003 Ctrl+C; {name} is replaced by a captured text), {"expect": text},
+    {"prompt": true} (wait for the next "> "), {"capture": regex, "as": name} (wait for regex,
+    keep its group 1), {"prefix": text, "as": name} (a unique prefix of the id of a session
+    file in ~/.bantam/sessions holding text) or {"autosave": {...}}
+    (the autosave matches it now, or within 5 s)."""
     term = support.Pty(command + case.get("args", []), cwd=folder.work,
                        env=folder.env(case.get("env")), rows=40, cols=100)
     captured = {}
@@ -197,10 +212,63 @@ def run_terminal(command, case, folder):
                 captured[step["as"]] = term.expect(re.compile(step["capture"]), timeout=20).group(1)
             elif step.get("prompt"):
                 term.expect(PROMPT, timeout=20)
+            elif "prefix" in step:
+                captured[step["as"]] = unique_prefix(step["prefix"], folder)
+            elif "autosave" in step:
+                wait_autosave(step["autosave"], folder)
         status = term.wait(case.get("max_seconds", 30))
         return status, support.strip_ansi(term.output).replace("\r", ""), ""
     finally:
         term.kill()
+
+
+def unique_prefix(text, folder):
+    """A session id's shortest prefix that no other session file's name starts with: of the
+    files holding text, the one whose prefix is shortest (its whole id if none is shorter)."""
+    best = None
+    for name, path in session_files(folder).items():
+        sid = name[:-len(".json")]
+        skip = name == "autosave.json" or not name.endswith(".json")
+        if skip or text not in support.read_text(path):
+            continue
+        others = [n for n in session_files(folder) if n != name]
+        size = next((n for n in range(1, len(sid)) if not any(
+            o.startswith(sid[:n]) for o in others)), len(sid))
+        if best is None or size < len(best):
+            best = sid[:size]
+    if best is None:
+        raise AssertionError("no session file holds %r" % text)
+    return best
+
+
+def wait_autosave(expected, folder, seconds=5):
+    """Wait until the autosave matches expected (AssertionError naming the difference)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        problem = autosave_problem(expected, folder)
+        if not problem:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("while typing: " + problem)
+        time.sleep(0.1)
+
+
+def read_autosave(folder):
+    """The autosave's JSON document, or the text saying why there is none."""
+    path = session_files(folder).get("autosave.json")
+    if not path:
+        return None, "no ~/.bantam/sessions/autosave.json"
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f), None
+    except ValueError as e:
+        return None, "autosave.json is not valid JSON: %s" % e
+
+
+def autosave_problem(expected, folder):
+    """None when the autosave matches expected, else the difference."""
+    saved, problem = read_autosave(folder)
+    return problem or matches(expected, saved, "autosave.json")
 
 
 def session_files(folder):
@@ -221,6 +289,7 @@ def check(case, result, server, folder):
     problems.append(in_order(want.get("stdout", []), out, "stdout"))
     problems.append(in_order(want.get("stderr", []), err, "stderr"))
     problems += ["stdout has %r" % t for t in want.get("stdout_lacks", []) if t in out]
+    problems += ["stderr has %r" % t for t in want.get("stderr_lacks", []) if t in err]
     posts = server.posts
     if "requests" in want and len(posts) != want["requests"]:
         problems.append("the server got %d requests, expected %d" % (len(posts), want["requests"]))
@@ -239,8 +308,41 @@ def check(case, result, server, folder):
         if i < len(posts):
             sent = json.dumps(posts[i]["body"]["messages"], ensure_ascii=False)
             problems += ["request %d has %r" % (i + 1, t) for t in texts if t in sent]
+    for i, line in enumerate(want.get("paths", [])):
+        if i < len(posts) and "%s %s" % (posts[i]["method"], posts[i]["path"]) != line:
+            problems.append("request %d is %s %s, expected %s" % (
+                i + 1, posts[i]["method"], posts[i]["path"], line))
+    problems += check_gaps(want.get("gaps", []), posts)
     problems += check_files(want, folder)
+    if "autosave_as_sent" in want:
+        problems.append(check_as_sent(want["autosave_as_sent"], posts, folder))
     return [p for p in problems if p]
+
+
+def check_gaps(gaps, posts):
+    """The seconds between request i and i+1 against {"min": s, "max": s} (the retries' waits)."""
+    problems = []
+    for i, gap in enumerate(gaps):
+        if i + 1 >= len(posts):
+            return problems + ["no request %d to time the wait before it" % (i + 2)]
+        seconds = posts[i + 1]["time"] - posts[i]["time"]
+        if seconds < gap.get("min", 0) or seconds > gap.get("max", float("inf")):
+            problems.append("%.2f s between requests %d and %d, expected %s" % (
+                seconds, i + 1, i + 2, gap))
+    return problems
+
+
+def check_as_sent(extra, posts, folder):
+    """The autosave's messages are the last request's, exactly, then `extra` more (matched)."""
+    saved, problem = read_autosave(folder)
+    if problem or not posts:
+        return problem or "no request"
+    sent = posts[-1]["body"]["messages"]
+    messages = saved.get("messages") if isinstance(saved, dict) else None
+    if not isinstance(messages, list) or messages[:len(sent)] != sent:
+        return "autosave.json's messages do not begin with those of the last request:\n%s\n%s" % (
+            json.dumps(messages)[:1500], json.dumps(sent)[:1500])
+    return matches(extra, messages[len(sent):], "autosave.json's messages after those sent")
 
 
 def check_files(want, folder):
@@ -251,14 +353,10 @@ def check_files(want, folder):
         if content is None and os.path.exists(path):
             problems.append("%s exists, expected it absent" % relpath)
         elif content is not None and support.read_text(path) != content:
-            problems.append("%s holds %r, expected %r" % (relpath, support.read_text(path), content))
-    saved = want.get("autosave")
-    if saved is not None:
-        path = session_files(folder).get("autosave.json")
-        if not path:
-            return problems + ["no ~/.bantam/sessions/autosave.json"]
-        with open(path, encoding="utf-8") as f:
-            problems.append(matches(saved, json.load(f), "autosave.json"))
+            problems.append("%s holds %r, expected %r" % (relpath, support.read_text(path),
+                                                         content))
+    if want.get("autosave") is not None:
+        problems.append(autosave_problem(want["autosave"], folder))
     if want.get("sessions_private"):
         files = session_files(folder)
         if not files:
@@ -276,7 +374,7 @@ def check_files(want, folder):
 def run_case(command, case):
     """Run one case against command (a list); the list of problems (empty when it passed)."""
     folder = Folder()
-    server = support.FakeServer([server_item(r) for r in case.get("replies", [])]).start()
+    server = Server([server_item(r) for r in case.get("replies", [])]).start()
     try:
         set_up(case, folder, server)
         result = (run_terminal if "keys" in case else run_batch)(command, case, folder)
@@ -298,19 +396,23 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-k", action="append", default=[], help="run the cases whose name has this")
     parser.add_argument("-v", action="store_true", help="print every case, not just failures")
-    parser.add_argument("--list", action="store_true", help="list the cases and what each checks")
+    parser.add_argument("--list", action="store_true",
+                        help="list the cases and what each checks (-v: and the spec's sentence)")
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     cases = [c for c in load_cases() if not args.k or any(k in c["name"] for k in args.k)]
     if args.list:
         for case in cases:
             print("%-32s %s" % (case["name"], case["about"]))
+            if args.v:
+                print("%-32s (%s)" % ("", case["spec"]))
         return 0
     passed = failed = 0
     for case in cases:
         problems = run_case(command, case)
         if problems:
             failed += 1
-            print("FAIL %s: %s\n  %s" % (case["name"], case["about"], "\n  ".join(problems)))
+            print("FAIL %s: %s\n  (%s)\n  %s" % (case["name"], case["about"], case["spec"],
+                                                "\n  ".join(problems)))
         else:
             passed += 1
             if args.v:
