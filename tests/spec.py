@@ -9,7 +9,8 @@ and stdin (or the keys typed at a terminal), the replies a scripted OpenAI-compa
 gives (SSE chunks or JSON bodies, exactly as they travel), and what must come out: the exit
 status, the text on stdout and stderr, the requests the server got, the files left behind.
 The format is described in the README's Tests section; the cases only use what the Bantam
-spec (seeds/bantam-spec.txt) prescribes, so a port written from the spec can pass them.
+spec (seeds/bantam-spec.txt) and the README's algorithm section prescribe (each case's "spec"
+quotes the sentence it checks: `--list -v` shows them), so a port written from them can pass.
 
 The command runs in a fresh folder (its cwd) with HOME, TMPDIR and a model.cfg pointing at the
 server; BANTAM_TRUST=1 is set, which a port may ignore. The last line printed is
@@ -33,8 +34,10 @@ from tests import support  # noqa: E402  (the fake server and the pseudo-termina
 
 CASES = os.path.join(HERE, "spec_cases.json")
 # the REPL's input prompt "> ", at a line start or after cursor-movement / erase / mode
-# sequences (Node's readline writes "\r\x1b[K" before it, GNU readline "\x1b[?2004h")
-PROMPT = re.compile(r"(?:^|[\r\n]|\x1b\[[0-9;?]*[A-Za-z])(?:\x1b\[[0-9;?]*[A-Za-z]|\r)*> ")
+# sequences (Node's readline writes "\r\x1b[K" before it, GNU readline "\x1b[?2004h", others
+# save and restore the cursor with "\x1b7" / "\x1b8" or switch the keypad with "\x1b=")
+CONTROL = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[78=>]|\r"
+PROMPT = re.compile(r"(?:^|\n|%s)(?:%s)*> " % (CONTROL, CONTROL))
 BASE_CONFIG = {"model": "test-model", "stream": "true", "color": "never",
                "backoff": "0.01,0.01,0.01,0.01,0.01", "timeout": "10"}
 
