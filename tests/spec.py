@@ -57,7 +57,8 @@ def server_item(reply):
     {"json": {...}}         a JSON body; with "status" for an error;
     {"drop": true}          the connection closed with no answer;
     {"answer": "text"}      that text, streamed or not as the request asked.
-An "sse" reply may say "delay": seconds between its pieces (a reply still streaming)."""
+An "sse" reply may say "delay": seconds between its pieces (a reply still streaming); "sse"
+and "json" replies may add "headers": {name: value}."""
     if reply.get("drop"):
         return support.drop()
     if "answer" in reply:
@@ -66,9 +67,9 @@ An "sse" reply may say "delay": seconds between its pieces (a reply still stream
                                 else support.json_reply(support.completion(text)))
     if "sse" in reply:
         return support.sse(reply["sse"], done=reply.get("done", True), delay=reply.get("delay", 0),
-                           framing=reply.get("framing", "chunked"))
+                           framing=reply.get("framing", "chunked"), headers=reply.get("headers"))
     return support.json_reply(reply.get("json"), status=reply.get("status", 200),
-                              framing=reply.get("framing", "length"))
+                              framing=reply.get("framing", "length"), headers=reply.get("headers"))
 
 
 class Server(support.FakeServer):
