@@ -227,8 +227,8 @@ def run_terminal(command, case, folder):
 
 
 def unique_prefix(text, folder):
-    """A session id's shortest prefix that no other session file's name starts with: of the
-    files holding text, the one whose prefix is shortest (its whole id if none is shorter)."""
+    """A prefix of a session id that no other session file's name starts with: of the files
+    holding text, the one whose prefix is shortest, a proper prefix first (else a whole id)."""
     best = None
     for name, path in session_files(folder).items():
         sid = name[:-len(".json")]
@@ -238,11 +238,12 @@ def unique_prefix(text, folder):
         others = [n for n in session_files(folder) if n != name]
         size = next((n for n in range(1, len(sid)) if not any(
             o.startswith(sid[:n]) for o in others)), len(sid))
-        if best is None or size < len(best):
-            best = sid[:size]
+        rank = (size == len(sid), size)
+        if best is None or rank < best[0]:
+            best = rank, sid[:size]
     if best is None:
         raise AssertionError("no session file holds %r" % text)
-    return best
+    return best[1]
 
 
 def wait_autosave(expected, folder, seconds=5):
