@@ -199,8 +199,8 @@ def run_terminal(command, case, folder):
     Ctrl+D, \u0003 Ctrl+C; {name} is replaced by a captured text), {"expect": text},
     {"prompt": true} (wait for the next "> "), {"capture": regex, "as": name} (wait for regex,
     keep its group 1), {"prefix": text, "as": name} (a unique prefix of the id of a session
-    file in ~/.bantam/sessions holding text) or {"autosave": {...}}
-    (the autosave matches it now, or within 5 s)."""
+    file in ~/.bantam/sessions holding text), {"autosave": {...}} (the autosave matches it
+    now, or within 5 s) or {"sleep": seconds}."""
     term = support.Pty(command + case.get("args", []), cwd=folder.work,
                        env=folder.env(case.get("env")), rows=40, cols=100)
     captured = {}
@@ -220,6 +220,8 @@ def run_terminal(command, case, folder):
                 captured[step["as"]] = unique_prefix(step["prefix"], folder)
             elif "autosave" in step:
                 wait_autosave(step["autosave"], folder)
+            elif "sleep" in step:
+                time.sleep(step["sleep"])
         status = term.wait(case.get("max_seconds", 30))
         return status, support.strip_ansi(term.output).replace("\r", ""), ""
     finally:
