@@ -43,9 +43,15 @@ BASE_CONFIG = {"model": "test-model", "stream": "true", "color": "never",
 
 
 def load_cases(path=CASES):
-    """The list of cases in the JSON file."""
+    """The list of cases in the JSON file (each with a name, what it checks and the sentence
+    of the spec it checks)."""
     with open(path, encoding="utf-8") as f:
-        return json.load(f)["cases"]
+        cases = json.load(f)["cases"]
+    for case in cases:
+        missing = [k for k in ("name", "about", "spec", "expect") if k not in case]
+        if missing:
+            raise ValueError("%s: case %s has no %s" % (path, case.get("name"), ", ".join(missing)))
+    return cases
 
 
 # ---------------------------------------------------------------- the server's replies
@@ -409,9 +415,9 @@ def main(argv=None):
     cases = [c for c in load_cases() if not args.k or any(k in c["name"] for k in args.k)]
     if args.list:
         for case in cases:
-            print("%-32s %s" % (case["name"], case["about"]))
+            print("%-34s %s" % (case["name"], case["about"]))
             if args.v:
-                print("%-32s (%s)" % ("", case["spec"]))
+                print("%-34s (%s)" % ("", case["spec"]))
         return 0
     passed = failed = 0
     for case in cases:
