@@ -3503,11 +3503,11 @@ def md_line(state, line):
         return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
     table, held, state["held"] = state["table"], state["held"], None
     if table is not None and "|" in line:
-        table[0].append(split_row(line))
+        table.append(split_row(line))
         return ""
     cells = split_row(held) if held is not None and "|" in line else None
     if cells and re.match(DELIMITER, line) and len(split_row(line)) == len(cells):
-        state["table"] = ([cells], split_row(line))   # a table: its rows kept until it ends
+        state["table"] = [cells]   # a table: its rows kept until it ends
         del state["lists"][:]
         return ""
     out = md_table(state) if table is not None else ""
@@ -3592,16 +3592,10 @@ def split_row(line):
     return [text[a + 1:b].strip().replace("\\|", "|")
             for a, b in zip([-1] + bars, bars + [len(text)])]
 
-def align(text, width, delimiter):
-    """Text padded to width columns as its column's delimiter says: --: right, :-: centered."""
-    gap = width - display_width(text)
-    left = 0 if not delimiter.endswith(":") else gap // 2 if delimiter.startswith(":") else gap
-    return " " * left + text + " " * (gap - left)
-
 def md_table(state):
     """The buffered table drawn once in a box, header bold, cells wrapped to fit the width."""
-    (rows, delimiters), state["table"] = state["table"], None
-    st, count = state["styles"], len(delimiters)
+    rows, state["table"] = state["table"], None
+    st, count = state["styles"], len(rows[0])
     rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
     cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
     cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
@@ -3616,8 +3610,8 @@ def md_table(state):
     for r, row in enumerate(cells):
         parts = [wrap_words(cell, w) for cell, w in zip(row, widths)]
         for k in range(max(map(len, parts))):
-            texts = [align(part[k] if k < len(part) else "", w, delimiter)
-                     for part, w, delimiter in zip(parts, widths, delimiters)]
+            texts = [part[k] if k < len(part) else "" for part in parts]
+            texts = [text + " " * (w - display_width(text)) for text, w in zip(texts, widths)]
             out.append(bar + " " + (" " + bar + " ").join(texts) + " " + bar)
         if r == 0:
             out.append(rule("\u251c", "\u253c", "\u2524"))
@@ -3632,9 +3626,7 @@ def md_inline(text, st, base="", depth=0):
     def span(m):
         kind = m.lastgroup                 # the last group of each alternative names it
         inner = m.group(kind)
-        if kind == "code":                 # verbatim; `` ` x ` `` loses one space a side
-            if inner[:1] == inner[-1:] == " " and inner.strip():
-                inner = inner[1:-1]
+        if kind == "code":                 # verbatim
             return styled(inner, st["code"], base) if st["code"] else "`" + inner + "`"
         if kind == "esc":
             return inner

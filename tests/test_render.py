@@ -162,17 +162,18 @@ Unmatched **markers stay and a lone ` backtick too.
 The end.
 """
 
-# Fits in 40 columns: the same at every width. CJK and emoji take 2 columns each.
+# Fits in 40 columns: the same at every width. CJK and emoji take 2 columns each; cells are
+# left-aligned whatever the delimiter row says.
 TABLE_CJK_ALL = """\
 Status of the team:
 
 ┌──────────┬──────┬─────────────────┐
-│ 名前     │ 状態 │            メモ │
+│ 名前     │ 状態 │ メモ            │
 ├──────────┼──────┼─────────────────┤
-│ Alice    │  ✅  │     🚀 launched │
-│ 山田太郎 │  ❌  │ `a|b` and x | y │
-│ Bob      │  ⏳  │            late │
-│ Zoé      │  👍🏽  │            café │
+│ Alice    │ ✅   │ 🚀 launched     │
+│ 山田太郎 │ ❌   │ `a|b` and x | y │
+│ Bob      │ ⏳   │ late            │
+│ Zoé      │ 👍🏽   │ café            │
 └──────────┴──────┴─────────────────┘
 
 Next line after the table.
@@ -538,7 +539,7 @@ class Widths(unittest.TestCase):
 class LinearWork(unittest.TestCase):
     def held_text(self, state):
         """Characters of source text the renderer still keeps."""
-        rows = state["table"][0] if state["table"] else []
+        rows = state["table"] or []
         return len("".join(state["part"])) + len(state["held"] or "") + sum(len("".join(r)) for r in rows)
 
     def test_state_keeps_only_the_open_line(self):
