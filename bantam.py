@@ -3474,7 +3474,7 @@ INLINE = (
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
-            "part": "", "fence": None, "held": None, "table": None, "lists": [], "blank": True}
+            "part": "", "fence": None, "table": None, "lists": [], "blank": True}
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
@@ -3485,14 +3485,13 @@ def md_feed(state, text):
 def md_end(state):
     """Terminal text for whatever is left: the last line, a table, an open code block."""
     out = md_feed(state, "\n") if state["part"] else ""
-    held, state["held"] = state["held"], None   # (a held line and a table never both)
-    out += md_block(state, held, hold=False) if held else md_table(state) if state["table"] else ""
+    out += md_table(state) if state["table"] else ""
     if state["fence"] is not None:             # closed as its own closing fence would
         out += md_line(state, state["fence"][0] * state["fence"][1])
     return out
 
 def md_line(state, line):
-    """One complete source line rendered (a possible table header is held for one line)."""
+    """One complete source line rendered (a table's rows are kept until it ends)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
         char, size, indent, pad = state["fence"]
         m = re.match(r"[ \t]*(`{3,}|~{3,})[ \t]*$", line)
@@ -3501,20 +3500,15 @@ def md_line(state, line):
             return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
         body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
         return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
-    table, held, state["held"] = state["table"], state["held"], None
-    if table is not None and "|" in line:
-        table.append(split_row(line))
-        return ""
-    cells = split_row(held) if held is not None and "|" in line else None
-    if cells and re.match(DELIMITER, line) and len(split_row(line)) == len(cells):
-        state["table"] = [cells]   # a table: its rows kept until it ends
+    if line.lstrip().startswith("|"):   # a table row (its delimiter row: not a row)
+        state["table"] = state["table"] or []
+        state["table"] += [] if re.match(DELIMITER, line) else [split_row(line)]
+        state["blank"] = False
         del state["lists"][:]
         return ""
-    out = md_table(state) if table is not None else ""
-    out += md_block(state, held, hold=False) if held is not None else ""
-    return out + md_block(state, line)
+    return (md_table(state) if state["table"] else "") + md_block(state, line)
 
-def md_block(state, line, hold=True):
+def md_block(state, line):
     """One source line outside code blocks and tables as terminal lines."""
     line = line.expandtabs(4)
     text = line.strip()
@@ -3546,14 +3540,11 @@ def md_block(state, line, hold=True):
         depth = quote.group(1).count(">")
         bar = styled(" ".join(["\u2502"] * depth), st["dim"])
         inner = dict(state, width=state["width"] - 2 * depth, lists=[], fence=None)
-        rows = md_block(inner, quote.group(2), hold=False)[:-1].split("\n")
+        rows = md_block(inner, quote.group(2))[:-1].split("\n")
         return "".join(bar + (" " + row if row else "") + "\n" for row in rows)
     item = lead in "-*+0123456789" and re.match(ITEM, line)
     if item:
         return md_item(state, indent, item)
-    if hold and "|" in text:
-        state["held"] = line                   # a table header, if a delimiter row follows
-        return ""
     pad = " " * list_column(state["lists"], indent)     # a paragraph, or an item's continuation
     return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
 
