@@ -4088,20 +4088,15 @@ def refuse_keyless(convo, prompt, go):
         raise BantamError(keyless(convo["cfg"]))
     return go(prompt)
 
-def hung_up(*_):
-    """SIGHUP: stop like SIGTERM (saving); what went to the gone terminal goes to /dev/null."""
-    for fd in (1, 2):   # a pipe or a file (--jsonl's events for a script) still gets the rest
-        if stat.S_ISCHR(os.fstat(fd).st_mode):   # (a terminal, or /dev/null)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
-    sys.exit(129)
-
 def start(convo, args):
     """The start hook: the flags' work and every check before a request is paid for."""
     import signal
     cfg = convo["cfg"]
     if args.delete:
         return cmd_delete(None, args.delete) or 0
-    signal.signal(signal.SIGHUP, hung_up)   # a closed terminal, a dropped SSH: saved, stopped
+    # a closed terminal, a dropped SSH: saved, stopped (a write to the gone terminal fails
+    # quietly: guarded() sends the rest to /dev/null)
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     settle(cfg)
     hide_secrets(cfg)
     if args.show_config:
@@ -4204,10 +4199,8 @@ def replay(convo, path):
     cfg, results = convo["cfg"], []
     cfg["run"]["replay"] = [e["message"] for e in events if e["type"] == "reply"]
 
-    def keep(event):   # a view: the tool results of this run
-        if event["type"] == "tool_result":
-            results.append((event["name"], event["content"]))
-    convo["views"].append(keep)
+    convo["views"].append(lambda event: event["type"] == "tool_result" and results.append(
+        (event["name"], event["content"])))   # a view: the tool results of this run
     for prompt in prompts:
         run_turn(convo, prompt)
     recorded = [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"]
