@@ -3768,23 +3768,15 @@ def md_flush(state, depth):
         state["md"] = None
 
 def term_tool_call(state, event):
-    """A tool call in words ("$ ls", "» read a.txt (offset 3)"), or as the plain trace."""
+    """A command or a subagent's prompt in words ("$ ls"), another call as its plain trace."""
     try:
         args = dict(json.loads(event["arguments"]))
     except (ValueError, TypeError):
         args = {}
-    name = TOOL_ALIASES.get(event["name"], event["name"])
-    path, text = args.get("filePath", args.get("path")), args.get("command", args.get("prompt"))
-    words = "[tool call: %s(%s)]" % (event["name"], event["arguments"])
-    if name in ("shell_exec", "run_subagent") and isinstance(text, str):
-        words = ("$ " if name == "shell_exec" else "\u00bb subagent: ") + text.rstrip("\n")
-    elif name in ("read", "write") and isinstance(path, str):
-        size = ": %d lines" % count_lines(args["content"]) if isinstance(
-            args.get("content"), str) else ""
-        more = ", ".join("%s %s" % (key, json.dumps(value)) for key, value in args.items()
-                         if key not in ("filePath", "path", "content"))
-        words = "\u00bb %s %s%s%s" % (name, path, size, " (%s)" % more if more else "")
-    show_call(state, event, words)
+    words = {"shell_exec": ("$ ", "command"), "run_subagent": ("\u00bb subagent: ", "prompt")}
+    mark, key = words.get(TOOL_ALIASES.get(event["name"], event["name"]), ("", None))
+    text = args.get(key)
+    show_call(state, event, mark + text.rstrip("\n") if mark and isinstance(text, str) else None)
     state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(),
                      "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
 
@@ -4094,9 +4086,7 @@ def start(convo, args):
     cfg = convo["cfg"]
     if args.delete:
         return cmd_delete(None, args.delete) or 0
-    # a closed terminal, a dropped SSH: saved, stopped (a write to the gone terminal fails
-    # quietly: guarded() sends the rest to /dev/null)
-    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
     settle(cfg)
     hide_secrets(cfg)
     if args.show_config:
