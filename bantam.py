@@ -4206,28 +4206,25 @@ def replay(convo, path):
     return 0
 
 def replayed_connection(cfg):
-    """The connect hook of --replay: no socket, each chat request answered from the trace."""
+    """The connect hook of --replay: no socket; each request (chat only) gets the next reply."""
     replies = (cfg.get("run") or {}).get("replay")
     if replies is None:
         return None
     import http.client
     import types
-    sent = []
 
     def answer(mode):   # (http.client reads a response from sock.makefile("rb"))
-        request, status = b"".join(sent), b"404 Not Found"
-        body, sent[:] = {"error": {"message": "not recorded"}}, []
-        if b"/chat/completions" in request.split(b"\r\n", 1)[0]:
-            body["error"]["message"] = "replay: the recording has no more model replies"
-            if replies:
-                status, body = b"200 OK", {"choices": [
-                    {"index": 0, "message": replies.pop(0), "finish_reason": None}]}
+        status, body = b"404 Not Found", {"error": {
+            "message": "replay: the recording has no more model replies"}}
+        if replies:
+            status, body = b"200 OK", {"choices": [
+                {"index": 0, "message": replies.pop(0), "finish_reason": None}]}
         body = json.dumps(body).encode()
         return io.BytesIO(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: "
                           b"%d\r\n\r\n%s" % (status, len(body), body))
     conn = http.client.HTTPConnection("replay", timeout=cfg["timeout"])
     conn.connect = lambda: setattr(conn, "sock", types.SimpleNamespace(
-        sendall=sent.append, makefile=answer, settimeout=lambda seconds: None, close=lambda: None))
+        sendall=lambda data: None, makefile=answer, settimeout=lambda seconds: None, close=lambda: None))
     return conn
 
 HOOKS["connect"].insert(0, replayed_connection)   # before the transport's: no network
