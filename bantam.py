@@ -4206,7 +4206,7 @@ def replay(convo, path):
     return 0
 
 def replayed_connection(cfg):
-    """The connect hook of --replay: no socket; each request (chat only) gets the next reply."""
+    """The connect hook of --replay: no socket; each request (all chat) gets the next reply."""
     replies = (cfg.get("run") or {}).get("replay")
     if replies is None:
         return None
