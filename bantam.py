@@ -4223,8 +4223,9 @@ def replayed_connection(cfg):
         return io.BytesIO(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: "
                           b"%d\r\n\r\n%s" % (status, len(body), body))
     conn = http.client.HTTPConnection("replay", timeout=cfg["timeout"])
+    ignore = lambda *_: None
     conn.connect = lambda: setattr(conn, "sock", types.SimpleNamespace(
-        sendall=lambda data: None, makefile=answer, settimeout=lambda seconds: None, close=lambda: None))
+        sendall=ignore, makefile=answer, settimeout=ignore, close=ignore))
     return conn
 
 HOOKS["connect"].insert(0, replayed_connection)   # before the transport's: no network
