@@ -4111,6 +4111,11 @@ def start(convo, args):
         raise ConfigError("cannot write %s: %s" % (e.filename, e.strerror))
     if prompt is not None and not prompt.strip():
         raise ConfigError("the prompt is empty")
+    tokens = (len(prompt or "") + 3) // 4   # over half the key's window: the server's is asked
+    window = context_window(cfg) if tokens > cfg["context_window"] // 2 else tokens
+    if tokens > window:
+        raise ConfigError("the prompt is about %d tokens (%d characters), more than the model's "
+                          "context window of %d tokens" % (tokens, len(prompt), window))
     convo["session"], convo["messages"][:] = start_conversation(cfg, args)
     stream = sys.stdout
     if args.jsonl and not batch:   # the events alone on stdout, the rest on stderr
