@@ -3999,6 +3999,8 @@ def setting_flag(key, value=None):
                                       % (raw, ", ".join(DEFAULTS)))
             args.__dict__.setdefault("overrides", {})[name] = parse_value(
                 name, text, self.option_strings[-1])
+            if key is None and name in SECRET_KEYS and text:
+                note({}, "warning: --set %s: a secret in your shell history" % name, "warning")
     return SetKey
 
 def more_flags(parser):
