@@ -4077,9 +4077,9 @@ def keyless(cfg):
                 % DEFAULTS["endpoint"])
 
 def refuse_keyless(convo, prompt, go):
-    """The turn hook keeping a REPL prompt from the default endpoint while no key is set."""
+    """The turn hook keeping a prompt from the default endpoint while no key is set (exit 2)."""
     if keyless(convo["cfg"]):
-        raise BantamError(keyless(convo["cfg"]))
+        raise ConfigError(keyless(convo["cfg"]))
     return go(prompt)
 
 def start(convo, args):
@@ -4102,8 +4102,6 @@ def start(convo, args):
     check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
     if args.prompt is not None and prompt.startswith("!"):   # typed by the user (never a file's)
         return run_direct(cfg, prompt[1:])
-    if prompt is not None and keyless(cfg):   # (a replay sends nothing)
-        raise ConfigError(keyless(cfg))
     try:   # a file that cannot be written fails now, before the model is paid
         if args.output:
             open(args.output, "a").close()
