@@ -3494,8 +3494,7 @@ def md_line(state, line):
     """One complete source line rendered (a table's rows are kept until it ends)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
         char, size, indent, pad = state["fence"]
-        m = re.match(r"[ \t]*(`{3,}|~{3,})[ \t]*$", line)
-        if m and m.group(1)[0] == char and len(m.group(1)) >= size:
+        if re.match(r"[ \t]*%s{%d,}[ \t]*$" % (re.escape(char), size), line):   # ``` or longer
             state["fence"] = None
             return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
         body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
