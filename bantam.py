@@ -3614,8 +3614,7 @@ def md_inline(text, st, base="", depth=0):
         return text
 
     def span(m):
-        kind = m.lastgroup                 # the last group of each alternative names it
-        inner = m.group(kind)
+        kind, inner = m.lastgroup, m.group(m.lastgroup)   # (each alternative's last group)
         if kind == "code":                 # verbatim
             return styled(inner, st["code"], base) if st["code"] else "`" + inner + "`"
         if kind == "esc":
