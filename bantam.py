@@ -3474,7 +3474,7 @@ INLINE = (
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
-            "part": "", "fence": None, "held": None, "table": None, "lists": [], "blank": True}
+            "part": "", "fence": None, "table": None, "lists": [], "blank": True}
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
@@ -3485,36 +3485,29 @@ def md_feed(state, text):
 def md_end(state):
     """Terminal text for whatever is left: the last line, a table, an open code block."""
     out = md_feed(state, "\n") if state["part"] else ""
-    held, state["held"] = state["held"], None   # (a held line and a table never both)
-    out += md_block(state, held, hold=False) if held else md_table(state) if state["table"] else ""
+    out += md_table(state) if state["table"] else ""
     if state["fence"] is not None:             # closed as its own closing fence would
         out += md_line(state, state["fence"][0] * state["fence"][1])
     return out
 
 def md_line(state, line):
-    """One complete source line rendered (a possible table header is held for one line)."""
+    """One complete source line rendered (a table's rows are kept until it ends)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
         char, size, indent, pad = state["fence"]
-        m = re.match(r"[ \t]*(`{3,}|~{3,})[ \t]*$", line)
-        if m and m.group(1)[0] == char and len(m.group(1)) >= size:
+        if re.match(r"[ \t]*%s{%d,}[ \t]*$" % (re.escape(char), size), line):   # ``` or longer
             state["fence"] = None
             return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
         body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
         return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
-    table, held, state["held"] = state["table"], state["held"], None
-    if table is not None and "|" in line:
-        table[0].append(split_row(line))
-        return ""
-    cells = split_row(held) if held is not None and "|" in line else None
-    if cells and re.match(DELIMITER, line) and len(split_row(line)) == len(cells):
-        state["table"] = ([cells], split_row(line))   # a table: its rows kept until it ends
+    if line.lstrip().startswith("|"):   # a table row (its delimiter row: not a row)
+        state["table"] = state["table"] or []
+        state["table"] += [] if re.match(DELIMITER, line) else [split_row(line)]
+        state["blank"] = False
         del state["lists"][:]
         return ""
-    out = md_table(state) if table is not None else ""
-    out += md_block(state, held, hold=False) if held is not None else ""
-    return out + md_block(state, line)
+    return (md_table(state) if state["table"] else "") + md_block(state, line)
 
-def md_block(state, line, hold=True):
+def md_block(state, line):
     """One source line outside code blocks and tables as terminal lines."""
     line = line.expandtabs(4)
     text = line.strip()
@@ -3546,14 +3539,11 @@ def md_block(state, line, hold=True):
         depth = quote.group(1).count(">")
         bar = styled(" ".join(["\u2502"] * depth), st["dim"])
         inner = dict(state, width=state["width"] - 2 * depth, lists=[], fence=None)
-        rows = md_block(inner, quote.group(2), hold=False)[:-1].split("\n")
+        rows = md_block(inner, quote.group(2))[:-1].split("\n")
         return "".join(bar + (" " + row if row else "") + "\n" for row in rows)
     item = lead in "-*+0123456789" and re.match(ITEM, line)
     if item:
         return md_item(state, indent, item)
-    if hold and "|" in text:
-        state["held"] = line                   # a table header, if a delimiter row follows
-        return ""
     pad = " " * list_column(state["lists"], indent)     # a paragraph, or an item's continuation
     return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
 
@@ -3592,16 +3582,10 @@ def split_row(line):
     return [text[a + 1:b].strip().replace("\\|", "|")
             for a, b in zip([-1] + bars, bars + [len(text)])]
 
-def align(text, width, delimiter):
-    """Text padded to width columns as its column's delimiter says: --: right, :-: centered."""
-    gap = width - display_width(text)
-    left = 0 if not delimiter.endswith(":") else gap // 2 if delimiter.startswith(":") else gap
-    return " " * left + text + " " * (gap - left)
-
 def md_table(state):
     """The buffered table drawn once in a box, header bold, cells wrapped to fit the width."""
-    (rows, delimiters), state["table"] = state["table"], None
-    st, count = state["styles"], len(delimiters)
+    rows, state["table"] = state["table"], None
+    st, count = state["styles"], len(rows[0])
     rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
     cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
     cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
@@ -3616,8 +3600,8 @@ def md_table(state):
     for r, row in enumerate(cells):
         parts = [wrap_words(cell, w) for cell, w in zip(row, widths)]
         for k in range(max(map(len, parts))):
-            texts = [align(part[k] if k < len(part) else "", w, delimiter)
-                     for part, w, delimiter in zip(parts, widths, delimiters)]
+            texts = [part[k] if k < len(part) else "" for part in parts]
+            texts = [text + " " * (w - display_width(text)) for text, w in zip(texts, widths)]
             out.append(bar + " " + (" " + bar + " ").join(texts) + " " + bar)
         if r == 0:
             out.append(rule("\u251c", "\u253c", "\u2524"))
@@ -3630,11 +3614,8 @@ def md_inline(text, st, base="", depth=0):
         return text
 
     def span(m):
-        kind = m.lastgroup                 # the last group of each alternative names it
-        inner = m.group(kind)
-        if kind == "code":                 # verbatim; `` ` x ` `` loses one space a side
-            if inner[:1] == inner[-1:] == " " and inner.strip():
-                inner = inner[1:-1]
+        kind, inner = m.lastgroup, m.group(m.lastgroup)   # (each alternative's last group)
+        if kind == "code":                 # verbatim
             return styled(inner, st["code"], base) if st["code"] else "`" + inner + "`"
         if kind == "esc":
             return inner
@@ -3785,23 +3766,15 @@ def md_flush(state, depth):
         state["md"] = None
 
 def term_tool_call(state, event):
-    """A tool call in words ("$ ls", "» read a.txt (offset 3)"), or as the plain trace."""
+    """A command or a subagent's prompt in words ("$ ls"), another call as its plain trace."""
     try:
         args = dict(json.loads(event["arguments"]))
     except (ValueError, TypeError):
         args = {}
-    name = TOOL_ALIASES.get(event["name"], event["name"])
-    path, text = args.get("filePath", args.get("path")), args.get("command", args.get("prompt"))
-    words = "[tool call: %s(%s)]" % (event["name"], event["arguments"])
-    if name in ("shell_exec", "run_subagent") and isinstance(text, str):
-        words = ("$ " if name == "shell_exec" else "\u00bb subagent: ") + text.rstrip("\n")
-    elif name in ("read", "write") and isinstance(path, str):
-        size = ": %d lines" % count_lines(args["content"]) if isinstance(
-            args.get("content"), str) else ""
-        more = ", ".join("%s %s" % (key, json.dumps(value)) for key, value in args.items()
-                         if key not in ("filePath", "path", "content"))
-        words = "\u00bb %s %s%s%s" % (name, path, size, " (%s)" % more if more else "")
-    show_call(state, event, words)
+    words = {"shell_exec": ("$ ", "command"), "run_subagent": ("\u00bb subagent: ", "prompt")}
+    mark, key = words.get(TOOL_ALIASES.get(event["name"], event["name"]), ("", None))
+    text = args.get(key)
+    show_call(state, event, mark + text.rstrip("\n") if mark and isinstance(text, str) else None)
     state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(),
                      "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
 
@@ -4102,17 +4075,10 @@ def keyless(cfg):
                 % DEFAULTS["endpoint"])
 
 def refuse_keyless(convo, prompt, go):
-    """The turn hook keeping a REPL prompt from the default endpoint while no key is set."""
+    """The turn hook keeping a prompt from the default endpoint while no key is set (exit 2)."""
     if keyless(convo["cfg"]):
-        raise BantamError(keyless(convo["cfg"]))
+        raise ConfigError(keyless(convo["cfg"]))
     return go(prompt)
-
-def hung_up(*_):
-    """SIGHUP: stop like SIGTERM (saving); what went to the gone terminal goes to /dev/null."""
-    for fd in (1, 2):   # a pipe or a file (--jsonl's events for a script) still gets the rest
-        if stat.S_ISCHR(os.fstat(fd).st_mode):   # (a terminal, or /dev/null)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
-    sys.exit(129)
 
 def start(convo, args):
     """The start hook: the flags' work and every check before a request is paid for."""
@@ -4120,7 +4086,7 @@ def start(convo, args):
     cfg = convo["cfg"]
     if args.delete:
         return cmd_delete(None, args.delete) or 0
-    signal.signal(signal.SIGHUP, hung_up)   # a closed terminal, a dropped SSH: saved, stopped
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
     settle(cfg)
     hide_secrets(cfg)
     if args.show_config:
@@ -4134,8 +4100,6 @@ def start(convo, args):
     check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
     if args.prompt is not None and prompt.startswith("!"):   # typed by the user (never a file's)
         return run_direct(cfg, prompt[1:])
-    if prompt is not None and keyless(cfg):   # (a replay sends nothing)
-        raise ConfigError(keyless(cfg))
     try:   # a file that cannot be written fails now, before the model is paid
         if args.output:
             open(args.output, "a").close()
@@ -4228,10 +4192,8 @@ def replay(convo, path):
     cfg, results = convo["cfg"], []
     cfg["run"]["replay"] = [e["message"] for e in events if e["type"] == "reply"]
 
-    def keep(event):   # a view: the tool results of this run
-        if event["type"] == "tool_result":
-            results.append((event["name"], event["content"]))
-    convo["views"].append(keep)
+    convo["views"].append(lambda event: event["type"] == "tool_result" and results.append(
+        (event["name"], event["content"])))   # a view: the tool results of this run
     for prompt in prompts:
         run_turn(convo, prompt)
     recorded = [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"]
@@ -4247,28 +4209,26 @@ def replay(convo, path):
     return 0
 
 def replayed_connection(cfg):
-    """The connect hook of --replay: no socket, each chat request answered from the trace."""
+    """The connect hook of --replay: no socket; each request (all chat) gets the next reply."""
     replies = (cfg.get("run") or {}).get("replay")
     if replies is None:
         return None
     import http.client
     import types
-    sent = []
 
     def answer(mode):   # (http.client reads a response from sock.makefile("rb"))
-        request, status = b"".join(sent), b"404 Not Found"
-        body, sent[:] = {"error": {"message": "not recorded"}}, []
-        if b"/chat/completions" in request.split(b"\r\n", 1)[0]:
-            body["error"]["message"] = "replay: the recording has no more model replies"
-            if replies:
-                status, body = b"200 OK", {"choices": [
-                    {"index": 0, "message": replies.pop(0), "finish_reason": None}]}
+        status, body = b"404 Not Found", {"error": {
+            "message": "replay: the recording has no more model replies"}}
+        if replies:
+            status, body = b"200 OK", {"choices": [
+                {"index": 0, "message": replies.pop(0), "finish_reason": None}]}
         body = json.dumps(body).encode()
         return io.BytesIO(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: "
                           b"%d\r\n\r\n%s" % (status, len(body), body))
     conn = http.client.HTTPConnection("replay", timeout=cfg["timeout"])
+    ignore = lambda *_: None
     conn.connect = lambda: setattr(conn, "sock", types.SimpleNamespace(
-        sendall=sent.append, makefile=answer, settimeout=lambda seconds: None, close=lambda: None))
+        sendall=ignore, makefile=answer, settimeout=ignore, close=ignore))
     return conn
 
 HOOKS["connect"].insert(0, replayed_connection)   # before the transport's: no network

@@ -437,21 +437,6 @@ class ToolsKeyTests(ExtrasCase):
         self.assertNotIn("x" * 100, result.stdout)
         self.assertEqual(read_text(os.path.join(self.ws.work, "big.txt")), content)
 
-    def test_terminal_view_shows_read_and_write_in_words(self):
-        self.ws.write("notes.txt", "a\nb\nc\n")
-        self.ws.write_config(self.server, tools="shell_exec,read,write")
-        self.push(tool_call_stream([("c1", "read", {"filePath": "notes.txt", "offset": 2, "limit": 2}),
-                                    ("c2", "write", {"filePath": "notes.txt", "content": "B\n",
-                                                     "lineOffset": 2, "delLines": 1})]),
-                  text_stream("edited"))
-        term = self.start()
-        out = self.say(term, "edit it", "edited")
-        self.assertIn("\u00bb read notes.txt (offset 2, limit 2)", out)
-        self.assertIn("2: b\n", out)
-        self.assertIn("\u00bb write notes.txt: 1 lines (lineOffset 2, delLines 1)", out)
-        self.assertEqual(read_text(os.path.join(self.ws.work, "notes.txt")), "a\nB\nc\n")
-        self.quit(term)
-
 
 class SocksTests(ExtrasCase):
     """SOCKS_PROXY: a real bantam reaching the FakeServer through tests/socks_server.py."""
