@@ -1815,10 +1815,8 @@ def shape_request(cfg, messages, body, error=None):
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
-    for field in [f for f in OPTIONAL_FIELDS if "drop " + f in fixes]:
-        body.pop(field, None)
-    if fixes - {"stream"} - {"drop " + f for f in OPTIONAL_FIELDS}:   # fixes of the messages
-        body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
+    body = {key: value for key, value in body.items() if "drop " + key not in fixes}
+    body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
     count_wait(cfg)
     return body
 
@@ -1830,14 +1828,21 @@ def learn_from(cfg, messages, body, error):
     if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
         emit(cfg, "discarded", error=redact(cfg, str(error)))   # what was shown of it
         reply["content"] = reply["reasoning"] = ()
+    text = error.body or str(error)
     if error.kind == "overflow":
-        learn_window(cfg, error.body or str(error))
+        learn_window(cfg, text)
     kept = [m for m in messages if m["role"] != "assistant" or m.get("tool_calls")
             or str(m.get("content") or "").strip()]
-    if len(kept) < len(messages) and re.search(EMPTY_ASSISTANT_PATTERNS, error.body or ""):
+    if len(kept) < len(messages) and re.search(EMPTY_ASSISTANT_PATTERNS, text):
         messages[:] = kept   # strict servers refuse an assistant message of nothing
         return True
-    fix, say = learned_fix(error, body) if error.status in (400, 422) else (None, None)
+    sent = [f for f in OPTIONAL_FIELDS if f in body]   # a refused field it names, else a FIXES one
+    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
+    fixes = [("drop " + f, "the server does not support %r for this model: leaving it out" % f)
+             for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)
+             and re.search(REFUSED_FIELD, text)]
+    fixes += [(fix, say) for fix, (pattern, say) in FIXES.items() if re.search(pattern, text, re.I)]
+    fix, say = fixes[0] if fixes and error.status in (400, 422) else (None, None)
     if fix and (cfg["endpoint"], cfg["model"], fix) not in LEARNED["fixes"]:
         LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
         if say:
@@ -1903,19 +1908,6 @@ def fixed_message(message, fixes):
     return message if fixed == message else fixed
 
 
-def learned_fix(error, body):
-    """(fix, line saying so) for a refused request: drop a field it names, or a FIXES one."""
-    text = error.body or str(error)
-    sent = [f for f in OPTIONAL_FIELDS if f in body]
-    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
-    named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
-    if named and re.search(REFUSED_FIELD, text):
-        say = "the server does not support %r for this model: leaving it out" % named[0]
-        return "drop " + named[0], say
-    return next(((fix, say) for fix, (pattern, say) in FIXES.items()
-                 if re.search(pattern, text, re.I)), (None, None))
-
-
 def server_wait(headers, text=""):
     """Seconds the server asks us to wait (headers, else Gemini's body), or None."""
     from email.utils import parsedate_to_datetime
@@ -1935,8 +1927,18 @@ def shape_delta(cfg, reply, delta):
     if "room" not in reply:   # what the reply may still keep (see room_for)
         reply.update(room={"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS},
                      cut=[], think="start", unsure="")
-    if delta is None:
-        return end_of_reply(cfg, reply)
+    if delta is None:   # the reply ended: what waited on a <think> marker, then the cuts
+        if reply["unsure"]:
+            queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
+        if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
+            raise stream_error("finish_reason: error")
+        end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
+        for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
+            if cut in CUTS:
+                note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
+        own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
+        spend(cfg, reply)
+        return None
     if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
     delta = dict(delta)
@@ -1972,20 +1974,6 @@ def shape_delta(cfg, reply, delta):
         if shown:
             queue(reply, "text", shown)
     return delta
-
-
-def end_of_reply(cfg, reply):
-    """The reply ended: what waited on a <think> marker, and the cuts."""
-    if reply["unsure"]:
-        queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
-    if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
-        raise stream_error("finish_reason: error")
-    end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
-    for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
-        if cut in CUTS:
-            note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-    own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
-    spend(cfg, reply)
 
 
 def merge_details(reply, details):
