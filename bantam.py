@@ -2061,7 +2061,6 @@ class SocksError(OSError):
 
 def socks5_connect(proxy_url, host, port, timeout):
     """A socket to host:port through socks5[h]://[user:password@]host[:port] (RFC 1928)."""
-    import ipaddress
     import socket
     from urllib.parse import unquote, urlsplit
     proxy = urlsplit(proxy_url if "://" in proxy_url else "socks5://" + proxy_url)
@@ -2078,12 +2077,9 @@ def socks5_connect(proxy_url, host, port, timeout):
                 sock.sendall(b"\1" + b"".join(bytes([len(s)]) + s for s in login))
                 if answer.read(2)[1:] != b"\0":
                     raise SocksError("%s rejected the username/password" % where)
-            try:   # VER CMD=01 (CONNECT) RSV ATYP DST.ADDR DST.PORT -> VER REP RSV ATYP BND
-                ip = ipaddress.ip_address(host.strip("[]"))
-                address = bytes([1 if ip.version == 4 else 4]) + ip.packed
-            except ValueError:   # a name, for the proxy to resolve
-                address = bytes([3, len(host.encode("idna"))]) + host.encode("idna")
-            sock.sendall(b"\5\1\0" + address + port.to_bytes(2, "big"))
+            name = host.strip("[]").encode("idna")   # a name (or IP) the proxy resolves
+            # VER CMD=01 (CONNECT) RSV ATYP=03 DST.ADDR DST.PORT -> VER REP RSV ATYP BND
+            sock.sendall(b"\5\1\0\3" + bytes([len(name)]) + name + port.to_bytes(2, "big"))
             reply = answer.read(4).ljust(4, b"\1")   # (cut short: a general failure)
             if reply[1]:
                 error = SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
