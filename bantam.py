@@ -1985,8 +1985,7 @@ def merge_details(reply, details):
                       and (b.get("index"), b.get("type")) == (d["index"], d.get("type"))), None)
         if block is None:
             kept.append(d)
-            continue
-        for key, value in d.items():
+        for key, value in d.items() if block else ():
             joined = key in ("text", "summary", "data") and isinstance(block.get(key), str)
             block[key] = block[key] + value if joined and isinstance(value, str) else value
     if not kept or "reasoning" in reply["cut"]:   # (a signed block cut short is void)
@@ -2003,10 +2002,9 @@ def room_for(reply, kind, size):
 
 
 def split_think(reply, text):
-    """The answer part of a piece of content that may begin with a <think> block (queued as
-    reasoning). reply["think"]: "start", the closing tag looked for, "after" (blanks after it
-    are not shown) or None; reply["unsure"]: what came last, maybe part of a marker."""
-    text, reply["unsure"] = reply["unsure"] + text, ""
+    """The answer part of content that may begin with a <think> block (queued as reasoning).
+    reply["think"]: "start", the closing tag, "after" (blanks skipped) or None (plain text)."""
+    text, reply["unsure"] = reply["unsure"] + text, ""   # (held back: maybe part of a marker)
     if reply["think"] == "start":
         head = text.lstrip()
         tag = next((t for t in THINK_TAGS if head.startswith(t)), None)
@@ -2135,9 +2133,9 @@ def network_error(e, cfg, got_output=False):
     """The ApiError for a failed connection or read: fatal when waiting cannot help."""
     import socket
     url, proxy, variable = route(cfg)
-    ssl, text = sys.modules.get("ssl"), str(e) or type(e).__name__
+    text = str(e) or type(e).__name__
     fatal = text.startswith("Tunnel connection failed: 4") or not getattr(e, "retry", True)
-    if ssl and isinstance(e, ssl.SSLCertVerificationError):
+    if type(e).__name__ == "SSLCertVerificationError":   # (ssl is loaded for https only)
         text, fatal = ("the certificate of %s is not trusted (%s); to trust a private or company "
                        "CA, point SSL_CERT_FILE at its PEM file" % (url.hostname, e.verify_message),
                        True)
@@ -2270,8 +2268,7 @@ def add_prompt_extras(cfg):
     base = sources["base_system_prompt"]
     if sources["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
         base = clean_for_model(base)
-    cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
-        if extras else base
+    cfg["system_prompt"] = "\n\n".join([base.rstrip("\n")] + extras) + "\n" if extras else base
 
 def folder_memory():
     """{folder: {"trusted": bool, "fingerprint": {key: hash}}} ({} if none)."""
