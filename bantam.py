@@ -1855,12 +1855,9 @@ def learn_from(cfg, messages, body, error):
 
 def classify(cfg, error):
     """Put an ApiError's kind and message right: what its cause, status and body mean."""
+    if error.__cause__ is not None:   # a failed connection or read
+        return network_error(cfg, error)
     text, status, headers, message = error.body or "", error.status, error.headers, str(error)
-    if error.__cause__ is not None:
-        reply = (cfg.get("run") or {}).get("reply") or {}
-        better = network_error(error.__cause__, cfg, bool(reply.get("first")))
-        error.args, error.kind = better.args, better.kind
-        return
     if re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):   # a proxy's page:
         import html   # its title, else its text without the tags
         title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
@@ -2036,8 +2033,7 @@ HOOKS["delta"].append(shape_delta)
 # ----------------------------------------------------------------------------------------
 
 def route(cfg):
-    """(the endpoint's urlsplit, its proxy's urlsplit or None, the proxy's variable):
-    SOCKS_PROXY, else the scheme's HTTP(S)_PROXY; none for a host that NO_PROXY names."""
+    """(endpoint URL, proxy URL, its variable): SOCKS_PROXY, else HTTP(S)_PROXY, or NO_PROXY."""
     from urllib.parse import urlsplit
     url, env = urlsplit(cfg["endpoint"]), lambda name: (
         os.environ.get(name.lower()) or os.environ.get(name) or "").strip()
@@ -2046,8 +2042,8 @@ def route(cfg):
         if rule == "*" or rule and (url.hostname == rule or url.hostname.endswith("." + rule)):
             return url, None, None
     for variable, scheme in (("SOCKS_PROXY", "socks5"), (url.scheme.upper() + "_PROXY", "http")):
-        if env(variable):
-            proxy = env(variable)
+        proxy = env(variable)
+        if proxy:
             return url, urlsplit(proxy if "://" in proxy else scheme + "://" + proxy), variable
     return url, None, None
 
@@ -2129,10 +2125,11 @@ def count_wait(cfg):
         atexit.register(signal.setitimer, signal.ITIMER_REAL, 0)
 
 
-def network_error(e, cfg, got_output=False):
-    """The ApiError for a failed connection or read: fatal when waiting cannot help."""
+def network_error(cfg, error):
+    """Say error's network fault plainly (its cause): fatal when waiting cannot help."""
     import socket
     url, proxy, variable = route(cfg)
+    e, reply = error.__cause__, (cfg.get("run") or {}).get("reply") or {}
     text = str(e) or type(e).__name__
     fatal = text.startswith("Tunnel connection failed: 4") or not getattr(e, "retry", True)
     if type(e).__name__ == "SSLCertVerificationError":   # (ssl is loaded for https only)
@@ -2142,13 +2139,13 @@ def network_error(e, cfg, got_output=False):
     elif isinstance(e, socket.gaierror) and e.errno != socket.EAI_AGAIN:   # (not for now)
         text, fatal = "the host name %s does not resolve" % (proxy or url).hostname, True
     elif isinstance(e, socket.timeout) or "timed out" in text:
-        text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if got_output else (
+        text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if reply.get("first") else (
             "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
     elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
         text = "connection refused by " + ("the proxy %s (%s)" % (
             proxy.netloc.rpartition("@")[2], variable) if proxy else cfg["endpoint"])
     text += " (SOCKS_PROXY)" if isinstance(e, SocksError) else ""
-    return ApiError("network error: " + text, "fatal" if fatal else "retry")
+    error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
 
 
 HOOKS["connect"].append(connect_endpoint)
