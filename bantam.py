@@ -1808,9 +1808,8 @@ def shape_request(cfg, messages, body, error=None):
     if error is not None:
         return learn_from(cfg, messages, body, error)
     fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
-    if own(cfg).get("unstreamed") is messages[-1]:   # after an empty stream: this server says
-        body["stream"] = False   # what went wrong (an overflow) only in a reply not streamed
-    body["stream"] = body["stream"] or "stream" in fixes
+    unstreamed = own(cfg).get("unstreamed") is messages[-1]   # (an empty stream: a reply not
+    body["stream"] = "stream" in fixes or body["stream"] and not unstreamed   # streamed says why)
     if body["stream"]:
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
