@@ -1940,8 +1940,7 @@ def shape_delta(cfg, reply, delta):
     delta = dict(delta)
     if isinstance(delta.get("refusal"), str) and delta["refusal"]:   # OpenAI's safety refusal
         delta["content"] = delta.get("content") or delta["refusal"]
-    if isinstance(delta.get("content"), list):   # Mistral's parts: [{"type": "thinking",
-        # "thinking": [{"type": "text", "text": ".."}]}, {"type": "text", "text": ".."}]
+    if isinstance(delta.get("content"), list):   # Mistral's parts: thinking ones, text ones
         parts = [p for p in delta["content"] if isinstance(p, dict)]
         thinking = [t for p in parts if p.get("type") == "thinking" for t in p.get("thinking", ())]
         delta["reasoning"] = "".join(str(t.get("text", "")) for t in thinking if type(t) is dict)
