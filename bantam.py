@@ -2194,9 +2194,9 @@ def normal_endpoint(url, where):
     return cut
 
 def settle_secrets(cfg):
-    """The run's secrets Part I does not know of: the environment's not sent, an endpoint's."""
+    """The run's secrets Part I does not know of: the environment's, the endpoint URL's."""
     if cfg.get("run") is not None:
-        cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
+        cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
 
 def settle(cfg, trust=None):
     """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no)."""
@@ -2227,12 +2227,11 @@ def settle(cfg, trust=None):
         cfg[key], sources[key] = found[0][1:] if found else (DEFAULTS[key], "default")
         if key == "deny" and found:
             cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
-    headers = os.environ.get("BANTAM_HEADERS")   # secrets in the environment not sent:
-    held = [os.environ.get("BANTAM_API_KEY"), os.environ.get("OPENAI_API_KEY")] + list(
+    headers = os.environ.get("BANTAM_HEADERS")   # the environment's secrets, sent or not
+    secrets = [os.environ.get("BANTAM_API_KEY", ""), os.environ.get("OPENAI_API_KEY", "")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
-    withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
     sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   untrusted=untrusted, withheld=withheld, fingerprint=prints, changed=changed)
+                   untrusted=untrusted, env_secrets=secrets, fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
