@@ -1937,7 +1937,6 @@ def shape_delta(cfg, reply, delta):
         return None
     if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
-    delta = dict(delta)
     if isinstance(delta.get("refusal"), str) and delta["refusal"]:   # OpenAI's safety refusal
         delta["content"] = delta.get("content") or delta["refusal"]
     if isinstance(delta.get("content"), list):   # Mistral's parts: thinking ones, text ones
