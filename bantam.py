@@ -1808,17 +1808,14 @@ def shape_request(cfg, messages, body, error=None):
     if error is not None:
         return learn_from(cfg, messages, body, error)
     fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
-    if own(cfg).get("unstreamed") is messages[-1]:   # after an empty stream: this server says
-        body["stream"] = False   # what went wrong (an overflow) only in a reply not streamed
-    body["stream"] = body["stream"] or "stream" in fixes
+    unstreamed = own(cfg).get("unstreamed") is messages[-1]   # (an empty stream: a reply not
+    body["stream"] = "stream" in fixes or body["stream"] and not unstreamed   # streamed says why)
     if body["stream"]:
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
-    for field in [f for f in OPTIONAL_FIELDS if "drop " + f in fixes]:
-        body.pop(field, None)
-    if fixes - {"stream"} - {"drop " + f for f in OPTIONAL_FIELDS}:   # fixes of the messages
-        body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
+    body = {key: value for key, value in body.items() if "drop " + key not in fixes}
+    body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
     count_wait(cfg)
     return body
 
@@ -1830,14 +1827,21 @@ def learn_from(cfg, messages, body, error):
     if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
         emit(cfg, "discarded", error=redact(cfg, str(error)))   # what was shown of it
         reply["content"] = reply["reasoning"] = ()
+    text = error.body or str(error)
     if error.kind == "overflow":
-        learn_window(cfg, error.body or str(error))
+        learn_window(cfg, text)
     kept = [m for m in messages if m["role"] != "assistant" or m.get("tool_calls")
             or str(m.get("content") or "").strip()]
-    if len(kept) < len(messages) and re.search(EMPTY_ASSISTANT_PATTERNS, error.body or ""):
+    if len(kept) < len(messages) and re.search(EMPTY_ASSISTANT_PATTERNS, text):
         messages[:] = kept   # strict servers refuse an assistant message of nothing
         return True
-    fix, say = learned_fix(error, body) if error.status in (400, 422) else (None, None)
+    sent = [f for f in OPTIONAL_FIELDS if f in body]   # a refused field it names, else a FIXES one
+    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
+    fixes = [("drop " + f, "the server does not support %r for this model: leaving it out" % f)
+             for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)
+             and re.search(REFUSED_FIELD, text)]
+    fixes += [(fix, say) for fix, (pattern, say) in FIXES.items() if re.search(pattern, text, re.I)]
+    fix, say = fixes[0] if fixes and error.status in (400, 422) else (None, None)
     if fix and (cfg["endpoint"], cfg["model"], fix) not in LEARNED["fixes"]:
         LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
         if say:
@@ -1850,12 +1854,9 @@ def learn_from(cfg, messages, body, error):
 
 def classify(cfg, error):
     """Put an ApiError's kind and message right: what its cause, status and body mean."""
+    if error.__cause__ is not None:   # a failed connection or read
+        return network_error(cfg, error)
     text, status, headers, message = error.body or "", error.status, error.headers, str(error)
-    if error.__cause__ is not None:
-        reply = (cfg.get("run") or {}).get("reply") or {}
-        better = network_error(error.__cause__, cfg, bool(reply.get("first")))
-        error.args, error.kind = better.args, better.kind
-        return
     if re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):   # a proxy's page:
         import html   # its title, else its text without the tags
         title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
@@ -1903,19 +1904,6 @@ def fixed_message(message, fixes):
     return message if fixed == message else fixed
 
 
-def learned_fix(error, body):
-    """(fix, line saying so) for a refused request: drop a field it names, or a FIXES one."""
-    text = error.body or str(error)
-    sent = [f for f in OPTIONAL_FIELDS if f in body]
-    sent += [f for f in MESSAGE_EXTRAS if any(f in m for m in body["messages"])]
-    named = [f for f in sent if re.search(r"\b%s\b" % f.replace("_", "[_-]?"), text, re.I)]
-    if named and re.search(REFUSED_FIELD, text):
-        say = "the server does not support %r for this model: leaving it out" % named[0]
-        return "drop " + named[0], say
-    return next(((fix, say) for fix, (pattern, say) in FIXES.items()
-                 if re.search(pattern, text, re.I)), (None, None))
-
-
 def server_wait(headers, text=""):
     """Seconds the server asks us to wait (headers, else Gemini's body), or None."""
     from email.utils import parsedate_to_datetime
@@ -1935,15 +1923,23 @@ def shape_delta(cfg, reply, delta):
     if "room" not in reply:   # what the reply may still keep (see room_for)
         reply.update(room={"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS},
                      cut=[], think="start", unsure="")
-    if delta is None:
-        return end_of_reply(cfg, reply)
+    if delta is None:   # the reply ended: what waited on a <think> marker, then the cuts
+        if reply["unsure"]:
+            queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
+        if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
+            raise stream_error("finish_reason: error")
+        end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
+        for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
+            if cut in CUTS:
+                note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
+        own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
+        spend(cfg, reply)
+        return None
     if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
-    delta = dict(delta)
     if isinstance(delta.get("refusal"), str) and delta["refusal"]:   # OpenAI's safety refusal
         delta["content"] = delta.get("content") or delta["refusal"]
-    if isinstance(delta.get("content"), list):   # Mistral's parts: [{"type": "thinking",
-        # "thinking": [{"type": "text", "text": ".."}]}, {"type": "text", "text": ".."}]
+    if isinstance(delta.get("content"), list):   # Mistral's parts: thinking ones, text ones
         parts = [p for p in delta["content"] if isinstance(p, dict)]
         thinking = [t for p in parts if p.get("type") == "thinking" for t in p.get("thinking", ())]
         delta["reasoning"] = "".join(str(t.get("text", "")) for t in thinking if type(t) is dict)
@@ -1974,20 +1970,6 @@ def shape_delta(cfg, reply, delta):
     return delta
 
 
-def end_of_reply(cfg, reply):
-    """The reply ended: what waited on a <think> marker, and the cuts."""
-    if reply["unsure"]:
-        queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
-    if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
-        raise stream_error("finish_reason: error")
-    end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
-    for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
-        if cut in CUTS:
-            note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-    own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
-    spend(cfg, reply)
-
-
 def merge_details(reply, details):
     """Keep reasoning_details to send back, a block's fragments joined (signed as a whole)."""
     kept = reply["extra"].setdefault("reasoning_details", [])
@@ -1997,8 +1979,7 @@ def merge_details(reply, details):
                       and (b.get("index"), b.get("type")) == (d["index"], d.get("type"))), None)
         if block is None:
             kept.append(d)
-            continue
-        for key, value in d.items():
+        for key, value in d.items() if block else ():
             joined = key in ("text", "summary", "data") and isinstance(block.get(key), str)
             block[key] = block[key] + value if joined and isinstance(value, str) else value
     if not kept or "reasoning" in reply["cut"]:   # (a signed block cut short is void)
@@ -2015,10 +1996,9 @@ def room_for(reply, kind, size):
 
 
 def split_think(reply, text):
-    """The answer part of a piece of content that may begin with a <think> block (queued as
-    reasoning). reply["think"]: "start", the closing tag looked for, "after" (blanks after it
-    are not shown) or None; reply["unsure"]: what came last, maybe part of a marker."""
-    text, reply["unsure"] = reply["unsure"] + text, ""
+    """The answer part of content that may begin with a <think> block (queued as reasoning).
+    reply["think"]: "start", the closing tag, "after" (blanks skipped) or None (plain text)."""
+    text, reply["unsure"] = reply["unsure"] + text, ""   # (held back: maybe part of a marker)
     if reply["think"] == "start":
         head = text.lstrip()
         tag = next((t for t in THINK_TAGS if head.startswith(t)), None)
@@ -2050,8 +2030,7 @@ HOOKS["delta"].append(shape_delta)
 # ----------------------------------------------------------------------------------------
 
 def route(cfg):
-    """(the endpoint's urlsplit, its proxy's urlsplit or None, the proxy's variable):
-    SOCKS_PROXY, else the scheme's HTTP(S)_PROXY; none for a host that NO_PROXY names."""
+    """(endpoint URL, proxy URL, its variable): SOCKS_PROXY, else HTTP(S)_PROXY, or NO_PROXY."""
     from urllib.parse import urlsplit
     url, env = urlsplit(cfg["endpoint"]), lambda name: (
         os.environ.get(name.lower()) or os.environ.get(name) or "").strip()
@@ -2060,8 +2039,8 @@ def route(cfg):
         if rule == "*" or rule and (url.hostname == rule or url.hostname.endswith("." + rule)):
             return url, None, None
     for variable, scheme in (("SOCKS_PROXY", "socks5"), (url.scheme.upper() + "_PROXY", "http")):
-        if env(variable):
-            proxy = env(variable)
+        proxy = env(variable)
+        if proxy:
             return url, urlsplit(proxy if "://" in proxy else scheme + "://" + proxy), variable
     return url, None, None
 
@@ -2073,7 +2052,6 @@ class SocksError(OSError):
 
 def socks5_connect(proxy_url, host, port, timeout):
     """A socket to host:port through socks5[h]://[user:password@]host[:port] (RFC 1928)."""
-    import ipaddress
     import socket
     from urllib.parse import unquote, urlsplit
     proxy = urlsplit(proxy_url if "://" in proxy_url else "socks5://" + proxy_url)
@@ -2090,12 +2068,9 @@ def socks5_connect(proxy_url, host, port, timeout):
                 sock.sendall(b"\1" + b"".join(bytes([len(s)]) + s for s in login))
                 if answer.read(2)[1:] != b"\0":
                     raise SocksError("%s rejected the username/password" % where)
-            try:   # VER CMD=01 (CONNECT) RSV ATYP DST.ADDR DST.PORT -> VER REP RSV ATYP BND
-                ip = ipaddress.ip_address(host.strip("[]"))
-                address = bytes([1 if ip.version == 4 else 4]) + ip.packed
-            except ValueError:   # a name, for the proxy to resolve
-                address = bytes([3, len(host.encode("idna"))]) + host.encode("idna")
-            sock.sendall(b"\5\1\0" + address + port.to_bytes(2, "big"))
+            name = host.strip("[]").encode("idna")   # a name (or IP) the proxy resolves
+            # VER CMD=01 (CONNECT) RSV ATYP=03 DST.ADDR DST.PORT -> VER REP RSV ATYP BND
+            sock.sendall(b"\5\1\0\3" + bytes([len(name)]) + name + port.to_bytes(2, "big"))
             reply = answer.read(4).ljust(4, b"\1")   # (cut short: a general failure)
             if reply[1]:
                 error = SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
@@ -2147,26 +2122,27 @@ def count_wait(cfg):
         atexit.register(signal.setitimer, signal.ITIMER_REAL, 0)
 
 
-def network_error(e, cfg, got_output=False):
-    """The ApiError for a failed connection or read: fatal when waiting cannot help."""
+def network_error(cfg, error):
+    """Say error's network fault plainly (its cause): fatal when waiting cannot help."""
     import socket
     url, proxy, variable = route(cfg)
-    ssl, text = sys.modules.get("ssl"), str(e) or type(e).__name__
+    e, reply = error.__cause__, (cfg.get("run") or {}).get("reply") or {}
+    text = str(e) or type(e).__name__
     fatal = text.startswith("Tunnel connection failed: 4") or not getattr(e, "retry", True)
-    if ssl and isinstance(e, ssl.SSLCertVerificationError):
+    if type(e).__name__ == "SSLCertVerificationError":   # (ssl is loaded for https only)
         text, fatal = ("the certificate of %s is not trusted (%s); to trust a private or company "
                        "CA, point SSL_CERT_FILE at its PEM file" % (url.hostname, e.verify_message),
                        True)
     elif isinstance(e, socket.gaierror) and e.errno != socket.EAI_AGAIN:   # (not for now)
         text, fatal = "the host name %s does not resolve" % (proxy or url).hostname, True
     elif isinstance(e, socket.timeout) or "timed out" in text:
-        text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if got_output else (
+        text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if reply.get("first") else (
             "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
     elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
         text = "connection refused by " + ("the proxy %s (%s)" % (
             proxy.netloc.rpartition("@")[2], variable) if proxy else cfg["endpoint"])
     text += " (SOCKS_PROXY)" if isinstance(e, SocksError) else ""
-    return ApiError("network error: " + text, "fatal" if fatal else "retry")
+    error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
 
 
 HOOKS["connect"].append(connect_endpoint)
@@ -2217,9 +2193,9 @@ def normal_endpoint(url, where):
     return cut
 
 def settle_secrets(cfg):
-    """The run's secrets Part I does not know of: the environment's not sent, an endpoint's."""
+    """The run's secrets Part I does not know of: the environment's, the endpoint URL's."""
     if cfg.get("run") is not None:
-        cfg["run"]["secrets"] = cfg["sources"].get("withheld", []) + url_secrets(cfg["endpoint"])
+        cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
 
 def settle(cfg, trust=None):
     """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no)."""
@@ -2250,12 +2226,11 @@ def settle(cfg, trust=None):
         cfg[key], sources[key] = found[0][1:] if found else (DEFAULTS[key], "default")
         if key == "deny" and found:
             cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
-    headers = os.environ.get("BANTAM_HEADERS")   # secrets in the environment not sent:
-    held = [os.environ.get("BANTAM_API_KEY"), os.environ.get("OPENAI_API_KEY")] + list(
+    headers = os.environ.get("BANTAM_HEADERS")   # the environment's secrets, sent or not
+    secrets = [os.environ.get("BANTAM_API_KEY", ""), os.environ.get("OPENAI_API_KEY", "")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
-    withheld = [v for v in held if v and v != cfg["api_key"] and v not in cfg["headers"].values()]
     sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   untrusted=untrusted, withheld=withheld, fingerprint=prints, changed=changed)
+                   untrusted=untrusted, env_secrets=secrets, fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -2286,8 +2261,7 @@ def add_prompt_extras(cfg):
     base = sources["base_system_prompt"]
     if sources["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
         base = clean_for_model(base)
-    cfg["system_prompt"] = base.rstrip("\n") + "".join("\n\n" + e for e in extras) + "\n" \
-        if extras else base
+    cfg["system_prompt"] = "\n\n".join([base.rstrip("\n")] + extras) + "\n" if extras else base
 
 def folder_memory():
     """{folder: {"trusted": bool, "fingerprint": {key: hash}}} ({} if none)."""
@@ -2377,7 +2351,7 @@ def hide_secrets(cfg):
         with open("/proc/self/stat", "rb") as f:   # fields 48 and 51: arg_start, env_end
             start, end = [int(n) for n in f.read().rpartition(b")")[2].split()[45:49:3]]
         block = ctypes.string_at(start, end - start)
-        for found in re.finditer(b"|".join(map(re.escape, sorted(secrets, key=len)[::-1])), block):
+        for found in re.finditer(b"|".join(map(re.escape, secrets)), block):   # (longest first)
             ctypes.memset(start + found.start(), ord("*"), found.end() - found.start())
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
     except (OSError, ValueError, AttributeError):

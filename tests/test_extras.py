@@ -347,14 +347,6 @@ class SocksTest(unittest.TestCase):
                              "localhost:%d (SOCKS5 reply %d)" % (proxy.address, self.http, rep))
             self.assertEqual(caught.exception.retry, rep not in (2, 7, 8))
 
-    def test_ip_literals_use_atyp_1_and_4(self):
-        proxy = self.proxy()
-        socks.socks5_connect(proxy.url, "127.0.0.1", self.http, 5).close()
-        with self.assertRaisesRegex(socks.SocksError, r"\(SOCKS5 reply 2\)"):   # not allowed
-            socks.socks5_connect(proxy.url, "[::1]", self.http, 5)
-        self.assertEqual([(r["atyp"], r["address"]) for r in proxy.requests],
-                         [(1, "127.0.0.1"), (4, "::1")])
-
     def test_proxy_refusing_the_connection(self):
         with socket.socket() as probe:   # a port with nobody listening
             probe.bind(("127.0.0.1", 0))

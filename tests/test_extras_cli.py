@@ -467,7 +467,7 @@ class SocksTests(ExtrasCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("over TLS via socks", result.stdout)
         self.assertEqual([(r["atyp"], r["address"], r["port"]) for r in proxy.requests],
-                         [(1, "127.0.0.1", server.port)])
+                         [(3, "127.0.0.1", server.port)])   # an IP sent as a name
 
     def test_no_proxy_bypasses_socks(self):
         proxy = self.proxy()
