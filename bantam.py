@@ -2850,16 +2850,16 @@ def approval(cfg, call_id, name, args):
         return args
     decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
     edited = None
-    if decision == "ask":   # (a command's reason is None here)
-        if name == "write" or reason:
+    if decision == "ask":
+        if path:
             note(cfg, write_preview(path, args, reason) if name == "write" else
                  "[%s: %s]" % (path, reason), "warning")
         (decision, reason, edited), rule = user_decision(cfg, command, path and name), "asked"
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
-    if decision == "always":   # as decide() looks it up: by tool (a path is no command), stripped
-        cfg["run"].setdefault("approved", set()).add(name + ":" + (path or command.strip()))
+    if decision == "always":   # as approve() looks it up
+        cfg["run"]["approved"].add(name + ":" + (path or command.strip()))
     if decision == "edit":
         cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
         return dict(args, command=edited)
@@ -2868,12 +2868,22 @@ def approval(cfg, call_id, name, args):
     what = "command" if name == "shell_exec" else name   # who refused it and why, for the model
     if rule == "asked":
         return "[the user did not let this %s run%s]" % (what, ": " + reason if reason else "")
-    off = {"command": "running commands", "write": "writing files"}.get(what, "reading elsewhere")
     text = {"no terminal": "this %s needs the user's approval, and no one is there to ask" % what,
             ".git": "write keeps out of .git/, where git runs code from (allow=write:PATH lets it)",
-            "approve=deny": "%s is turned off (approve=deny)" % off}.get(rule)
+            "approve=deny": "approve=deny refuses this %s" % what}.get(rule)
     text = text or "it matches the pattern %r of bantam's deny setting" % rule.partition(" ")[2]
     return "[not run: %s%s]" % (text, " (%s)" % reason if reason else "")
+
+def approve(cfg, key, write_out):
+    """(decision, rule) when deny and allow did not decide: an a(lways) answer, then approve."""
+    if key in cfg["run"].setdefault("approved", set()):
+        return "run", "always"
+    setting = "ask" if write_out and cfg["approve"] == "auto" else cfg["approve"]
+    if setting == "ask" and not cfg["run"].get("approver"):
+        note_once(cfg, "no terminal", "[approve=%s, but there is no terminal to ask: what needs "
+                  "asking is refused]" % cfg["approve"], "warning")
+        return "refuse", "no terminal"
+    return {"auto": "run", "ask": "ask", "deny": "refuse"}[setting], "approve=" + cfg["approve"]
 
 def patterns(cfg, key, tool=None):
     """The deny or allow patterns for commands (tool None), or a file tool's: (text, path)."""
@@ -2899,14 +2909,8 @@ def decide(cfg, command):
         why = why or allow_bar(cfg, split) or (split.unplain + [None])[0]
         if not why:
             return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
-    if "shell_exec:" + command in cfg["run"].setdefault("approved", set()):
-        return "run", "always", None
-    if cfg["approve"] == "ask" and not cfg["run"].get("approver"):
-        note_once(cfg, "no terminal", "[approve=ask, but there is no terminal to ask: commands "
-                  "are refused]", "warning")
-        return "refuse", "no terminal", None
-    decision = {"auto": "run", "ask": "ask", "deny": "refuse"}[cfg["approve"]]
-    return decision, "approve=" + cfg["approve"], why if decision == "refuse" else None
+    decision, rule = approve(cfg, "shell_exec:" + command, False)
+    return decision, rule, why or None if decision == "refuse" else None
 
 def pattern_hit(words, pattern):
     """Why a simple command matches a pattern (`rm *` also a bare rm, as xargs runs it)."""
@@ -3041,30 +3045,33 @@ def simple_command(words, redirs, depth, out):
                                                else " sets a variable"))
             words = words[1:]
             continue
-        program, args, n = words[0], words[1:], 0
+        program, args = words[0], words[1:]
         if not re.search(COMPUTED, program):   # (a computed one stays whole: $(echo /bin/rm))
             program = os.path.basename(program) or program
         out.found.append([program] + args + redirs)
         if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
             out.unplain.append("the program is not a plain name: " + words[0])
+        words = []
         if re.match(SHELL_NAME, program):   # sh [options] -c STRING: STRING is read too
-            while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":
-                n += 2 if args[n] in ("-o", "+o", "-O", "+O") else 1   # these take a value
-            n += args[n:n + 1] == ["--"]
+            n = past_options(program, args)
             if n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+](?!-)", a)):
                 shell_parse(args[n], 0, depth + 1, out)
-        words = []
-        if program in WRAPPERS:   # past its options (and their values) to what it runs
+        elif program in WRAPPERS:   # what it runs
             out.unplain.append(program + " runs a command")
-            while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
-                option = args[n]
-                if option[:2] == "--":
-                    takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
-                else:   # -n5 holds its value; -in takes the next word (n is last)
-                    at = next((k for k, c in enumerate(option[1:]) if c in WRAPPERS[program]), -1)
-                    takes = 0 <= at == len(option) - 2
-                n += 2 if takes else 1
-            words = args[n + (args[n:n + 1] == ["--"]) + (program == "timeout"):]
+            words = args[past_options(program, args) + (program == "timeout"):]
+
+def past_options(program, args):
+    """Where the words a wrapper or shell runs begin: past its options (and their values)."""
+    n, values = 0, WRAPPERS.get(program, "oO")   # (a shell's -o and -O take a value)
+    while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":   # (env's - is -i)
+        option = args[n]
+        if option[:2] == "--":
+            takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
+        else:   # -n5 holds its value; -in takes the next word (n is last)
+            at = next((k for k, c in enumerate(option[1:]) if c in values), -1)
+            takes = 0 <= at == len(option) - 2
+        n += 2 if takes else 1
+    return n + (args[n:n + 1] == ["--"])
 
 def user_decision(cfg, command, tool=None):
     """Ask the user about a command or a file tool's path: (decision, reason, edited)."""
@@ -3089,28 +3096,23 @@ def decide_file(cfg, tool, path):
         for pattern, glob in patterns(cfg, key, tool):   # allow: only where the path leads
             if any(fnmatch.fnmatchcase(name, glob) for name in names):
                 return decision, "%s %s" % (key, pattern), None
-    if tool + ":" + path in cfg["run"].setdefault("approved", set()):
-        return "run", "always", None
-    inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
-    where = None if inside else "outside the working folder"   # (write refuses symlinks out)
     if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
-    if inside and tool == "read" or cfg["approve"] == "auto" and (inside or tool == "read"):
-        return "run", "approve=auto" if cfg["approve"] == "auto" else "working folder", None
-    if cfg["approve"] == "deny":
-        return "refuse", "approve=deny", None
-    if not cfg["run"].get("approver"):
-        return "refuse", "no terminal", where
-    return "ask", "approve=" + cfg["approve"], where
+    inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
+    if inside and tool == "read" and cfg["approve"] != "auto":
+        return "run", "working folder", None
+    where = None if inside else "outside the working folder"   # (write refuses symlinks out)
+    decision, rule = approve(cfg, tool + ":" + path, tool == "write" and where)
+    return decision, rule, None if decision == "run" else where
 
 def write_preview(path, args, reason):
     """What a write would do, for its question: the path (and why it is asked), a short diff."""
     import difflib
-    old, whole = [], all(v is None or k in ("filePath", "path", "content") for k, v in args.items())
     try:   # a splice shows only what it adds
+        whole = args.get("lineOffset") is None and args.get("delLines") is None
         old = read_text(path, "it").splitlines() if whole and os.path.getsize(path) < 1e6 else []
     except (OSError, ConfigError):
-        pass
+        old = []
     new = str(args.get("content", "")).splitlines()
     lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
     more = ["... %d more lines" % (len(lines) - 12)] if len(lines) > 12 else []
