@@ -2622,9 +2622,6 @@ def read_tool(cfg, args):
         path = path_argument(args)
         offset = int_argument(args, "offset", 0) or 1   # 0 is taken as 1: harmless for a read
         limit = int_argument(args, "limit", 1) or READ_LIMIT
-    except ValueError as e:
-        return "error: read: %s" % e
-    try:
         where = os.path.abspath(path)   # '..' taken lexically, as the leash does
         if os.path.isdir(where):
             items = sorted(e.name + "/" if e.is_dir() else e.name for e in os.scandir(where))
@@ -2635,6 +2632,8 @@ def read_tool(cfg, args):
                 return "error: %s looks like a binary file (%d bytes): use xxd" % (path, len(data))
             items = data.split(b"\n")[:count_lines(data)]
             unit, text = "lines", lambda n, line: "%d: %s" % (n, model_line(line))
+    except ValueError as e:
+        return "error: read: %s" % e
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
@@ -2667,11 +2666,8 @@ def write_tool(cfg, args):
         if {"byteOffset", "delBytes"} & set(args):   # a whole write would lose the file
             raise ValueError("byte offsets are gone: use lineOffset and delLines")
         line, del_lines = int_argument(args, "lineOffset", 1), int_argument(args, "delLines", 0)
-    except ValueError as e:
-        return "error: write: %s" % e
-    data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
-    target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
-    try:
+        data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
+        target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
             return "error: %s is a symlink to outside the working folder: %s" % (path, target)
         if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
@@ -2695,6 +2691,8 @@ def write_tool(cfg, args):
                  len(old)) if line > len(old) + 1 else "spliced at line %d of %s" % (line, path))
         return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
             where, len(old[line - 1:line - 1 + del_lines]), count_lines(data), count_lines(new))
+    except ValueError as e:
+        return "error: write: %s" % e
     except FileNotFoundError:
         return "error: %s does not exist; to create it, give only filePath and content" % path
     except OSError as e:
@@ -2723,8 +2721,7 @@ PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
 # ----------------------------------------------------------------------------------------
 # Approvals and budgets (the tool, step and request hooks): deny refuses, allow runs a plain
-# line unasked, then approve decides; a used-up budget of the turn (and its subagents) asks
-# once more, without tools, for a final answer (a repair call, as the empty-reply nudge is).
+# line unasked, then approve decides; a used-up budget asks once more for a final answer.
 # ----------------------------------------------------------------------------------------
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
@@ -2933,7 +2930,6 @@ def allow_bar(cfg, split):
                           "into a .git folder" if ".git" in path.split(os.sep) else None)
         if where and (where[0] == "t" or not any(fnmatch.fnmatchcase(path, g) for g in writable)):
             return "%s writes %s, which allow patterns do not cover" % (word, where)
-    return None
 
 # The splitter reads a line plainly, not as a shell does: its simple commands (word lists: quotes
 # resolved, the program by its base name, redirections last), and why it is not plain.
@@ -3374,10 +3370,9 @@ def cmd_cfg(convo, arg):
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
         return show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
-    readline = sys.modules.get("readline")
-    typed_secret = key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))
-    if typed_secret and readline and readline.get_current_history_length():
-        # a key (or a URL holding one) typed at the prompt stays out of ~/.bantam_history
+    readline = sys.modules.get("readline")   # a key (or a URL holding one) stays out of history
+    if (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))) and readline and \
+            readline.get_current_history_length():
         readline.remove_history_item(readline.get_current_history_length() - 1)
     value = parse_value(key, raw, "/cfg")
     path = folder if folder and cfg["sources"].get(key, "").startswith(folder + ":") else \
@@ -3398,16 +3393,11 @@ def cmd_cfg(convo, arg):
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
 
 def cmd_model(convo, arg):
-    """/model [name]: switch the model (one the server does not list: not saved), or list them."""
-    cfg = convo["cfg"]
-    if not arg:
-        cmd_models(convo, "")
-        return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
-    listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
-    if listed and arg not in listed:
-        apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
-        return note(cfg, "[%s is not among the server's models: used, not saved]" % arg, "warning")
-    return cmd_cfg(convo, "model " + arg)
+    """/model [name]: switch the model (as /cfg model does), or list the endpoint's models."""
+    if arg:
+        return cmd_cfg(convo, "model " + arg)
+    cmd_models(convo, "")
+    show(convo["cfg"], "(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
 
 def skills(cfg):
     """{name: its SKILL.md} of the skills under bantam_skills_dir (folders holding one)."""
