@@ -3125,12 +3125,12 @@ HOOKS["request"].append(nudged)
 # turn, a conversation that no longer fits compacted
 # ----------------------------------------------------------------------------------------
 
-def context_window(cfg):
+def context_window(cfg, ask=True):
     """The model's context window: the server's (asked once, when needed), else the key's."""
     key = (cfg["endpoint"], cfg["model"])
-    if key not in LEARNED["windows"]:
+    if key not in LEARNED["windows"] and ask:
         LEARNED["windows"][key] = discover_window(cfg) or cfg["context_window"]
-    return LEARNED["windows"][key]
+    return LEARNED["windows"].get(key, cfg["context_window"])
 
 def discover_window(cfg):
     """The server's window: in the model's /models entry, /props, or /api/show; else None."""
@@ -3201,14 +3201,13 @@ def overflowed(cfg, messages, body, error=None):
     return True
 
 def token_line(convo, prompt, go):
-    """The turn hook of the "context" event (batch mode asks no server); the REPL's offer."""
+    """The turn hook of the "context" event; the REPL's offer to compact."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
     usage, cfg, cost = convo.get("usage"), convo["cfg"], convo.get("cost", 0.0)
     if not usage:
         return
-    window = context_window(cfg) if not convo.get("batch") else LEARNED["windows"].get(
-        (cfg["endpoint"], cfg["model"]), cfg["context_window"])
+    window = context_window(cfg, ask=not convo.get("batch"))   # batch mode asks no server
     share, priced = usage["prompt_tokens"] / window, usage["cost"] is not None
     emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
          cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
