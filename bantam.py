@@ -3041,33 +3041,30 @@ def simple_command(words, redirs, depth, out):
                                                else " sets a variable"))
             words = words[1:]
             continue
-        program, args = words[0], words[1:]
+        program, args, n = words[0], words[1:], 0
         if not re.search(COMPUTED, program):   # (a computed one stays whole: $(echo /bin/rm))
             program = os.path.basename(program) or program
         out.found.append([program] + args + redirs)
         if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
             out.unplain.append("the program is not a plain name: " + words[0])
-        words = []
         if re.match(SHELL_NAME, program):   # sh [options] -c STRING: STRING is read too
-            n = past_options(program, args)
+            while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":
+                n += 2 if args[n] in ("-o", "+o", "-O", "+O") else 1   # these take a value
+            n += args[n:n + 1] == ["--"]
             if n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+](?!-)", a)):
                 shell_parse(args[n], 0, depth + 1, out)
-        elif program in WRAPPERS:   # what it runs
+        words = []
+        if program in WRAPPERS:   # past its options (and their values) to what it runs
             out.unplain.append(program + " runs a command")
-            words = args[past_options(program, args) + (program == "timeout"):]
-
-def past_options(program, args):
-    """Where the words a wrapper or shell runs begin: past its options (and their values)."""
-    n, values = 0, WRAPPERS.get(program, "oO")   # (a shell's -o and -O take a value)
-    while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":   # (env's - is -i)
-        option = args[n]
-        if option[:2] == "--":
-            takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
-        else:   # -n5 holds its value; -in takes the next word (n is last)
-            at = next((k for k, c in enumerate(option[1:]) if c in values), -1)
-            takes = 0 <= at == len(option) - 2
-        n += 2 if takes else 1
-    return n + (args[n:n + 1] == ["--"])
+            while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
+                option = args[n]
+                if option[:2] == "--":
+                    takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
+                else:   # -n5 holds its value; -in takes the next word (n is last)
+                    at = next((k for k, c in enumerate(option[1:]) if c in WRAPPERS[program]), -1)
+                    takes = 0 <= at == len(option) - 2
+                n += 2 if takes else 1
+            words = args[n + (args[n:n + 1] == ["--"]) + (program == "timeout"):]
 
 def user_decision(cfg, command, tool=None):
     """Ask the user about a command or a file tool's path: (decision, reason, edited)."""
