@@ -3389,11 +3389,16 @@ def cmd_cfg(convo, arg):
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
 
 def cmd_model(convo, arg):
-    """/model [name]: switch the model (as /cfg model does), or list the endpoint's models."""
-    if arg:
-        return cmd_cfg(convo, "model " + arg)
-    cmd_models(convo, "")
-    show(convo["cfg"], "(/model <name> switches to one; now: %s)\n" % convo["cfg"]["model"])
+    """/model [name]: switch the model (one the server does not list: not saved), or list them."""
+    cfg = convo["cfg"]
+    if not arg:
+        cmd_models(convo, "")
+        return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
+    listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
+    if listed and arg not in listed:
+        apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
+        return note(cfg, "[%s is not among the server's models: used, not saved]" % arg, "warning")
+    return cmd_cfg(convo, "model " + arg)
 
 def skills(cfg):
     """{name: its SKILL.md} of the skills under bantam_skills_dir (folders holding one)."""
