@@ -2596,9 +2596,6 @@ def read_tool(cfg, args):
         path = path_argument(args)
         offset = int_argument(args, "offset", 0) or 1   # 0 is taken as 1: harmless for a read
         limit = int_argument(args, "limit", 1) or READ_LIMIT
-    except ValueError as e:
-        return "error: read: %s" % e
-    try:
         where = os.path.abspath(path)   # '..' taken lexically, as the leash does
         if os.path.isdir(where):
             items = sorted(e.name + "/" if e.is_dir() else e.name for e in os.scandir(where))
@@ -2609,6 +2606,8 @@ def read_tool(cfg, args):
                 return "error: %s looks like a binary file (%d bytes): use xxd" % (path, len(data))
             items = data.split(b"\n")[:count_lines(data)]
             unit, text = "lines", lambda n, line: "%d: %s" % (n, model_line(line))
+    except ValueError as e:
+        return "error: read: %s" % e
     except FileNotFoundError:
         return "error: no such file or directory: %s" % path
     except OSError as e:
@@ -2641,11 +2640,8 @@ def write_tool(cfg, args):
         if {"byteOffset", "delBytes"} & set(args):   # a whole write would lose the file
             raise ValueError("byte offsets are gone: use lineOffset and delLines")
         line, del_lines = int_argument(args, "lineOffset", 1), int_argument(args, "delLines", 0)
-    except ValueError as e:
-        return "error: write: %s" % e
-    data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
-    target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
-    try:
+        data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
+        target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
             return "error: %s is a symlink to outside the working folder: %s" % (path, target)
         if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
@@ -2669,6 +2665,8 @@ def write_tool(cfg, args):
                  len(old)) if line > len(old) + 1 else "spliced at line %d of %s" % (line, path))
         return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
             where, len(old[line - 1:line - 1 + del_lines]), count_lines(data), count_lines(new))
+    except ValueError as e:
+        return "error: write: %s" % e
     except FileNotFoundError:
         return "error: %s does not exist; to create it, give only filePath and content" % path
     except OSError as e:
@@ -2697,8 +2695,7 @@ PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
 # ----------------------------------------------------------------------------------------
 # Approvals and budgets (the tool, step and request hooks): deny refuses, allow runs a plain
-# line unasked, then approve decides; a used-up budget of the turn (and its subagents) asks
-# once more, without tools, for a final answer (a repair call, as the empty-reply nudge is).
+# line unasked, then approve decides; a used-up budget asks once more for a final answer.
 # ----------------------------------------------------------------------------------------
 
 EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
@@ -2824,16 +2821,16 @@ def approval(cfg, call_id, name, args):
         return args
     decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
     edited = None
-    if decision == "ask":   # (a command's reason is None here)
-        if name == "write" or reason:
+    if decision == "ask":
+        if path:
             note(cfg, write_preview(path, args, reason) if name == "write" else
                  "[%s: %s]" % (path, reason), "warning")
         (decision, reason, edited), rule = user_decision(cfg, command, path and name), "asked"
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
-    if decision == "always":   # as decide() looks it up: by tool (a path is no command), stripped
-        cfg["run"].setdefault("approved", set()).add(name + ":" + (path or command.strip()))
+    if decision == "always":   # as approve() looks it up
+        cfg["run"]["approved"].add(name + ":" + (path or command.strip()))
     if decision == "edit":
         cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
         return dict(args, command=edited)
@@ -2842,12 +2839,22 @@ def approval(cfg, call_id, name, args):
     what = "command" if name == "shell_exec" else name   # who refused it and why, for the model
     if rule == "asked":
         return "[the user did not let this %s run%s]" % (what, ": " + reason if reason else "")
-    off = {"command": "running commands", "write": "writing files"}.get(what, "reading elsewhere")
     text = {"no terminal": "this %s needs the user's approval, and no one is there to ask" % what,
             ".git": "write keeps out of .git/, where git runs code from (allow=write:PATH lets it)",
-            "approve=deny": "%s is turned off (approve=deny)" % off}.get(rule)
+            "approve=deny": "approve=deny refuses this %s" % what}.get(rule)
     text = text or "it matches the pattern %r of bantam's deny setting" % rule.partition(" ")[2]
     return "[not run: %s%s]" % (text, " (%s)" % reason if reason else "")
+
+def approve(cfg, key, write_out):
+    """(decision, rule) when deny and allow did not decide: an a(lways) answer, then approve."""
+    if key in cfg["run"].setdefault("approved", set()):
+        return "run", "always"
+    setting = "ask" if write_out and cfg["approve"] == "auto" else cfg["approve"]
+    if setting == "ask" and not cfg["run"].get("approver"):
+        note_once(cfg, "no terminal", "[approve=%s, but there is no terminal to ask: what needs "
+                  "asking is refused]" % cfg["approve"], "warning")
+        return "refuse", "no terminal"
+    return {"auto": "run", "ask": "ask", "deny": "refuse"}[setting], "approve=" + cfg["approve"]
 
 def patterns(cfg, key, tool=None):
     """The deny or allow patterns for commands (tool None), or a file tool's: (text, path)."""
@@ -2873,14 +2880,8 @@ def decide(cfg, command):
         why = why or allow_bar(cfg, split) or (split.unplain + [None])[0]
         if not why:
             return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
-    if "shell_exec:" + command in cfg["run"].setdefault("approved", set()):
-        return "run", "always", None
-    if cfg["approve"] == "ask" and not cfg["run"].get("approver"):
-        note_once(cfg, "no terminal", "[approve=ask, but there is no terminal to ask: commands "
-                  "are refused]", "warning")
-        return "refuse", "no terminal", None
-    decision = {"auto": "run", "ask": "ask", "deny": "refuse"}[cfg["approve"]]
-    return decision, "approve=" + cfg["approve"], why if decision == "refuse" else None
+    decision, rule = approve(cfg, "shell_exec:" + command, False)
+    return decision, rule, why or None if decision == "refuse" else None
 
 def pattern_hit(words, pattern):
     """Why a simple command matches a pattern (`rm *` also a bare rm, as xargs runs it)."""
@@ -2903,7 +2904,6 @@ def allow_bar(cfg, split):
                           "into a .git folder" if ".git" in path.split(os.sep) else None)
         if where and (where[0] == "t" or not any(fnmatch.fnmatchcase(path, g) for g in writable)):
             return "%s writes %s, which allow patterns do not cover" % (word, where)
-    return None
 
 # The splitter reads a line plainly, not as a shell does: its simple commands (word lists: quotes
 # resolved, the program by its base name, redirections last), and why it is not plain.
@@ -3063,28 +3063,23 @@ def decide_file(cfg, tool, path):
         for pattern, glob in patterns(cfg, key, tool):   # allow: only where the path leads
             if any(fnmatch.fnmatchcase(name, glob) for name in names):
                 return decision, "%s %s" % (key, pattern), None
-    if tool + ":" + path in cfg["run"].setdefault("approved", set()):
-        return "run", "always", None
-    inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
-    where = None if inside else "outside the working folder"   # (write refuses symlinks out)
     if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
-    if inside and tool == "read" or cfg["approve"] == "auto" and (inside or tool == "read"):
-        return "run", "approve=auto" if cfg["approve"] == "auto" else "working folder", None
-    if cfg["approve"] == "deny":
-        return "refuse", "approve=deny", None
-    if not cfg["run"].get("approver"):
-        return "refuse", "no terminal", where
-    return "ask", "approve=" + cfg["approve"], where
+    inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
+    if inside and tool == "read" and cfg["approve"] != "auto":
+        return "run", "working folder", None
+    where = None if inside else "outside the working folder"   # (write refuses symlinks out)
+    decision, rule = approve(cfg, tool + ":" + path, tool == "write" and where)
+    return decision, rule, None if decision == "run" else where
 
 def write_preview(path, args, reason):
     """What a write would do, for its question: the path (and why it is asked), a short diff."""
     import difflib
-    old, whole = [], all(v is None or k in ("filePath", "path", "content") for k, v in args.items())
     try:   # a splice shows only what it adds
+        whole = args.get("lineOffset") is None and args.get("delLines") is None
         old = read_text(path, "it").splitlines() if whole and os.path.getsize(path) < 1e6 else []
     except (OSError, ConfigError):
-        pass
+        old = []
     new = str(args.get("content", "")).splitlines()
     lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
     more = ["... %d more lines" % (len(lines) - 12)] if len(lines) > 12 else []
@@ -3101,12 +3096,12 @@ HOOKS["request"].append(nudged)
 # turn, a conversation that no longer fits compacted
 # ----------------------------------------------------------------------------------------
 
-def context_window(cfg):
+def context_window(cfg, ask=True):
     """The model's context window: the server's (asked once, when needed), else the key's."""
     key = (cfg["endpoint"], cfg["model"])
-    if key not in LEARNED["windows"]:
+    if key not in LEARNED["windows"] and ask:
         LEARNED["windows"][key] = discover_window(cfg) or cfg["context_window"]
-    return LEARNED["windows"][key]
+    return LEARNED["windows"].get(key, cfg["context_window"])
 
 def discover_window(cfg):
     """The server's window: in the model's /models entry, /props, or /api/show; else None."""
@@ -3177,14 +3172,13 @@ def overflowed(cfg, messages, body, error=None):
     return True
 
 def token_line(convo, prompt, go):
-    """The turn hook of the "context" event (batch mode asks no server); the REPL's offer."""
+    """The turn hook of the "context" event; the REPL's offer to compact."""
     convo["usage"], before = None, convo.get("cost", 0.0)
     go(prompt)
     usage, cfg, cost = convo.get("usage"), convo["cfg"], convo.get("cost", 0.0)
     if not usage:
         return
-    window = context_window(cfg) if not convo.get("batch") else LEARNED["windows"].get(
-        (cfg["endpoint"], cfg["model"]), cfg["context_window"])
+    window = context_window(cfg, ask=not convo.get("batch"))   # batch mode asks no server
     share, priced = usage["prompt_tokens"] / window, usage["cost"] is not None
     emit(cfg, "context", model=usage["model"], prompt_tokens=usage["prompt_tokens"],
          cached_tokens=usage["cached_tokens"], completion_tokens=usage["completion_tokens"],
@@ -3346,10 +3340,9 @@ def cmd_cfg(convo, arg):
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
         return show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
-    readline = sys.modules.get("readline")
-    typed_secret = key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))
-    if typed_secret and readline and readline.get_current_history_length():
-        # a key (or a URL holding one) typed at the prompt stays out of ~/.bantam_history
+    readline = sys.modules.get("readline")   # a key (or a URL holding one) stays out of history
+    if (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))) and readline and \
+            readline.get_current_history_length():
         readline.remove_history_item(readline.get_current_history_length() - 1)
     value = parse_value(key, raw, "/cfg")
     path = folder if folder and cfg["sources"].get(key, "").startswith(folder + ":") else \
