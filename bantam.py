@@ -2405,8 +2405,13 @@ HOOKS["spawn"].append(scrub_environment)
 # A ruleset denies what its ABI knows, unless a rule allows it; TCP BIND 1, CONNECT 2 (ABI 4).
 ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
 FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
+DEVICE_RIGHTS = 1 << 6 | 1 << 11   # MAKE_CHAR, MAKE_BLOCK: never given (a node is a way out)
+KEPT_CAPABILITIES = 0b111111       # CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, FSETID, KILL
+MOUNT_FLAGS = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1 << 10,
+               "nodiratime": 1 << 11, "relatime": 1 << 21}   # kept when a mount is made read-only
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}   # audit arch, socket
+SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 53), "aarch64": (0xC00000B7, 198, 199)}   # arch,
+#   socket, socketpair
 
 def sandbox_of(cfg):
     """(mode, closed): 'workspace' or 'read-only' ('' when off), and whether sockets are closed."""
@@ -2448,7 +2453,8 @@ def sandbox_ruleset(cfg):
             mode or "off", ", sandbox_network=false" * closed, why))
     import struct
     rights = ALL_RIGHTS[min(abi, 5)] - 1 if mode else 0
-    attr = struct.pack("QQQ", rights, 3 * closed, 0)   # fs, net, scoped: an older ABI's are 0
+    scoped = 3 if abi >= 6 else 0   # abstract Unix sockets and signals out of the sandbox
+    attr = struct.pack("QQQ", rights, 3 * closed, scoped)   # fs, net, scoped (older ABIs: 0)
     ruleset = landlock(0, attr, len(attr), 0)
     add = lambda fd, allowed: landlock(1, ruleset, 1, struct.pack("=Qi", allowed, fd), 0)
     try:   # LANDLOCK_RULE_PATH_BENEATH {allowed_access, parent_fd}
@@ -2457,7 +2463,7 @@ def sandbox_ruleset(cfg):
             allow(add, "/", 8, [])                  # READ_DIR: every folder can be listed,
             allow(add, "/", 1 | 4, hidden)          # EXECUTE, READ_FILE: all but the hidden
             for path in roots + list(DEVICES):
-                allow(add, path, rights, hidden)
+                allow(add, path, rights & ~DEVICE_RIGHTS, hidden)
     except OSError as e:   # (the ruleset's fd is let go with the child or the run)
         raise ConfigError("sandbox=%s: cannot make its Landlock rules: %s" % (mode, e))
     return ruleset
@@ -2479,23 +2485,97 @@ def allow(add, path, rights, hidden):
     os.close(fd)   # (an error above ends the ruleset anyway)
 
 def socket_filter():
-    """(a seccomp program under which socket(), io_uring_setup() fail; its sock_fprog)."""
+    """(a seccomp program under which socket(), io_uring_setup() and a socketpair() other than
+    a stream's (a datagram can be sent to any address) fail; its sock_fprog)."""
     import ctypes
     import struct
-    arch, socket_call = SECCOMP_ARCH[os.uname().machine]
+    arch, socket_call, pair_call = SECCOMP_ARCH[os.uname().machine]
     deny, allowed = 0x50000 | 13, 0x7FFF0000   # SECCOMP_RET_ERRNO | EACCES, SECCOMP_RET_ALLOW
     steps = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (0x06, 0, 0, deny),   # another ABI's calls: no
-             (0x20, 0, 0, 0), (0x35, 3, 0, 0x40000000),                  # x32's calls: no
-             (0x15, 2, 0, socket_call), (0x15, 1, 0, 425),               # socket, io_uring_setup
+             (0x20, 0, 0, 0), (0x35, 8, 0, 0x40000000),                  # x32's calls: no
+             (0x15, 7, 0, socket_call), (0x15, 6, 0, 425),               # socket, io_uring_setup
+             (0x15, 1, 0, pair_call), (0x06, 0, 0, allowed),
+             (0x20, 0, 0, 24), (0x54, 0, 0, 0xF), (0x15, 0, 1, 1),       # its type: SOCK_STREAM
              (0x06, 0, 0, allowed), (0x06, 0, 0, deny)]
     code = b"".join(struct.pack("HBBI", *step) for step in steps)   # struct sock_filter
     program = (ctypes.c_char * len(code)).from_buffer_copy(code)
     return program, struct.pack("HP", len(steps), ctypes.addressof(program))   # struct sock_fprog
 
-def check_sandbox(cfg):
-    """Stop (ConfigError: exit 2) before any request when cfg's sandbox cannot be had here."""
+def check_sandbox(cfg, start=False):
+    """Stop (ConfigError: exit 2) before any request when cfg's sandbox cannot be had here; at
+    start, say so when it is Landlock's alone (no mount namespace to make the rest read-only)."""
     ruleset = sandbox_ruleset(cfg)
-    return ruleset is None or os.close(ruleset)
+    if ruleset is not None:
+        os.close(ruleset)
+    if ruleset is not None and sandbox_of(cfg)[0] and "mounts" not in LEARNED:
+        LEARNED["mounts"] = mounts_here(cfg)   # (a fact of this machine: learned once)
+    if start and sandbox_of(cfg)[0] and LEARNED.get("mounts") not in (None, True):
+        note(cfg, "sandbox=%s: Landlock alone (no mount namespace here: %s): modes, owners, times "
+             "and extended attributes outside the folder are not protected" % (
+                 sandbox_of(cfg)[0], LEARNED["mounts"]), "warning")
+
+def mounts_here(cfg):
+    """True if a child can make its mounts read-only (private_mounts), else why not."""
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if not pid:   # the child: tried, and said
+        try:
+            private_mounts(cfg)
+            os._exit(0)
+        except BaseException as e:
+            os.write(writing, str(e).encode("utf-8", "replace"))
+            os._exit(1)
+    os.close(writing)
+    with os.fdopen(reading, "rb") as f:
+        why = f.read().decode("utf-8", "replace")
+    return os.waitpid(pid, 0)[1] == 0 or why or "it failed"
+
+def private_mounts(cfg):
+    """In the child: a mount namespace of its own (in a user namespace unless root) where every
+    mount but the writable folders is read-only, since Landlock has no right for modes, owners,
+    times and extended attributes. ~/.bantam stays read-only even inside them. OSError."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def mount(target, flags, source=None):
+        if libc.mount(source, os.fsencode(target), None, ctypes.c_ulong(flags), None):
+            raise OSError(ctypes.get_errno(), "mount %s: %s" % (target, os.strerror(
+                ctypes.get_errno())))
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(0x20000 | (0x10000000 if uid else 0)):   # CLONE_NEWNS, CLONE_NEWUSER
+        raise OSError(ctypes.get_errno(), "unshare: " + os.strerror(ctypes.get_errno()))
+    if uid:   # (bantam is not dumpable: its /proc files would be root's; exec ends this)
+        libc.prctl(4, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    for name, text in [("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
+                       ("gid_map", "%d %d 1" % (gid, gid))] if uid else []:
+        with open("/proc/self/" + name, "w") as f:   # (the same ids: no root inside)
+            f.write(text)
+    mount("/", 1 << 14 | 1 << 18)   # MS_REC | MS_PRIVATE: no change goes back out
+    roots, hidden = sandbox_roots(cfg)
+    for path in roots + [h for h in hidden if within(h, roots) and os.path.exists(h)]:
+        mount(path, 1 << 12 | 1 << 14, os.fsencode(path))   # MS_BIND | MS_REC: its own mount
+    os.chdir(os.getcwd())   # the working folder through its new mount
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        points = [line.split()[4:6] for line in f]
+    for point, options in points:
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
+        flags = 1 << 12 | 32 | 1   # MS_BIND | MS_REMOUNT | MS_RDONLY, and the flags it had:
+        for option in options.split(","):
+            flags |= MOUNT_FLAGS.get(option, 0)
+        try:
+            if not within(point, roots) or within(point, hidden):
+                mount(point, flags)
+        except OSError as e:   # (one we cannot reach is out of its command's reach too)
+            if e.errno not in (13, 2):   # EACCES, ENOENT
+                raise
+
+def drop_capabilities(libc):
+    """As root: the capabilities a command has no use for left out of what it can get."""
+    import ctypes
+    for capability in range(64):   # PR_CAPBSET_DROP (EINVAL past the last one: fine)
+        if not KEPT_CAPABILITIES >> capability & 1:
+            libc.prctl(24, ctypes.c_ulong(capability), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                       ctypes.c_ulong(0))
 
 def sandboxed(cfg, options):
     """The spawn hook of the sandbox: confined in the child after the fork (no other thread)."""
@@ -2505,7 +2585,11 @@ def sandboxed(cfg, options):
     def confine():
         import ctypes
         try:
+            if LEARNED.get("mounts") is True and sandbox_of(cfg)[0]:
+                private_mounts(cfg)
             ruleset, libc = sandbox_ruleset(cfg), ctypes.CDLL(None, use_errno=True)
+            if os.geteuid() == 0:
+                drop_capabilities(libc)
             program, fprog = socket_filter() if sandbox_of(cfg)[1] else (None, None)
             u = ctypes.c_ulong   # prctl 38: NO_NEW_PRIVS, 22: SECCOMP
             failed = libc.prctl(38, u(1), u(0), u(0), u(0)) or landlock(2, ruleset, 0) or (
@@ -4064,7 +4148,7 @@ def start(convo, args):
     prompt = batch_prompt(args) if batch and not args.replay else None
     trust_folder(cfg, args, not batch and sys.stdin.isatty(), lambda trust: settle(cfg, trust))
     hide_secrets(cfg)
-    check_sandbox(cfg)   # exit 2 now when it cannot be had: never a silently unsandboxed run
+    check_sandbox(cfg, True)   # exit 2 now when it cannot be had: never silently unsandboxed
     if args.prompt is not None and prompt.startswith("!"):   # typed by the user (never a file's)
         return run_direct(cfg, prompt[1:])
     try:   # a file that cannot be written fails now, before the model is paid
