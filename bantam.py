@@ -4030,6 +4030,234 @@ HOOKS["turn"].append(pasted)
 
 
 # ----------------------------------------------------------------------------------------
+# Changes and undo: in a git work tree, the files (tracked and untracked, not ignored) kept as
+# a git tree before and after each turn, the user's index, HEAD and stash untouched; elsewhere
+# what the write tool replaced. A turn's changes in one line; /diff shows them, /undo takes back
+# ----------------------------------------------------------------------------------------
+
+DEFAULTS["snapshots"] = True   # snapshot the work tree around each turn for /diff and /undo
+EVENTS.update(changes="files", diff="text")
+SLOW_SNAPSHOT = 1.0   # seconds: a slower snapshot is said once, with how to turn it off
+
+def git_out(args, index=None):
+    """git's output for args (a temporary index file: the user's stays untouched), or None."""
+    import subprocess
+    env = dict(os.environ, GIT_INDEX_FILE=index) if index else None
+    try:   # (no fsmonitor: a folder's .git/config may name a program for it)
+        done = subprocess.run(["git", "-c", "core.fsmonitor=false"] + args, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.decode("utf-8", "surrogateescape") if done.returncode == 0 else None
+
+def snapshot(cfg):
+    """(top folder, the id of a git tree holding the work tree now), or None outside git."""
+    import shutil
+    top, real = git_out(["rev-parse", "--show-toplevel"]), git_out(["rev-parse", "--git-path",
+                                                                     "index"])
+    if not top or not real:
+        return None
+    folder, started = private_temp(), time.monotonic()
+    index = os.path.join(folder, "index")
+    try:
+        if os.path.isfile(real.strip()):   # the user's index as a start: only changes are read
+            shutil.copyfile(real.strip(), index)
+        added = git_out(["-C", top.strip(), "add", "-A"], index) is not None
+        tree = added and git_out(["-C", top.strip(), "write-tree"], index)
+    except OSError:
+        tree = None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if time.monotonic() - started > SLOW_SNAPSHOT and not LEARNED.get("slow_snapshot"):
+        LEARNED["slow_snapshot"] = True   # (said once a process)
+        note(cfg, "[the work tree's snapshot took %.1f s: snapshots=false in model.cfg turns "
+             "it off, and /undo with it]" % (time.monotonic() - started), "info")
+    return (top.strip(), tree.strip()) if tree else None
+
+def private_temp():
+    """A new folder of our own under the temporary folder (for git's index files)."""
+    import tempfile
+    return tempfile.mkdtemp(prefix="bantam-git-")
+
+def changed_files(top, before, after):
+    """[{"path", "status": changed, new or deleted, "added", "removed"}] from tree to tree."""
+    names = (git_out(["-C", top, "diff", "--no-renames", "--name-status", "-z", before, after])
+             or "").split("\0")
+    counts = {}
+    for row in (git_out(["-C", top, "diff", "--no-renames", "--numstat", "-z", before, after])
+                or "").split("\0"):
+        parts = row.split("\t", 2)
+        if len(parts) == 3:
+            counts[parts[2]] = parts[:2]
+    return [{"path": path, "status": {"A": "new", "D": "deleted"}.get(code, "changed"),
+             "added": counts.get(path, ["-", "-"])[0], "removed": counts.get(path, ["-", "-"])[1]}
+            for code, path in zip(names[0::2], names[1::2]) if path]
+
+def text_of(path):
+    """A file's text now, or None when it does not exist (or cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
+    except OSError:
+        return None
+
+def recorded_writes(cfg, call, args, result=None):
+    """The tool hook: outside git, each file's text before the turn's first write to it."""
+    writes = (cfg.get("run") or {}).get("writes")
+    if writes is not None and result is None and not isinstance(args, str) and tool_function(
+            cfg, call["function"]["name"]) is TOOLS["write"][1] and args.get("filePath"):
+        path = os.path.abspath(os.path.expanduser(str(args["filePath"])))
+        writes.setdefault(path, [text_of(path), None])
+    return args if result is None else result
+
+def changes_of(entry):
+    """The files a turn changed, from its entry (git trees, or the write tool's texts)."""
+    if "before" in entry:
+        return changed_files(entry["top"], entry["before"], entry["after"])
+    return [{"path": os.path.relpath(path), "status": "new" if old is None else "changed",
+             "added": "-", "removed": "-"} for path, (old, new) in entry["writes"].items()
+            if new != old]
+
+def keep_changes(convo, prompt, go):
+    """The turn hook: the work tree kept before the turn and compared after; a change said."""
+    cfg = convo["cfg"]
+    before = cfg["snapshots"] and snapshot(cfg)
+    cfg["run"]["writes"] = {} if cfg["snapshots"] and not before else None
+    try:
+        go(prompt)
+    finally:
+        entry, after = None, before and snapshot(cfg)
+        if after and after[1] != before[1]:
+            entry = {"top": before[0], "before": before[1], "after": after[1]}
+        elif cfg["run"].get("writes"):
+            entry = {"writes": cfg["run"]["writes"]}
+            for path, texts in entry["writes"].items():
+                texts[1] = text_of(path)
+        cfg["run"]["writes"] = None
+        files = changes_of(entry) if entry else []
+        if files:
+            turns(convo).append(entry)
+            convo["session"]["written"] = None   # (saved with the turn's trees)
+            save_session(cfg, convo["session"], convo["messages"])
+            emit(cfg, "changes", files=files)
+
+def turns(convo):
+    """The list of this conversation's turns that changed files, oldest first (kept in its file
+    for -c and /load)."""
+    head = convo["session"].setdefault("head", {})
+    if "turns" not in head:
+        head["turns"] = session_head(convo["session"]["id"]).get("turns", []) if convo[
+            "session"]["id"] else []
+    return head["turns"]
+
+def show_changes(state, event):
+    """changed: a.py (+1 -1), b.md (new), c.txt (deleted) · /diff to see, /undo to take back."""
+    listed = ", ".join(terminal_safe(f["path"]) + (" (%s)" % f["status"] if f["status"] != "changed"
+                       or f["added"] == "-" else " (+%s -%s)" % (f["added"], f["removed"]))
+                       for f in event["files"])
+    show_on_stderr(state, "changed: %s \u00b7 /diff to see, /undo to take back" % listed, "dim")
+
+def show_diff(state, event):
+    """A unified diff, its added lines green and removed ones red (plain without colour)."""
+    end_line(state)
+    for line in event["text"].splitlines(True):
+        style = "result" if line[:1] == "+" and line[:4] != "+++ " else "error" if line[:1] == \
+            "-" and line[:4] != "--- " else "marker" if line[:2] == "@@" else None
+        write(state, line, style)
+    flush_out(state, now=True)
+
+def diff_text(entry):
+    """The unified diff of a turn's changes (for /diff)."""
+    import difflib
+    if "before" in entry:
+        return git_out(["-C", entry["top"], "diff", "--no-color", "--no-renames", entry["before"],
+                        entry["after"]]) or ""
+    return "".join("".join(difflib.unified_diff(
+        (old or "").splitlines(True), (new or "").splitlines(True),
+        "a/" + os.path.relpath(path), "b/" + os.path.relpath(path))) for path, (old, new) in
+        entry["writes"].items())
+
+def cmd_diff(convo, arg):
+    """/diff [N]: the changes of the last turn (of the last N turns), a screenful at a time."""
+    done = turns(convo)
+    if not done:
+        raise BantamError("no turn of this conversation has changed files yet")
+    if arg and not (arg.isdigit() and int(arg) > 0):
+        raise BantamError("usage: /diff [N]: the changes of the last N turns")
+    chosen = done[-int(arg or 1):]
+    lines = "".join(diff_text(entry) for entry in chosen).splitlines(True)
+    if len(chosen) > 1 and all("before" in e and e["top"] == chosen[0]["top"] for e in chosen):
+        lines = diff_text(dict(chosen[0], after=chosen[-1]["after"])).splitlines(True)
+    import shutil
+    rows = shutil.get_terminal_size().lines - 2 if sys.stdout.isatty() else len(lines)
+    while lines:
+        emit(convo["cfg"], "diff", text="".join(lines[:rows]))
+        lines = lines[rows:]
+        if lines and read_answer("--- %d more lines: Enter shows more, q stops --- " % len(
+                lines)).strip().lower().startswith("q"):
+            break
+
+def cmd_undo(convo, arg):
+    """/undo: put the files back as they were before the last turn that changed them."""
+    cfg, done = convo["cfg"], turns(convo)
+    if not done:
+        raise BantamError("nothing to undo: no turn of this conversation has changed files")
+    entry = done[-1]
+    files = changes_of(entry)
+    now = "before" in entry and snapshot(cfg)
+    if now:
+        since = {f["path"] for f in changed_files(entry["top"], entry["after"], now[1])}
+    else:
+        since = {os.path.relpath(path) for path, (old, new) in entry.get("writes", {}).items()
+                 if text_of(path) != new}
+    kept = [f["path"] for f in files if f["path"] in since and arg != "all"]
+    todo = [f for f in files if f["path"] not in kept]
+    show(cfg, "".join("  %s %s\n" % ({"new": "remove ", "deleted": "restore"}.get(
+        f["status"], "revert "), terminal_safe(f["path"])) for f in todo) + "".join(
+        "  left alone (changed since the turn; /undo all takes it back too): %s\n" %
+        terminal_safe(path) for path in kept))
+    if read_answer("Undo the last turn's changes? [y/N] ").strip().lower() not in ("y", "yes"):
+        return show(cfg, "[nothing undone]\n")
+    restore_files(entry, todo)
+    done.pop()
+    append_user(convo["messages"], "[the user undid the changes of the last turn: %s]" % ", ".join(
+        f["path"] for f in todo))
+    convo["session"]["written"] = None
+    save_session(cfg, convo["session"], convo["messages"])
+    show(cfg, "[undone: %d files as they were before the turn]\n" % len(todo))
+
+def restore_files(entry, files):
+    """Write back the files' contents from before the turn; remove the files it created."""
+    import shutil
+    chosen = {f["path"] for f in files}
+    for path, (old, new) in entry.get("writes", {}).items():
+        if os.path.relpath(path) in chosen and old is None:
+            os.unlink(path)
+        elif os.path.relpath(path) in chosen:
+            write_private_file(path, old.encode("utf-8", "surrogateescape"), keep_mode=True)
+    for f in files if "before" in entry else ():
+        if f["status"] == "new" and os.path.lexists(os.path.join(entry["top"], f["path"])):
+            os.unlink(os.path.join(entry["top"], f["path"]))
+    back = [f["path"] for f in files if f["status"] != "new" and "before" in entry]
+    folder = private_temp()
+    index, top = os.path.join(folder, "index"), entry.get("top")
+    try:
+        if back and not (git_out(["-C", top, "read-tree", entry["before"]], index) is not None
+                         and git_out(["-C", top, "checkout-index", "-f", "--"] + back, index)
+                         is not None):
+            raise BantamError("git could not restore %s" % ", ".join(back))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+PLAIN.update(changes=show_changes, diff=show_diff)
+TERMINAL.update(changes=show_changes, diff=show_diff)
+COMMANDS.update({"/diff": (cmd_diff, "/diff [N]: the files the last turn (N turns) changed"),
+                 "/undo": (cmd_undo, "put back the files the last turn changed (asks first)")})
+HOOKS["turn"].append(keep_changes)
+HOOKS["tool"].append(recorded_writes)
+
+
+# ----------------------------------------------------------------------------------------
 # The command line: its flags, their work before the first prompt and after a batch turn
 # ----------------------------------------------------------------------------------------
 

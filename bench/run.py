@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark for bantam: start-up, footprint, REPL, streams, tool loop, step saves, fleets, memory.
+"""Benchmark for bantam: start-up, footprint, REPL, streams, tool loop, step saves, fleets, memory,
+snapshots.
 
 The tool loop runs once per HTTP framing the fake server can answer in (chunked,
 Content-Length, close-delimited, HTTP/1.0, Connection: close; see FRAMINGS).
@@ -1858,6 +1859,36 @@ def bench_footprint(b, reps):
     bench_requests(b)
 
 
+def bench_snapshot(b, reps, files=10000):
+    """The work tree's snapshots around a turn (for /diff and /undo) in a git repository of
+    10,000 files with work in progress: a one-shot batch run with snapshots on vs off."""
+    cwd = b.workdir("stream-1", tag="-snapshot")
+    for i in range(files):
+        folder = os.path.join(cwd, "src", "d%03d" % (i // 100))
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "f%05d.txt" % i), "w") as f:
+            f.write("line %d\n" % i)
+    git = ["git", "-c", "user.name=b", "-c", "user.email=b@example.com"]
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "files"]):
+        subprocess.run(git + argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(cwd, "src", "d000", "f00000.txt"), "a") as f:
+        f.write("work in progress\n")
+    with open(os.path.join(cwd, "model.cfg")) as f:
+        conf = f.read()
+    times = {"true": [], "false": []}
+    for _ in range(reps):   # interleaved so drift hits both alike
+        for on in ("true", "false"):
+            with open(os.path.join(cwd, "model.cfg"), "w") as f:
+                f.write(conf + "snapshots=%s\n" % on)
+            seconds, rc, _ = b.run(b.bantam_argv("prompt.txt"), cwd)
+            b.check(rc, "bantam prompt.txt (snapshots=%s)" % on)
+            times[on].append(seconds)
+    on, off = med(times["true"]), med(times["false"])
+    b.results["snapshot"] = {"files": files, "on_s": on, "off_s": off}
+    b.row("snapshots: a batch turn in a git tree of %d files, snapshots on vs off" % files,
+          fmt_ms(on), fmt_ms(off), "+%s" % fmt_ms(on - off), "< +1 s", on - off < 1.0)
+
+
 # --------------------------------------------------------------------------
 
 def print_report(b, elapsed):
@@ -1898,7 +1929,7 @@ def serve_only(seconds):
         srv.stop()
 
 
-ALL_STEPS = "startup,footprint,repl,stream,render,loop,steps,fleet,memory"
+ALL_STEPS = "startup,footprint,repl,stream,render,loop,steps,fleet,memory,snapshot"
 
 
 def main():
@@ -1936,7 +1967,8 @@ def main():
                  ("loop", lambda: bench_loop(b, 1 if q else 3, 100 if q else 200)),
                  ("steps", lambda: bench_steps(b, 3 if q else 7, 400)),
                  ("fleet", lambda: bench_fleet(b, 1 if q else 2, 50)),
-                 ("memory", lambda: bench_memory(b, 1 if q else 2))]
+                 ("memory", lambda: bench_memory(b, 1 if q else 2)),
+                 ("snapshot", lambda: bench_snapshot(b, 3 if q else 7))]
         for name, fn in steps:
             if name not in only:
                 continue
