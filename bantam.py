@@ -4044,8 +4044,9 @@ def git_out(args, index=None):
     import subprocess
     env = dict(os.environ, GIT_INDEX_FILE=index) if index else None
     try:   # (no fsmonitor: a folder's .git/config may name a program for it)
-        done = subprocess.run(["git", "-c", "core.fsmonitor=false"] + args, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, timeout=120)
+        done = subprocess.run(["git", "-c", "core.fsmonitor=false"] + args, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL, timeout=120)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.decode("utf-8", "surrogateescape") if done.returncode == 0 else None
@@ -4094,8 +4095,10 @@ def changed_files(top, before, after):
             for code, path in zip(names[0::2], names[1::2]) if path]
 
 def text_of(path):
-    """A file's text now, or None when it does not exist (or cannot be read)."""
+    """A regular file's text now, or None (no such file, not a regular one, unreadable)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):   # (a FIFO would block the read)
+            return None
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
             return f.read()
     except OSError:
