@@ -4031,68 +4031,53 @@ HOOKS["turn"].append(pasted)
 
 # ----------------------------------------------------------------------------------------
 # Changes and undo: in a git work tree, the files (tracked and untracked, not ignored) kept as
-# a git tree before and after each turn, the user's index, HEAD and stash untouched; elsewhere
+# git trees before and after each turn, the user's index, HEAD and stash untouched; elsewhere,
 # what the write tool replaced. A turn's changes in one line; /diff shows them, /undo takes back
 # ----------------------------------------------------------------------------------------
 
-DEFAULTS["snapshots"] = True   # snapshot the work tree around each turn for /diff and /undo
+DEFAULTS["snapshots"] = True   # keep the work tree around each turn for /diff and /undo
 EVENTS.update(changes="files", diff="text")
 SLOW_SNAPSHOT = 1.0   # seconds: a slower snapshot is said once, with how to turn it off
 
-def git_out(args, index=None):
-    """git's output for args (a temporary index file: the user's stays untouched), or None."""
+def git_out(top, args, index=None):
+    """git's output for args in folder top (with a temporary index file: never the user's),
+    or None when it fails. No fsmonitor: a folder's .git/config may name a program for it."""
     import subprocess
     env = dict(os.environ, GIT_INDEX_FILE=index) if index else None
-    try:   # (no fsmonitor: a folder's .git/config may name a program for it)
-        done = subprocess.run(["git", "-c", "core.fsmonitor=false"] + args, env=env,
+    try:
+        done = subprocess.run(["git", "-C", top, "-c", "core.fsmonitor=false"] + args, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               stdin=subprocess.DEVNULL, timeout=120)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.decode("utf-8", "surrogateescape") if done.returncode == 0 else None
 
-def snapshot(cfg):
-    """(top folder, the id of a git tree holding the work tree now), or None outside git."""
+def with_index(top, steps, index_from=None):
+    """Run git steps [(args, ...)] with a temporary index (a copy of index_from): the last one's
+    output, or None as soon as one fails."""
     import shutil
-    top, real = git_out(["rev-parse", "--show-toplevel"]), git_out(["rev-parse", "--git-path",
-                                                                     "index"])
-    if not top or not real:
-        return None
-    folder, started = private_temp(), time.monotonic()
-    index = os.path.join(folder, "index")
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="bantam-git-")
+    index, out = os.path.join(folder, "index"), ""
     try:
-        if os.path.isfile(real.strip()):   # the user's index as a start: only changes are read
-            shutil.copyfile(real.strip(), index)
-        added = git_out(["-C", top.strip(), "add", "-A"], index) is not None
-        tree = added and git_out(["-C", top.strip(), "write-tree"], index)
-    except OSError:
-        tree = None
+        if index_from and os.path.isfile(index_from):   # (git then reads only what changed)
+            shutil.copyfile(index_from, index)
+        for args in steps:
+            out = out if out is None else git_out(top, args, index)
+        return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+def snapshot(cfg):
+    """{"top": the work tree's folder, "tree": a git tree of its files now}, None outside git."""
+    started, top = time.monotonic(), git_out(".", ["rev-parse", "--show-toplevel"])
+    real = top and git_out(".", ["rev-parse", "--git-path", "index"])
+    tree = real and with_index(top.strip(), [["add", "-A"], ["write-tree"]], real.strip())
     if time.monotonic() - started > SLOW_SNAPSHOT and not LEARNED.get("slow_snapshot"):
         LEARNED["slow_snapshot"] = True   # (said once a process)
         note(cfg, "[the work tree's snapshot took %.1f s: snapshots=false in model.cfg turns "
              "it off, and /undo with it]" % (time.monotonic() - started), "info")
-    return (top.strip(), tree.strip()) if tree else None
-
-def private_temp():
-    """A new folder of our own under the temporary folder (for git's index files)."""
-    import tempfile
-    return tempfile.mkdtemp(prefix="bantam-git-")
-
-def changed_files(top, before, after):
-    """[{"path", "status": changed, new or deleted, "added", "removed"}] from tree to tree."""
-    names = (git_out(["-C", top, "diff", "--no-renames", "--name-status", "-z", before, after])
-             or "").split("\0")
-    counts = {}
-    for row in (git_out(["-C", top, "diff", "--no-renames", "--numstat", "-z", before, after])
-                or "").split("\0"):
-        parts = row.split("\t", 2)
-        if len(parts) == 3:
-            counts[parts[2]] = parts[:2]
-    return [{"path": path, "status": {"A": "new", "D": "deleted"}.get(code, "changed"),
-             "added": counts.get(path, ["-", "-"])[0], "removed": counts.get(path, ["-", "-"])[1]}
-            for code, path in zip(names[0::2], names[1::2]) if path]
+    return {"top": top.strip(), "tree": tree.strip()} if tree else None
 
 def text_of(path):
     """A regular file's text now, or None (no such file, not a regular one, unreadable)."""
@@ -4113,13 +4098,24 @@ def recorded_writes(cfg, call, args, result=None):
         writes.setdefault(path, [text_of(path), None])
     return args if result is None else result
 
-def changes_of(entry):
-    """The files a turn changed, from its entry (git trees, or the write tool's texts)."""
-    if "before" in entry:
-        return changed_files(entry["top"], entry["before"], entry["after"])
-    return [{"path": os.path.relpath(path), "status": "new" if old is None else "changed",
-             "added": "-", "removed": "-"} for path, (old, new) in entry["writes"].items()
-            if new != old]
+def changes_of(entry, after=None):
+    """[{"path", "status": changed, new or deleted, "added", "removed"}]: what a turn changed
+    (after: from its end to that tree, what changed since)."""
+    if "writes" in entry:
+        return [{"path": os.path.relpath(path), "status": "new" if old is None else "changed",
+                 "added": "-", "removed": "-"} for path, (old, new) in entry["writes"].items()
+                if (text_of(path) if after else old) != new]
+    trees = [entry["after"], after] if after else [entry["before"], entry["after"]]
+    names = (git_out(entry["top"], ["diff", "--no-renames", "--name-status", "-z"] + trees)
+             or "").split("\0")
+    counts = {}
+    for row in (git_out(entry["top"], ["diff", "--no-renames", "--numstat", "-z"] + trees)
+                or "").split("\0"):
+        added, removed, path = (row.split("\t", 2) + ["", "", ""])[:3]
+        counts[path] = (added, removed)
+    return [{"path": path, "status": {"A": "new", "D": "deleted"}.get(code, "changed"),
+             "added": counts.get(path, "--")[0], "removed": counts.get(path, "--")[1]}
+            for code, path in zip(names[0::2], names[1::2]) if path]
 
 def keep_changes(convo, prompt, go):
     """The turn hook: the work tree kept before the turn and compared after; a change said."""
@@ -4129,15 +4125,13 @@ def keep_changes(convo, prompt, go):
     try:
         go(prompt)
     finally:
-        entry, after = None, before and snapshot(cfg)
-        if after and after[1] != before[1]:
-            entry = {"top": before[0], "before": before[1], "after": after[1]}
-        elif cfg["run"].get("writes"):
-            entry = {"writes": cfg["run"]["writes"]}
-            for path, texts in entry["writes"].items():
-                texts[1] = text_of(path)
-        cfg["run"]["writes"] = None
-        files = changes_of(entry) if entry else []
+        writes, cfg["run"]["writes"] = cfg["run"]["writes"], None
+        after = before and snapshot(cfg)
+        entry = {"top": before["top"], "before": before["tree"], "after": after["tree"]} \
+            if after else {"writes": writes or {}}
+        for path, texts in entry.get("writes", {}).items():
+            texts[1] = text_of(path)
+        files = changes_of(entry)
         if files:
             turns(convo).append(entry)
             convo["session"]["written"] = None   # (saved with the turn's trees)
@@ -4145,53 +4139,47 @@ def keep_changes(convo, prompt, go):
             emit(cfg, "changes", files=files)
 
 def turns(convo):
-    """The list of this conversation's turns that changed files, oldest first (kept in its file
-    for -c and /load)."""
-    head = convo["session"].setdefault("head", {})
+    """The conversation's turns that changed files, oldest first (kept in its session file's
+    head, so that -c and /load can still undo)."""
+    head, sid = convo["session"].setdefault("head", {}), convo["session"]["id"]
     if "turns" not in head:
-        head["turns"] = session_head(convo["session"]["id"]).get("turns", []) if convo[
-            "session"]["id"] else []
+        head["turns"] = session_head(sid).get("turns", []) if sid else []
     return head["turns"]
 
 def show_changes(state, event):
     """changed: a.py (+1 -1), b.md (new), c.txt (deleted) · /diff to see, /undo to take back."""
-    listed = ", ".join(terminal_safe(f["path"]) + (" (%s)" % f["status"] if f["status"] != "changed"
-                       or f["added"] == "-" else " (+%s -%s)" % (f["added"], f["removed"]))
+    listed = ", ".join(terminal_safe(f["path"]) + (" (+%s -%s)" % (f["added"], f["removed"]) if
+                       f["status"] == "changed" and f["added"] != "-" else " (%s)" % f["status"])
                        for f in event["files"])
     show_on_stderr(state, "changed: %s \u00b7 /diff to see, /undo to take back" % listed, "dim")
 
 def show_diff(state, event):
-    """A unified diff, its added lines green and removed ones red (plain without colour)."""
+    """A unified diff, added lines green and removed ones red (plain without colour)."""
     end_line(state)
     for line in event["text"].splitlines(True):
-        style = "result" if line[:1] == "+" and line[:4] != "+++ " else "error" if line[:1] == \
-            "-" and line[:4] != "--- " else "marker" if line[:2] == "@@" else None
-        write(state, line, style)
+        head = line[:1] * (line[:4] not in ("+++ ", "--- "))
+        write(state, line, {"+": "result", "-": "error", "@": "marker"}.get(head))
     flush_out(state, now=True)
 
 def diff_text(entry):
-    """The unified diff of a turn's changes (for /diff)."""
+    """The unified diff of a turn's changes."""
     import difflib
-    if "before" in entry:
-        return git_out(["-C", entry["top"], "diff", "--no-color", "--no-renames", entry["before"],
-                        entry["after"]]) or ""
+    if "writes" not in entry:
+        return git_out(entry["top"], ["diff", "--no-color", "--no-renames", entry["before"],
+                                      entry["after"]]) or ""
     return "".join("".join(difflib.unified_diff(
-        (old or "").splitlines(True), (new or "").splitlines(True),
-        "a/" + os.path.relpath(path), "b/" + os.path.relpath(path))) for path, (old, new) in
-        entry["writes"].items())
+        (old or "").splitlines(True), (new or "").splitlines(True), "a/" + os.path.relpath(
+            path), "b/" + os.path.relpath(path))) for path, (old, new) in entry["writes"].items())
 
 def cmd_diff(convo, arg):
     """/diff [N]: the changes of the last turn (of the last N turns), a screenful at a time."""
-    done = turns(convo)
-    if not done:
-        raise BantamError("no turn of this conversation has changed files yet")
+    import shutil
     if arg and not (arg.isdigit() and int(arg) > 0):
         raise BantamError("usage: /diff [N]: the changes of the last N turns")
-    chosen = done[-int(arg or 1):]
-    lines = "".join(diff_text(entry) for entry in chosen).splitlines(True)
-    if len(chosen) > 1 and all("before" in e and e["top"] == chosen[0]["top"] for e in chosen):
-        lines = diff_text(dict(chosen[0], after=chosen[-1]["after"])).splitlines(True)
-    import shutil
+    chosen = turns(convo)[-int(arg or 1):]
+    if not chosen:
+        raise BantamError("no turn of this conversation has changed files yet")
+    lines = "".join(map(diff_text, chosen)).splitlines(True)
     rows = shutil.get_terminal_size().lines - 2 if sys.stdout.isatty() else len(lines)
     while lines:
         emit(convo["cfg"], "diff", text="".join(lines[:rows]))
@@ -4201,27 +4189,24 @@ def cmd_diff(convo, arg):
             break
 
 def cmd_undo(convo, arg):
-    """/undo: put the files back as they were before the last turn that changed them."""
+    """/undo [all]: put the files back as they were before the last turn that changed them."""
     cfg, done = convo["cfg"], turns(convo)
     if not done:
         raise BantamError("nothing to undo: no turn of this conversation has changed files")
-    entry = done[-1]
-    files = changes_of(entry)
-    now = "before" in entry and snapshot(cfg)
-    if now:
-        since = {f["path"] for f in changed_files(entry["top"], entry["after"], now[1])}
-    else:
-        since = {os.path.relpath(path) for path, (old, new) in entry.get("writes", {}).items()
-                 if text_of(path) != new}
-    kept = [f["path"] for f in files if f["path"] in since and arg != "all"]
-    todo = [f for f in files if f["path"] not in kept]
+    entry, now = done[-1], "writes" not in done[-1] and snapshot(cfg)
+    since = {f["path"] for f in changes_of(entry, now["tree"] if now else True)}
+    kept = [] if arg == "all" else [f["path"] for f in changes_of(entry) if f["path"] in since]
+    todo = [f for f in changes_of(entry) if f["path"] not in kept]
     show(cfg, "".join("  %s %s\n" % ({"new": "remove ", "deleted": "restore"}.get(
         f["status"], "revert "), terminal_safe(f["path"])) for f in todo) + "".join(
         "  left alone (changed since the turn; /undo all takes it back too): %s\n" %
         terminal_safe(path) for path in kept))
     if read_answer("Undo the last turn's changes? [y/N] ").strip().lower() not in ("y", "yes"):
         return show(cfg, "[nothing undone]\n")
-    restore_files(entry, todo)
+    try:
+        restore_files(entry, todo)
+    except OSError as e:
+        raise BantamError("cannot put the files back: %s" % e)
     done.pop()
     append_user(convo["messages"], "[the user undid the changes of the last turn: %s]" % ", ".join(
         f["path"] for f in todo))
@@ -4230,27 +4215,18 @@ def cmd_undo(convo, arg):
     show(cfg, "[undone: %d files as they were before the turn]\n" % len(todo))
 
 def restore_files(entry, files):
-    """Write back the files' contents from before the turn; remove the files it created."""
-    import shutil
-    chosen = {f["path"] for f in files}
-    for path, (old, new) in entry.get("writes", {}).items():
-        if os.path.relpath(path) in chosen and old is None:
+    """Give files their content from before the turn back; remove those it created."""
+    for f in files:
+        path = os.path.abspath(os.path.join(entry.get("top", ""), f["path"]))
+        old = entry.get("writes", {}).get(path, [None])[0]
+        if f["status"] == "new" and os.path.lexists(path):
             os.unlink(path)
-        elif os.path.relpath(path) in chosen:
+        elif old is not None:
             write_private_file(path, old.encode("utf-8", "surrogateescape"), keep_mode=True)
-    for f in files if "before" in entry else ():
-        if f["status"] == "new" and os.path.lexists(os.path.join(entry["top"], f["path"])):
-            os.unlink(os.path.join(entry["top"], f["path"]))
-    back = [f["path"] for f in files if f["status"] != "new" and "before" in entry]
-    folder = private_temp()
-    index, top = os.path.join(folder, "index"), entry.get("top")
-    try:
-        if back and not (git_out(["-C", top, "read-tree", entry["before"]], index) is not None
-                         and git_out(["-C", top, "checkout-index", "-f", "--"] + back, index)
-                         is not None):
-            raise BantamError("git could not restore %s" % ", ".join(back))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    back = [f["path"] for f in files if f["status"] != "new" and "writes" not in entry]
+    if back and with_index(entry["top"], [["read-tree", entry["before"]], [
+            "checkout-index", "-f", "--"] + back]) is None:
+        raise BantamError("git could not restore %s" % ", ".join(back))
 
 PLAIN.update(changes=show_changes, diff=show_diff)
 TERMINAL.update(changes=show_changes, diff=show_diff)
