@@ -843,7 +843,7 @@ def merge_tool_call(reply, fragment, position):
     call, new_id = calls.get(index), str(fragment.get("id") or "")
     if call and call["id"] and new_id and new_id != call["id"] and (
             function.get("name") or not isinstance(fragment.get("index"), int)):
-        calls[-1 - len(calls)] = calls.pop(index)   # the one before, kept (now last in order)
+        calls[len(calls) - (1 << 30)] = calls.pop(index)   # the one before: kept, in order
         call = None
     if call is None:
         call = calls[index] = {"id": "", "type": "function",
@@ -868,7 +868,8 @@ def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
     text = join_surrogates("".join(reply["content"]))
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
-    calls = [c for c in reply["calls"].values() if c["function"]["name"]]   # in the order begun
+    calls = [reply["calls"][i] for i in sorted(reply["calls"])   # by index: as the model meant
+             if reply["calls"][i]["function"]["name"]]
     ids = set()
     for call in calls:   # each call its own id: one given twice would get two tool messages
         if not call["id"] or call["id"] in ids:
@@ -927,7 +928,7 @@ def shell_exec(cfg, args):
             cfg["run"]["partial"] = "%s\n[%s after %.1f s: the command's process group was " \
                 "killed]\n\nexit: %s" % (output.text(), "interrupted by the user" if isinstance(
                     stop, KeyboardInterrupt) else "bantam was stopped",
-                    time.monotonic() - started, proc.poll())
+                    time.monotonic() - started, proc.wait())
             raise
     finally:
         proc.stdout.close()
@@ -1470,6 +1471,7 @@ def cmd_compact(convo, arg):
 def cmd_clear(convo, arg):
     """/clear: start a new conversation with just the system prompt (the old one is kept)."""
     switch_to(convo, new_session(), [{"role": "system", "content": convo["cfg"]["system_prompt"]}])
+    save_session(convo["cfg"], convo["session"], convo["messages"])   # autosave: the new one
     show(convo["cfg"], "[conversation cleared]\n")
 
 
