@@ -1856,33 +1856,19 @@ def classify(cfg, error):
     """Put an ApiError's kind and message right: what its cause, status and body mean."""
     if error.__cause__ is not None:   # a failed connection or read
         return network_error(cfg, error)
-    text, status, headers, message = error.body or "", error.status, error.headers, str(error)
-    if re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):   # a proxy's page:
-        import html   # its title, else its text without the tags
-        title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
-        words = title.group(1) if title else re.sub(
-            r"(?s)<(script|style)\b.*?</\1>|<[^>]*>", " ", text)
-        message = "%s: %s" % (message.split(":")[0], " ".join(html.unescape(words).split())[:300])
+    text, status, headers = error.body or "", error.status, error.headers
     kind, hint, wait = error.kind, "", server_wait(headers, text)
-    quota = status == 402 or status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text) and not (
-        status == 429 and wait)   # Gemini's per-minute quota says the same, with a wait
     if status == 413 or status in (None, 400, 422, 429, 500) and re.search(OVERFLOW_PATTERNS, text):
         kind = "overflow"
-    elif quota:
+    elif status == 402 or status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text) and not (
+            status == 429 and wait):   # Gemini's per-minute quota says the same, with a wait
         kind, hint = "fatal", " (quota, credits or billing exhausted: not retried)"
-    elif status in (301, 302, 303, 307, 308):
-        target = headers.get("location", "")
-        message = "HTTP %d: the endpoint moved to %s" % (status, target)
-        hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
     elif status == 404:   # the URL posted to, and the setting that chose the endpoint
         hint = " (POST %s: check endpoint, from %s, and model)" % (re.sub(
             r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1), cfg["sources"]["endpoint"])
     elif status == 400 and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
         kind, hint = "retry", " (a malformed tool call from the model)"
-    should = (headers.get("x-should-retry") or "").lower()
-    if should in ("true", "false") and kind in ("retry", "fatal") and not quota:
-        kind = "retry" if should == "true" else "fatal"
-    error.args, error.kind, error.wait = (message + hint,), kind, wait
+    error.args, error.kind, error.wait = (str(error) + hint,), kind, wait
 
 
 def fixed_message(message, fixes):
@@ -1906,13 +1892,11 @@ def fixed_message(message, fixes):
 
 def server_wait(headers, text=""):
     """Seconds the server asks us to wait (headers, else Gemini's body), or None."""
-    from email.utils import parsedate_to_datetime
-    after = (headers.get("retry-after") or "").strip()
-    for wait in (lambda: float(headers["retry-after-ms"]) / 1000, lambda: float(after),
-                 lambda: parsedate_to_datetime(after).timestamp() - time.time()):
+    for wait in (lambda: float(headers["retry-after-ms"]) / 1000,
+                 lambda: float(headers["retry-after"])):
         try:
             return max(0.0, wait())
-        except (KeyError, TypeError, ValueError, IndexError):   # absent, or not this form
+        except (KeyError, TypeError, ValueError):   # absent, or not this form (an HTTP date)
             pass
     match = re.search(r'(?i)(?:"retryDelay":\s*"|retry in )(\d+(?:\.\d+)?)(m?s)\b', text)
     return float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) if match else None
@@ -2046,8 +2030,7 @@ def route(cfg):
 
 
 class SocksError(OSError):
-    """A SOCKS5 proxy's refusal, in one line; retry: whether waiting may help."""
-    retry = False
+    """A SOCKS5 proxy's refusal, in one line (final: waiting would not help)."""
 
 
 def socks5_connect(proxy_url, host, port, timeout):
@@ -2073,10 +2056,8 @@ def socks5_connect(proxy_url, host, port, timeout):
             sock.sendall(b"\5\1\0\3" + bytes([len(name)]) + name + port.to_bytes(2, "big"))
             reply = answer.read(4).ljust(4, b"\1")   # (cut short: a general failure)
             if reply[1]:
-                error = SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
+                raise SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
                     where, host, port, reply[1]))
-                error.retry = reply[1] not in (2, 7, 8)   # (not allowed, not supported)
-                raise error
             answer.read(({1: 4, 4: 16}.get(reply[3]) or (answer.read(1) or b"\0")[0]) + 2)
         return sock
     except BaseException:
@@ -2128,7 +2109,7 @@ def network_error(cfg, error):
     url, proxy, variable = route(cfg)
     e, reply = error.__cause__, (cfg.get("run") or {}).get("reply") or {}
     text = str(e) or type(e).__name__
-    fatal = text.startswith("Tunnel connection failed: 4") or not getattr(e, "retry", True)
+    fatal = text.startswith("Tunnel connection failed: 4") or isinstance(e, SocksError)
     if type(e).__name__ == "SSLCertVerificationError":   # (ssl is loaded for https only)
         text, fatal = ("the certificate of %s is not trusted (%s); to trust a private or company "
                        "CA, point SSL_CERT_FILE at its PEM file" % (url.hostname, e.verify_message),

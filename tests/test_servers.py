@@ -1,7 +1,7 @@
 """The wire as real servers speak it (issue 8, parts 2-4): a slow first token, the context
 window from local servers' own APIs and from overflow errors, token figures estimated when
-a server sends no usage, and errors that retrying cannot fix (an untrusted certificate, a
-redirect) failing at once with what to do.
+a server sends no usage, and errors that retrying cannot fix (an untrusted certificate)
+failing at once with what to do.
 """
 
 import re
@@ -236,16 +236,6 @@ class FailAtOnceTests(BantamTestCase):
         result = self.run_batch("hi", env={"SSL_CERT_FILE": CERT_FILE})
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("over TLS", result.stdout)
-
-    def test_redirect_names_its_target(self):
-        """A 301 to https:// says where the endpoint moved and what to set; not retried."""
-        target = "https://127.0.0.1:9/v1/chat/completions"
-        self.push(json_reply({"moved": True}, status=301, headers={"Location": target}))
-        result = self.run_batch("hi")
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("HTTP 301: the endpoint moved to " + target, result.stderr)
-        self.assertIn("set endpoint to https://127.0.0.1:9/v1", result.stderr)
-        self.assertEqual(len(self.server.posts), 1)
 
     def test_refused_connection_is_retried(self):
         """A server that is not up yet (connection refused) is retried along the ladder."""
