@@ -2114,6 +2114,9 @@ def network_error(cfg, error):
         text, fatal = ("the certificate of %s is not trusted (%s); to trust a private or company "
                        "CA, point SSL_CERT_FILE at its PEM file" % (url.hostname, e.verify_message),
                        True)
+    elif getattr(e, "reason", "") == "WRONG_VERSION_NUMBER":   # plain HTTP on that port
+        where = url.netloc.rpartition("@")[2]   # (no credentials shown)
+        text, fatal = "%s does not speak TLS; try http://%s%s" % (where, where, url.path), True
     elif isinstance(e, socket.gaierror) and e.errno != socket.EAI_AGAIN:   # (not for now)
         text, fatal = "the host name %s does not resolve" % (proxy or url).hostname, True
     elif isinstance(e, socket.timeout) or "timed out" in text:

@@ -237,6 +237,21 @@ class FailAtOnceTests(BantamTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("over TLS", result.stdout)
 
+    def test_https_to_a_plain_http_server(self):
+        """https:// given for a plain-HTTP server ([SSL: WRONG_VERSION_NUMBER]): one line saying
+        it does not speak TLS and the http:// URL to try, exit 2, no retries (issue 30)."""
+        endpoint = self.server.url.replace("http://", "https://")
+        self.ws.write_config(self.server, endpoint=endpoint, backoff="1,1,1")
+        started = time.monotonic()
+        result = self.run_batch("hi")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertLess(time.monotonic() - started, 2.5, "no retry ladder")
+        self.assertNotIn("retry", result.stderr)
+        self.assertIn("127.0.0.1:%d does not speak TLS; try %s" % (self.server.port,
+                      self.server.url), result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1)
+        self.assertEqual(self.server.requests, [])
+
     def test_refused_connection_is_retried(self):
         """A server that is not up yet (connection refused) is retried along the ladder."""
         server = FakeServer().start()
