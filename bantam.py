@@ -281,9 +281,10 @@ def close_block(state, event):
 
 
 def show_status(state, event):
-    """...requesting... on a colored terminal (with the seconds waited, from 2 on)."""
+    """...requesting... on a colored terminal (the seconds waited, from 2 on, of the limit)."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        waited = " %d s" % event["seconds"] if event.get("seconds", 0) >= 2 else ""
+        waited = " %d s of %g" % (event["seconds"], state["cfg"]["first_byte_timeout"]) if (
+            event.get("seconds", 0) >= 2) else ""
         guarded(state, "out", "\r" + COLORS["status"] + "...requesting..." + waited + RESET, True)
         state["status"] = 1
 
@@ -1822,7 +1823,10 @@ def shape_request(cfg, messages, body, error=None):
 
 def learn_from(cfg, messages, body, error):
     """After a failure: True to ask again at once (a fix learned, a blank message dropped)."""
-    classify(cfg, error)
+    if classify(cfg, error):   # no first byte: one more wait at most (each may be minutes)
+        if own(cfg).get("silent") is messages[-1]:
+            raise ApiError("%s (gave up after 1 retry)" % error, "retry")
+        own(cfg)["silent"] = messages[-1]
     reply = (cfg.get("run") or {}).get("reply") or {}
     if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
         emit(cfg, "discarded", error=redact(cfg, str(error)))   # what was shown of it
@@ -1853,7 +1857,8 @@ def learn_from(cfg, messages, body, error):
 
 
 def classify(cfg, error):
-    """Put an ApiError's kind and message right: what its cause, status and body mean."""
+    """Put an ApiError's kind and message right: what its cause, status and body mean (True:
+    no first byte came)."""
     if error.__cause__ is not None:   # a failed connection or read
         return network_error(cfg, error)
     text, status, headers = error.body or "", error.status, error.headers
@@ -1892,11 +1897,10 @@ def fixed_message(message, fixes):
 
 def server_wait(headers, text=""):
     """Seconds the server asks us to wait (headers, else Gemini's body), or None."""
-    for wait in (lambda: float(headers["retry-after-ms"]) / 1000,
-                 lambda: float(headers["retry-after"])):
+    for key, unit in (("retry-after-ms", 1000), ("retry-after", 1)):
         try:
-            return max(0.0, wait())
-        except (KeyError, TypeError, ValueError):   # absent, or not this form (an HTTP date)
+            return max(0.0, float(headers[key]) / unit)
+        except (KeyError, ValueError):   # absent, or not this form (an HTTP date)
             pass
     match = re.search(r'(?i)(?:"retryDelay":\s*"|retry in )(\d+(?:\.\d+)?)(m?s)\b', text)
     return float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) if match else None
@@ -2089,13 +2093,19 @@ def count_wait(cfg):
     import atexit
     import signal
     import threading
+    host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
 
     def tick(*_):
         reply = (cfg.get("run") or {}).get("reply") or {}
         if reply.get("quiet", True) or reply["ended"] or reply["size"]:
             signal.setitimer(signal.ITIMER_REAL, 0)
         elif not cfg["run"].get("emitting"):   # (a write is under way: the next tick says it)
-            emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
+            waited, limit = round(time.monotonic() - reply["asked"]), cfg["first_byte_timeout"]
+            emit(cfg, "waiting", seconds=waited)
+            if waited >= min(30, limit / 2) and not reply.get("said"):   # once, naming the host
+                reply["said"] = True
+                note(cfg, "[no first byte from %s after %d s; waiting up to %g s "
+                     "(first_byte_timeout)]" % (host, waited, limit), "info")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGALRM, tick)
         signal.setitimer(signal.ITIMER_REAL, 1, 1)
@@ -2104,29 +2114,29 @@ def count_wait(cfg):
 
 
 def network_error(cfg, error):
-    """Say error's network fault plainly (its cause): fatal when waiting cannot help."""
+    """Say error's network fault plainly (its cause): fatal when waiting cannot help; True for a
+    first-byte timeout."""
     import socket
     url, proxy, variable = route(cfg)
     e, reply = error.__cause__, (cfg.get("run") or {}).get("reply") or {}
-    text = str(e) or type(e).__name__
+    text, silent, host = str(e) or type(e).__name__, False, url.netloc.rpartition("@")[2]
     fatal = text.startswith("Tunnel connection failed: 4") or isinstance(e, SocksError)
     if type(e).__name__ == "SSLCertVerificationError":   # (ssl is loaded for https only)
-        text, fatal = ("the certificate of %s is not trusted (%s); to trust a private or company "
-                       "CA, point SSL_CERT_FILE at its PEM file" % (url.hostname, e.verify_message),
-                       True)
+        text, fatal = ("the certificate of %s is not trusted (%s); for a private or company CA, "
+                       "set SSL_CERT_FILE to its PEM file" % (url.hostname, e.verify_message)), True
     elif getattr(e, "reason", "") == "WRONG_VERSION_NUMBER":   # plain HTTP on that port
-        where = url.netloc.rpartition("@")[2]   # (no credentials shown)
-        text, fatal = "%s does not speak TLS; try http://%s%s" % (where, where, url.path), True
+        text, fatal = "%s does not speak TLS; try http://%s%s" % (host, host, url.path), True
     elif isinstance(e, socket.gaierror) and e.errno != socket.EAI_AGAIN:   # (not for now)
         text, fatal = "the host name %s does not resolve" % (proxy or url).hostname, True
     elif isinstance(e, socket.timeout) or "timed out" in text:
-        text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if reply.get("first") else (
+        silent = not reply.get("first")
+        text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if not silent else (
             "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
     elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
         text = "connection refused by " + ("the proxy %s (%s)" % (
             proxy.netloc.rpartition("@")[2], variable) if proxy else cfg["endpoint"])
-    text += " (SOCKS_PROXY)" if isinstance(e, SocksError) else ""
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
+    return silent
 
 
 HOOKS["connect"].append(connect_endpoint)

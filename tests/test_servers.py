@@ -8,7 +8,7 @@ import re
 import time
 
 from tests.support import (
-    CERT_FILE, BantamTestCase, FakeServer, completion, error, json_reply, sse, strip_ansi,
+    CERT_FILE, BantamTestCase, FakeServer, completion, error, hang, json_reply, sse, strip_ansi,
     text_stream, usage)
 from tests.test_context import OVERFLOWS, SUMMARY, AFTER
 
@@ -63,6 +63,23 @@ class FirstByteTests(BantamTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("no answer within 1.5 s (first_byte_timeout)", result.stderr)
         self.assertIn("in time", result.stdout)
+
+    def test_a_silent_server_is_said_and_retried_once(self):
+        """A server that accepts the connection and never answers: once the wait passes 30 s
+        (here half of first_byte_timeout=2) a note names the host and the limit, unless -q;
+        retried once only, then exit 1 (issue 30; 1.2.0 waited six times in silence)."""
+        self.ws.write_config(self.server, timeout=1, first_byte_timeout=2, backoff="0.01,0.01,0.01")
+        said = "[no first byte from 127.0.0.1:%d after 1 s; waiting up to 2 s (first_byte_timeout)]" % (
+            self.server.port)
+        for args in ((), ("-q",)):
+            with self.subTest(args=args):
+                before = len(self.server.posts)
+                self.push(hang(30), hang(30))   # a third request gets "(script exhausted)"
+                result = self.run_batch("go", *args)
+                self.assertEqual(result.returncode, 1, result.stderr)
+                self.assertEqual(len(self.server.posts) - before, 2)
+                self.assertIn("gave up after 1 retry", result.stderr)
+                self.assertEqual(said in result.stderr, not args, result.stderr)
 
     def test_slow_summary_for_compact(self):
         """/compact's summary is not streamed; a summary that takes longer than timeout to
