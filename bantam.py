@@ -1914,8 +1914,6 @@ def shape_delta(cfg, reply, delta):
     if delta is None:   # the reply ended: what waited on a <think> marker, then the cuts
         if reply["unsure"]:
             queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
-        if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
-            raise stream_error("finish_reason: error")
         end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
         for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
             if cut in CUTS:
@@ -1925,8 +1923,6 @@ def shape_delta(cfg, reply, delta):
         return None
     if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
-    if isinstance(delta.get("refusal"), str) and delta["refusal"]:   # OpenAI's safety refusal
-        delta["content"] = delta.get("content") or delta["refusal"]
     if isinstance(delta.get("content"), list):   # Mistral's parts: thinking ones, text ones
         parts = [p for p in delta["content"] if isinstance(p, dict)]
         thinking = [t for p in parts if p.get("type") == "thinking" for t in p.get("thinking", ())]
