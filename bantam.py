@@ -281,9 +281,10 @@ def close_block(state, event):
 
 
 def show_status(state, event):
-    """...requesting... on a colored terminal (with the seconds waited, from 2 on)."""
+    """...requesting... on a colored terminal (the seconds waited, from 2 on, of the limit)."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        waited = " %d s" % event["seconds"] if event.get("seconds", 0) >= 2 else ""
+        waited = " %d s of %g" % (event["seconds"], state["cfg"]["first_byte_timeout"]) if (
+            event.get("seconds", 0) >= 2) else ""
         guarded(state, "out", "\r" + COLORS["status"] + "...requesting..." + waited + RESET, True)
         state["status"] = 1
 
@@ -1824,7 +1825,10 @@ def shape_request(cfg, messages, body, error=None):
 
 def learn_from(cfg, messages, body, error):
     """After a failure: True to ask again at once (a fix learned, a blank message dropped)."""
-    classify(cfg, error)
+    if classify(cfg, error):   # no first byte: one more wait at most (each may be minutes)
+        if own(cfg).get("silent") is messages[-1]:
+            raise ApiError("%s (gave up after 1 retry)" % error, "retry")
+        own(cfg)["silent"] = messages[-1]
     reply = (cfg.get("run") or {}).get("reply") or {}
     if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
         emit(cfg, "discarded", error=redact(cfg, str(error)))   # what was shown of it
@@ -1855,36 +1859,23 @@ def learn_from(cfg, messages, body, error):
 
 
 def classify(cfg, error):
-    """Put an ApiError's kind and message right: what its cause, status and body mean."""
+    """Put an ApiError's kind and message right: what its cause, status and body mean (True:
+    no first byte came)."""
     if error.__cause__ is not None:   # a failed connection or read
         return network_error(cfg, error)
-    text, status, headers, message = error.body or "", error.status, error.headers, str(error)
-    if re.match(r"\s*<(?:!doctype html|html|head|body|title)\b", text, re.I):   # a proxy's page:
-        import html   # its title, else its text without the tags
-        title = re.search(r"<title[^>]*>(.*?)</title", text, re.I | re.S)
-        words = title.group(1) if title else re.sub(
-            r"(?s)<(script|style)\b.*?</\1>|<[^>]*>", " ", text)
-        message = "%s: %s" % (message.split(":")[0], " ".join(html.unescape(words).split())[:300])
+    text, status, headers = error.body or "", error.status, error.headers
     kind, hint, wait = error.kind, "", server_wait(headers, text)
-    quota = status == 402 or status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text) and not (
-        status == 429 and wait)   # Gemini's per-minute quota says the same, with a wait
     if status == 413 or status in (None, 400, 422, 429, 500) and re.search(OVERFLOW_PATTERNS, text):
         kind = "overflow"
-    elif quota:
+    elif status == 402 or status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text) and not (
+            status == 429 and wait):   # Gemini's per-minute quota says the same, with a wait
         kind, hint = "fatal", " (quota, credits or billing exhausted: not retried)"
-    elif status in (301, 302, 303, 307, 308):
-        target = headers.get("location", "")
-        message = "HTTP %d: the endpoint moved to %s" % (status, target)
-        hint = "; set endpoint to %s" % re.sub(r"/chat/completions/?(\?.*)?$", "", target)
     elif status == 404:   # the URL posted to, and the setting that chose the endpoint
         hint = " (POST %s: check endpoint, from %s, and model)" % (re.sub(
             r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1), cfg["sources"]["endpoint"])
     elif status == 400 and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
         kind, hint = "retry", " (a malformed tool call from the model)"
-    should = (headers.get("x-should-retry") or "").lower()
-    if should in ("true", "false") and kind in ("retry", "fatal") and not quota:
-        kind = "retry" if should == "true" else "fatal"
-    error.args, error.kind, error.wait = (message + hint,), kind, wait
+    error.args, error.kind, error.wait = (str(error) + hint,), kind, wait
 
 
 def fixed_message(message, fixes):
@@ -1908,13 +1899,10 @@ def fixed_message(message, fixes):
 
 def server_wait(headers, text=""):
     """Seconds the server asks us to wait (headers, else Gemini's body), or None."""
-    from email.utils import parsedate_to_datetime
-    after = (headers.get("retry-after") or "").strip()
-    for wait in (lambda: float(headers["retry-after-ms"]) / 1000, lambda: float(after),
-                 lambda: parsedate_to_datetime(after).timestamp() - time.time()):
+    for key, unit in (("retry-after-ms", 1000), ("retry-after", 1)):
         try:
-            return max(0.0, wait())
-        except (KeyError, TypeError, ValueError, IndexError):   # absent, or not this form
+            return max(0.0, float(headers[key]) / unit)
+        except (KeyError, ValueError):   # absent, or not this form (an HTTP date)
             pass
     match = re.search(r'(?i)(?:"retryDelay":\s*"|retry in )(\d+(?:\.\d+)?)(m?s)\b', text)
     return float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) if match else None
@@ -1928,8 +1916,6 @@ def shape_delta(cfg, reply, delta):
     if delta is None:   # the reply ended: what waited on a <think> marker, then the cuts
         if reply["unsure"]:
             queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
-        if reply["finish"] == "error":   # OpenRouter: the provider failed mid-reply
-            raise stream_error("finish_reason: error")
         end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
         for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
             if cut in CUTS:
@@ -1939,8 +1925,6 @@ def shape_delta(cfg, reply, delta):
         return None
     if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
-    if isinstance(delta.get("refusal"), str) and delta["refusal"]:   # OpenAI's safety refusal
-        delta["content"] = delta.get("content") or delta["refusal"]
     if isinstance(delta.get("content"), list):   # Mistral's parts: thinking ones, text ones
         parts = [p for p in delta["content"] if isinstance(p, dict)]
         thinking = [t for p in parts if p.get("type") == "thinking" for t in p.get("thinking", ())]
@@ -2048,8 +2032,7 @@ def route(cfg):
 
 
 class SocksError(OSError):
-    """A SOCKS5 proxy's refusal, in one line; retry: whether waiting may help."""
-    retry = False
+    """A SOCKS5 proxy's refusal, in one line (final: waiting would not help)."""
 
 
 def socks5_connect(proxy_url, host, port, timeout):
@@ -2075,10 +2058,8 @@ def socks5_connect(proxy_url, host, port, timeout):
             sock.sendall(b"\5\1\0\3" + bytes([len(name)]) + name + port.to_bytes(2, "big"))
             reply = answer.read(4).ljust(4, b"\1")   # (cut short: a general failure)
             if reply[1]:
-                error = SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
+                raise SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
                     where, host, port, reply[1]))
-                error.retry = reply[1] not in (2, 7, 8)   # (not allowed, not supported)
-                raise error
             answer.read(({1: 4, 4: 16}.get(reply[3]) or (answer.read(1) or b"\0")[0]) + 2)
         return sock
     except BaseException:
@@ -2110,13 +2091,19 @@ def count_wait(cfg):
     import atexit
     import signal
     import threading
+    host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
 
     def tick(*_):
         reply = (cfg.get("run") or {}).get("reply") or {}
         if reply.get("quiet", True) or reply["ended"] or reply["size"]:
             signal.setitimer(signal.ITIMER_REAL, 0)
         elif not cfg["run"].get("emitting"):   # (a write is under way: the next tick says it)
-            emit(cfg, "waiting", seconds=round(time.monotonic() - reply["asked"]))
+            waited, limit = round(time.monotonic() - reply["asked"]), cfg["first_byte_timeout"]
+            emit(cfg, "waiting", seconds=waited)
+            if waited >= min(30, limit / 2) and not reply.get("said"):   # once, naming the host
+                reply["said"] = True
+                note(cfg, "[no first byte from %s after %d s; waiting up to %g s "
+                     "(first_byte_timeout)]" % (host, waited, limit), "info")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGALRM, tick)
         signal.setitimer(signal.ITIMER_REAL, 1, 1)
@@ -2125,26 +2112,29 @@ def count_wait(cfg):
 
 
 def network_error(cfg, error):
-    """Say error's network fault plainly (its cause): fatal when waiting cannot help."""
+    """Say error's network fault plainly (its cause): fatal when waiting cannot help; True for a
+    first-byte timeout."""
     import socket
     url, proxy, variable = route(cfg)
     e, reply = error.__cause__, (cfg.get("run") or {}).get("reply") or {}
-    text = str(e) or type(e).__name__
-    fatal = text.startswith("Tunnel connection failed: 4") or not getattr(e, "retry", True)
+    text, silent, host = str(e) or type(e).__name__, False, url.netloc.rpartition("@")[2]
+    fatal = text.startswith("Tunnel connection failed: 4") or isinstance(e, SocksError)
     if type(e).__name__ == "SSLCertVerificationError":   # (ssl is loaded for https only)
-        text, fatal = ("the certificate of %s is not trusted (%s); to trust a private or company "
-                       "CA, point SSL_CERT_FILE at its PEM file" % (url.hostname, e.verify_message),
-                       True)
+        text, fatal = ("the certificate of %s is not trusted (%s); for a private or company CA, "
+                       "set SSL_CERT_FILE to its PEM file" % (url.hostname, e.verify_message)), True
+    elif getattr(e, "reason", "") == "WRONG_VERSION_NUMBER":   # plain HTTP on that port
+        text, fatal = "%s does not speak TLS; try http://%s%s" % (host, host, url.path), True
     elif isinstance(e, socket.gaierror) and e.errno != socket.EAI_AGAIN:   # (not for now)
         text, fatal = "the host name %s does not resolve" % (proxy or url).hostname, True
     elif isinstance(e, socket.timeout) or "timed out" in text:
-        text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if reply.get("first") else (
+        silent = not reply.get("first")
+        text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if not silent else (
             "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
     elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
         text = "connection refused by " + ("the proxy %s (%s)" % (
             proxy.netloc.rpartition("@")[2], variable) if proxy else cfg["endpoint"])
-    text += " (SOCKS_PROXY)" if isinstance(e, SocksError) else ""
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
+    return silent
 
 
 HOOKS["connect"].append(connect_endpoint)

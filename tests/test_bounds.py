@@ -392,28 +392,6 @@ class EndpointTests(BoundsCase):
                 self.assertIn("POST %s/chat/completions" % wrong, result.stderr)
                 self.assertIn("check endpoint, from %s, and model" % source, result.stderr)
 
-    def test_an_html_error_page_is_cut_to_its_title(self):
-        """nginx's 404 page, a proxy's 502 page, a captive portal's 200: their title (else their
-        text without tags), never the raw HTML."""
-        nginx = ("<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>"
-                 "404 Not Found</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n"
-                 "</html>\r\n")
-        self.push(error(404, body=nginx))
-        result, _ = self.batch(2)
-        self.assertIn("HTTP 404: 404 Not Found (POST", result.stderr)
-        self.assertNotIn("<", result.stderr)
-        page = ("<!DOCTYPE html>\n<html><head><style>h1 {}</style></head><body><h1>Bad gateway "
-                "&amp; more</h1></body></html>")
-        self.push(*[error(502, body=page) for _ in range(4)])
-        result, _ = self.batch(1)
-        self.assertIn("HTTP 502: Bad gateway & more", result.stderr)
-        self.assertNotIn("<", result.stderr)
-        portal = "<html><head><title>Sign in to the Wi-Fi</title></head><body>%s</body></html>" % (
-            "x" * 300)
-        self.push(*[error(200, body=portal) for _ in range(4)])   # a captive portal answers 200
-        result, _ = self.batch(1)
-        self.assertIn("not JSON: Sign in to the Wi-Fi", result.stderr)
-        self.assertNotIn("<", result.stderr)
 
 
 DEEP = b"[" * 200000 + b"]" * 200000

@@ -1,14 +1,14 @@
 """The wire as real servers speak it (issue 8, parts 2-4): a slow first token, the context
 window from local servers' own APIs and from overflow errors, token figures estimated when
-a server sends no usage, and errors that retrying cannot fix (an untrusted certificate, a
-redirect) failing at once with what to do.
+a server sends no usage, and errors that retrying cannot fix (an untrusted certificate)
+failing at once with what to do.
 """
 
 import re
 import time
 
 from tests.support import (
-    CERT_FILE, BantamTestCase, FakeServer, completion, error, json_reply, sse, strip_ansi,
+    CERT_FILE, BantamTestCase, FakeServer, completion, error, hang, json_reply, sse, strip_ansi,
     text_stream, usage)
 from tests.test_context import OVERFLOWS, SUMMARY, AFTER
 
@@ -63,6 +63,23 @@ class FirstByteTests(BantamTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("no answer within 1.5 s (first_byte_timeout)", result.stderr)
         self.assertIn("in time", result.stdout)
+
+    def test_a_silent_server_is_said_and_retried_once(self):
+        """A server that accepts the connection and never answers: once the wait passes 30 s
+        (here half of first_byte_timeout=2) a note names the host and the limit, unless -q;
+        retried once only, then exit 1 (issue 30; 1.2.0 waited six times in silence)."""
+        self.ws.write_config(self.server, timeout=1, first_byte_timeout=2, backoff="0.01,0.01,0.01")
+        said = "[no first byte from 127.0.0.1:%d after 1 s; waiting up to 2 s (first_byte_timeout)]" % (
+            self.server.port)
+        for args in ((), ("-q",)):
+            with self.subTest(args=args):
+                before = len(self.server.posts)
+                self.push(hang(30), hang(30))   # a third request gets "(script exhausted)"
+                result = self.run_batch("go", *args)
+                self.assertEqual(result.returncode, 1, result.stderr)
+                self.assertEqual(len(self.server.posts) - before, 2)
+                self.assertIn("gave up after 1 retry", result.stderr)
+                self.assertEqual(said in result.stderr, not args, result.stderr)
 
     def test_slow_summary_for_compact(self):
         """/compact's summary is not streamed; a summary that takes longer than timeout to
@@ -237,15 +254,20 @@ class FailAtOnceTests(BantamTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("over TLS", result.stdout)
 
-    def test_redirect_names_its_target(self):
-        """A 301 to https:// says where the endpoint moved and what to set; not retried."""
-        target = "https://127.0.0.1:9/v1/chat/completions"
-        self.push(json_reply({"moved": True}, status=301, headers={"Location": target}))
+    def test_https_to_a_plain_http_server(self):
+        """https:// given for a plain-HTTP server ([SSL: WRONG_VERSION_NUMBER]): one line saying
+        it does not speak TLS and the http:// URL to try, exit 2, no retries (issue 30)."""
+        endpoint = self.server.url.replace("http://", "https://")
+        self.ws.write_config(self.server, endpoint=endpoint, backoff="1,1,1")
+        started = time.monotonic()
         result = self.run_batch("hi")
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("HTTP 301: the endpoint moved to " + target, result.stderr)
-        self.assertIn("set endpoint to https://127.0.0.1:9/v1", result.stderr)
-        self.assertEqual(len(self.server.posts), 1)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertLess(time.monotonic() - started, 2.5, "no retry ladder")
+        self.assertNotIn("retry", result.stderr)
+        self.assertIn("127.0.0.1:%d does not speak TLS; try %s" % (self.server.port,
+                      self.server.url), result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1)
+        self.assertEqual(self.server.requests, [])
 
     def test_refused_connection_is_retried(self):
         """A server that is not up yet (connection refused) is retried along the ladder."""

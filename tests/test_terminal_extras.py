@@ -219,6 +219,15 @@ class StatusTests(ExtrasCase):
         self.assertLess(kinds.index("request"), kinds.index("waiting"))
         self.assertLess(kinds.index("waiting"), kinds.index("text"))
 
+    def test_requesting_shows_the_limit(self):
+        """The counter names the wait's limit, first_byte_timeout: "...requesting... 2 s of 300"
+        (issue 30)."""
+        self.push(text_stream("late answer", head_delay=2.6))
+        term = self.start(color="always")
+        shown = strip_ansi(self.type_line(term, "slow one", "late answer"))
+        self.assertIn("...requesting... 2 s of 300", shown)
+        self.leave(term)
+
     def test_the_first_line_fits_a_narrow_terminal(self):
         """At 40 columns the REPL's first line is cut to fit (no version, /help short), not
         wrapped; at 100 it is whole."""

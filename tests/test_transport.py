@@ -481,11 +481,11 @@ class StartupTests(TransportCase):
 
     def test_https_endpoint_loads_ssl_and_reports_a_failed_handshake(self):
         """An https:// endpoint goes through ssl: against a plain-HTTP port the TLS handshake
-        fails and bantam reports a network error (no traceback)."""
+        fails and bantam reports a network error (no traceback), final."""
         self.ws.write_config(endpoint="https://127.0.0.1:%d/v1" % self.server.port)
         self.ws.write("prompt.txt", "hi")
         result = run_program(self.ws, python_argv("prompt.txt"))
-        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(result.returncode, 2, result.stderr)
         self.assertIn("_ssl", imported(result.stderr))
         self.assertIn("network error", result.stderr)
         self.assertNotIn("Traceback", result.stderr)

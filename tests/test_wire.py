@@ -53,8 +53,6 @@ The README's server table mirrors this one:
 | Gemini 3 (OpenAI-compatible) | a signed and an unsigned tool call, not streamed | `gemini_signature_not_streamed` |
 | Gemini 3 through Vertex gateways | `extra_content.vertex.thought_signature` | `vertex_signature_streamed` |
 | Gemini 3 (OpenAI-compatible) | a signature on a text reply: kept on the message | `gemini_signed_text` |
-| OpenAI | a refusal in `delta.refusal`, `content: null`: shown and stored as the answer | `refusal_streamed` |
-| OpenAI | `message.refusal`, `content: null`, not streamed | `refusal_not_streamed` |
 | any | `finish_reason: "length"`: the cut is said in one line | `cut_by_length` |
 | Azure OpenAI, OpenAI | `finish_reason: "content_filter"`: said in one line | `cut_by_content_filter` |
 | gateways slicing UTF-16 | an emoji as two surrogate halves in two chunks: joined | `surrogate_halves_split` |
@@ -447,13 +445,6 @@ SHAPES = [
                chunk({"content": "text.", "extra_content": {"google": {"thought_signature": "TxT=="}}}),
                chunk({}, "stop")])],
          "Signed text.\n", said("Signed text.", extra_content={"google": {"thought_signature": "TxT=="}})),
-    case("refusal_streamed", "OpenAI", "a refusal streamed in delta.refusal, content null: the answer",
-         [sse([chunk({"role": "assistant", "content": None, "refusal": ""}), chunk({"refusal": "I can't "}),
-               chunk({"refusal": "help with that."}), chunk({}, "stop")])],
-         "I can't help with that.\n", said("I can't help with that.")),
-    case("refusal_not_streamed", "OpenAI", "message.refusal with content null",
-         [not_streamed({"role": "assistant", "content": None, "refusal": "I can't help with that."})],
-         "I can't help with that.\n", said("I can't help with that."), cfg={"stream": False}),
     case("cut_by_length", "any", 'finish_reason "length": said in one line',
          [sse([chunk({"role": "assistant", "content": ""}), chunk({"content": "Half an ans"}),
                chunk({}, "length")])],
