@@ -2243,17 +2243,15 @@ def settle(cfg, trust=None):
     return cfg
 
 def check_private(layer):
-    """As ssh does with keys: a config file holding a secret that others could read or swap
-    is refused (a ConfigError naming the chmod that fixes it)."""
+    """As ssh does with keys: a config file holding a secret that others could read, or swap
+    (its folder), is refused (a ConfigError naming the chmod that fixes it)."""
     held = [where.rpartition(":")[0] for key, (raw, where) in layer.items() if raw not in (
         "", "-") and (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw)))]
-    if held and os.stat(held[0]).st_mode & 0o077:
-        raise ConfigError("%s holds a secret that others can read: chmod 600 %s" % (
-            held[0], held[0]))
-    mode = os.stat(os.path.dirname(held[0])).st_mode if held else 0
-    if mode & 0o022 and not mode & 0o1000:   # (sticky, as /tmp: no one else may swap it)
-        raise ConfigError("%s holds a secret in a folder others can write: chmod go-w %s" % (
-            held[0], os.path.dirname(held[0])))
+    for path, mask, fix in [(held[0], 0o077, "600"), (os.path.dirname(os.path.abspath(
+            held[0])), 0o022, "go-w")] if held else ():
+        if os.stat(path).st_mode & mask:
+            raise ConfigError("%s holds a secret and others can read or replace it: chmod %s %s"
+                              % (held[0], fix, path))
 
 def add_prompt_extras(cfg):
     """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
@@ -2393,13 +2391,11 @@ def url_secrets(url):
 def withheld_variables(cfg):
     """The variables kept from commands: bantam's, a secret's, shell_env_exclude's not kept."""
     import fnmatch
-    secrets, exclude = secrets_of(cfg), cfg.get("shell_env_exclude", "")
-    patterns = [fnmatch.translate(p.strip()) for p in exclude.split(",")
-                if p.strip() and exclude.strip().lower() != "none"]
-    excluded = re.compile("|".join(patterns) or "(?!)", re.I).match
-    keep = {name.strip() for name in cfg.get("shell_env_keep", "").split(",")}
-    return sorted(name for name, value in os.environ.items()
-                  if name in SECRET_VARIABLES or (excluded(name) and name not in keep)
+    secrets, keep = secrets_of(cfg), {n.strip() for n in cfg.get("shell_env_keep", "").split(",")}
+    patterns = [p.strip().upper() for p in cfg.get("shell_env_exclude", "").split(",")]
+    return sorted(name for name, value in os.environ.items() if name in SECRET_VARIABLES or (
+                  patterns != ["NONE"] and name not in keep and any(
+                      p and fnmatch.fnmatchcase(name.upper(), p) for p in patterns))
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets)
                   or set(secrets).intersection(url_secrets(value)))
 
