@@ -2334,14 +2334,13 @@ def trust_folder(cfg, args, interactive, reload):
         said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
                            % (since, what)).strip().lower() in ("y", "yes")
         remember_folder(trusted=said, fingerprint=prints if said else None)
-        cfg = reload(said)
-    elif said is not False:   # settle kept to the user's own values already: say why
-        sources["trust_note"] = "[not used: this folder's model.cfg %s (bantam --trust to " \
-            "trust it)]" % ("changed since you trusted it (%s)" % ", ".join(changed) if said and
-                            changed else "would loosen %s; it is not trusted" % what)
-    if said is False:
-        cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only " \
-            "(bantam --trust to trust it)]"
+        if said:
+            return reload(True)
+        cfg = reload(False)
+    why = "this folder is not trusted: your own settings only" if said is False else \
+        "not used: this folder's model.cfg " + ("changed since you trusted it (%s)" % ", ".join(
+            changed) if said else "would loosen %s; it is not trusted" % what)
+    cfg["sources"]["trust_note"] = "[%s (bantam --trust to trust it)]" % why
     return cfg
 
 def remember_own_edit(cfg, path, key):
