@@ -2345,9 +2345,8 @@ def trust_folder(cfg, args, interactive, reload):
 
 def remember_own_edit(cfg, path, key):
     """/cfg wrote key into this trusted folder's model.cfg: the user's value joins the yes."""
-    facts = folder_memory().get(os.getcwd(), {})
-    if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and path == cfg["sources"]["folder_config"] \
-            and facts.get("trusted") is True:
+    facts = folder_memory().get(os.getcwd(), {})   # (a key trust does not cover: never read)
+    if path == cfg["sources"]["folder_config"] and facts.get("trusted") is True:
         remember_folder(fingerprint=dict(facts.get("fingerprint") or {}, **{
             key: value_print(read_key_values(path)[key][0])}))
 
