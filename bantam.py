@@ -2190,13 +2190,16 @@ def settle_secrets(cfg):
         cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
 
 def settle(cfg, trust=None):
-    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no)."""
+    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no);
+    a config file in use that holds a secret must be private (check_private)."""
     sources, layers = cfg["sources"], cfg["sources"]["layers"]
     mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
               if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
     seen = (facts.get("fingerprint") or {}) if facts.get("trusted") is True else prints
     changed = sorted(key for key in prints if seen.get(key) != prints[key])   # none is then used
+    if trust is None and (facts.get("trusted") is False or os.environ.get("BANTAM_TRUST") == "0"):
+        trust = False   # a no (remembered, --no-trust): only what tightens is the folder's
     trusted = trust if trust is not None else mine is not None and (
         os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
     untrusted = {}
@@ -2206,27 +2209,41 @@ def settle(cfg, trust=None):
                  if raw not in ("", "-")]   # blank or '-' defers to the next layer
         own = [f for f in found if f[0] != "folder"]
         users = own[0][1] if own else DEFAULTS[key]
-        if found and found[0][0] == "folder" and not trusted and (
-                key in NEEDS_TRUST or key in TIGHTEN_ONLY and looser(cfg, key, found[0][1], users)):
+        if found and found[0][0] == "folder" and not trusted and (key in NEEDS_TRUST or trust
+                is False and key not in STRICTER | TIGHTEN_ONLY | {"deny"} or key in
+                TIGHTEN_ONLY and looser(cfg, key, found[0][1], users)):
             if found[0][1] != users:
                 untrusted[key] = found[0][1:]
             found = own
-        elif trust is False and key not in STRICTER | TIGHTEN_ONLY | {"deny"}:
-            found = own   # the user said no: only what tightens is taken from the folder
         if key in STRICTER and found and found[0][0] != "flag":   # a flag: the user's choice
             found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
         cfg[key], sources[key] = found[0][1:] if found else (DEFAULTS[key], "default")
         if key == "deny" and found:
             cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
-    headers = os.environ.get("BANTAM_HEADERS")   # the environment's secrets, sent or not
+    for kind, layer in layers:
+        if kind == "own" or kind == "folder" and trusted:
+            check_private(layer)
+    headers = os.environ.get("BANTAM_HEADERS")   # the environment's secrets, used or not
     secrets = [os.environ.get("BANTAM_API_KEY", ""), os.environ.get("OPENAI_API_KEY", "")] + list(
-        parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else [])
+        parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
+        url_secrets(os.environ.get("BANTAM_ENDPOINT", ""))
     sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
                    untrusted=untrusted, env_secrets=secrets, fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
     return cfg
+
+def check_private(layer):
+    """As ssh does with keys: a config file holding a secret that others could read, or swap
+    (its folder), is refused (a ConfigError naming the chmod that fixes it)."""
+    held = [where.rpartition(":")[0] for key, (raw, where) in layer.items() if raw not in (
+        "", "-") and (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw)))]
+    for path, mask, fix in [(held[0], 0o077, "600"), (os.path.dirname(os.path.abspath(
+            held[0])), 0o022, "go-w")] if held else ():
+        if os.stat(path).st_mode & mask:
+            raise ConfigError("%s holds a secret and others can read or replace it: chmod %s %s"
+                              % (held[0], fix, path))
 
 def add_prompt_extras(cfg):
     """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
@@ -2285,21 +2302,23 @@ def remember_folder(**facts):
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it (--trust, the REPL's answer); reload(trust) re-settles."""
+    """cfg as this folder may steer it (--trust, the REPL's answer); reload(trust) re-settles.
+    A no (remembered, --no-trust, BANTAM_TRUST=0): the user's own settings, settled so."""
     sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
-    said = None if facts.get("trusted") is None else facts["trusted"] is True   # else a no
-    if not changes and said is not False:   # a no holds whatever the file says
+    said = False if os.environ.get("BANTAM_TRUST") == "0" else None if facts.get(
+        "trusted") is None else facts["trusted"] is True   # else a no
+    if not sources["folder_config"] or not changes and said is not False:
         return cfg
-    shown = {key: shown_untrusted(key, value) for key, (value, _) in changes.items()}
-    what = ", ".join("%s=%s (%s)" % (key, shown[key], NEEDS_TRUST.get(key, "looser than yours"))
-                     for key in shown)
+    what = ", ".join("%s=%s (%s)" % (key, shown_untrusted(key, value), NEEDS_TRUST.get(
+        key, "looser than yours")) for key, (value, _) in changes.items())
     if args.trust:
         remember_folder(trusted=True, fingerprint=prints)
         return reload(True)
-    asking = changes and (said is True or said is None and any(k in NEEDS_TRUST for k in changes))
+    asking = said is not False and any(k in NEEDS_TRUST or said for k in changes)
     if asking and not interactive and said is None:   # a remembered answer holds in batch mode
-        own = " (your own server? bantam -e %s)" % shown["endpoint"] if "endpoint" in shown else ""
+        own = " (your own server? bantam -e %s)" % shown_untrusted(
+            "endpoint", changes["endpoint"][0]) if "endpoint" in changes else ""
         raise ConfigError("this folder's model.cfg would change %s: trust it with bantam "
                           "--trust, BANTAM_TRUST=1 or a yes in the REPL%s" % (what, own))
     if asking and interactive:
@@ -2309,21 +2328,17 @@ def trust_folder(cfg, args, interactive, reload):
         remember_folder(trusted=said, fingerprint=prints if said else None)
         if said:
             return reload(True)
-    elif said is not False:   # settle kept to the user's own values already: say why
-        sources["trust_note"] = "[not used: this folder's model.cfg %s (bantam --trust to " \
-            "trust it)]" % ("changed since you trusted it (%s)" % ", ".join(changed) if said and
-                            changed else "would loosen %s; it is not trusted" % what)
-        return cfg
-    cfg = reload(False)
-    cfg["sources"]["trust_note"] = "[this folder is not trusted: your own settings only " \
-        "(bantam --trust to trust it)]"
+        cfg = reload(False)
+    why = "this folder is not trusted: your own settings only" if said is False else \
+        "not used: this folder's model.cfg " + ("changed since you trusted it (%s)" % ", ".join(
+            changed) if said else "would loosen %s; it is not trusted" % what)
+    cfg["sources"]["trust_note"] = "[%s (bantam --trust to trust it)]" % why
     return cfg
 
 def remember_own_edit(cfg, path, key):
     """/cfg wrote key into this trusted folder's model.cfg: the user's value joins the yes."""
-    facts = folder_memory().get(os.getcwd(), {})
-    if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and path == cfg["sources"]["folder_config"] \
-            and facts.get("trusted") is True:
+    facts = folder_memory().get(os.getcwd(), {})   # (a key trust does not cover: never read)
+    if path == cfg["sources"]["folder_config"] and facts.get("trusted") is True:
         remember_folder(fingerprint=dict(facts.get("fingerprint") or {}, **{
             key: value_print(read_key_values(path)[key][0])}))
 
@@ -2334,19 +2349,18 @@ def shown_untrusted(key, value):
         m.group()), terminal_safe(redact({"run": {"secrets": secrets}}, str(value))))
 
 def hide_secrets(cfg):
-    """Linux: *** over the secrets in /proc/self's environ and cmdline, and not dumpable."""
+    """Linux: not dumpable from the start (a key set later is covered too), and *** over the
+    secrets in /proc/self's environ and cmdline."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
-    if not secrets or not sys.platform.startswith("linux"):
-        return
     try:
         import ctypes
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0 (no prctl: not Linux)
         with open("/proc/self/stat", "rb") as f:   # fields 48 and 51: arg_start, env_end
             start, end = [int(n) for n in f.read().rpartition(b")")[2].split()[45:49:3]]
         block = ctypes.string_at(start, end - start)
-        for found in re.finditer(b"|".join(map(re.escape, secrets)), block):   # (longest first)
+        for found in re.finditer(b"|".join(map(re.escape, secrets)), block) if secrets else ():
             ctypes.memset(start + found.start(), ord("*"), found.end() - found.start())
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         pass
 
 # Query parameters that carry a credential (api-key, X-Amz-Signature, code but not country_code)
@@ -2359,19 +2373,19 @@ def url_secrets(url):
         parts = urlsplit(url)
     except ValueError:   # "http://[::1": not a URL a request could go to
         return []
-    return [parts.password or parts.username or ""] + [value for name, _, value in (
+    secret = parts.password or parts.username or ""   # one too short alone: with its user
+    return [secret if len(secret) >= 4 else "//" * bool(secret) + parts.netloc.rpartition(
+        "@")[0]] + [value for name, _, value in (
         p.partition("=") for p in parts.query.split("&")) if CREDENTIAL_PARAMETER.search(name)]
 
 def withheld_variables(cfg):
     """The variables kept from commands: bantam's, a secret's, shell_env_exclude's not kept."""
     import fnmatch
-    secrets, exclude = secrets_of(cfg), cfg.get("shell_env_exclude", "")
-    patterns = [fnmatch.translate(p.strip()) for p in exclude.split(",")
-                if p.strip() and exclude.strip().lower() != "none"]
-    excluded = re.compile("|".join(patterns) or "(?!)", re.I).match
-    keep = {name.strip() for name in cfg.get("shell_env_keep", "").split(",")}
-    return sorted(name for name, value in os.environ.items()
-                  if name in SECRET_VARIABLES or (excluded(name) and name not in keep)
+    secrets, keep = secrets_of(cfg), {n.strip() for n in cfg.get("shell_env_keep", "").split(",")}
+    patterns = [p.strip().upper() for p in cfg.get("shell_env_exclude", "").split(",")]
+    return sorted(name for name, value in os.environ.items() if name in SECRET_VARIABLES or (
+                  patterns != ["NONE"] and name not in keep and any(
+                      p and fnmatch.fnmatchcase(name.upper(), p) for p in patterns))
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets)
                   or set(secrets).intersection(url_secrets(value)))
 
@@ -4253,7 +4267,12 @@ def setting_flag(key, value=None):
 
 def more_flags(parser):
     """Part II's flags (made when the command line is read: argparse loads only then)."""
+    import argparse
     add, setting = parser.add_argument, setting_flag
+
+    class NoTrust(argparse.Action):   # as BANTAM_TRUST=0, which settle and trust_folder read
+        def __call__(self, *_):
+            os.environ["BANTAM_TRUST"] = "0"
     add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt (+ piped stdin)")
     add("-i", "--interactive", metavar="PROMPT", help="start the REPL with this first prompt")
     add("-m", "--model", action=setting("model"), help="the model (config key model)")
@@ -4273,7 +4292,11 @@ def more_flags(parser):
     leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"), help="never ask")
     add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"], action=setting("sandbox"),
         help="off, workspace or read-only: where commands may write")
-    add("--trust", action="store_true", help="trust this folder: its model.cfg may steer bantam")
+    trusting = parser.add_mutually_exclusive_group()
+    trusting.add_argument("--trust", action="store_true", help="trust this folder: its "
+                          "model.cfg may steer bantam")
+    trusting.add_argument("--no-trust", nargs=0, action=NoTrust, help="an untrusted folder: "
+                          "your own settings, without asking (BANTAM_TRUST=0)")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
 
 FLAGS.insert(1, more_flags)

@@ -174,8 +174,8 @@ def set_up(case, folder, server):
     keys = {k: v.replace("{endpoint}", server.url) if isinstance(v, str) else v
             for k, v in keys.items()}
     text = "".join("%s=%s\n" % (k, v) for k, v in keys.items() if v is not None)
-    folder.write("home/.bantam/model.cfg" if case.get("config_in") == "home" else "work/model.cfg",
-                 text)
+    os.chmod(folder.write("home/.bantam/model.cfg" if case.get("config_in") == "home" else
+                          "work/model.cfg", text), 0o600)   # a key others can read is refused
     for relpath, content in case.get("files", {}).items():
         folder.write("work/" + relpath, content)
 

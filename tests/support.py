@@ -617,6 +617,7 @@ class Workspace:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write("".join("%s=%s\n" % kv for kv in cfg.items()))
+        os.chmod(path, 0o600)   # bantam refuses a key that others can read
         return path
 
     def env(self, **extra):

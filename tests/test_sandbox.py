@@ -153,7 +153,8 @@ class SandboxTests(BantamTestCase):
         rule on the home would cover ~/.bantam too)."""
         os.makedirs(os.path.join(self.ws.work, "src"))
         own = read_text(os.path.join(self.ws.home, ".bantam", "model.cfg"))
-        self.ws.write(".bantam/model.cfg", own + "# sk-home-secret\n")   # the user's own, here
+        path = self.ws.write(".bantam/model.cfg", own + "# sk-home-secret\n")   # the user's own
+        os.chmod(path, 0o600)   # (a key others can read is refused)
         self.ws.write("existing.txt", "old\n")
         os.symlink(".bantam", os.path.join(self.ws.work, "link"))   # a rule through it would open ~/.bantam
         self.push(tool_call_stream([shell("c1", "touch src/new && echo changed >> existing.txt"),

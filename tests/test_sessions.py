@@ -731,7 +731,8 @@ class KeyDestinationBatchTests(KeyCase):
     def test_folder_own_key_goes_to_its_endpoint_once_trusted(self):
         """A key written in the folder's model.cfg needs trust like its endpoint; trusted, it
         goes to the folder's endpoint and the user's key from the environment is not sent."""
-        self.ws.write("model.cfg", "endpoint=%s\napi_key=%s\n" % (self.server.url, FOLDER_KEY))
+        path = self.ws.write("model.cfg", "endpoint=%s\napi_key=%s\n" % (self.server.url, FOLDER_KEY))
+        os.chmod(path, 0o600)   # (a key others can read is refused once trusted)
         result = self.run_bantam("-p", "hello", env={"OPENAI_API_KEY": USER_KEY})
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertIn("api_key=***", result.stderr)

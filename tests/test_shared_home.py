@@ -101,6 +101,7 @@ class TrustWriteTests(BantamTestCase):
             os.makedirs(folders[-1])
             with open(os.path.join(folders[-1], "model.cfg"), "w", encoding="utf-8") as f:
                 f.write("api_key=sk-folder-key-%d\n" % n)
+            os.chmod(os.path.join(folders[-1], "model.cfg"), 0o600)   # (else refused: a key)
         self.push(*[text_stream("ok")] * self.RUNS)
         wait_all(self, [subprocess.Popen(
             bantam_argv("--trust", "-p", "hi"), cwd=folder, env=self.ws.env(),

@@ -56,7 +56,9 @@ class TrustCase(BantamTestCase):
 
     def folder_config(self, **keys):
         """Write the folder's own work/model.cfg (key=value lines); return its path."""
-        return self.ws.write("model.cfg", "".join("%s=%s\n" % kv for kv in keys.items()))
+        path = self.ws.write("model.cfg", "".join("%s=%s\n" % kv for kv in keys.items()))
+        os.chmod(path, 0o600)   # (a key in it: once trusted, bantam refuses one others can read)
+        return path
 
     def folders_json(self):
         """~/.bantam/folders.json, parsed, after checking it is mode 0600 ({} when missing)."""
@@ -735,7 +737,6 @@ class ConfigWriteTests(TrustCase):
         """/cfg api_key in a trusted folder whose model.cfg holds the key: written there (said),
         the file is 0600."""
         path = self.folder_config(api_key=FOLDER_KEY)
-        os.chmod(path, 0o644)
         term = self.pty(env={"BANTAM_TRUST": "1"})
         term.expect(PROMPT_LINE)
         out = strip_ansi(self.type_line(term, "/cfg api_key sk-new-key-000111"))
@@ -745,8 +746,8 @@ class ConfigWriteTests(TrustCase):
         self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
 
     def test_a_model_cfg_bantam_writes_is_0600(self):
-        """/cfg into an existing 0644 ~/.bantam/model.cfg leaves it 0600."""
-        path = self.ws.write_config(self.server)
+        """/cfg into an existing 0644 ~/.bantam/model.cfg (no key in it) leaves it 0600."""
+        path = self.ws.write_config(self.server, api_key=None)
         os.chmod(path, 0o644)
         term = self.pty()
         term.expect(PROMPT_LINE)
