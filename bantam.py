@@ -1702,7 +1702,6 @@ DEFAULTS.update({
     "context_window": 262144,      # tokens, when the server does not say
     "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
     "max_reasoning": 262144,       # characters of a reply's reasoning shown, kept and sent back
-    "max_calls_per_reply": 64,     # tool calls of a reply that run; the rest are answered "not run"
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown, live tool output: auto (a terminal) | always | never
     "tool_lines": 10,              # lines of a command's output shown on screen (0: a screenful)
@@ -1726,13 +1725,13 @@ DEFAULTS.update({
     "price_out": 0.0,              # dollars per million completion tokens
     "price_cached": 0.0,           # dollars per million cached prompt tokens (0: price_in)
     "max_identical_calls": 3,      # same call and result this many times in a row: stop (0: off)
-    "max_repair_calls": 3,         # a turn's nudges after an empty reply and final-answer calls
+    "max_repair_calls": 3,         # a turn's final-answer calls (after a budget stop)
     "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
     "keep_sessions": 1000,         # conversations with ids bantam made up kept; older go (0: all)
 })
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
-POSITIVE |= {"context_window", "max_calls_per_reply"}
+POSITIVE |= {"context_window"}
 EVENTS.update({"waiting": "seconds", "discarded": "error", "context": "model prompt_tokens "
                "cached_tokens completion_tokens estimated window share cost session_cost",
                "approval": "id tool command path decision rule reason edited",
@@ -1932,7 +1931,6 @@ def shape_delta(cfg, reply, delta):
         for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
             if cut in CUTS:
                 note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-        own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
         spend(cfg, reply)
         return None
     if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
@@ -2164,7 +2162,7 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
 TIGHTEN_ONLY = {"shell_timeout", "timeout", "first_byte_timeout", "final_answer_timeout",
-                "backoff", "max_tool_res", "max_calls_per_reply", "max_repair_calls",
+                "backoff", "max_tool_res", "max_repair_calls",
                 "max_reasoning", "context_window", "price_in", "price_out", "price_cached"}
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
@@ -2782,8 +2780,7 @@ PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 # line unasked, then approve decides; a used-up budget asks once more for a final answer.
 # ----------------------------------------------------------------------------------------
 
-EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
-               "or call a tool if you need one.")
+FINAL_GRACE = 5.0   # seconds a final answer gets when the turn's time is up
 FINAL_PROMPT = ("You have reached a limit (%s) and cannot call tools any more. Give your best "
                 "final answer from what you have found, and say briefly what is left undone.")
 BUDGETS = {   # key: how its use is said, what the turn used (t: its tally, n: repeats in a row)
@@ -2811,17 +2808,9 @@ def time_up(cfg):
     return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
 
 def leash(cfg, call, args, result=None):
-    """The tool hook: limits on calls per reply and time, then approval; the user's edit first."""
+    """The tool hook: the turn's time limit, then approval; the user's edit first."""
     if result is not None:
         return cfg["run"].pop("told", "") + result
-    mine, limit = own(cfg), cfg["max_calls_per_reply"]
-    mine["ran"] = mine.get("ran", 0) + 1
-    if mine["ran"] > limit:
-        made = mine.get("calls", mine["ran"])
-        why = "not run: the reply made %d tool calls, over max_calls_per_reply=%d" % (made, limit)
-        if mine["ran"] == limit + 1:
-            note(cfg, "[%d tool calls %s]" % (made - limit, why), "warning")
-        return "error: " + why
     turn, seconds = turn_tally(cfg), cfg["max_turn_seconds"]
     if turn and seconds:   # a command may run only as long as the turn has left
         end = turn["started"] + seconds
@@ -2843,10 +2832,10 @@ def budgets(cfg, messages, calls):
     turn, mine = turn_tally(cfg), own(cfg)
     last, count = mine.get("streak", (None, 0))
     results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
-    for call in calls[:cfg["max_calls_per_reply"]]:   # a repeat: the same call and result
+    for call in calls:   # a repeat: the same call and result
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
-    mine.update(ran=0, streak=(last, count))
+    mine["streak"] = (last, count)
     spent = next(((key, cfg[key], used(turn, count)) for key, (_, used) in BUDGETS.items()
                   if used and cfg[key] and used(turn, count) >= cfg[key]), None)
     return bool(spent) and final_answer(cfg, messages, *spent)
@@ -2860,39 +2849,27 @@ def final_answer(cfg, messages, key, limit, used):
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
         words, key, limit, "; asking for a final answer" if asking else ""), "warning")
-    wait = cfg["final_answer_timeout"]
+    started = (turn_tally(cfg) or {"started": time.monotonic()})["started"]
+    left = started + (cfg["max_turn_seconds"] or 1e9) - time.monotonic()
+    wait = min(cfg["final_answer_timeout"], max(left, FINAL_GRACE))   # the whole call's time
     quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
-                 timeout=min(cfg["timeout"], wait), max_turn_seconds=0)
-    own(cfg)["nudge"] = (FINAL_PROMPT % words, len(messages))
-    try:
-        reply = chat(quick, messages, tools=False) if asking else {}
+                 timeout=min(cfg["timeout"], wait),
+                 max_turn_seconds=time.monotonic() + wait - started)   # (time_up ends it)
+    try:   # (the last line asks for it: sent, not stored)
+        asked = append_user(list(messages), FINAL_PROMPT % words)
+        reply = chat(quick, asked, tools=False) if asking else {}
         reply.pop("tool_calls", None)   # nothing runs any more
         if reply.get("content"):
             add_message(cfg, messages, reply)
     except ApiError as e:
         note(cfg, "[no final answer: %s]" % e)
-    finally:
-        own(cfg).pop("nudge", None)
     return True
 
 def repair_call(cfg):
-    """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
+    """May the turn spend one more repair call (the final answer)? Counts it."""
     turn = turn_tally(cfg) or {"repairs": 0}
     turn["repairs"] += 1
     return turn["repairs"] <= cfg["max_repair_calls"]
-
-def nudged(cfg, messages, body, error=None):
-    """The request hook: after an empty reply, ask once more with a line (sent, not stored)."""
-    text, count = own(cfg).get("nudge") or (None, None)
-    if error is not None:   # (asked once: a nudged request that is empty again is the end)
-        if error.kind != "empty" or count == len(messages) or not repair_call(cfg):
-            return False
-        note(cfg, "[the model sent an empty reply: asking it once more]", "warning")
-        own(cfg)["nudge"] = (EMPTY_NUDGE, len(messages))
-        return True
-    if text and count == len(messages):   # (a reply since: the nudge is over)
-        body["messages"] = append_user(list(body["messages"]), text)
-    return body
 
 def approval(cfg, call_id, name, args):
     """The args to run a tool call with, or its refusal (a text); an approval event for each."""
@@ -3004,14 +2981,8 @@ QUOTED_TOKEN = (   # inside double quotes
 KEYWORDS = set("if then else elif fi do done while until for select case esac in function "
                "coproc ! { }".split())
 COMPUTED = r"[$`*?]|\[.*\]|{.*[,.].*}"   # a program named so may be any: $X, $(..), r?, {rm,x}
-SHELL_NAME = r"(ba|rba|da|z|k|mk|lk|pdk|a|ya|po|tc|c|fi|o|y)?sh[\d.]*$"   # sh, bash5.2, rbash...
-WRAPPERS = {   # program: its short options that take a value (timeout also takes a duration)
-    "env": "uCaP", "command": "", "exec": "a", "nice": "n", "nohup": "", "timeout": "sk",
-    "doas": "uCa", "sudo": "ugpCDrtUThRac", "xargs": "aEdILnPs", "time": "fo", "stdbuf": "ioe",
-    "setsid": ""}
-LONG_VALUES = ("unset chdir argv0 adjustment signal kill-after user group prompt close-from role "
-               "type other-user command-timeout host chroot auth-type arg-file delimiter max-args "
-               "max-procs max-chars process-slot-var format output input error").split()
+SHELL_NAME = r"(ba|rba|da|z|k)?sh[\d.]*$"   # sh, bash5.2, rbash...
+WRAPPERS = ("env command exec nice nohup timeout doas sudo xargs time stdbuf setsid").split()
 
 def shell_commands(text):
     """A command line as bantam reads it: found (simple commands), unplain, redirs."""
@@ -3061,10 +3032,8 @@ def shell_parse(text, i, depth, out, closer=False):
                 parens = max(0, parens + (token == "(") - (token == ")"))
                 for delimiter, literal in heredocs if token == "\n" else ():   # its body
                     end = re.compile(delimiter).search(text, i)
-                    if not literal:   # expanded as "..." is (its $(...) and ` run)
+                    if not literal:   # (its $(...) and ` run: not read)
                         out.unplain.append("an unquoted heredoc")
-                        body = text[i:end.start() if end else len(text)].replace('"', "")
-                        shell_parse('x="%s"' % body, 0, depth + 1, out)
                     i = end.end() + 1 if end else len(text)
                 heredocs = [] if token == "\n" else heredocs
     if dq or closer:
@@ -3082,12 +3051,8 @@ def substitution(text, start, token, depth, out):
         out.unplain.append("a backtick")
         shell_parse(re.sub(r"\\([`$\\])", r"\1", m.group(1)), 0, depth + 1, out)
         return m.group(), m.end()
-    body = token.lstrip("$")
-    if not re.match(r"\(\([\d\s+*/%()-]*\)\)$", body):
+    if not re.match(r"\(\([\d\s+*/%()-]*\)\)$", token.lstrip("$")):   # (its body not read)
         out.unplain.append(token + " is computed")
-        if body[:1] in ("{", "[", "("):   # ((...)), ${...}: read as "..." (its $(...), ` run)
-            body = body[2:-2] if body[0] == "(" else body[1:-1]
-            shell_parse('x="%s"' % body.replace('"', ""), 0, depth + 1, out)
     return token, start + len(token)
 
 def simple_command(words, redirs, depth, out):
@@ -3112,16 +3077,10 @@ def simple_command(words, redirs, depth, out):
             if n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+](?!-)", a)):
                 shell_parse(args[n], 0, depth + 1, out)
         words = []
-        if program in WRAPPERS:   # past its options (and their values) to what it runs
+        if program in WRAPPERS:   # past its options (not their values) to what it runs
             out.unplain.append(program + " runs a command")
             while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
-                option = args[n]
-                if option[:2] == "--":
-                    takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
-                else:   # -n5 holds its value; -in takes the next word (n is last)
-                    at = next((k for k, c in enumerate(option[1:]) if c in WRAPPERS[program]), -1)
-                    takes = 0 <= at == len(option) - 2
-                n += 2 if takes else 1
+                n += 1
             words = args[n + (args[n:n + 1] == ["--"]) + (program == "timeout"):]
 
 def user_decision(cfg, command, tool=None):
@@ -3172,7 +3131,6 @@ def write_preview(path, args, reason):
 
 HOOKS["tool"].append(leash)
 HOOKS["step"].append(budgets)
-HOOKS["request"].append(nudged)
 
 
 # ----------------------------------------------------------------------------------------
@@ -3343,12 +3301,9 @@ def cmd_continue(convo, arg):
     cmd_load(convo, latest_in_folder())
 
 def tidy_sessions(convo, prompt, go):
-    """The turn hook: 1.0's autosave.json kept, the oldest pruned, stale temp files removed."""
+    """The turn hook: the oldest pruned, stale temp files removed."""
     import glob
-    link, new = session_path("autosave"), not convo["session"]["id"]
-    if os.path.isfile(link) and not os.path.islink(link):
-        when = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
-        os.replace(link, session_path("autosave-" + when))
+    new = not convo["session"]["id"]
     try:
         go(prompt)
     finally:
