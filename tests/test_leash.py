@@ -1,5 +1,5 @@
 """On a leash: approvals (approve, allow, deny, --ask, --yolo), budgets per turn, the cycle
-guard, the empty-reply nudge and the final answer after a budget stop.
+guard and the final answer after a budget stop.
 
 bantam runs as a real subprocess (batch mode) or on a real pseudo-terminal (the REPL's
 "Run? [y/N/a/e]") against the scripted FakeServer; the tests check what ran (files made),
