@@ -1741,7 +1741,7 @@ COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
 # Facts about the servers, learned by this process and shared by its runs: context windows by
 # (endpoint, model), and the fixes their errors taught, (endpoint, model, fix) (see FIXES).
-LEARNED = {"windows": {}, "fixes": set()}
+LEARNED = {"windows": {}, "told": {}, "fixes": set()}   # told: windows overflow errors said
 
 
 def own(cfg):
@@ -3139,11 +3139,21 @@ HOOKS["step"].append(budgets)
 # ----------------------------------------------------------------------------------------
 
 def context_window(cfg, ask=True):
-    """The model's context window: the server's (asked once, when needed), else the key's."""
-    key = (cfg["endpoint"], cfg["model"])
+    """The model's context window: the key's if you set it (an overflow error's if smaller),
+    else the server's (asked once, when needed), else the key's default."""
+    key, window = (cfg["endpoint"], cfg["model"]), cfg["context_window"]
+    if cfg["sources"].get("context_window", "default") != "default":
+        return min(window, LEARNED["told"].get(key, window))
     if key not in LEARNED["windows"] and ask:
-        LEARNED["windows"][key] = discover_window(cfg) or cfg["context_window"]
-    return LEARNED["windows"].get(key, cfg["context_window"])
+        LEARNED["windows"][key] = discover_window(cfg) or window
+    return LEARNED["windows"].get(key, window)
+
+def window_in_use(cfg):
+    """The window in use and where it comes from, as /cfg context_window says it."""
+    window, key = context_window(cfg), (cfg["endpoint"], cfg["model"])
+    where = "an overflow error" if LEARNED["told"].get(key) == window else cfg["sources"][
+        "context_window"] if window == cfg["context_window"] else "the server"
+    return "[the window in use: %d, from %s]\n" % (window, where)
 
 def discover_window(cfg):
     """The server's window: in the model's /models entry, /props, or /api/show; else None."""
@@ -3168,6 +3178,7 @@ def learn_window(cfg, text):
     if match:
         key, window = (cfg["endpoint"], cfg["model"]), int(match.group(1) or match.group(2))
         LEARNED["windows"][key] = min(window, LEARNED["windows"].get(key) or window)
+        LEARNED["told"][key] = LEARNED["windows"][key]
 
 def get_json(cfg, method, path, body=None, root=False, what=None):
     """The JSON answer to a small request; None when it fails (noted when `what` it is for)."""
@@ -3378,7 +3389,8 @@ def cmd_cfg(convo, arg):
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
-        return show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
+        show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
+        return show(cfg, window_in_use(cfg)) if key == "context_window" else None
     readline = sys.modules.get("readline")   # a key (or a URL holding one) stays out of history
     if (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))) and readline and \
             readline.get_current_history_length():

@@ -229,11 +229,11 @@ class PromptSizeTests(FirstHourCase):
     """A prompt larger than the model's context window stops before any request."""
 
     def setUp(self):
-        """The server reports a window of 1000 tokens for test-model; the key says 2000 (a
-        prompt over half of it makes bantam ask the server)."""
+        """The key says 1000 tokens; the server reports 4000 for test-model, which a window
+        you set wins over (issue 30)."""
         super().setUp()
-        self.server.models = {"object": "list", "data": [{"id": "test-model", "context_length": 1000}]}
-        self.ws.write_config(self.server, context_window=2000)
+        self.server.models = {"object": "list", "data": [{"id": "test-model", "context_length": 4000}]}
+        self.ws.write_config(self.server, context_window=1000)
 
     def test_piped_input_larger_than_the_window(self):
         """-p with 8000 piped characters (about 2000 tokens) against 1000: exit 2, both sizes."""
