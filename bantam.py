@@ -3360,9 +3360,20 @@ def shown_value(cfg, key):
     text = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
     return redact(cfg, text)   # the credentials in an endpoint URL too
 
+def config_path(cfg, key):
+    """Where /cfg saves key: the folder's model.cfg when its value counts at the next start (it
+    was in use at this one, or the trusted folder sets it), else your own file."""
+    sources, folder = cfg["sources"], cfg["sources"]["folder_config"]
+    was = sources.get("at_start", {}).get(key, sources.get(key, ""))
+    sets = (dict(sources["layers"]).get("folder") or {}).get(key, ("",))[0] not in ("", "-")
+    trusted = folder_memory().get(os.getcwd(), {}).get("trusted") is True
+    return folder if folder and (was.startswith(folder + ":") or sets and trusted) else \
+        sources["config_file"]
+
 def apply_setting(convo, key, value, where):
     """Use a new value of key from now on, in this conversation too."""
     cfg = convo["cfg"]
+    cfg["sources"].setdefault("at_start", {}).setdefault(key, cfg["sources"][key])
     if key == "endpoint":
         drop_connection(cfg)
     cfg[key], cfg["sources"][key] = value, where
@@ -3383,7 +3394,7 @@ def cmd_cfg(convo, arg):
     """/cfg [key [value]]: the settings, one with its source, or set one live and save it."""
     cfg = convo["cfg"]
     key, _, raw = arg.partition(" ")
-    key, raw, folder = key.lower(), raw.strip(), cfg["sources"]["folder_config"]
+    key, raw = key.lower(), raw.strip()
     if not key:
         return show_config(cfg)
     if key not in DEFAULTS:
@@ -3396,8 +3407,7 @@ def cmd_cfg(convo, arg):
             readline.get_current_history_length():
         readline.remove_history_item(readline.get_current_history_length() - 1)
     value = parse_value(key, raw, "/cfg")
-    path = folder if folder and cfg["sources"].get(key, "").startswith(folder + ":") else \
-        cfg["sources"]["config_file"]
+    path = config_path(cfg, key)
     try:   # appended (mode 0600): the last line of a key wins
         text = ""
         if os.path.exists(path):

@@ -367,6 +367,24 @@ class ModelCommandTests(FirstHourCase):
         self.assertIn("model=big-model\n", read_text(path))
         self.assertNotIn("gpt-5", read_text(path))
 
+    def test_model_is_saved_where_it_counts_at_the_next_start(self):
+        """Issue 30: a trusted folder's model.cfg sets model; /model gpt-5 (unlisted: this
+        session only), then /model big-model: written to the folder's model.cfg, which the
+        next start reads, not to ~/.bantam/model.cfg, which the folder's file overrides."""
+        self.server.models = {"data": [{"id": "test-model"}, {"id": "big-model"}]}
+        own = self.ws.write_config(self.server)
+        before = read_text(own)
+        folder = self.ws.write("model.cfg", "model=test-model\n")
+        with open(os.path.join(self.ws.home, ".bantam", "folders.json"), "w") as f:
+            json.dump({os.path.realpath(self.ws.work): {"trusted": True}}, f)
+        term = self.repl()
+        self.typed(term, "/model gpt-5", "not saved")
+        self.typed(term, "/model big-model", "saved in")
+        self.leave(term)
+        self.assertEqual(read_text(own), before)
+        self.assertTrue(read_text(folder).endswith("model=big-model\n"), read_text(folder))
+        self.typed(self.repl(), "/cfg model", "big-model")
+
 
 if __name__ == "__main__":
     unittest.main()
