@@ -3402,6 +3402,8 @@ def cmd_cfg(convo, arg):
     if not raw:
         show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
         return show(cfg, window_in_use(cfg)) if key == "context_window" else None
+    if raw == "-":
+        return clear_setting(convo, key, config_path(cfg, key))
     readline = sys.modules.get("readline")   # a key (or a URL holding one) stays out of history
     if (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))) and readline and \
             readline.get_current_history_length():
@@ -3422,6 +3424,29 @@ def cmd_cfg(convo, arg):
     remember_own_edit(cfg, path, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
+
+def clear_setting(convo, key, path):
+    """/cfg KEY -: the key's lines leave the file /cfg saves it in; the next layer's value is
+    used (an untrusted folder's never, a stricter one's, and deny patterns, always)."""
+    cfg, folder = convo["cfg"], convo["cfg"]["sources"]["folder_config"]
+    text = read_text(path, "config") if os.path.isfile(path) else ""
+    kept = re.sub(r"(?im)^[ \t]*%s[ \t]*=.*(?:\r?\n|$)" % key, "", text)
+    if kept == text:
+        raise BantamError("%s is set in no config file /cfg writes (%s)" % (key, path))
+    write_private_file(os.path.realpath(path), kept)
+    layers = cfg["sources"]["layers"]
+    layers[:] = [(name, read_key_values(path) if name == ("folder" if path == folder else "own")
+                  else layer) for name, layer in layers]
+    found = [(parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
+             for name, layer in layers for raw, where in [layer.get(key, ("", ""))]
+             if raw not in ("", "-") and (name != "folder" or key in STRICTER | {"deny"})]
+    if key in STRICTER and found and found[0][1] != "flag":
+        found.sort(key=lambda f: strictness(key, f[0]), reverse=True)
+    value, where = found[0] if found else (DEFAULTS[key], "default")
+    if key == "deny" and found:
+        value, where = ",".join(f[0] for f in found), " + ".join(f[1] for f in found)
+    apply_setting(convo, key, value, where)
+    show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
 
 def cmd_model(convo, arg):
     """/model [name]: switch the model (one the server does not list: not saved), or list them."""

@@ -10,7 +10,7 @@ import re
 import unittest
 
 from tests.support import (
-    BANTAM, BantamTestCase, completion, error, text_stream, tool_call_stream)
+    BANTAM, BantamTestCase, completion, error, read_text, text_stream, tool_call_stream)
 
 ROOT = os.path.dirname(BANTAM)
 ESC = "\x1b"
@@ -204,6 +204,22 @@ class ConfigFileTests(ConfigCase):
         result = self.ok_turn()
         self.assertIn("%s:3" % path, result.stderr)
         self.assertIn("colour", result.stderr)
+
+    def test_cfg_key_dash_clears_the_key(self):
+        """Issue 31: /cfg KEY - removes the key from the file it came from (no literal "-"),
+        and the next layer's value is used at once; a key in no file says so."""
+        path = self.ws.write_config(self.server, tool_lines=12, temperature=0.5)
+        proc = self.run_bantam(input="/cfg tool_lines -\n/cfg tool_lines\n/cfg temperature -\n"
+                                     "/cfg max_cost -\n", env={"BANTAM_TEMPERATURE": "0.3"})
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        text = read_text(path)
+        self.assertNotIn("tool_lines", text)
+        self.assertNotIn("temperature", text)
+        self.assertNotIn("=-", text)
+        shown = proc.stdout + proc.stderr
+        self.assertIn("tool_lines = 10   (default)", shown)
+        self.assertIn("[temperature cleared: 0.3 (BANTAM_TEMPERATURE)]", shown)
+        self.assertIn("max_cost is set in no config file /cfg writes", shown)
 
 
 class SystemPromptTests(ConfigCase):
