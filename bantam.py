@@ -2776,7 +2776,7 @@ PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
 
 # ----------------------------------------------------------------------------------------
-# Approvals and budgets (the tool, step and request hooks): deny refuses, allow runs a plain
+# Approvals and budgets (the tool and step hooks): deny refuses, allow runs a plain
 # line unasked, then approve decides; a used-up budget asks once more for a final answer.
 # ----------------------------------------------------------------------------------------
 
@@ -2844,17 +2844,18 @@ def final_answer(cfg, messages, key, limit, used):
     """Say which budget stopped the loop; ask once, without tools, for a final answer. True."""
     own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking, words = repair_call(cfg), BUDGETS[key][0] % used
+    turn = turn_tally(cfg) or {"repairs": 0, "started": time.monotonic()}
+    turn["repairs"] += 1   # (max_repair_calls: the turn's final-answer calls)
+    asking, words = turn["repairs"] <= cfg["max_repair_calls"], BUDGETS[key][0] % used
     if used == 1:   # "1 model call"
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
         words, key, limit, "; asking for a final answer" if asking else ""), "warning")
-    started = (turn_tally(cfg) or {"started": time.monotonic()})["started"]
-    left = started + (cfg["max_turn_seconds"] or 1e9) - time.monotonic()
+    left = turn["started"] + (cfg["max_turn_seconds"] or 1e9) - time.monotonic()
     wait = min(cfg["final_answer_timeout"], max(left, FINAL_GRACE))   # the whole call's time
     quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
                  timeout=min(cfg["timeout"], wait),
-                 max_turn_seconds=time.monotonic() + wait - started)   # (time_up ends it)
+                 max_turn_seconds=time.monotonic() + wait - turn["started"])   # (time_up ends it)
     try:   # (the last line asks for it: sent, not stored)
         asked = append_user(list(messages), FINAL_PROMPT % words)
         reply = chat(quick, asked, tools=False) if asking else {}
@@ -2864,12 +2865,6 @@ def final_answer(cfg, messages, key, limit, used):
     except ApiError as e:
         note(cfg, "[no final answer: %s]" % e)
     return True
-
-def repair_call(cfg):
-    """May the turn spend one more repair call (the final answer)? Counts it."""
-    turn = turn_tally(cfg) or {"repairs": 0}
-    turn["repairs"] += 1
-    return turn["repairs"] <= cfg["max_repair_calls"]
 
 def approval(cfg, call_id, name, args):
     """The args to run a tool call with, or its refusal (a text); an approval event for each."""
