@@ -3397,38 +3397,37 @@ def cmd_cfg(convo, arg):
     if not raw:
         show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
         return show(cfg, window_in_use(cfg)) if key == "context_window" else None
-    if raw == "-":
-        return clear_setting(convo, key, config_path(cfg, key))
     readline = sys.modules.get("readline")   # a key (or a URL holding one) stays out of history
     if (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))) and readline and \
             readline.get_current_history_length():
         readline.remove_history_item(readline.get_current_history_length() - 1)
-    value = parse_value(key, raw, "/cfg")
+    value = None if raw == "-" else parse_value(key, raw, "/cfg")   # -: clear the key
     path = config_path(cfg, key)
     try:   # appended (mode 0600): the last line of a key wins
         text = ""
         if os.path.exists(path):
             with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
                 text = f.read()
-        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
+        new = set_config_line(text, key, raw) if value is not None else re.sub(
+            r"(?im)^[ \t]*%s[ \t]*=.*(?:\r?\n|$)" % key, "", text)
+        if new == text:
+            raise ValueError("set in no config file /cfg writes (%s)" % path)
+        write_private_file(os.path.realpath(path), new)
     except ValueError as e:   # (a UnicodeDecodeError too)
         raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
     except OSError as e:
         raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
+    if value is None:
+        return clear_setting(convo, key, path)
     where = read_key_values(path)[key][1]
     remember_own_edit(cfg, path, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
 
 def clear_setting(convo, key, path):
-    """/cfg KEY -: the key's lines leave the file /cfg saves it in; the next layer's value is
-    used (an untrusted folder's never, a stricter one's, and deny patterns, always)."""
+    """/cfg KEY - took the key's lines out of path: the next layer's value is used (an untrusted
+    folder's never, a stricter one's, and deny patterns, always)."""
     cfg, folder = convo["cfg"], convo["cfg"]["sources"]["folder_config"]
-    text = read_text(path, "config") if os.path.isfile(path) else ""
-    kept = re.sub(r"(?im)^[ \t]*%s[ \t]*=.*(?:\r?\n|$)" % key, "", text)
-    if kept == text:
-        raise BantamError("%s is set in no config file /cfg writes (%s)" % (key, path))
-    write_private_file(os.path.realpath(path), kept)
     layers = cfg["sources"]["layers"]
     layers[:] = [(name, read_key_values(path) if name == ("folder" if path == folder else "own")
                   else layer) for name, layer in layers]

@@ -219,7 +219,7 @@ class ConfigFileTests(ConfigCase):
         shown = proc.stdout + proc.stderr
         self.assertIn("tool_lines = 10   (default)", shown)
         self.assertIn("[temperature cleared: 0.3 (BANTAM_TEMPERATURE)]", shown)
-        self.assertIn("max_cost is set in no config file /cfg writes", shown)
+        self.assertIn("max_cost: set in no config file /cfg writes", shown)
 
 
 class SystemPromptTests(ConfigCase):
