@@ -3065,18 +3065,15 @@ def simple_command(words, redirs, depth, out):
         out.found.append([program] + args + redirs)
         if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
             out.unplain.append("the program is not a plain name: " + words[0])
-        if re.match(SHELL_NAME, program):   # sh [options] -c STRING: STRING is read too
-            while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":
-                n += 2 if args[n] in ("-o", "+o", "-O", "+O") else 1   # these take a value
-            n += args[n:n + 1] == ["--"]
-            if n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+](?!-)", a)):
-                shell_parse(args[n], 0, depth + 1, out)
-        words = []
+        shell = re.match(SHELL_NAME, program)   # sh [options] -c STRING: STRING is read too
+        while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":   # its options
+            n += 2 if shell and args[n] in ("-o", "+o", "-O", "+O") else 1   # (env's - is -i)
+        n, words = n + (args[n:n + 1] == ["--"]), []
+        if shell and n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+]\w", a)):
+            shell_parse(args[n], 0, depth + 1, out)
         if program in WRAPPERS:   # past its options (not their values) to what it runs
             out.unplain.append(program + " runs a command")
-            while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
-                n += 1
-            words = args[n + (args[n:n + 1] == ["--"]) + (program == "timeout"):]
+            words = args[n + (program == "timeout"):]
 
 def user_decision(cfg, command, tool=None):
     """Ask the user about a command or a file tool's path: (decision, reason, edited)."""
