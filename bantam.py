@@ -1705,7 +1705,6 @@ DEFAULTS.update({
     "context_window": 262144,      # tokens, when the server does not say
     "reasoning_effort": "",        # forwarded when set (low | medium | high ...)
     "max_reasoning": 262144,       # characters of a reply's reasoning shown, kept and sent back
-    "max_calls_per_reply": 64,     # tool calls of a reply that run; the rest are answered "not run"
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown, live tool output: auto (a terminal) | always | never
     "tool_lines": 10,              # lines of a command's output shown on screen (0: a screenful)
@@ -1729,13 +1728,13 @@ DEFAULTS.update({
     "price_out": 0.0,              # dollars per million completion tokens
     "price_cached": 0.0,           # dollars per million cached prompt tokens (0: price_in)
     "max_identical_calls": 3,      # same call and result this many times in a row: stop (0: off)
-    "max_repair_calls": 3,         # a turn's nudges after an empty reply and final-answer calls
+    "max_repair_calls": 3,         # a turn's final-answer calls (after a budget stop)
     "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
     "keep_sessions": 1000,         # conversations with ids bantam made up kept; older go (0: all)
 })
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
-POSITIVE |= {"context_window", "max_calls_per_reply"}
+POSITIVE |= {"context_window"}
 EVENTS.update({"waiting": "seconds", "discarded": "error", "context": "model prompt_tokens "
                "cached_tokens completion_tokens estimated window share cost session_cost",
                "approval": "id tool command path decision rule reason edited",
@@ -1745,7 +1744,7 @@ COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
 # Facts about the servers, learned by this process and shared by its runs: context windows by
 # (endpoint, model), and the fixes their errors taught, (endpoint, model, fix) (see FIXES).
-LEARNED = {"windows": {}, "fixes": set()}
+LEARNED = {"windows": {}, "told": {}, "fixes": set()}   # told: windows overflow errors said
 
 
 def own(cfg):
@@ -1920,7 +1919,6 @@ def shape_delta(cfg, reply, delta):
         for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
             if cut in CUTS:
                 note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-        own(cfg)["calls"] = sum(1 for c in reply["calls"].values() if c["function"]["name"])
         spend(cfg, reply)
         return None
     if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
@@ -2156,7 +2154,7 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
 TIGHTEN_ONLY = {"shell_timeout", "timeout", "first_byte_timeout", "final_answer_timeout",
-                "backoff", "max_tool_res", "max_calls_per_reply", "max_repair_calls",
+                "backoff", "max_tool_res", "max_repair_calls",
                 "max_reasoning", "context_window", "price_in", "price_out", "price_cached"}
 SECRET_KEYS = ("api_key", "headers")   # shown as ***, kept out of the readline history
 
@@ -2784,12 +2782,11 @@ PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
 
 
 # ----------------------------------------------------------------------------------------
-# Approvals and budgets (the tool, step and request hooks): deny refuses, allow runs a plain
+# Approvals and budgets (the tool and step hooks): deny refuses, allow runs a plain
 # line unasked, then approve decides; a used-up budget asks once more for a final answer.
 # ----------------------------------------------------------------------------------------
 
-EMPTY_NUDGE = ("Your last reply was empty. Continue with the task: answer the user, "
-               "or call a tool if you need one.")
+FINAL_GRACE = 5.0   # seconds a final answer gets when the turn's time is up
 FINAL_PROMPT = ("You have reached a limit (%s) and cannot call tools any more. Give your best "
                 "final answer from what you have found, and say briefly what is left undone.")
 BUDGETS = {   # key: how its use is said, what the turn used (t: its tally, n: repeats in a row)
@@ -2817,17 +2814,9 @@ def time_up(cfg):
     return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
 
 def leash(cfg, call, args, result=None):
-    """The tool hook: limits on calls per reply and time, then approval; the user's edit first."""
+    """The tool hook: the turn's time limit, then approval; the user's edit first."""
     if result is not None:
         return cfg["run"].pop("told", "") + result
-    mine, limit = own(cfg), cfg["max_calls_per_reply"]
-    mine["ran"] = mine.get("ran", 0) + 1
-    if mine["ran"] > limit:
-        made = mine.get("calls", mine["ran"])
-        why = "not run: the reply made %d tool calls, over max_calls_per_reply=%d" % (made, limit)
-        if mine["ran"] == limit + 1:
-            note(cfg, "[%d tool calls %s]" % (made - limit, why), "warning")
-        return "error: " + why
     turn, seconds = turn_tally(cfg), cfg["max_turn_seconds"]
     if turn and seconds:   # a command may run only as long as the turn has left
         end = turn["started"] + seconds
@@ -2849,10 +2838,10 @@ def budgets(cfg, messages, calls):
     turn, mine = turn_tally(cfg), own(cfg)
     last, count = mine.get("streak", (None, 0))
     results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
-    for call in calls[:cfg["max_calls_per_reply"]]:   # a repeat: the same call and result
+    for call in calls:   # a repeat: the same call and result
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
-    mine.update(ran=0, streak=(last, count))
+    mine["streak"] = (last, count)
     spent = next(((key, cfg[key], used(turn, count)) for key, (_, used) in BUDGETS.items()
                   if used and cfg[key] and used(turn, count) >= cfg[key]), None)
     return bool(spent) and final_answer(cfg, messages, *spent)
@@ -2861,44 +2850,27 @@ def final_answer(cfg, messages, key, limit, used):
     """Say which budget stopped the loop; ask once, without tools, for a final answer. True."""
     own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    asking, words = repair_call(cfg), BUDGETS[key][0] % used
+    turn = turn_tally(cfg) or {"repairs": 0, "started": time.monotonic()}
+    turn["repairs"] += 1   # (max_repair_calls: the turn's final-answer calls)
+    asking, words = turn["repairs"] <= cfg["max_repair_calls"], BUDGETS[key][0] % used
     if used == 1:   # "1 model call"
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
         words, key, limit, "; asking for a final answer" if asking else ""), "warning")
-    wait = cfg["final_answer_timeout"]
+    left = turn["started"] + (cfg["max_turn_seconds"] or 1e9) - time.monotonic()
+    wait = min(cfg["final_answer_timeout"], max(left, FINAL_GRACE))   # the whole call's time
     quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
-                 timeout=min(cfg["timeout"], wait), max_turn_seconds=0)
-    own(cfg)["nudge"] = (FINAL_PROMPT % words, len(messages))
-    try:
-        reply = chat(quick, messages, tools=False) if asking else {}
+                 timeout=min(cfg["timeout"], wait),
+                 max_turn_seconds=time.monotonic() + wait - turn["started"])   # (time_up ends it)
+    try:   # (the last line asks for it: sent, not stored)
+        asked = append_user(list(messages), FINAL_PROMPT % words)
+        reply = chat(quick, asked, tools=False) if asking else {}
         reply.pop("tool_calls", None)   # nothing runs any more
         if reply.get("content"):
             add_message(cfg, messages, reply)
     except ApiError as e:
         note(cfg, "[no final answer: %s]" % e)
-    finally:
-        own(cfg).pop("nudge", None)
     return True
-
-def repair_call(cfg):
-    """May the turn spend one more repair call (a nudge, the final answer)? Counts it."""
-    turn = turn_tally(cfg) or {"repairs": 0}
-    turn["repairs"] += 1
-    return turn["repairs"] <= cfg["max_repair_calls"]
-
-def nudged(cfg, messages, body, error=None):
-    """The request hook: after an empty reply, ask once more with a line (sent, not stored)."""
-    text, count = own(cfg).get("nudge") or (None, None)
-    if error is not None:   # (asked once: a nudged request that is empty again is the end)
-        if error.kind != "empty" or count == len(messages) or not repair_call(cfg):
-            return False
-        note(cfg, "[the model sent an empty reply: asking it once more]", "warning")
-        own(cfg)["nudge"] = (EMPTY_NUDGE, len(messages))
-        return True
-    if text and count == len(messages):   # (a reply since: the nudge is over)
-        body["messages"] = append_user(list(body["messages"]), text)
-    return body
 
 def approval(cfg, call_id, name, args):
     """The args to run a tool call with, or its refusal (a text); an approval event for each."""
@@ -3010,14 +2982,8 @@ QUOTED_TOKEN = (   # inside double quotes
 KEYWORDS = set("if then else elif fi do done while until for select case esac in function "
                "coproc ! { }".split())
 COMPUTED = r"[$`*?]|\[.*\]|{.*[,.].*}"   # a program named so may be any: $X, $(..), r?, {rm,x}
-SHELL_NAME = r"(ba|rba|da|z|k|mk|lk|pdk|a|ya|po|tc|c|fi|o|y)?sh[\d.]*$"   # sh, bash5.2, rbash...
-WRAPPERS = {   # program: its short options that take a value (timeout also takes a duration)
-    "env": "uCaP", "command": "", "exec": "a", "nice": "n", "nohup": "", "timeout": "sk",
-    "doas": "uCa", "sudo": "ugpCDrtUThRac", "xargs": "aEdILnPs", "time": "fo", "stdbuf": "ioe",
-    "setsid": ""}
-LONG_VALUES = ("unset chdir argv0 adjustment signal kill-after user group prompt close-from role "
-               "type other-user command-timeout host chroot auth-type arg-file delimiter max-args "
-               "max-procs max-chars process-slot-var format output input error").split()
+SHELL_NAME = r"(ba|rba|da|z|k)?sh[\d.]*$"   # sh, bash5.2, rbash...
+WRAPPERS = ("env command exec nice nohup timeout doas sudo xargs time stdbuf setsid").split()
 
 def shell_commands(text):
     """A command line as bantam reads it: found (simple commands), unplain, redirs."""
@@ -3067,10 +3033,8 @@ def shell_parse(text, i, depth, out, closer=False):
                 parens = max(0, parens + (token == "(") - (token == ")"))
                 for delimiter, literal in heredocs if token == "\n" else ():   # its body
                     end = re.compile(delimiter).search(text, i)
-                    if not literal:   # expanded as "..." is (its $(...) and ` run)
+                    if not literal:   # (its $(...) and ` run: not read)
                         out.unplain.append("an unquoted heredoc")
-                        body = text[i:end.start() if end else len(text)].replace('"', "")
-                        shell_parse('x="%s"' % body, 0, depth + 1, out)
                     i = end.end() + 1 if end else len(text)
                 heredocs = [] if token == "\n" else heredocs
     if dq or closer:
@@ -3088,12 +3052,8 @@ def substitution(text, start, token, depth, out):
         out.unplain.append("a backtick")
         shell_parse(re.sub(r"\\([`$\\])", r"\1", m.group(1)), 0, depth + 1, out)
         return m.group(), m.end()
-    body = token.lstrip("$")
-    if not re.match(r"\(\([\d\s+*/%()-]*\)\)$", body):
+    if not re.match(r"\(\([\d\s+*/%()-]*\)\)$", token.lstrip("$")):   # (its body not read)
         out.unplain.append(token + " is computed")
-        if body[:1] in ("{", "[", "("):   # ((...)), ${...}: read as "..." (its $(...), ` run)
-            body = body[2:-2] if body[0] == "(" else body[1:-1]
-            shell_parse('x="%s"' % body.replace('"', ""), 0, depth + 1, out)
     return token, start + len(token)
 
 def simple_command(words, redirs, depth, out):
@@ -3111,24 +3071,15 @@ def simple_command(words, redirs, depth, out):
         out.found.append([program] + args + redirs)
         if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
             out.unplain.append("the program is not a plain name: " + words[0])
-        if re.match(SHELL_NAME, program):   # sh [options] -c STRING: STRING is read too
-            while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":
-                n += 2 if args[n] in ("-o", "+o", "-O", "+O") else 1   # these take a value
-            n += args[n:n + 1] == ["--"]
-            if n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+](?!-)", a)):
-                shell_parse(args[n], 0, depth + 1, out)
-        words = []
-        if program in WRAPPERS:   # past its options (and their values) to what it runs
+        shell = re.match(SHELL_NAME, program)   # sh [options] -c STRING: STRING is read too
+        while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":   # its options
+            n += 2 if shell and args[n] in ("-o", "+o", "-O", "+O") else 1   # (env's - is -i)
+        n, words = n + (args[n:n + 1] == ["--"]), []
+        if shell and n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+]\w", a)):
+            shell_parse(args[n], 0, depth + 1, out)
+        if program in WRAPPERS:   # past its options (not their values) to what it runs
             out.unplain.append(program + " runs a command")
-            while n < len(args) and args[n][:1] == "-" and args[n] != "--":   # (env's - is -i)
-                option = args[n]
-                if option[:2] == "--":
-                    takes = "=" not in option and any(o.startswith(option[2:]) for o in LONG_VALUES)
-                else:   # -n5 holds its value; -in takes the next word (n is last)
-                    at = next((k for k, c in enumerate(option[1:]) if c in WRAPPERS[program]), -1)
-                    takes = 0 <= at == len(option) - 2
-                n += 2 if takes else 1
-            words = args[n + (args[n:n + 1] == ["--"]) + (program == "timeout"):]
+            words = args[n + (program == "timeout"):]
 
 def user_decision(cfg, command, tool=None):
     """Ask the user about a command or a file tool's path: (decision, reason, edited)."""
@@ -3178,7 +3129,6 @@ def write_preview(path, args, reason):
 
 HOOKS["tool"].append(leash)
 HOOKS["step"].append(budgets)
-HOOKS["request"].append(nudged)
 
 
 # ----------------------------------------------------------------------------------------
@@ -3187,11 +3137,21 @@ HOOKS["request"].append(nudged)
 # ----------------------------------------------------------------------------------------
 
 def context_window(cfg, ask=True):
-    """The model's context window: the server's (asked once, when needed), else the key's."""
-    key = (cfg["endpoint"], cfg["model"])
+    """The model's context window: the key's if you set it (an overflow error's if smaller),
+    else the server's (asked once, when needed), else the key's default."""
+    key, window = (cfg["endpoint"], cfg["model"]), cfg["context_window"]
+    if cfg["sources"].get("context_window", "default") != "default":
+        return min(window, LEARNED["told"].get(key, window))
     if key not in LEARNED["windows"] and ask:
-        LEARNED["windows"][key] = discover_window(cfg) or cfg["context_window"]
-    return LEARNED["windows"].get(key, cfg["context_window"])
+        LEARNED["windows"][key] = discover_window(cfg) or window
+    return LEARNED["windows"].get(key, window)
+
+def window_in_use(cfg):
+    """The window in use and where it comes from, as /cfg context_window says it."""
+    window, key = context_window(cfg), (cfg["endpoint"], cfg["model"])
+    where = "an overflow error" if LEARNED["told"].get(key) == window else cfg["sources"][
+        "context_window"] if window == cfg["context_window"] else "the server"
+    return "[the window in use: %d, from %s]\n" % (window, where)
 
 def discover_window(cfg):
     """The server's window: in the model's /models entry, /props, or /api/show; else None."""
@@ -3216,6 +3176,7 @@ def learn_window(cfg, text):
     if match:
         key, window = (cfg["endpoint"], cfg["model"]), int(match.group(1) or match.group(2))
         LEARNED["windows"][key] = min(window, LEARNED["windows"].get(key) or window)
+        LEARNED["told"][key] = LEARNED["windows"][key]
 
 def get_json(cfg, method, path, body=None, root=False, what=None):
     """The JSON answer to a small request; None when it fails (noted when `what` it is for)."""
@@ -3349,12 +3310,9 @@ def cmd_continue(convo, arg):
     cmd_load(convo, latest_in_folder())
 
 def tidy_sessions(convo, prompt, go):
-    """The turn hook: 1.0's autosave.json kept, the oldest pruned, stale temp files removed."""
+    """The turn hook: the oldest pruned, stale temp files removed."""
     import glob
-    link, new = session_path("autosave"), not convo["session"]["id"]
-    if os.path.isfile(link) and not os.path.islink(link):
-        when = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.stat(link).st_mtime))
-        os.replace(link, session_path("autosave-" + when))
+    new = not convo["session"]["id"]
     try:
         go(prompt)
     finally:
@@ -3400,9 +3358,20 @@ def shown_value(cfg, key):
     text = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
     return redact(cfg, text)   # the credentials in an endpoint URL too
 
+def config_path(cfg, key):
+    """Where /cfg saves key: the folder's model.cfg when its value counts at the next start (it
+    was in use at this one, or the trusted folder sets it), else your own file."""
+    sources, folder = cfg["sources"], cfg["sources"]["folder_config"]
+    was = sources.get("at_start", {}).get(key, sources.get(key, ""))
+    sets = (dict(sources["layers"]).get("folder") or {}).get(key, ("",))[0] not in ("", "-")
+    trusted = folder_memory().get(os.getcwd(), {}).get("trusted") is True
+    return folder if folder and (was.startswith(folder + ":") or sets and trusted) else \
+        sources["config_file"]
+
 def apply_setting(convo, key, value, where):
     """Use a new value of key from now on, in this conversation too."""
     cfg = convo["cfg"]
+    cfg["sources"].setdefault("at_start", {}).setdefault(key, cfg["sources"][key])
     if key == "endpoint":
         drop_connection(cfg)
     cfg[key], cfg["sources"][key] = value, where
@@ -3423,34 +3392,58 @@ def cmd_cfg(convo, arg):
     """/cfg [key [value]]: the settings, one with its source, or set one live and save it."""
     cfg = convo["cfg"]
     key, _, raw = arg.partition(" ")
-    key, raw, folder = key.lower(), raw.strip(), cfg["sources"]["folder_config"]
+    key, raw = key.lower(), raw.strip()
     if not key:
         return show_config(cfg)
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
-        return show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
+        show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
+        return show(cfg, window_in_use(cfg)) if key == "context_window" else None
     readline = sys.modules.get("readline")   # a key (or a URL holding one) stays out of history
     if (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))) and readline and \
             readline.get_current_history_length():
         readline.remove_history_item(readline.get_current_history_length() - 1)
-    value = parse_value(key, raw, "/cfg")
-    path = folder if folder and cfg["sources"].get(key, "").startswith(folder + ":") else \
-        cfg["sources"]["config_file"]
+    value = None if raw == "-" else parse_value(key, raw, "/cfg")   # -: clear the key
+    path = config_path(cfg, key)
     try:   # appended (mode 0600): the last line of a key wins
         text = ""
         if os.path.exists(path):
             with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
                 text = f.read()
-        write_private_file(os.path.realpath(path), set_config_line(text, key, raw))
+        new = set_config_line(text, key, raw) if value is not None else re.sub(
+            r"(?im)^[ \t]*%s[ \t]*=.*(?:\r?\n|$)" % key, "", text)
+        if new == text:
+            raise ValueError("set in no config file /cfg writes (%s)" % path)
+        write_private_file(os.path.realpath(path), new)
     except ValueError as e:   # (a UnicodeDecodeError too)
         raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
     except OSError as e:
         raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
+    if value is None:
+        return clear_setting(convo, key, path)
     where = read_key_values(path)[key][1]
     remember_own_edit(cfg, path, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
+
+def clear_setting(convo, key, path):
+    """/cfg KEY - took the key's lines out of path: the next layer's value is used (an untrusted
+    folder's never, a stricter one's, and deny patterns, always)."""
+    cfg, folder = convo["cfg"], convo["cfg"]["sources"]["folder_config"]
+    layers = cfg["sources"]["layers"]
+    layers[:] = [(name, read_key_values(path) if name == ("folder" if path == folder else "own")
+                  else layer) for name, layer in layers]
+    found = [(parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
+             for name, layer in layers for raw, where in [layer.get(key, ("", ""))]
+             if raw not in ("", "-") and (name != "folder" or key in STRICTER | {"deny"})]
+    if key in STRICTER and found and found[0][1] != "flag":
+        found.sort(key=lambda f: strictness(key, f[0]), reverse=True)
+    value, where = found[0] if found else (DEFAULTS[key], "default")
+    if key == "deny" and found:
+        value, where = ",".join(f[0] for f in found), " + ".join(f[1] for f in found)
+    apply_setting(convo, key, value, where)
+    show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
 
 def cmd_model(convo, arg):
     """/model [name]: switch the model (one the server does not list: not saved), or list them."""

@@ -34,7 +34,7 @@ SAMPLES = {
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "sandbox": "read-only", "sandbox_network": "no",
     "max_turn_seconds": "30", "max_cost": "0.5", "price_in": "2.5", "price_out": "10",
-    "price_cached": "1.25", "max_identical_calls": "4", "max_calls_per_reply": "8",
+    "price_cached": "1.25", "max_identical_calls": "4",
     "max_repair_calls": "2",
     "final_answer_timeout": "20", "keep_sessions": "50", "snapshots": "off",
 }
@@ -52,7 +52,7 @@ SHOWN = {
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
     "sandbox": "read-only", "sandbox_network": "false",
     "max_turn_seconds": "30.0", "max_cost": "0.5", "price_in": "2.5", "price_out": "10.0",
-    "price_cached": "1.25", "max_identical_calls": "4", "max_calls_per_reply": "8",
+    "price_cached": "1.25", "max_identical_calls": "4",
     "max_repair_calls": "2",
     "final_answer_timeout": "20.0", "keep_sessions": "50", "snapshots": "false",
 }

@@ -10,7 +10,7 @@ import re
 import unittest
 
 from tests.support import (
-    BANTAM, BantamTestCase, completion, error, text_stream, tool_call_stream)
+    BANTAM, BantamTestCase, completion, error, read_text, text_stream, tool_call_stream)
 
 ROOT = os.path.dirname(BANTAM)
 ESC = "\x1b"
@@ -205,6 +205,22 @@ class ConfigFileTests(ConfigCase):
         self.assertIn("%s:3" % path, result.stderr)
         self.assertIn("colour", result.stderr)
 
+    def test_cfg_key_dash_clears_the_key(self):
+        """Issue 31: /cfg KEY - removes the key from the file it came from (no literal "-"),
+        and the next layer's value is used at once; a key in no file says so."""
+        path = self.ws.write_config(self.server, tool_lines=12, temperature=0.5)
+        proc = self.run_bantam(input="/cfg tool_lines -\n/cfg tool_lines\n/cfg temperature -\n"
+                                     "/cfg max_cost -\n", env={"BANTAM_TEMPERATURE": "0.3"})
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        text = read_text(path)
+        self.assertNotIn("tool_lines", text)
+        self.assertNotIn("temperature", text)
+        self.assertNotIn("=-", text)
+        shown = proc.stdout + proc.stderr
+        self.assertIn("tool_lines = 10   (default)", shown)
+        self.assertIn("[temperature cleared: 0.3 (BANTAM_TEMPERATURE)]", shown)
+        self.assertIn("max_cost: set in no config file /cfg writes", shown)
+
 
 class SystemPromptTests(ConfigCase):
     """system.txt: current directory, else ~/.bantam, else the built-in default."""
@@ -235,6 +251,23 @@ class SystemPromptTests(ConfigCase):
         self.assertEqual(load_bantam_module().DEFAULT_SYSTEM, shipped)
         self.ok_turn()
         self.assertEqual(self.system_sent(), shipped)
+
+    def test_cfg_tools_mid_conversation_updates_the_first_message(self):
+        """Issue 30: /cfg tools during a conversation changes the system prompt's word on the
+        tools in the conversation's first message, as the tools sent change."""
+        self.push(text_stream("one"), text_stream("two"), text_stream("three"))
+        proc = self.run_bantam(input="hi\n/cfg tools shell_exec,read\nagain\n"
+                                     "/cfg tools run_subagent\nonce more\n")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        prompts = [body["messages"][0]["content"] for body in self.server.bodies]
+        tools = [[t["function"]["name"] for t in body["tools"]] for body in self.server.bodies]
+        self.assertEqual(tools[1:], [["shell_exec", "read"], ["run_subagent"]])
+        self.assertNotIn("You also have read", prompts[0])
+        self.assertIn("You also have read", prompts[1])
+        self.assertIn("In this session run_subagent is not available.", prompts[1])
+        self.assertNotIn("You also have read", prompts[2])
+        self.assertIn("In this session shell_exec is not available.", prompts[2])
+        self.assertNotIn("run_subagent is not available", prompts[2])
 
 
 class RequestShapeTests(ConfigCase):

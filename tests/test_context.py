@@ -216,8 +216,8 @@ class ContextWindowTests(BantamTestCase):
         ("top_provider.context_length (OpenRouter)",
          {"data": [{"id": "test-model", "top_provider": {"context_length": 200000}}]},
          {}, "context: 1000/200000 (0.5%)"),
-        ("/models beats the key", {"data": [{"id": "test-model", "context_length": 32768}]},
-         {"context_window": 50000}, "context: 1000/32768 (3.1%)"),
+        ("the key you set beats /models", {"data": [{"id": "test-model", "context_length": 32768}]},
+         {"context_window": 50000}, "context: 1000/50000 (2.0%)"),
         ("/models fails: the key", error(500, "models are down"),
          {"context_window": 50000}, "context: 1000/50000 (2.0%)"),
         ("/models lacks the model: the key", {"data": [{"id": "other", "context_length": 999}]},
@@ -242,9 +242,23 @@ class ContextWindowTests(BantamTestCase):
                 lines = token_lines(proc.stderr)
                 self.assertEqual(len(lines), 1, proc.stderr)
                 self.assertTrue(lines[0].endswith(" | " + expected + "]"), lines[0])
-                self.assertTrue(any(r["method"] == "GET" and r["path"] == "/v1/models"
-                                    for r in self.server.requests))
+                self.assertTrue(cfg or any(r["method"] == "GET" and r["path"] == "/v1/models"
+                                           for r in self.server.requests))
                 self.assertNotIn("cannot list models", proc.stderr, "discovery failures are quiet")
+
+    def test_cfg_context_window_says_the_window_in_use_and_its_source(self):
+        """Issue 30: /cfg context_window shows the key, then the window in use and where it
+        comes from: the server's /models when you set none, yours when you set one."""
+        self.server.models = {"data": [{"id": "test-model", "context_length": 32768}]}
+        for cfg, expected in (({}, "[the window in use: 32768, from the server]"),
+                              ({"context_window": 50000}, "[the window in use: 50000, from ")):
+            with self.subTest(cfg=cfg):
+                self.ws.write_config(self.server, **cfg)
+                proc = self.run_bantam(input="/cfg context_window\n")
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertIn(expected, proc.stdout + proc.stderr)
+                if cfg:
+                    self.assertIn("model.cfg", (proc.stdout + proc.stderr).split("in use")[1])
 
     def test_batch_run_makes_one_request_per_model_call(self):
         """Batch mode asks the server nothing but its model calls (issue 28): no GET /models
@@ -493,7 +507,7 @@ class EmptyAssistantTests(BantamTestCase):
     def test_reply_of_only_newlines_then_strict_server(self):
         """A model reply of only newlines counts as empty and is never stored, so the strict
         server accepts the next turn's request at once."""
-        self.push(text_stream("\n\n"), text_stream("\n\n"), *[strict_server("Fresh answer.", NON_WHITESPACE)] * 3)
+        self.push(text_stream("\n\n"), *[strict_server("Fresh answer.", NON_WHITESPACE)] * 3)
         proc = self.run_bantam(input=repl_input("first", "second"))
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("Fresh answer.", proc.stdout)
@@ -501,7 +515,7 @@ class EmptyAssistantTests(BantamTestCase):
         self.assertNotIn("error", proc.stderr)
         bodies = self.server.bodies
         self.assertEqual(bodies[-1]["messages"][1:], [{"role": "user", "content": "first\n\nsecond"}])
-        self.assertEqual(len(bodies), 3, "the empty reply, the nudge's empty reply, the next turn")
+        self.assertEqual(len(bodies), 2, "the empty reply, the next turn")
 
     def test_empty_assistant_error_with_nothing_to_drop_fails_once(self):
         """The same 400 for a conversation with no blank message fails the turn after one request."""

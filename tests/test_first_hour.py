@@ -229,11 +229,11 @@ class PromptSizeTests(FirstHourCase):
     """A prompt larger than the model's context window stops before any request."""
 
     def setUp(self):
-        """The server reports a window of 1000 tokens for test-model; the key says 2000 (a
-        prompt over half of it makes bantam ask the server)."""
+        """The key says 1000 tokens; the server reports 4000 for test-model, which a window
+        you set wins over (issue 30)."""
         super().setUp()
-        self.server.models = {"object": "list", "data": [{"id": "test-model", "context_length": 1000}]}
-        self.ws.write_config(self.server, context_window=2000)
+        self.server.models = {"object": "list", "data": [{"id": "test-model", "context_length": 4000}]}
+        self.ws.write_config(self.server, context_window=1000)
 
     def test_piped_input_larger_than_the_window(self):
         """-p with 8000 piped characters (about 2000 tokens) against 1000: exit 2, both sizes."""
@@ -366,6 +366,24 @@ class ModelCommandTests(FirstHourCase):
         self.leave(term)
         self.assertIn("model=big-model\n", read_text(path))
         self.assertNotIn("gpt-5", read_text(path))
+
+    def test_model_is_saved_where_it_counts_at_the_next_start(self):
+        """Issue 30: a trusted folder's model.cfg sets model; /model gpt-5 (unlisted: this
+        session only), then /model big-model: written to the folder's model.cfg, which the
+        next start reads, not to ~/.bantam/model.cfg, which the folder's file overrides."""
+        self.server.models = {"data": [{"id": "test-model"}, {"id": "big-model"}]}
+        own = self.ws.write_config(self.server)
+        before = read_text(own)
+        folder = self.ws.write("model.cfg", "model=test-model\n")
+        with open(os.path.join(self.ws.home, ".bantam", "folders.json"), "w") as f:
+            json.dump({os.path.realpath(self.ws.work): {"trusted": True}}, f)
+        term = self.repl()
+        self.typed(term, "/model gpt-5", "not saved")
+        self.typed(term, "/model big-model", "saved in")
+        self.leave(term)
+        self.assertEqual(read_text(own), before)
+        self.assertTrue(read_text(folder).endswith("model=big-model\n"), read_text(folder))
+        self.typed(self.repl(), "/cfg model", "big-model")
 
 
 if __name__ == "__main__":

@@ -45,14 +45,14 @@ def plain(framing, trailing=b""):
 class FramingCase(BantamTestCase):
     """Run the three-step turn against a fresh server per framing."""
 
-    def run_turn(self, script, stream=True, models=None, window=None, **server_kw):
+    def run_turn(self, script, stream=True, models=None, window=None, prompt="count", **server_kw):
         """Start a server with script, run one batch turn against it (context_window: window);
         (result, server)."""
         server = FakeServer(script, models, **server_kw).start()
         self.addCleanup(server.stop)
         self.ws.write_config(server, stream=stream, context_window=window)
         started = time.monotonic()
-        result = self.run_batch("count")
+        result = self.run_batch(prompt)
         return result, server, time.monotonic() - started
 
     def assertQuietTurn(self, result, server, keep_alive, seconds):
@@ -89,14 +89,15 @@ class StreamedFramingTests(FramingCase):
 
     def test_models_list_in_every_framing(self):
         """The GET /models answer in each framing keeps the connection usable (asked before
-        the turn: the prompt is over half the context_window key's 2 tokens)."""
+        the turn: the prompt is over half the default window; a window you set is not asked)."""
         for name, framing, keep in FRAMINGS:
             kw = {k: v for k, v in framing.items() if k in ("framing", "keep_alive", "http10")}
-            models = json_reply({"object": "list", "data": [{"id": "test-model", "context_length": 4000}]}, **kw)
+            models = json_reply({"object": "list", "data": [{"id": "test-model", "context_length": 400000}]}, **kw)
             with self.subTest(framing=name):
-                result, server, seconds = self.run_turn(streamed(framing), models=models, window=2)
+                result, server, seconds = self.run_turn(streamed(framing), models=models,
+                                                        prompt="count " + "x " * 270000)
                 self.assertQuietTurn(result, server, keep, seconds)
-                self.assertIn("/4000", result.stderr)
+                self.assertIn("/400000", result.stderr)
 
     def test_body_after_done(self):
         """Events and bytes after `data: [DONE]` are read past, not taken as the next reply."""

@@ -1,5 +1,5 @@
 """On a leash: approvals (approve, allow, deny, --ask, --yolo), budgets per turn, the cycle
-guard, the empty-reply nudge and the final answer after a budget stop.
+guard and the final answer after a budget stop.
 
 bantam runs as a real subprocess (batch mode) or on a real pseudo-terminal (the REPL's
 "Run? [y/N/a/e]") against the scripted FakeServer; the tests check what ran (files made),
@@ -386,42 +386,7 @@ class BudgetTests(LeashCase):
 
 
 class RepairTests(LeashCase):
-    """Empty replies: one nudge, from the repair budget."""
-
-    def test_empty_forever_gets_one_nudge_then_gives_up(self):
-        """An empty reply is asked once more with a nudge (in the same user message, never two
-        user messages in a row); a second empty reply ends the turn."""
-        self.push(*[text_stream("") for _ in range(4)])
-        result = self.batch(prompt="answer me", code=1)   # no answer: not a success
-        self.assertEqual(len(self.server.posts), 2)
-        nudged = self.server.bodies[1]["messages"]
-        self.assertEqual(nudged[-1]["role"], "user")
-        self.assertTrue(nudged[-1]["content"].startswith("answer me\n\nYour last reply was empty."), nudged[-1])
-        self.assertNotEqual(nudged[-2]["role"], "user")
-        self.assertIn("[the model sent an empty reply: asking it once more]", result.stderr)
-        self.assertIn("[the model sent an empty reply]", result.stderr)
-        self.assertIn("[no answer: the turn ended without one]", result.stderr)
-        self.assertEqual(result.stdout, "")
-
-    def test_nudge_after_a_tool_step_gets_the_answer(self):
-        """After a tool step, an empty reply is nudged; the answer then is stored, the nudge is not."""
-        self.push(tool_call_stream([shell("c1", "echo 4")]), text_stream(""), text_stream("the answer is 4"))
-        result = self.batch()
-        self.assertIn("the answer is 4", result.stdout)
-        self.assertEqual(len(self.server.posts), 3)
-        self.assertEqual(self.server.bodies[2]["messages"][-1]["content"].split(".")[0], "Your last reply was empty")
-        saved = self.saved_messages()
-        self.assertNotIn("Your last reply was empty", json.dumps(saved))
-        self.assertEqual(saved[-1], {"role": "assistant", "content": "the answer is 4"})
-
-    def test_repair_budget_limits_nudges(self):
-        """max_repair_calls=1: the first empty reply is nudged, the second is not."""
-        self.push(tool_call_stream([shell("c1", "echo 1")]), text_stream(""),
-                  tool_call_stream([shell("c2", "echo 2")]), text_stream(""), text_stream("never asked"))
-        result = self.batch("--set", "max_repair_calls=1", code=1)   # ends without an answer
-        self.assertEqual(len(self.server.posts), 4)
-        self.assertEqual(result.stderr.count("asking it once more"), 1)
-        self.assertNotIn("never asked", result.stdout)
+    """The repair budget: the final-answer call."""
 
     def test_no_repair_budget_left_for_the_final_answer(self):
         """max_repair_calls=0: a budget stop asks for no final answer, and says so."""

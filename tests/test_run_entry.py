@@ -1,7 +1,6 @@
 """Issue 21's clean-up of the config, the REPL and the command line, seen from a library caller:
 cfg holds the schema's keys, sources and system_prompt only; what a run needs from its caller
-(who answers approve=ask) is the one entry cfg["run"]; the nudge after an empty reply joins a
-user message made of content parts, as it joins a text one.
+(who answers approve=ask) is the one entry cfg["run"].
 
 Each test runs a small program that imports bantam, in a subprocess, against the FakeServer."""
 
@@ -32,17 +31,6 @@ bantam.AL(cfg, messages, on_event=lambda event: None)
 print(json.dumps({"asked": asked, "messages": messages}))
 """
 
-PARTS = r"""
-import sys
-import bantam
-cfg = bantam.load_config(overrides={"endpoint": sys.argv[1], "model": "m"})
-messages = [{"role": "system", "content": "s"},
-            {"role": "user", "content": [{"type": "text", "text": "look at this"}]}]
-bantam.AL(cfg, messages, on_event=lambda event: None)
-print(messages[-1]["content"])
-"""
-
-
 class RunEntryTests(BantamTestCase):
     """load_config and AL as a library caller uses them."""
 
@@ -69,17 +57,6 @@ class RunEntryTests(BantamTestCase):
         self.assertIn("approved-ran", results[0]["content"])
         self.assertEqual(out["messages"][-1], {"role": "assistant", "content": "done"})
 
-    def test_nudge_after_an_empty_reply_joins_a_prompt_of_content_parts(self):
-        """The prompt is a list of parts: the nudge is one more text part of that user message,
-        never a second user message after it; the conversation keeps the prompt as it was."""
-        self.push(text_stream(""), text_stream("seen"))
-        out = self.run_python(PARTS, self.server.url)
-        self.assertEqual(out, "seen\n")
-        sent = self.server.bodies[1]["messages"]
-        self.assertEqual([m["role"] for m in sent], ["system", "user"])
-        self.assertEqual(sent[1]["content"][0], {"type": "text", "text": "look at this"})
-        self.assertTrue(sent[1]["content"][1]["text"].startswith("Your last reply was empty."))
-        self.assertEqual(len(self.server.bodies[0]["messages"][1]["content"]), 1)
 
 
 if __name__ == "__main__":

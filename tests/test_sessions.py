@@ -420,19 +420,6 @@ class SaveLoadTests(SessionCase):
                                                           {"role": "assistant", "content": "continued " + how}])
                 self.assertEqual((saved["id"], saved["count"]), (sid, 7))
 
-    def test_bantam_1_0_autosave_is_kept(self):
-        """A regular autosave.json of bantam 1.0 is kept, byte for byte, as autosave-<its time>.json
-        when the first conversation is saved; autosave.json becomes the link."""
-        old = old_format("autosave", OLD_MESSAGES, "the old autosave")
-        self.write_session("autosave", old)
-        stamp = time.mktime((2025, 3, 4, 5, 6, 7, 0, 0, -1))
-        os.utime(self.path("autosave"), (stamp, stamp))
-        self.push(text_stream("fresh"))
-        self.batch("new conversation")
-        self.assertEqual(read_text(self.path("autosave-20250304-050607")), old)
-        new = self.autosave_target()
-        self.assertEqual(talk(self.session(new)["messages"]), [("user", "new conversation"), ("assistant", "fresh")])
-
     def test_batch_continue_flag(self):
         """Batch -c continues the newest conversation of this folder in its file."""
         newest_here = self.folder_history()

@@ -292,13 +292,13 @@ class FolderAmountTests(TrustCase):
     OWN = {"price_in": "5", "price_out": "15", "price_cached": "1"}
     LOOSE = {"shell_timeout": "99999", "timeout": "99999", "first_byte_timeout": "99999",
              "final_answer_timeout": "99999", "backoff": "30,30,30,30,30,30,30,30",
-             "max_tool_res": "999999999", "max_calls_per_reply": "9999",
+             "max_tool_res": "999999999",
              "max_repair_calls": "9999", "max_reasoning": "999999999",
              "context_window": "99999999", "price_in": "0", "price_out": "0",
              "price_cached": "0.0001"}
     TIGHT = {"shell_timeout": "5", "timeout": "3", "first_byte_timeout": "4",
              "final_answer_timeout": "2", "backoff": "0.01", "max_tool_res": "1000",
-             "max_calls_per_reply": "2", "max_repair_calls": "0", "max_reasoning": "0",
+             "max_repair_calls": "0", "max_reasoning": "0",
              "context_window": "1000", "price_in": "50", "price_out": "150",
              "price_cached": "0"}   # 0: price_in, more than the user's own 1
 
