@@ -1762,6 +1762,23 @@ def turn_tally(cfg):
                         "run": run["own"]}
     return run["tally"]
 
+def spend(cfg, reply):
+    """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
+    prompt, cached, completion, _ = reply["tokens"]
+    cached, reply["cost"], turn = cached or 0, None, turn_tally(cfg)
+    if cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]:
+        reply["cost"] = ((prompt - cached) * cfg["price_in"] + completion * cfg["price_out"]
+                         + cached * (cfg["price_cached"] or cfg["price_in"])) / 1e6
+    if turn:   # (calls outside AL have none)
+        turn["tokens"] += prompt + completion
+        turn["cost"] += reply["cost"] or 0.0
+
+def time_up(cfg):
+    """(key, limit, used) when the turn has used up its max_turn_seconds, else None."""
+    turn, limit = turn_tally(cfg), cfg.get("max_turn_seconds")
+    used = turn and limit and time.monotonic() - turn["started"]
+    return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
+
 
 # ----------------------------------------------------------------------------------------
 # Providers' quirks: what a server's errors mean, what it sends beyond text, reasoning and
@@ -1818,7 +1835,6 @@ def shape_request(cfg, messages, body, error=None):
         body["reasoning_effort"] = cfg["reasoning_effort"]
     body = {key: value for key, value in body.items() if "drop " + key not in fixes}
     body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
-    count_wait(cfg)
     return body
 
 
@@ -2135,7 +2151,16 @@ def network_error(cfg, error):
     return silent
 
 
+def counted(cfg, messages, body, error=None):
+    """The request hook of the wait's counter: it starts with each request."""
+    if error is not None:   # (a failure is not dealt with here)
+        return False
+    count_wait(cfg)
+    return body
+
+
 HOOKS["connect"].append(connect_endpoint)
+HOOKS["request"].append(counted)
 
 
 # ----------------------------------------------------------------------------------------
@@ -2795,23 +2820,6 @@ BUDGETS = {   # key: how its use is said, what the turn used (t: its tally, n: r
     "max_cost": ("$%s this turn", lambda t, n: round(t["cost"], 6)),
     "max_identical_calls": ("the same tool call %s times in a row", lambda t, n: n),
     "max_al_iterations": ("%s model calls", None)}   # (counted by AL)
-
-def spend(cfg, reply):
-    """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
-    prompt, cached, completion, _ = reply["tokens"]
-    cached, reply["cost"], turn = cached or 0, None, turn_tally(cfg)
-    if cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]:
-        reply["cost"] = ((prompt - cached) * cfg["price_in"] + completion * cfg["price_out"]
-                         + cached * (cfg["price_cached"] or cfg["price_in"])) / 1e6
-    if turn:   # (calls outside AL have none)
-        turn["tokens"] += prompt + completion
-        turn["cost"] += reply["cost"] or 0.0
-
-def time_up(cfg):
-    """(key, limit, used) when the turn has used up its max_turn_seconds, else None."""
-    turn, limit = turn_tally(cfg), cfg.get("max_turn_seconds")
-    used = turn and limit and time.monotonic() - turn["started"]
-    return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
 
 def leash(cfg, call, args, result=None):
     """The tool hook: the turn's time limit, then approval; the user's edit first."""

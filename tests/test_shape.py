@@ -1,0 +1,73 @@
+"""What a reader of bantam.py is promised about its shape: plain statements, and a Part II whose
+sections load in reading order (the file cut at any section's banner runs)."""
+
+import io
+import os
+import re
+import shutil
+import sys
+import tempfile
+import tokenize
+import unittest
+
+from tests import support
+from tests.support import text_stream, tool_call_stream
+
+PART_TWO = "# ==== Part II"
+
+
+def source():
+    """The text of bantam.py."""
+    with open(support.BANTAM, encoding="utf-8") as f:
+        return f.read()
+
+
+def part_two_banners(text):
+    """The offsets of Part II's section banners: a "# ----" line, then "# Title..."."""
+    start = text.index(PART_TWO)
+    return [start + m.start() for m in re.finditer(r"^# -{20,}\n# [A-Z]", text[start:], re.M)]
+
+
+class ShapeTests(unittest.TestCase):
+    """No denser code: statements stand on lines of their own."""
+
+    def test_no_statements_are_joined_with_semicolons(self):
+        """No `a; b` on one line (a denser file would cheat the budget)."""
+        joined = []
+        tokens = tokenize.generate_tokens(io.StringIO(source()).readline)
+        for token in tokens:
+            if token.type == tokenize.OP and token.string == ";":
+                joined.append("%d: %s" % (token.start[0], token.line.strip()))
+        self.assertEqual(joined, [])
+
+
+class ReadingOrderTests(support.BantamTestCase):
+    """Cut at the banner of any Part II section, the file still runs a batch turn with a tool
+    call: no section calls into one that comes after it while it loads or runs."""
+
+    def test_every_section_cut_runs_a_batch_turn(self):
+        text = source()
+        banners = part_two_banners(text)
+        self.assertGreaterEqual(len(banners), 5, "Part II should have its section banners")
+        folder = tempfile.mkdtemp(prefix="bantam-cut-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        for offset in banners + [len(text)]:
+            title = text[offset:offset + 200].split("\n")[1] if offset < len(text) else "end"
+            with self.subTest(cut_before=title):
+                path = os.path.join(folder, "cut.py")
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text[:offset] + "\n\nif __name__ == \"__main__\":\n"
+                            "    sys.exit(main())\n")
+                server = self.make_server()   # (a failed cut leaves the last one's replies)
+                self.ws.write_config(server)
+                server.push(tool_call_stream([("c1", "shell_exec", {"command": "echo cut-ok"})]),
+                            text_stream("all done"))
+                self.ws.write("p.txt", "run it")
+                result = support.run_program(self.ws, [sys.executable, path, "p.txt"])
+                self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+                self.assertIn("all done", result.stdout)
+                self.assertIn("cut-ok", server.bodies[-1]["messages"][-1]["content"])
+
+
+if __name__ == "__main__":
+    unittest.main()
