@@ -4075,8 +4075,19 @@ def with_index(top, steps, index_from=None):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
+def in_git():
+    """Is there a .git in this folder or one above it? (Elsewhere git is not even started.)"""
+    here = os.getcwd()
+    while not os.path.exists(os.path.join(here, ".git")):
+        if os.path.dirname(here) == here:
+            return bool(os.environ.get("GIT_DIR"))
+        here = os.path.dirname(here)
+    return True
+
 def snapshot(cfg):
     """{"top": the work tree's folder, "tree": a git tree of its files now}, None outside git."""
+    if not in_git():
+        return None
     started, top = time.monotonic(), git_out(".", ["rev-parse", "--show-toplevel"])
     real = top and git_out(".", ["rev-parse", "--git-path", "index"])
     tree = real and with_index(top.strip(), [["add", "-A"], ["write-tree"]], real.strip())

@@ -834,6 +834,7 @@ class Bench(object):
             f.write("# written by bench/run.py\n")
             for k, v in conf.items():
                 f.write("%s=%s\n" % (k, v))
+        os.chmod(os.path.join(d, "model.cfg"), 0o600)   # it holds a key: bantam wants it private
         with open(os.path.join(d, "prompt.txt"), "w") as f:
             f.write("Run the benchmark step.\n")
         return d
