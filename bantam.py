@@ -1693,7 +1693,12 @@ def main(argv=None):
 
 
 # Here ends Part I: all of Bantam. Part II joins it through the tables it extends and the
-# hooks of HOOKS; it never replaces a function of Part I.
+# hooks of HOOKS; it never replaces a function of Part I. Part I alone does without:
+#   the server's own waits (Retry-After) and provider quirks (<think>, Gemini signatures...);
+#   compaction on overflow, the token line, budgets and the final-answer call;
+#   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
+#   secrets kept from commands' environment and /proc; proxies;
+#   the read and write tools, Markdown, the terminal view, --jsonl, -c, /undo.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import stat          # (Part II's own module)
