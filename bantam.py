@@ -1697,7 +1697,7 @@ def main(argv=None):
 #   the server's own waits (Retry-After) and provider quirks (<think>, Gemini signatures...);
 #   compaction on overflow, the token line, budgets and the final-answer call;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
-#   secrets kept from commands' environment and /proc; proxies;
+#   *KEY*-like variables kept from commands, secrets hidden in /proc; proxies;
 #   the read and write tools, Markdown, the terminal view, --jsonl, -c, /undo.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
