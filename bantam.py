@@ -2996,7 +2996,10 @@ KEYWORDS = set("if then else elif fi do done while until for select case esac in
                "coproc ! { }".split())
 COMPUTED = r"[$`*?]|\[.*\]|{.*[,.].*}"   # a program named so may be any: $X, $(..), r?, {rm,x}
 SHELL_NAME = r"(ba|rba|da|z|k)?sh[\d.]*$"   # sh, bash5.2, rbash...
-WRAPPERS = ("env command exec nice nohup timeout doas sudo xargs time stdbuf setsid").split()
+WRAPPERS = {   # program: its usual short options that take the next word as their value
+    "env": "uCS", "command": "", "exec": "a", "nice": "n", "nohup": "", "timeout": "sk",
+    "doas": "uC", "sudo": "ugpCDhrtUR", "xargs": "aEdILnPs", "time": "fo", "stdbuf": "ioe",
+    "setsid": ""}
 
 def shell_commands(text):
     """A command line as bantam reads it: found (simple commands), unplain, redirs."""
@@ -3085,8 +3088,9 @@ def simple_command(words, redirs, depth, out):
         if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
             out.unplain.append("the program is not a plain name: " + words[0])
         shell = re.match(SHELL_NAME, program)   # sh [options] -c STRING: STRING is read too
+        takes = "oO" if shell else WRAPPERS.get(program, "")   # (-n 5: the 5 is no program)
         while n < len(args) and args[n][:1] in ("-", "+") and args[n] != "--":   # its options
-            n += 2 if shell and args[n] in ("-o", "+o", "-O", "+O") else 1   # (env's - is -i)
+            n += 2 if len(args[n]) == 2 and args[n][1] in takes else 1   # (env's - is -i)
         n, words = n + (args[n:n + 1] == ["--"]), []
         if shell and n < len(args) and any("c" in a for a in args[:n] if re.match(r"[-+]\w", a)):
             shell_parse(args[n], 0, depth + 1, out)

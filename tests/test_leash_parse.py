@@ -212,7 +212,8 @@ DENY_VARIANTS = [
     "/bin/rm {f}", "cd . && rm {f}", "$(echo rm) {f}", "r\\m {f}", "env rm {f}", "\\rm {f}",
     "\"rm\" {f}", "command rm {f}", "X=rm; $X {f}", "true\nrm {f}", "true; rm {f}", "`echo rm` {f}",
     "bash -c 'rm {f}'", "unlink {f}", "find . -name {f} -delete",
-    "echo {f} | xargs rm", "timeout 5 nice rm {f}",
+    "echo {f} | xargs rm", "timeout 5 nice rm {f}", "sudo -u root rm {f}", "nice -n 5 rm {f}",
+    "timeout -s KILL 5 rm {f}", "env -u HOME rm {f}", "echo {f} | xargs -n 1 rm",
     "{{ rm {f}; }}", "cat <(rm {f})",
 ]
 
