@@ -3507,10 +3507,8 @@ CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
 HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
 QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
-DELIMITER = r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$"   # | :--- | :-: | --: |
 # "- item", "12. item", "3) item", "- [x] done": indent, marker, task box, text
 ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
-CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"   # "|" outside `a|b` and \|
 
 # Inline spans: each starts with a literal, then a lookbehind; 500 characters at most (linear)
 INLINE = (
@@ -3525,7 +3523,7 @@ INLINE = (
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
-            "part": "", "fence": None, "table": None, "lists": [], "blank": True}
+            "part": "", "fence": None, "lists": [], "blank": True}
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
@@ -3534,15 +3532,14 @@ def md_feed(state, text):
     return "".join([md_line(state, line) for line in lines])
 
 def md_end(state):
-    """Terminal text for whatever is left: the last line, a table, an open code block."""
+    """Terminal text for whatever is left: the last line, an open code block."""
     out = md_feed(state, "\n") if state["part"] else ""
-    out += md_table(state) if state["table"] else ""
     if state["fence"] is not None:             # closed as its own closing fence would
         out += md_line(state, state["fence"][0] * state["fence"][1])
     return out
 
 def md_line(state, line):
-    """One complete source line rendered (a table's rows are kept until it ends)."""
+    """One complete source line rendered (a table's rows as written, inline styles shown)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
         char, size, indent, pad = state["fence"]
         if re.match(r"[ \t]*%s{%d,}[ \t]*$" % (re.escape(char), size), line):   # ``` or longer
@@ -3550,16 +3547,10 @@ def md_line(state, line):
             return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
         body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
         return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
-    if line.lstrip().startswith("|"):   # a table row (its delimiter row: not a row)
-        state["table"] = state["table"] or []
-        state["table"] += [] if re.match(DELIMITER, line) else [split_row(line)]
-        state["blank"] = False
-        del state["lists"][:]
-        return ""
-    return (md_table(state) if state["table"] else "") + md_block(state, line)
+    return md_block(state, line)
 
 def md_block(state, line):
-    """One source line outside code blocks and tables as terminal lines."""
+    """One source line outside code blocks as terminal lines."""
     line = line.expandtabs(4)
     text = line.strip()
     blank, state["blank"] = state["blank"], not text
@@ -3625,39 +3616,6 @@ def md_item(state, indent, m):
     lines = wrap_words(md_inline((m.group(4) or "").strip(), state["styles"]),
                        state["width"] - column)
     return hang(lines, " " * start + marker + " ", " " * column)
-
-def split_row(line):
-    """The cells of a table row: "| a | `b|c` | d \\| e |" -> ["a", "`b|c`", "d | e"]."""
-    text = re.sub(r"^\||(?<!\\)\|$", "", line.strip())   # the outer bars
-    bars = [m.start() for m in re.finditer(CELL_BREAK, text) if m.group() == "|"]
-    return [text[a + 1:b].strip().replace("\\|", "|")
-            for a, b in zip([-1] + bars, bars + [len(text)])]
-
-def md_table(state):
-    """The buffered table drawn once in a box, header bold, cells wrapped to fit the width."""
-    rows, state["table"] = state["table"], None
-    st, count = state["styles"], len(rows[0])
-    rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
-    cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
-    cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
-    room, bar = state["width"] - 3 * count - 1, styled("\u2502", st["dim"])   # less the bars
-    widths = [min(room, max(1, max(display_width(row[i]) for row in cells))) for i in range(count)]
-    while sum(widths) > room and max(widths) > 1:   # the widest narrowed, the last first
-        widths[max(range(count), key=lambda i: (widths[i], i))] -= 1
-
-    def rule(left, mid, right):
-        return styled(left + mid.join("\u2500" * (w + 2) for w in widths) + right, st["dim"])
-    out = [rule("\u250c", "\u252c", "\u2510")]
-    for r, row in enumerate(cells):
-        parts = [wrap_words(cell, w) for cell, w in zip(row, widths)]
-        for k in range(max(map(len, parts))):
-            texts = [part[k] if k < len(part) else "" for part in parts]
-            texts = [text + " " * (w - display_width(text)) for text, w in zip(texts, widths)]
-            out.append(bar + " " + (" " + bar + " ").join(texts) + " " + bar)
-        if r == 0:
-            out.append(rule("\u251c", "\u253c", "\u2524"))
-    out.append(rule("\u2514", "\u2534", "\u2518"))
-    return "\n".join(out) + "\n"
 
 def md_inline(text, st, base="", depth=0):
     """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
