@@ -3784,8 +3784,10 @@ def term_tool_call(state, event):
     mark, key = words.get(TOOL_ALIASES.get(event["name"], event["name"]), ("", None))
     text = args.get(key)
     show_call(state, event, mark + text.rstrip("\n") if mark and isinstance(text, str) else None)
-    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(),
-                     "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
+    rows = screen_size(state)[1]   # (a window taller than the screen could not be redrawn)
+    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "head": [],
+                     "tail": [], "drawn": 0.0, "limit": max(4, min(state["tool_lines"] or rows,
+                                                                     rows - 4))}
 
 def bounded(text, rows, width):
     """text in about rows rows of width: long lines cut, the middle lines of a tall text."""
@@ -3804,16 +3806,17 @@ def bounded(text, rows, width):
         last - first, len(lines))] + lines[last:])
 
 def term_tool_output(state, event):
-    """A command's output as it comes: its first lines shown, the others only counted."""
+    """A command's output as it comes: its first and newest lines kept, the window redrawn."""
     tool = state["tool"]
     if tool is None:
         return
     lines = (tool["partial"] + event["text"]).split("\n")
     tool["partial"] = lines.pop()[-4096:]   # a line this long is cut on screen anyway
-    for line in lines[:max(0, tool["limit"] // 2 - tool["lines"])]:
-        write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
+    tool["head"] += lines[:tool["limit"] // 2 - len(tool["head"])]
+    tool["tail"] = (tool["tail"] + lines)[-tool["limit"]:]
     tool["lines"] += len(lines)
-    flush_out(state)
+    if time.monotonic() - tool["drawn"] >= 0.05:   # (a flood of output: not every piece)
+        tool_status(state, event)
 
 def screen_line(state, line, depth):
     """A line of output (its last state after \\r) on one row: its start and its longer end."""
@@ -3823,33 +3826,43 @@ def screen_line(state, line, depth):
     return line[:room // 3] + "\u2026" + line[len(line) - room + room // 3 + 1:]
 
 def tool_status(state, event):
-    """A running command's status (also tool_progress's handler): seconds, lines not shown."""
+    """A running command's window (also tool_progress's handler): its newest lines, seconds."""
     tool = state["tool"]
     if tool and state["bol"] and state["tty"]:
-        hidden = tool["lines"] - tool["limit"] // 2
+        window = (tool["tail"] + [tool["partial"]] * bool(tool["partial"]))[-tool["limit"]:]
+        hidden = tool["lines"] + bool(tool["partial"]) - len(window)
         text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
         text += " \u00b7 %d more lines" % hidden if hidden > 0 else ""
-        text = styled(text, state["color"] and COLORS["dim"])
-        state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
-        state["status"] = True
+        pad, body = "  \u2502 " * event["depth"], state["color"] and COLORS["body"]
+        rows = [pad + styled(terminal_safe(screen_line(state, line, event["depth"])), body) + "\n"
+                for line in window]
+        write(state, "")   # (the last window erased)
+        state["out"].write("".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]))
+        state["status"], tool["drawn"] = len(rows) + 1, time.monotonic()
     flush_out(state)
 
+def settle_output(state, depth):
+    """A command's output left on screen: its first lines, how many are not shown, its last."""
+    tool = state["tool"]
+    lines = tool["tail"] + [tool["partial"]] * bool(tool["partial"])
+    total, shown = tool["lines"] + bool(tool["partial"]), len(tool["head"])
+    last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
+    for line in tool["head"]:
+        write(state, screen_line(state, line, depth) + "\n", "body", depth)
+    if total > shown + last:
+        write(state, "... %d more lines\n" % (total - shown - last), "dim", depth)
+    for line in lines[len(lines) - last:]:
+        write(state, screen_line(state, line, depth) + "\n", "body", depth)
+
 def term_tool_result(state, event):
-    """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
-    tool, state["tool"], depth = state["tool"], None, event["depth"]
+    """A tool's end: a command's lines and exit, a subagent's end, another's result cut."""
+    tool, depth = state["tool"], event["depth"]
     end_line(state, depth)   # (a command's output: its lines are whole)
     end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
     if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
             "shell_exec":
-        shown = min(tool["lines"], tool["limit"] // 2)   # the first lines, shown live
-        total = tool["lines"] + bool(tool["partial"])
-        last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
-        if total > shown + last:
-            write(state, "... %d more lines\n" % (total - shown - last), "dim", depth)
-        lines = event["content"][:end.start()].split("\n")   # (less its last line break)
-        for line in lines[len(lines) - last:]:
-            write(state, screen_line(state, line, depth) + "\n", "body", depth)
+        settle_output(state, depth)
         summary = "exit %s \u00b7 %.1f s" % (end.group(2), time.monotonic() - tool["started"])
         summary += " \u00b7 " + end.group(1) if end.group(1) else ""
         write(state, summary + "\n", "dim" if end.group(2) == "0" else "error", depth)
@@ -3860,13 +3873,21 @@ def term_tool_result(state, event):
         width = max(20, screen_size(state)[0] - 4 * depth)
         text = bounded(event["content"].rstrip("\n"), tool["limit"] if tool else 20, width)
         write(state, text + "\n", "body" if event["ok"] else "error", depth)
+    state["tool"] = None
     flush_out(state, now=True)
+
+def term_turn_end(state, event):
+    """A run's end; a command it stopped (Ctrl+C) leaves its last lines on screen."""
+    if state["tool"]:
+        settle_output(state, event["depth"])
+        state["tool"] = None
+    PLAIN["turn_end"](state, event)
 
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status,
+                tool_progress=tool_status, turn_end=term_turn_end,
                 approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
 VIEWS.update(terminal=lambda cfg: plain_view(cfg, TERMINAL, md=None, tool=None,   # a person's
                                              tool_lines=cfg.get("tool_lines") or 0))
