@@ -3906,6 +3906,7 @@ def pasted(convo, prompt, go):
         go(text)
     finally:
         typed = convo.pop("typed", "").strip()   # (a prompt given back keeps its spaces)
+        convo.pop("quit", None)   # (a /quit at a question ends only its turn)
         convo["unsent"] = " ".join(filter(None, [convo.get("unsent", ""), typed]))
 
 def setup_terminal(convo):
@@ -3941,8 +3942,30 @@ def terminal_approver(convo):
     """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt."""
     def approver(question, text):
         convo["typed"] = convo.get("typed", "") + keys_typed_ahead()
-        return read_answer(question, text)
+        asking = question.endswith("] ")   # (not "Command: ", whose answer is a command)
+        if asking and convo.get("quit"):   # the turn's other calls after a /quit
+            return "n"
+        try:
+            answer = read_answer(question, text)
+            while asking and answer.strip() == "?":
+                show({}, answers_help(question))
+                answer = read_answer(question, text)
+        except KeyboardInterrupt:
+            sys.stdout.write("\r\033[K")   # the question's line cleared
+            raise
+        convo["quit"] = asking and answer.strip() == "/quit"
+        return "n the user ended the turn" if convo["quit"] else answer
+
+    def quit_asked(cfg, messages, calls):   # the step hook: a /quit ends the turn
+        return cfg["run"].get("approver") is approver and convo.get("quit")
+    HOOKS["step"].insert(0, quit_asked)
     return approver
+
+def answers_help(question):
+    """What each answer to Run? (or Write?, Read?) does."""
+    run = question.startswith("Run")
+    return "y %s \u00b7 n/Enter skip \u00b7 a always this %s \u00b7 or type a reason\n" % (
+        question.split("?")[0].lower(), "command \u00b7 e edit" if run else "path")
 
 def keys_typed_ahead():
     """The printable text of the keys waiting unread on the terminal (Enter as a space)."""

@@ -55,5 +55,53 @@ class LiveWindowTests(TerminalCase):
         self.quit(term)
 
 
+class RunQuestionTests(TerminalCase):
+    """Run? [y/N/a/e]: ? explains the answers, /quit ends the turn, Ctrl+C clears the line."""
+
+    def ask(self):
+        """A turn whose model wants to run `echo ran`; the screen at its Run? question."""
+        self.push(tool_call_stream([("c1", "shell_exec", {"command": "echo ran"})]),
+                  text_stream("finished"))
+        term = self.start(approve="ask")
+        term.sendline("go")
+        term.expect("Run? [y/N/a/e] ")
+        return term
+
+    def test_question_mark_explains_and_asks_again(self):
+        term = self.ask()
+        term.send("?\r")
+        term.expect("y run \u00b7 n/Enter skip \u00b7 a always this command \u00b7 e edit "
+                    "\u00b7 or type a reason")
+        term.expect("Run? [y/N/a/e] ")
+        term.send("y\r")
+        term.expect("finished")
+        term.expect(PROMPT_LINE)
+        results = [m["content"] for m in self.server.bodies[-1]["messages"] if m["role"] == "tool"]
+        self.assertTrue(results[0].startswith("ran\n"), results)
+        self.quit(term)
+
+    def test_quit_ends_the_turn_with_a_refusal(self):
+        term = self.ask()
+        term.send("/quit\r")
+        term.expect(PROMPT_LINE)
+        self.assertEqual(len(self.server.posts), 1)   # no request after the refusal
+        self.assertTrue(term.alive())
+        self.turn(term, "next", "finished")   # (the reply the refused call would have had)
+        tool = [m["content"] for m in self.server.bodies[-1]["messages"] if m["role"] == "tool"]
+        self.assertEqual(len(tool), 1)
+        self.assertIn("did not let this command run", tool[0])
+        self.quit(term)
+
+    def test_ctrl_c_clears_the_question(self):
+        term = self.ask()
+        term.send("\x03")
+        term.expect("interrupted")
+        term.expect(PROMPT_LINE)
+        lines = screen(term.output).splitlines()
+        self.assertNotIn("]]", screen(term.output))
+        self.assertFalse([line for line in lines if line.startswith("Run?")], lines)
+        self.quit(term)
+
+
 if __name__ == "__main__":
     unittest.main()
