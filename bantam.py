@@ -3497,8 +3497,8 @@ COMMANDS.update({
 # ----------------------------------------------------------------------------------------
 
 MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
-             "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
-             "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
+             "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m", "+": "\033[32m",
+             "-": "\033[31m", "title": "\033[1;35m", "heading": "\033[1m"}   # title: h1-h2; +-: diff
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
 
 SGR = r"\033\[[0-9;]*m"
@@ -3541,12 +3541,13 @@ def md_end(state):
 def md_line(state, line):
     """One complete source line rendered (a table's rows as written, inline styles shown)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
-        char, size, indent, pad = state["fence"]
+        char, size, indent, pad, lang = state["fence"]
         if re.match(r"[ \t]*%s{%d,}[ \t]*$" % (re.escape(char), size), line):   # ``` or longer
             state["fence"] = None
             return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
         body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
-        return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
+        style = state["styles"][body[:1] if lang == "diff" and body[:1] in "+-" else "code"]
+        return pad + "    " + styled(body, style) + "\n" if body else "\n"
     return md_block(state, line)
 
 def md_block(state, line):
@@ -3560,7 +3561,7 @@ def md_block(state, line):
     fence = lead in "`~" and re.match(FENCE, line)
     if fence:                                  # ─── python, indented like the list it is in
         pad = " " * list_column(state["lists"], indent)
-        state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad)   # ``` ~~~~
+        state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad, fence.group(3))
         label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
         return pad + styled(label, st["dim"]) + "\n"
     heading = lead == "#" and re.match(HEADING, line)
@@ -3775,19 +3776,24 @@ def md_flush(state, depth):
         state["md"] = None
 
 def term_tool_call(state, event):
-    """A command or a subagent's prompt in words ("$ ls"), another call as its plain trace."""
+    """A command or a subagent's prompt in words ("$ ls"), another call as its plain trace; a
+    write's diff taken before the file changes."""
     try:
         args = dict(json.loads(event["arguments"]))
     except (ValueError, TypeError):
         args = {}
+    name = TOOL_ALIASES.get(event["name"], event["name"])
     words = {"shell_exec": ("$ ", "command"), "run_subagent": ("\u00bb subagent: ", "prompt")}
-    mark, key = words.get(TOOL_ALIASES.get(event["name"], event["name"]), ("", None))
+    mark, key = words.get(name, ("", None))
     text = args.get(key)
     show_call(state, event, mark + text.rstrip("\n") if mark and isinstance(text, str) else None)
     rows = screen_size(state)[1]   # (a window taller than the screen could not be redrawn)
     state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "head": [],
                      "tail": [], "drawn": 0.0, "limit": max(4, min(state["tool_lines"] or rows,
                                                                      rows - 4))}
+    if name == "write" and isinstance(args.get("filePath"), str) and args["filePath"].strip():
+        diff = write_preview(os.path.abspath(path_argument(args)), args, None).partition("\n")[2]
+        state["tool"]["diff"] = diff or "(no change)" * (args.get("lineOffset") is None)
 
 def bounded(text, rows, width):
     """text in about rows rows of width: long lines cut, the middle lines of a tall text."""
@@ -3873,8 +3879,18 @@ def term_tool_result(state, event):
         width = max(20, screen_size(state)[0] - 4 * depth)
         text = bounded(event["content"].rstrip("\n"), tool["limit"] if tool else 20, width)
         write(state, text + "\n", "body" if event["ok"] else "error", depth)
+        diff = event["ok"] and (tool or {}).get("diff")
+        for line in diff.split("\n") if diff else ():
+            write(state, line + "\n", {"+": "result", "-": "error"}.get(line[:1], "body"), depth)
     state["tool"] = None
     flush_out(state, now=True)
+
+def term_approval(state, event):
+    """A decision said, unless the user's (a write's diff was shown with its question)."""
+    if event["rule"] != "asked":
+        show_approval(state, event)
+    elif state["tool"]:
+        state["tool"]["diff"] = ""
 
 def term_turn_end(state, event):
     """A run's end; a command it stopped (Ctrl+C) leaves its last lines on screen."""
@@ -3888,7 +3904,7 @@ TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status, turn_end=term_turn_end,
-                approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
+                approval=term_approval)
 VIEWS.update(terminal=lambda cfg: plain_view(cfg, TERMINAL, md=None, tool=None,   # a person's
                                              tool_lines=cfg.get("tool_lines") or 0))
 

@@ -103,5 +103,32 @@ class RunQuestionTests(TerminalCase):
         self.quit(term)
 
 
+class WriteDiffTests(TerminalCase):
+    """After a write the screen shows its short diff; an answer's ```diff block is colored."""
+
+    def test_a_write_shows_its_diff_or_no_change(self):
+        self.ws.write("calc.py", "a = 1\nb = 2\nc = 3\n")
+        change = {"filePath": "calc.py", "content": "a = 1\nb = 20\nc = 3\n"}
+        self.push(tool_call_stream([("c1", "write", change)]), text_stream("edited"),
+                  tool_call_stream([("c2", "write", change)]), text_stream("again"))
+        term = self.start(approve="auto", tools="shell_exec,write")
+        out = self.turn(term, "edit it", "edited")
+        self.assertIn("\n-b = 2\n+b = 20\n", out)
+        out = self.turn(term, "once more", "again")
+        self.assertIn("(no change)", out)
+        self.assertNotIn("+b = 20", out)
+        self.quit(term)
+
+    def test_a_diff_block_is_red_and_green(self):
+        self.push(text_stream("Here:\n\n```diff\n-old line\n+new line\n```\n"))
+        term = self.start(color="always")
+        start = len(term.output)
+        self.type_line(term, "show", "new line")
+        out = term.output[start:]
+        self.assertIn("\033[31m-old line", out)
+        self.assertIn("\033[32m+new line", out)
+        self.quit(term)
+
+
 if __name__ == "__main__":
     unittest.main()
