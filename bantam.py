@@ -4010,7 +4010,11 @@ def confirm(question):
 
 def read_answer(question, text=""):
     """The answer typed to question ("" at the input's end), text ready to edit; no history."""
-    readline = sys.modules.get("readline")
+    readline, columns = sys.modules.get("readline"), screen_size(None)[0]
+    if display_width(question) >= columns:   # wrapped at spaces (a terminal breaks words)
+        *lines, last = wrap_words(question, columns - 1)
+        show({}, "\n".join(lines) + "\n")
+        question = last + " "
     before = readline.get_current_history_length() if readline else 0
     if text and readline:
         readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))

@@ -130,5 +130,22 @@ class WriteDiffTests(TerminalCase):
         self.quit(term)
 
 
+class TrustQuestionTests(TerminalCase):
+    """At 40 columns the trust question is wrapped at spaces, never mid-word."""
+
+    def test_the_question_wraps_at_spaces(self):
+        other = self.make_server()
+        self.ws.write("model.cfg", "endpoint=%s\n" % other.url)
+        term = self.pty(cols=40)
+        term.expect("[y/N] ")
+        lines = [line.rstrip() for line in screen(term.output).splitlines() if line.strip()]
+        self.assertTrue(all(len(line) <= 40 for line in lines), lines)
+        self.assertEqual(" ".join(lines), "This folder's model.cfg would change endpoint=%s "
+                         "(the model you talk to). Trust this folder? [y/N]" % other.url)
+        term.sendline("n")
+        term.expect(PROMPT_LINE)
+        self.quit(term)
+
+
 if __name__ == "__main__":
     unittest.main()
