@@ -3498,7 +3498,7 @@ COMMANDS.update({
 
 MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
              "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m", "+": "\033[32m",
-             "-": "\033[31m", "title": "\033[1;35m", "heading": "\033[1m"}   # title: h1-h2; +-: diff
+             "-": "\033[31m", "title": "\033[1;35m", "heading": "\033[1m"}   # title: h1, h2
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
 
 SGR = r"\033\[[0-9;]*m"
@@ -4329,6 +4329,7 @@ def more_flags(parser):
         help="off, workspace or read-only: where commands may write")
     add("--trust", action="store_true", help="trust this folder: its model.cfg may steer bantam")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
+    add("--init", action="store_true", help="write a starter ~/.bantam/model.cfg, then exit")
 
 FLAGS.insert(1, more_flags)
 HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
@@ -4373,10 +4374,33 @@ def show_config(cfg):
 def keyless(cfg):
     """Why no prompt may go out (the default endpoint, never set up, has no key), else None."""
     if not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]:
-        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg (see "
-                "model.cfg.example), export OPENAI_API_KEY=..., use -e http://localhost:11434/v1 "
-                "-m MODEL for a local server, or here: /cfg api_key KEY, /endpoint URL"
+        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg ("
+                "bantam --init writes one), export OPENAI_API_KEY=..., use -e "
+                "http://localhost:11434/v1 -m MODEL for a local server, or here: /cfg api_key "
+                "KEY, /endpoint URL"
                 % DEFAULTS["endpoint"])
+
+STARTER = """\
+# bantam's settings: key=value lines ('#' starts a comment); flags, a trusted folder's
+# model.cfg and BANTAM_<KEY> come first. `bantam --show-config` shows every key and its source.
+# Any OpenAI-compatible API: a local server is e.g. endpoint=http://localhost:11434/v1
+#endpoint=https://api.openai.com/v1
+#model=gpt-4o
+# The key (blank: BANTAM_API_KEY, then OPENAI_API_KEY); this file stays private (0600).
+#api_key=
+# Commands and writes: auto (run them), ask (the REPL asks first) or deny.
+#approve=auto
+"""
+
+def init_config():
+    """--init: a commented starter ~/.bantam/model.cfg (0600), never over one that exists."""
+    path = bantam_home("model.cfg")
+    try:
+        write_private_file(path, STARTER, exclusive=True)
+    except FileExistsError:
+        raise ConfigError("%s exists already: left as it is" % path)
+    note({}, "wrote %s: set api_key (or endpoint and model) there" % path, "info")
+    return 0
 
 def refuse_keyless(convo, prompt, go):
     """The turn hook keeping a prompt from the default endpoint while no key is set (exit 2)."""
@@ -4390,6 +4414,8 @@ def start(convo, args):
     cfg = convo["cfg"]
     if args.delete:
         return cmd_delete(None, args.delete) or 0
+    if args.init:
+        return init_config()
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
     settle(cfg)
     hide_secrets(cfg)
