@@ -1413,14 +1413,26 @@ def cmd_load(convo, arg):
 def resumed(convo):
     """Say which conversation goes on (with its last exchange), or that a named one is new."""
     session, messages, cfg = convo["session"], convo["messages"], convo["cfg"]
+    stored = session_head(session["id"]) if session["id"] else {}   # (its own keys: Part II's)
+    head = session.setdefault("head", {k: v for k, v in stored.items() if k not in (
+        "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")})
     if len(messages) > 1:
         at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
         emit(cfg, "resumed", session=session["id"], messages=len(messages),
-             ago=ago(session.get("changed") or time.time()), prompt=redact(cfg, str(
-                 messages[at].get("content") or "")) if at else None, answer=redact(
-                 cfg, last_answer(messages[at:])))
+             ago=ago(session.get("changed") or time.time()), prompt=redact(cfg, typed_prompt(
+                 str(messages[at].get("content") or ""), head.get("prompt"))) if at else None,
+             answer=redact(cfg, last_answer(messages[at:])))
     elif session["id"]:
         show(cfg, "[new conversation %s: no saved session has that id]\n" % session["id"])
+
+
+def typed_prompt(text, kept):
+    """The prompt last typed in a user message's text; in a summary's, the one after it, else
+    the request it kept, else kept (the last typed before /compact)."""
+    _, end, after = text.partition(SUMMARY_END)   # (a prompt typed since: joined after it)
+    if not text.startswith(SUMMARY_HEAD) or not end:
+        return text
+    return after[2:].rpartition(", as I wrote it:\n\n")[2] or kept
 
 
 def last_answer(messages):
@@ -1438,6 +1450,9 @@ def switch_to(convo, session, messages):
         save_session(convo["cfg"], session, convo["messages"])
 
 
+SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
+
+
 def compact(cfg, messages, keep=None):
     """Replace messages by [system, user: a summary], keep (a request in progress) after it."""
     request = [dict(m) for m in messages]
@@ -1449,7 +1464,7 @@ def compact(cfg, messages, keep=None):
         raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
     if not summary:
         raise ApiError("compaction failed: the model returned an empty summary")
-    text = "Summary of our conversation so far:\n\n" + summary + (
+    text = SUMMARY_HEAD + summary + SUMMARY_END + (
         "\n\nThe request I am working on now, as I wrote it:\n\n" + keep if keep else "")
     before = len(messages)
     messages[:] = [messages[0], {"role": "user", "content": text}]
@@ -1461,8 +1476,10 @@ def cmd_compact(convo, arg):
     if len(convo["messages"]) < 3:
         raise BantamError("nothing to compact yet")
     show(convo["cfg"], "[compacting...]\n")
-    before = len(convo["messages"])
+    before, head = len(convo["messages"]), convo["session"].setdefault("head", {})
+    typed = [m["content"] for m in convo["messages"] if m["role"] == "user"]
     compact(convo["cfg"], convo["messages"])
+    head["prompt"] = typed_prompt(str(typed[-1]), head.get("prompt"))   # shown when resumed
     save_session(convo["cfg"], convo["session"], convo["messages"])
     show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 

@@ -12,7 +12,7 @@ import shutil
 import stat
 import unittest
 
-from tests.support import PROMPT_LINE, text_stream, tool_call_stream
+from tests.support import PROMPT_LINE, completion, text_stream, tool_call_stream
 from tests.test_terminal import TerminalCase, screen
 
 
@@ -181,6 +181,23 @@ class InitTests(TerminalCase):
         self.assertEqual(result.returncode, 2)
         self.assertIn("bantam --init", result.stderr)
         self.assertNotIn("model.cfg.example", result.stderr)
+
+
+class ResumedCompactionTests(TerminalCase):
+    """-c after /compact shows the last prompt typed, not the summary as `you:`."""
+
+    def test_resume_after_compact_shows_the_typed_prompt(self):
+        self.push(text_stream("A1"), completion("SUMMARY-TEXT of it"))
+        result = self.run_bantam(input="first question\n/compact\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        shown = self.run_bantam("-c", input="")
+        self.assertIn("you: first question\n", shown.stdout)
+        self.assertNotIn("SUMMARY-TEXT", shown.stdout)
+        self.push(text_stream("A2"))
+        self.run_bantam("-c", input="second question\n")
+        shown = self.run_bantam("-c", input="")
+        self.assertIn("you: second question\nA2\n", shown.stdout)
+        self.assertNotIn("SUMMARY-TEXT", shown.stdout)
 
 
 if __name__ == "__main__":
