@@ -3946,12 +3946,16 @@ def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
-    def complete(text, state):   # Tab: /commands, then session ids, config keys or skill names
+    def complete(text, state):   # Tab: /commands, then ids, keys, skills or the server's models
         line, options = readline.get_line_buffer(), []
+        if line.startswith("/model ") and "models" not in convo:   # (fetched once)
+            convo["models"] = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
         if line.startswith(("/load ", "/save ", "/delete ")):
             options = session_ids()
         elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
             options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
+        elif line.startswith("/model "):
+            options = convo["models"]
         elif " " not in line:
             options = COMMANDS
         options = [name for name in options if name.startswith(text)]
@@ -3966,7 +3970,8 @@ def setup_terminal(convo):
     parts += ["context %d" % cfg["context_window"]] * (
         cfg["sources"]["context_window"] != "default")
     mode, closed = sandbox_of(cfg)
-    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + ["/help for commands"]
+    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + [
+        "approve " + cfg["approve"]] * (cfg["approve"] != "auto") + ["/help for commands"]
     if len(" \u00b7 ".join(parts)) > screen_size(None)[0]:
         parts = parts[1:-1] + ["/help"]   # shorter when narrow
     note(cfg, " \u00b7 ".join(parts), "info")

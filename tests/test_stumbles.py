@@ -200,5 +200,25 @@ class ResumedCompactionTests(TerminalCase):
         self.assertNotIn("SUMMARY-TEXT", shown.stdout)
 
 
+class FirstLineAndModelTests(TerminalCase):
+    """--ask is in the REPL's first line; /model <Tab> completes the server's model names."""
+
+    def test_ask_is_in_the_first_line(self):
+        self.ws.write_config(self.server, render="always")
+        term = self.pty("--ask")
+        term.expect("> ")
+        first = screen(term.output).strip().splitlines()[0]
+        self.assertIn("approve ask", first)
+        self.quit(term)
+
+    def test_model_tab_completes_the_servers_models(self):
+        self.server.models = {"object": "list", "data": [{"id": "test-model"},
+                                                         {"id": "other-model-7b"}]}
+        term = self.start()
+        term.send("/model oth\t")
+        term.expect("other-model-7b ")
+        self.quit(term, "\x15/quit\r")
+
+
 if __name__ == "__main__":
     unittest.main()
