@@ -3902,13 +3902,6 @@ def term_tool_result(state, event):
     state["tool"] = None
     flush_out(state, now=True)
 
-def term_approval(state, event):
-    """A decision said, unless the user's (a write's diff was shown with its question)."""
-    if event["rule"] != "asked":
-        show_approval(state, event)
-    elif state["tool"]:
-        state["tool"]["diff"] = ""
-
 def term_turn_end(state, event):
     """A run's end; a command it stopped (Ctrl+C) leaves its last lines on screen."""
     if state["tool"]:
@@ -3921,7 +3914,7 @@ TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status, turn_end=term_turn_end,
-                approval=term_approval)
+                approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
 VIEWS.update(terminal=lambda cfg: plain_view(cfg, TERMINAL, md=None, tool=None,   # a person's
                                              tool_lines=cfg.get("tool_lines") or 0))
 
@@ -4402,23 +4395,13 @@ def keyless(cfg):
                 "KEY, /endpoint URL"
                 % DEFAULTS["endpoint"])
 
-STARTER = """\
-# bantam's settings: key=value lines ('#' starts a comment); flags, a trusted folder's
-# model.cfg and BANTAM_<KEY> come first. `bantam --show-config` shows every key and its source.
-# Any OpenAI-compatible API: a local server is e.g. endpoint=http://localhost:11434/v1
-#endpoint=https://api.openai.com/v1
-#model=gpt-4o
-# The key (blank: BANTAM_API_KEY, then OPENAI_API_KEY); this file stays private (0600).
-#api_key=
-# Commands and writes: auto (run them), ask (the REPL asks first) or deny.
-#approve=auto
-"""
-
 def init_config():
     """--init: a commented starter ~/.bantam/model.cfg (0600), never over one that exists."""
     path = bantam_home("model.cfg")
+    text = "# bantam's settings: uncomment a key to set it (the README says what each does)\n"
     try:
-        write_private_file(path, STARTER, exclusive=True)
+        write_private_file(path, text + "".join("#%s=%s\n" % (key, re.sub(r"[][ ]", "", shown_value(
+            DEFAULTS, key))) for key in DEFAULTS), exclusive=True)   # (a list: 1,2 as it is read)
     except FileExistsError:
         raise ConfigError("%s exists already: left as it is" % path)
     note({}, "wrote %s: set api_key (or endpoint and model) there" % path, "info")
