@@ -3941,14 +3941,13 @@ def setup_terminal(convo):
     readline = convo["readline"] = setup_readline(convo)
     def complete(text, state):   # Tab: /commands, then ids, keys, skills or the server's models
         line, options = readline.get_line_buffer(), []
-        if line.startswith("/model ") and "models" not in convo:   # (fetched once)
-            convo["models"] = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
         if line.startswith(("/load ", "/save ", "/delete ")):
             options = session_ids()
         elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
             options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
-        elif line.startswith("/model "):
-            options = convo["models"]
+        elif line.startswith("/model "):   # (fetched once)
+            options = convo["models"] = convo.get("models") or [
+                str(m.get("id")) for m in list_models(cfg, quiet=True)]
         elif " " not in line:
             options = COMMANDS
         options = [name for name in options if name.startswith(text)]
@@ -3976,14 +3975,11 @@ def terminal_approver(convo):
         asking = question.endswith("] ")   # (not "Command: ", whose answer is a command)
         if asking and convo.get("quit"):   # the turn's other calls after a /quit
             return "n"
-        try:
+        answer = read_answer(question, text)
+        while asking and answer.strip() == "?":
+            show({}, "y run \u00b7 n/Enter skip \u00b7 a always this command \u00b7 e edit \u00b7 or "
+                 "type a reason\n")
             answer = read_answer(question, text)
-            while asking and answer.strip() == "?":
-                show({}, answers_help(question))
-                answer = read_answer(question, text)
-        except KeyboardInterrupt:
-            sys.stdout.write("\r\033[K")   # the question's line cleared
-            raise
         convo["quit"] = asking and answer.strip() == "/quit"
         return "n the user ended the turn" if convo["quit"] else answer
 
@@ -3991,12 +3987,6 @@ def terminal_approver(convo):
         return cfg["run"].get("approver") is approver and convo.get("quit")
     HOOKS["step"].insert(0, quit_asked)
     return approver
-
-def answers_help(question):
-    """What each answer to Run? (or Write?, Read?) does."""
-    run = question.startswith("Run")
-    return "y %s \u00b7 n/Enter skip \u00b7 a always this %s \u00b7 or type a reason\n" % (
-        question.split("?")[0].lower(), "command \u00b7 e edit" if run else "path")
 
 def keys_typed_ahead():
     """The printable text of the keys waiting unread on the terminal (Enter as a space)."""
@@ -4038,6 +4028,9 @@ def read_answer(question, text=""):
     except EOFError:
         show({}, "\n")
         return ""
+    except KeyboardInterrupt:
+        sys.stdout.write("\r\033[K")   # the question's line cleared
+        raise
     finally:
         if readline:
             readline.set_pre_input_hook(None)
