@@ -3866,7 +3866,7 @@ def tool_status(state, event):
 
 def settle_output(state, depth):
     """A command's output left on screen: its first lines, how many are not shown, its last."""
-    tool = state["tool"]
+    tool, state["tool"] = state["tool"], None
     lines = tool["tail"] + [tool["partial"]] * bool(tool["partial"])
     total, shown = tool["lines"] + bool(tool["partial"]), len(tool["head"])
     last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
@@ -3902,18 +3902,12 @@ def term_tool_result(state, event):
     state["tool"] = None
     flush_out(state, now=True)
 
-def term_turn_end(state, event):
-    """A run's end; a command it stopped (Ctrl+C) leaves its last lines on screen."""
-    if state["tool"]:
-        settle_output(state, event["depth"])
-        state["tool"] = None
-    PLAIN["turn_end"](state, event)
-
-
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status, turn_end=term_turn_end,
+                tool_progress=tool_status,   # a command stopped (Ctrl+C): its last lines stay
+                turn_end=lambda s, e: s["tool"] and settle_output(s, e["depth"]) or PLAIN[
+                    "turn_end"](s, e),
                 approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
 VIEWS.update(terminal=lambda cfg: plain_view(cfg, TERMINAL, md=None, tool=None,   # a person's
                                              tool_lines=cfg.get("tool_lines") or 0))
