@@ -3859,14 +3859,20 @@ def tool_status(state, event):
         pad, body = "  \u2502 " * event["depth"], state["color"] and COLORS["body"]
         rows = [pad + styled(terminal_safe(screen_line(state, line, event["depth"])), body) + "\n"
                 for line in window]
-        write(state, "")   # (the last window erased)
-        state["out"].write("".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]))
+        erase_status(state)
+        guarded(state, "out", "".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]))
         state["status"], tool["drawn"] = len(rows) + 1, time.monotonic()
     flush_out(state)
+
+def erase_status(state):
+    """The status line or window erased (guarded: a terminal closed under it fails once)."""
+    rows, state["status"] = state["status"], 0
+    guarded(state, "out", "\r\033[K" + "\033[A\033[K" * (rows - 1) if rows else "")
 
 def settle_output(state, depth):
     """A command's output left on screen: its first lines, how many are not shown, its last."""
     tool, state["tool"] = state["tool"], None
+    erase_status(state)
     lines = tool["tail"] + [tool["partial"]] * bool(tool["partial"])
     total, shown = tool["lines"] + bool(tool["partial"]), len(tool["head"])
     last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
@@ -3971,8 +3977,8 @@ def terminal_approver(convo):
             return "n"
         answer = read_answer(question, text)
         while asking and answer.strip() == "?":
-            show({}, "y run \u00b7 n/Enter skip \u00b7 a always this command \u00b7 e edit \u00b7 or "
-                 "type a reason\n")
+            show({}, "y run \u00b7 n/Enter skip \u00b7 a always this command \u00b7 e edit "
+                 "\u00b7 or type a reason\n")
             answer = read_answer(question, text)
         convo["quit"] = asking and answer.strip() == "/quit"
         return "n the user ended the turn" if convo["quit"] else answer
