@@ -1415,14 +1415,26 @@ def cmd_load(convo, arg):
 def resumed(convo):
     """Say which conversation goes on (with its last exchange), or that a named one is new."""
     session, messages, cfg = convo["session"], convo["messages"], convo["cfg"]
+    stored = session_head(session["id"]) if session["id"] else {}   # (its own keys: Part II's)
+    head = session.setdefault("head", {k: v for k, v in stored.items() if k not in (
+        "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")})
     if len(messages) > 1:
         at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
         emit(cfg, "resumed", session=session["id"], messages=len(messages),
-             ago=ago(session.get("changed") or time.time()), prompt=redact(cfg, str(
-                 messages[at].get("content") or "")) if at else None, answer=redact(
-                 cfg, last_answer(messages[at:])))
+             ago=ago(session.get("changed") or time.time()), prompt=redact(cfg, typed_prompt(
+                 str(messages[at].get("content") or ""), head.get("prompt"))) if at else None,
+             answer=redact(cfg, last_answer(messages[at:])))
     elif session["id"]:
         show(cfg, "[new conversation %s: no saved session has that id]\n" % session["id"])
+
+
+def typed_prompt(text, kept):
+    """The prompt last typed in a user message's text; in a summary's, the one after it, else
+    the request it kept, else kept (the last typed before /compact)."""
+    _, end, after = text.partition(SUMMARY_END)   # (a prompt typed since: joined after it)
+    if not text.startswith(SUMMARY_HEAD) or not end:
+        return text
+    return after[2:].rpartition(", as I wrote it:\n\n")[2] or kept
 
 
 def last_answer(messages):
@@ -1440,6 +1452,9 @@ def switch_to(convo, session, messages):
         save_session(convo["cfg"], session, convo["messages"])
 
 
+SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
+
+
 def compact(cfg, messages, keep=None):
     """Replace messages by [system, user: a summary], keep (a request in progress) after it."""
     request = [dict(m) for m in messages]
@@ -1451,7 +1466,7 @@ def compact(cfg, messages, keep=None):
         raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
     if not summary:
         raise ApiError("compaction failed: the model returned an empty summary")
-    text = "Summary of our conversation so far:\n\n" + summary + (
+    text = SUMMARY_HEAD + summary + SUMMARY_END + (
         "\n\nThe request I am working on now, as I wrote it:\n\n" + keep if keep else "")
     before = len(messages)
     messages[:] = [messages[0], {"role": "user", "content": text}]
@@ -1463,8 +1478,10 @@ def cmd_compact(convo, arg):
     if len(convo["messages"]) < 3:
         raise BantamError("nothing to compact yet")
     show(convo["cfg"], "[compacting...]\n")
-    before = len(convo["messages"])
+    before, head = len(convo["messages"]), convo["session"].setdefault("head", {})
+    typed = [m["content"] for m in convo["messages"] if m["role"] == "user"]
     compact(convo["cfg"], convo["messages"])
+    head["prompt"] = typed_prompt(str(typed[-1]), head.get("prompt"))   # shown when resumed
     save_session(convo["cfg"], convo["session"], convo["messages"])
     show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 
@@ -3513,8 +3530,8 @@ COMMANDS.update({
 # ----------------------------------------------------------------------------------------
 
 MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
-             "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m",
-             "title": "\033[1;35m", "heading": "\033[1m"}   # title: heading levels 1-2
+             "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m", "+": "\033[32m",
+             "-": "\033[31m", "title": "\033[1;35m", "heading": "\033[1m"}   # title: h1, h2
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
 
 SGR = r"\033\[[0-9;]*m"
@@ -3523,10 +3540,8 @@ CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
 HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
 QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
-DELIMITER = r" *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$"   # | :--- | :-: | --: |
 # "- item", "12. item", "3) item", "- [x] done": indent, marker, task box, text
 ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
-CELL_BREAK = r"(?<!`)(`+)(?!`).{1,500}?(?<!`)\1(?!`)|\\.|\|"   # "|" outside `a|b` and \|
 
 # Inline spans: each starts with a literal, then a lookbehind; 500 characters at most (linear)
 INLINE = (
@@ -3541,7 +3556,7 @@ INLINE = (
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
-            "part": "", "fence": None, "table": None, "lists": [], "blank": True}
+            "part": "", "fence": None, "lists": [], "blank": True}
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
@@ -3550,32 +3565,26 @@ def md_feed(state, text):
     return "".join([md_line(state, line) for line in lines])
 
 def md_end(state):
-    """Terminal text for whatever is left: the last line, a table, an open code block."""
+    """Terminal text for whatever is left: the last line, an open code block."""
     out = md_feed(state, "\n") if state["part"] else ""
-    out += md_table(state) if state["table"] else ""
     if state["fence"] is not None:             # closed as its own closing fence would
         out += md_line(state, state["fence"][0] * state["fence"][1])
     return out
 
 def md_line(state, line):
-    """One complete source line rendered (a table's rows are kept until it ends)."""
+    """One complete source line rendered (a table's rows as written, inline styles shown)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
-        char, size, indent, pad = state["fence"]
+        char, size, indent, pad, lang = state["fence"]
         if re.match(r"[ \t]*%s{%d,}[ \t]*$" % (re.escape(char), size), line):   # ``` or longer
             state["fence"] = None
             return pad + styled("\u2500" * 3, state["styles"]["dim"]) + "\n"
         body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
-        return pad + "    " + styled(body, state["styles"]["code"]) + "\n" if body else "\n"
-    if line.lstrip().startswith("|"):   # a table row (its delimiter row: not a row)
-        state["table"] = state["table"] or []
-        state["table"] += [] if re.match(DELIMITER, line) else [split_row(line)]
-        state["blank"] = False
-        del state["lists"][:]
-        return ""
-    return (md_table(state) if state["table"] else "") + md_block(state, line)
+        style = state["styles"][body[:1] if lang == "diff" and body[:1] in "+-" else "code"]
+        return pad + "    " + styled(body, style) + "\n" if body else "\n"
+    return md_block(state, line)
 
 def md_block(state, line):
-    """One source line outside code blocks and tables as terminal lines."""
+    """One source line outside code blocks as terminal lines."""
     line = line.expandtabs(4)
     text = line.strip()
     blank, state["blank"] = state["blank"], not text
@@ -3585,7 +3594,7 @@ def md_block(state, line):
     fence = lead in "`~" and re.match(FENCE, line)
     if fence:                                  # ─── python, indented like the list it is in
         pad = " " * list_column(state["lists"], indent)
-        state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad)   # ``` ~~~~
+        state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad, fence.group(3))
         label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
         return pad + styled(label, st["dim"]) + "\n"
     heading = lead == "#" and re.match(HEADING, line)
@@ -3641,39 +3650,6 @@ def md_item(state, indent, m):
     lines = wrap_words(md_inline((m.group(4) or "").strip(), state["styles"]),
                        state["width"] - column)
     return hang(lines, " " * start + marker + " ", " " * column)
-
-def split_row(line):
-    """The cells of a table row: "| a | `b|c` | d \\| e |" -> ["a", "`b|c`", "d | e"]."""
-    text = re.sub(r"^\||(?<!\\)\|$", "", line.strip())   # the outer bars
-    bars = [m.start() for m in re.finditer(CELL_BREAK, text) if m.group() == "|"]
-    return [text[a + 1:b].strip().replace("\\|", "|")
-            for a, b in zip([-1] + bars, bars + [len(text)])]
-
-def md_table(state):
-    """The buffered table drawn once in a box, header bold, cells wrapped to fit the width."""
-    rows, state["table"] = state["table"], None
-    st, count = state["styles"], len(rows[0])
-    rows = [(row + [""] * count)[:count] for row in rows]     # as many cells as the header
-    cells = [[styled(md_inline(cell, st, st["b"]), st["b"]) for cell in rows[0]]]
-    cells += [[md_inline(cell, st) for cell in row] for row in rows[1:]]
-    room, bar = state["width"] - 3 * count - 1, styled("\u2502", st["dim"])   # less the bars
-    widths = [min(room, max(1, max(display_width(row[i]) for row in cells))) for i in range(count)]
-    while sum(widths) > room and max(widths) > 1:   # the widest narrowed, the last first
-        widths[max(range(count), key=lambda i: (widths[i], i))] -= 1
-
-    def rule(left, mid, right):
-        return styled(left + mid.join("\u2500" * (w + 2) for w in widths) + right, st["dim"])
-    out = [rule("\u250c", "\u252c", "\u2510")]
-    for r, row in enumerate(cells):
-        parts = [wrap_words(cell, w) for cell, w in zip(row, widths)]
-        for k in range(max(map(len, parts))):
-            texts = [part[k] if k < len(part) else "" for part in parts]
-            texts = [text + " " * (w - display_width(text)) for text, w in zip(texts, widths)]
-            out.append(bar + " " + (" " + bar + " ").join(texts) + " " + bar)
-        if r == 0:
-            out.append(rule("\u251c", "\u253c", "\u2524"))
-    out.append(rule("\u2514", "\u2534", "\u2518"))
-    return "\n".join(out) + "\n"
 
 def md_inline(text, st, base="", depth=0):
     """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
@@ -3833,17 +3809,24 @@ def md_flush(state, depth):
         state["md"] = None
 
 def term_tool_call(state, event):
-    """A command or a subagent's prompt in words ("$ ls"), another call as its plain trace."""
+    """A command or a subagent's prompt in words ("$ ls"), another call as its plain trace; a
+    write's diff taken before the file changes."""
     try:
         args = dict(json.loads(event["arguments"]))
     except (ValueError, TypeError):
         args = {}
+    name = TOOL_ALIASES.get(event["name"], event["name"])
     words = {"shell_exec": ("$ ", "command"), "run_subagent": ("\u00bb subagent: ", "prompt")}
-    mark, key = words.get(TOOL_ALIASES.get(event["name"], event["name"]), ("", None))
+    mark, key = words.get(name, ("", None))
     text = args.get(key)
     show_call(state, event, mark + text.rstrip("\n") if mark and isinstance(text, str) else None)
-    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(),
-                     "limit": max(4, state["tool_lines"] or screen_size(state)[1] - 4)}
+    rows = screen_size(state)[1]   # (a window taller than the screen could not be redrawn)
+    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "head": [],
+                     "tail": [], "drawn": 0.0, "limit": max(4, min(state["tool_lines"] or rows,
+                                                                     rows - 4))}
+    if name == "write" and isinstance(args.get("filePath"), str) and args["filePath"].strip():
+        diff = write_preview(os.path.abspath(path_argument(args)), args, None).partition("\n")[2]
+        state["tool"]["diff"] = diff or "(no change)" * (args.get("lineOffset") is None)
 
 def bounded(text, rows, width):
     """text in about rows rows of width: long lines cut, the middle lines of a tall text."""
@@ -3862,16 +3845,17 @@ def bounded(text, rows, width):
         last - first, len(lines))] + lines[last:])
 
 def term_tool_output(state, event):
-    """A command's output as it comes: its first lines shown, the others only counted."""
+    """A command's output as it comes: its first and newest lines kept, the window redrawn."""
     tool = state["tool"]
     if tool is None:
         return
     lines = (tool["partial"] + event["text"]).split("\n")
     tool["partial"] = lines.pop()[-4096:]   # a line this long is cut on screen anyway
-    for line in lines[:max(0, tool["limit"] // 2 - tool["lines"])]:
-        write(state, screen_line(state, line, event["depth"]) + "\n", "body", event["depth"])
+    tool["head"] += lines[:tool["limit"] // 2 - len(tool["head"])]
+    tool["tail"] = (tool["tail"] + lines)[-tool["limit"]:]
     tool["lines"] += len(lines)
-    flush_out(state)
+    if time.monotonic() - tool["drawn"] >= 0.05:   # (a flood of output: not every piece)
+        tool_status(state, event)
 
 def screen_line(state, line, depth):
     """A line of output (its last state after \\r) on one row: its start and its longer end."""
@@ -3881,33 +3865,49 @@ def screen_line(state, line, depth):
     return line[:room // 3] + "\u2026" + line[len(line) - room + room // 3 + 1:]
 
 def tool_status(state, event):
-    """A running command's status (also tool_progress's handler): seconds, lines not shown."""
+    """A running command's window (also tool_progress's handler): its newest lines, seconds."""
     tool = state["tool"]
     if tool and state["bol"] and state["tty"]:
-        hidden = tool["lines"] - tool["limit"] // 2
+        window = (tool["tail"] + [tool["partial"]] * bool(tool["partial"]))[-tool["limit"]:]
+        hidden = tool["lines"] + bool(tool["partial"]) - len(window)
         text = "\u231b %.0f s" % (time.monotonic() - tool["started"])
         text += " \u00b7 %d more lines" % hidden if hidden > 0 else ""
-        text = styled(text, state["color"] and COLORS["dim"])
-        state["out"].write("\r\033[K" + "  \u2502 " * event["depth"] + text)
-        state["status"] = True
+        pad, body = "  \u2502 " * event["depth"], state["color"] and COLORS["body"]
+        rows = [pad + styled(terminal_safe(screen_line(state, line, event["depth"])), body) + "\n"
+                for line in window]
+        erase_status(state)
+        guarded(state, "out", "".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]))
+        state["status"], tool["drawn"] = len(rows) + 1, time.monotonic()
     flush_out(state)
 
+def erase_status(state):
+    """The status line or window erased (guarded: a terminal closed under it fails once)."""
+    rows, state["status"] = state["status"], 0
+    guarded(state, "out", "\r\033[K" + "\033[A\033[K" * (rows - 1) if rows else "")
+
+def settle_output(state, depth):
+    """A command's output left on screen: its first lines, how many are not shown, its last."""
+    tool, state["tool"] = state["tool"], None
+    erase_status(state)
+    lines = tool["tail"] + [tool["partial"]] * bool(tool["partial"])
+    total, shown = tool["lines"] + bool(tool["partial"]), len(tool["head"])
+    last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
+    for line in tool["head"]:
+        write(state, screen_line(state, line, depth) + "\n", "body", depth)
+    if total > shown + last:
+        write(state, "... %d more lines\n" % (total - shown - last), "dim", depth)
+    for line in lines[len(lines) - last:]:
+        write(state, screen_line(state, line, depth) + "\n", "body", depth)
+
 def term_tool_result(state, event):
-    """A tool's end: a command's last lines and exit, a subagent's end, another's result cut."""
-    tool, state["tool"], depth = state["tool"], None, event["depth"]
+    """A tool's end: a command's lines and exit, a subagent's end, another's result cut."""
+    tool, depth = state["tool"], event["depth"]
     end_line(state, depth)   # (a command's output: its lines are whole)
     end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
     if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
             "shell_exec":
-        shown = min(tool["lines"], tool["limit"] // 2)   # the first lines, shown live
-        total = tool["lines"] + bool(tool["partial"])
-        last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
-        if total > shown + last:
-            write(state, "... %d more lines\n" % (total - shown - last), "dim", depth)
-        lines = event["content"][:end.start()].split("\n")   # (less its last line break)
-        for line in lines[len(lines) - last:]:
-            write(state, screen_line(state, line, depth) + "\n", "body", depth)
+        settle_output(state, depth)
         summary = "exit %s \u00b7 %.1f s" % (end.group(2), time.monotonic() - tool["started"])
         summary += " \u00b7 " + end.group(1) if end.group(1) else ""
         write(state, summary + "\n", "dim" if end.group(2) == "0" else "error", depth)
@@ -3918,13 +3918,18 @@ def term_tool_result(state, event):
         width = max(20, screen_size(state)[0] - 4 * depth)
         text = bounded(event["content"].rstrip("\n"), tool["limit"] if tool else 20, width)
         write(state, text + "\n", "body" if event["ok"] else "error", depth)
+        diff = event["ok"] and (tool or {}).get("diff")
+        for line in diff.split("\n") if diff else ():
+            write(state, line + "\n", {"+": "result", "-": "error"}.get(line[:1], "body"), depth)
+    state["tool"] = None
     flush_out(state, now=True)
-
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
-                tool_progress=tool_status,
+                tool_progress=tool_status,   # a command stopped (Ctrl+C): its last lines stay
+                turn_end=lambda s, e: s["tool"] and settle_output(s, e["depth"]) or PLAIN[
+                    "turn_end"](s, e),
                 approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
 VIEWS.update(terminal=lambda cfg: plain_view(cfg, TERMINAL, md=None, tool=None,   # a person's
                                              tool_lines=cfg.get("tool_lines") or 0))
@@ -3943,18 +3948,22 @@ def pasted(convo, prompt, go):
         go(text)
     finally:
         typed = convo.pop("typed", "").strip()   # (a prompt given back keeps its spaces)
+        convo.pop("quit", None)   # (a /quit at a question ends only its turn)
         convo["unsent"] = " ".join(filter(None, [convo.get("unsent", ""), typed]))
 
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
-    def complete(text, state):   # Tab: /commands, then session ids, config keys or skill names
+    def complete(text, state):   # Tab: /commands, then ids, keys, skills or the server's models
         line, options = readline.get_line_buffer(), []
         if line.startswith(("/load ", "/save ", "/delete ")):
             options = session_ids()
         elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
             options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
+        elif line.startswith("/model "):   # (fetched once)
+            options = convo["models"] = convo.get("models") or [
+                str(m.get("id")) for m in list_models(cfg, quiet=True)]
         elif " " not in line:
             options = COMMANDS
         options = [name for name in options if name.startswith(text)]
@@ -3969,7 +3978,8 @@ def setup_terminal(convo):
     parts += ["context %d" % cfg["context_window"]] * (
         cfg["sources"]["context_window"] != "default")
     mode, closed = sandbox_of(cfg)
-    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + ["/help for commands"]
+    parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + [
+        "approve " + cfg["approve"]] * (cfg["approve"] != "auto") + ["/help for commands"]
     if len(" \u00b7 ".join(parts)) > screen_size(None)[0]:
         parts = parts[1:-1] + ["/help"]   # shorter when narrow
     note(cfg, " \u00b7 ".join(parts), "info")
@@ -3978,7 +3988,20 @@ def terminal_approver(convo):
     """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt."""
     def approver(question, text):
         convo["typed"] = convo.get("typed", "") + keys_typed_ahead()
-        return read_answer(question, text)
+        asking = question.endswith("] ")   # (not "Command: ", whose answer is a command)
+        if asking and convo.get("quit"):   # the turn's other calls after a /quit
+            return "n"
+        answer = read_answer(question, text)
+        while asking and answer.strip() == "?":
+            show({}, "y run \u00b7 n/Enter skip \u00b7 a always this command \u00b7 e edit "
+                 "\u00b7 or type a reason\n")
+            answer = read_answer(question, text)
+        convo["quit"] = asking and answer.strip() == "/quit"
+        return "n the user ended the turn" if convo["quit"] else answer
+
+    def quit_asked(cfg, messages, calls):   # the step hook: a /quit ends the turn
+        return cfg["run"].get("approver") is approver and convo.get("quit")
+    HOOKS["step"].insert(0, quit_asked)
     return approver
 
 def keys_typed_ahead():
@@ -4008,7 +4031,11 @@ def confirm(question):
 
 def read_answer(question, text=""):
     """The answer typed to question ("" at the input's end), text ready to edit; no history."""
-    readline = sys.modules.get("readline")
+    readline, columns = sys.modules.get("readline"), screen_size(None)[0]
+    if display_width(question) >= columns:   # wrapped at spaces (a terminal breaks words)
+        *lines, last = wrap_words(question, columns - 1)
+        show({}, "\n".join(lines) + "\n")
+        question = last + " "
     before = readline.get_current_history_length() if readline else 0
     if text and readline:
         readline.set_pre_input_hook(lambda: (readline.insert_text(text), readline.redisplay()))
@@ -4017,6 +4044,9 @@ def read_answer(question, text=""):
     except EOFError:
         show({}, "\n")
         return ""
+    except KeyboardInterrupt:
+        sys.stdout.write("\r\033[K")   # the question's line cleared
+        raise
     finally:
         if readline:
             readline.set_pre_input_hook(None)
@@ -4319,6 +4349,7 @@ def more_flags(parser):
     trusting.add_argument("--no-trust", nargs=0, action=NoTrust, help="an untrusted folder: "
                           "your own settings, without asking (BANTAM_TRUST=0)")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
+    add("--init", action="store_true", help="write a starter ~/.bantam/model.cfg, then exit")
 
 FLAGS.insert(1, more_flags)
 HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
@@ -4363,10 +4394,23 @@ def show_config(cfg):
 def keyless(cfg):
     """Why no prompt may go out (the default endpoint, never set up, has no key), else None."""
     if not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]:
-        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg (see "
-                "model.cfg.example), export OPENAI_API_KEY=..., use -e http://localhost:11434/v1 "
-                "-m MODEL for a local server, or here: /cfg api_key KEY, /endpoint URL"
+        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg ("
+                "bantam --init writes one), export OPENAI_API_KEY=..., use -e "
+                "http://localhost:11434/v1 -m MODEL for a local server, or here: /cfg api_key "
+                "KEY, /endpoint URL"
                 % DEFAULTS["endpoint"])
+
+def init_config():
+    """--init: a commented starter ~/.bantam/model.cfg (0600), never over one that exists."""
+    path = bantam_home("model.cfg")
+    text = "# bantam's settings: uncomment a key to set it (the README says what each does)\n"
+    try:
+        write_private_file(path, text + "".join("#%s=%s\n" % (key, re.sub(r"[][ ]", "", shown_value(
+            DEFAULTS, key))) for key in DEFAULTS), exclusive=True)   # (a list: 1,2 as it is read)
+    except FileExistsError:
+        raise ConfigError("%s exists already: left as it is" % path)
+    note({}, "wrote %s: set api_key (or endpoint and model) there" % path, "info")
+    return 0
 
 def refuse_keyless(convo, prompt, go):
     """The turn hook keeping a prompt from the default endpoint while no key is set (exit 2)."""
@@ -4380,6 +4424,8 @@ def start(convo, args):
     cfg = convo["cfg"]
     if args.delete:
         return cmd_delete(None, args.delete) or 0
+    if args.init:
+        return init_config()
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
     settle(cfg)
     hide_secrets(cfg)

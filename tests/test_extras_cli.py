@@ -258,7 +258,7 @@ class CfgTests(ExtrasCase):
         home = self.ws.write_config(self.server, api_key=None)
         folder = self.ws.write("model.cfg", "endpoint=http://10.1.2.3/v1\n")
         term = self.pty(env={"BANTAM_API_KEY": "sk-users-own-key"})
-        term.expect("Trust this folder?")
+        term.expect("this folder? [y/N] ")   # (wrapped at spaces to the terminal's width)
         term.sendline("n")
         term.expect("> ")
         out = self.say(term, "/endpoint " + other.url, "saved in %s" % home)

@@ -303,7 +303,7 @@ class FirstRunTests(FirstHourCase):
         proxy, env = self.watch()
         line = self.assert_one_line_error(self.run_bantam("-p", "hi", env=env), *self.FIXES)
         self.assertIn("no API key for https://api.openai.com/v1", line)
-        self.assertIn("model.cfg.example", line)
+        self.assertIn("bantam --init", line)
         self.assertEqual(proxy.connections, 0)
 
     def test_repl_sends_no_prompt_until_an_endpoint_is_set(self):

@@ -270,16 +270,16 @@ class RenderTests(TerminalCase):
     """Rendered Markdown in the REPL; the plain traces for pipes."""
 
     def test_answer_is_rendered(self):
-        """render=always: a quote has a bar (never the prompt's >), a table a frame, a heading
-        no #; the conversation keeps the raw text."""
+        """render=always: a quote has a bar (never the prompt's >), a table its lines as written,
+        a heading no #; the conversation keeps the raw text."""
         self.push(text_stream(MARKDOWN, pieces=3), text_stream("next"))
         term = self.start()
         out = self.turn(term, "plan?", "Done.")
         self.assertIn("\u2502 Note: quoted, bold here\n", out)
-        self.assertIn("\u250c\u2500\u2500\u2500\u252c\u2500\u2500\u2500\u2510\n\u2502 a \u2502 b \u2502\n", out)
+        self.assertIn("\n| a | b |\n|---|---|\n| 1 | 2 |\n", out)
         self.assertIn("Plan\n\u2550\u2550\u2550\u2550\n", out)
         answer = out[out.index("Plan"):]
-        self.assertNotRegex(answer, r"(?m)^(> Note|#|\|)")
+        self.assertNotRegex(answer, r"(?m)^(> Note|#)")
         self.turn(term, "more", "next")
         self.assertEqual(self.server.bodies[-1]["messages"][-2], {"role": "assistant", "content": MARKDOWN})
         self.quit(term)
@@ -316,7 +316,7 @@ class RenderTests(TerminalCase):
         self.quit(term)
 
     def test_interrupted_answer_shows_what_came(self):
-        """Ctrl+C while a table streams: the rows that came are drawn (the conversation keeps
+        """Ctrl+C while a table streams: the rows that came are shown (the conversation keeps
         the raw text, marked as interrupted)."""
         events = [chunk({"role": "assistant", "content": ""}),
                   chunk({"content": "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4"})]
@@ -328,7 +328,7 @@ class RenderTests(TerminalCase):
         term.send("\x03")
         term.expect("interrupted")
         term.expect(PROMPT_LINE)
-        self.assertIn("\u2502 1 \u2502 2 \u2502\n\u2502 3 \u2502 4 \u2502\n\u2514", screen(term.output))
+        self.assertIn("| 1 | 2 |\n| 3 | 4", screen(term.output))
         self.assertEqual(self.user_messages(), ["table"])
         term.sendline("go on")
         term.expect("next")
@@ -338,7 +338,7 @@ class RenderTests(TerminalCase):
         self.quit(term, "\x04")
 
     def test_color_styles_are_present(self):
-        """With color the heading, bold text and the frame carry styles."""
+        """With color the heading, bold text and the quote's bar carry styles."""
         self.push(text_stream(MARKDOWN))
         term = self.start(color="always")
         start = len(term.output)
