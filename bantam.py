@@ -4269,7 +4269,7 @@ def cmd_undo(convo, arg):
         f["path"] for f in todo))
     convo["session"]["written"] = None
     save_session(cfg, convo["session"], convo["messages"])
-    show(cfg, "[undone: %d files as they were before the turn]\n" % len(todo))
+    show(cfg, "[undone: %d file%s as before the turn]\n" % (len(todo), "s" * (len(todo) != 1)))
 
 def restore_files(entry, files):
     """Give files their content from before the turn back; remove those it created."""
