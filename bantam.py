@@ -729,7 +729,7 @@ def read_stream(cfg, response, reply):
         moved = False
         for data in events:
             if data[:6] == b"[DONE]":
-                return
+                return check_not_empty(reply)
             try:
                 chunk = json.loads(data)
             except (ValueError, RecursionError):
@@ -752,12 +752,17 @@ def read_stream(cfg, response, reply):
             raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (
                 cfg[key], key), "retry")
         hooked("delta", {}, cfg, reply)
-    if not (reply["finish"] or reply["size"]):
-        raise ApiError("the server ended the reply without sending anything", "retry",
-                       body="empty stream")
+    check_not_empty(reply)
     if response.length or response.length is None and not (reply["finish"] or response.chunked):
         # (read1() returns b"" on a short Content-Length body; a chunked one cut short raises)
         raise ApiError("the connection closed in the middle of the reply", "retry")
+
+
+def check_not_empty(reply):
+    """A stream that ended ([DONE] or not) having sent nothing at all failed: retried."""
+    if not (reply["finish"] or reply["size"]):
+        raise ApiError("the server ended the reply without sending anything", "retry",
+                       body="empty stream")
 
 
 def stream_error(error):

@@ -135,6 +135,18 @@ class StreamedFramingTests(FramingCase):
         self.assertIn("retry 1/", result.stderr)
         self.assertEqual(len(server.posts), 2)
 
+    def test_done_alone_is_an_empty_stream(self):
+        """`data: [DONE]` and nothing before it: not an empty answer but a failed stream, asked
+        again without streaming."""
+        server = FakeServer([sse([]), completion("the answer")]).start()
+        self.addCleanup(server.stop)
+        self.ws.write_config(server)
+        result = self.run_batch("hi")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("without sending anything", result.stderr)
+        self.assertIn("the answer", result.stdout)
+        self.assertEqual([b["stream"] for b in server.bodies], [True, False])
+
     def test_empty_stream_is_a_failed_request(self):
         """HTTP 200 with an empty stream (no [DONE], no finish_reason, nothing) is retried,
         then reported as a failure (exit 1), never taken as an empty answer."""
