@@ -3929,7 +3929,15 @@ def term_tool_result(state, event):
     state["tool"] = None
     flush_out(state, now=True)
 
+def show_wrapped(state, event):
+    """A command's output (/help, /list, /cfg) wrapped at spaces to the terminal's width."""
+    columns = screen_size(state)[0]
+    text = "\n".join("\n".join(wrap_words(line, columns)) for line in event["text"].split("\n"))
+    show_output(state, dict(event, text=text))
+
+
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
+                output=show_wrapped,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status,   # a command stopped (Ctrl+C): its last lines stay

@@ -150,6 +150,24 @@ class TrustQuestionTests(TerminalCase):
         self.quit(term)
 
 
+class NarrowHelpTests(TerminalCase):
+    """At 40 columns /help (like every command's output) wraps at spaces, never mid-word."""
+
+    def test_help_wraps_at_spaces(self):
+        term = self.pty(cols=40)
+        term.expect(PROMPT_LINE)
+        start = len(term.output)
+        term.sendline("/help")
+        term.expect("Enter sends")
+        term.expect(PROMPT_LINE)
+        lines = [line.rstrip() for line in screen(term.output[start:]).splitlines()]
+        self.assertTrue(all(len(line) <= 40 for line in lines), lines)
+        words = " ".join(lines).split()
+        for word in ("conversation", "endpoint's", "/undo", "(Enter", "sends)"):
+            self.assertIn(word, words)
+        self.quit(term)
+
+
 class InitTests(TerminalCase):
     """bantam --init writes a commented starter ~/.bantam/model.cfg, never over one."""
 
