@@ -3438,6 +3438,8 @@ def cmd_cfg(convo, arg):
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
     if not raw:
         show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
+        for row in [row for row in unused_settings(cfg) if row[0] == key]:
+            show(cfg, "%s = %s   (%s)\n" % row)
         return show(cfg, window_in_use(cfg)) if key == "context_window" else None
     readline = sys.modules.get("readline")   # a key (or a URL holding one) stays out of history
     if (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))) and readline and \
@@ -4387,6 +4389,14 @@ def batch_prompt(args):
     piped = "" if sys.stdin.isatty() else read_prompt("-", not args.quiet)
     return args.prompt + ("\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")) * bool(piped.strip())
 
+def unused_settings(cfg):
+    """Rows (key, value, where: not used and why) of the folder's values that are not used."""
+    sources = cfg["sources"]
+    why = ("the folder's model.cfg changed since you trusted it (%s)" % ", ".join(
+        sources["changed"]) if sources.get("changed") else "the folder is not trusted")
+    return [(key, shown_untrusted(key, value), where + " (not used: %s)" % why)
+            for key, (value, where) in sources["untrusted"].items()]
+
 def show_config(cfg):
     """--show-config: every setting, its value (secrets as ***) and where it came from."""
     sources = cfg["sources"]
@@ -4395,10 +4405,7 @@ def show_config(cfg):
                  sources["system_prompt"]))
     if sources.get("project_instructions_file"):
         rows.append(("", "+ project instructions", sources["project_instructions_file"]))
-    why = ("the folder's model.cfg changed since you trusted it (%s)" % ", ".join(
-        sources["changed"]) if sources.get("changed") else "the folder is not trusted")
-    rows += [(key, shown_untrusted(key, value), where + " (not used: %s)" % why)
-             for key, (value, where) in sources["untrusted"].items()]
+    rows += unused_settings(cfg)
     rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
                  "kept from commands"))
     for row in rows:

@@ -194,17 +194,22 @@ class NoTrustTests(BantamTestCase):
         self.assertIn("not used: the folder is not trusted", rows[1])
 
     def test_cfg_after_no_marks_what_is_not_used(self):
-        """The REPL's n, then /cfg: the folder's model is marked as not used."""
+        """The REPL's n, then /cfg and /cfg model: the folder's model is marked as not used."""
         term = self.pty(cols=300)
         term.expect("Trust this folder? [y/N] ")
         term.sendline("n")
         term.expect(PROMPT_LINE)
         out = strip_ansi(self.type_line(term, "/cfg", "withheld_env"))
+        one = strip_ansi(self.type_line(term, "/cfg model", "not used"))
         self.leave(term)
         rows = [line for line in out.splitlines() if line.startswith("model ")]
         self.assertIn("test-model", rows[0])
         self.assertIn("llama3", rows[1])
         self.assertIn("not used", rows[1])
+        rows = [line for line in one.splitlines() if line.startswith("model = ")]
+        self.assertIn("test-model", rows[0])
+        self.assertIn("llama3", rows[1])
+        self.assertIn("not used: the folder is not trusted", rows[1])
 
 
 if __name__ == "__main__":
