@@ -28,8 +28,19 @@ def part_two_banners(text):
     return [start + m.start() for m in re.finditer(r"^# -{20,}\n# [A-Z]", text[start:], re.M)]
 
 
+# Issue 28's budget is 4,000 lines; until the cuts that reach it land, this ratchet holds the
+# file where it stands (lower it with each cut, never raise it): a feature pays for its lines.
+BUDGET = 4600
+
+
 class ShapeTests(unittest.TestCase):
-    """No denser code: statements stand on lines of their own."""
+    """No denser code, and no more lines: statements stand on lines of their own."""
+
+    def test_the_file_is_within_its_budget(self):
+        """bantam.py has at most BUDGET lines."""
+        count = source().count("\n")
+        self.assertLessEqual(count, BUDGET, "bantam.py has %d lines; the budget is %d: cut "
+                             "something before adding" % (count, BUDGET))
 
     def test_no_statements_are_joined_with_semicolons(self):
         """No `a; b` on one line (a denser file would cheat the budget)."""
