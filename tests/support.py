@@ -686,6 +686,22 @@ def stop_process(proc):
             pipe.close()
 
 
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def as_nobody(test):
+    """Give test's workspace to the user nobody; the command prefix that runs a program as nobody
+    (the test is skipped where this Python cannot run as nobody: its files private to root)."""
+    if subprocess.run(NOBODY + [sys.executable, "-c", "pass"], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode:
+        test.skipTest("this Python cannot run as nobody (its files are private)")
+    os.chmod(test.ws.root, 0o755)
+    for folder, _, files in os.walk(test.ws.root):
+        for name in [folder] + [os.path.join(folder, f) for f in files]:
+            os.chown(name, 65534, 65534)
+    return list(NOBODY)
+
+
 def run_program(ws, argv, input=None, env=None, timeout=60):
     """Run argv in ws.work and return a CompletedProcess with text stdout/stderr.
 

@@ -40,11 +40,16 @@ def python(code):
 
 def no_landlock(error):
     """A preexec_fn under which landlock_create_ruleset fails with error, as on a kernel without
-    Landlock (ENOSYS) or with it left out at boot (EOPNOTSUPP). Built before the fork: the
-    child only makes two calls."""
+    Landlock (ENOSYS) or with it left out at boot (EOPNOTSUPP)."""
+    return failing_syscall(444, error)
+
+
+def failing_syscall(number, error):
+    """A preexec_fn under which syscall number fails with error (this architecture's calls
+    only). Built before the fork: the child only makes two calls."""
     libc = ctypes.CDLL(None, use_errno=True)
     steps = [(0x20, 0, 0, 4), (0x15, 0, 3, SECCOMP_ARCH[os.uname().machine]),   # our arch, else allow
-             (0x20, 0, 0, 0), (0x15, 0, 1, 444), (0x06, 0, 0, 0x50000 | error),  # 444: errno
+             (0x20, 0, 0, 0), (0x15, 0, 1, number), (0x06, 0, 0, 0x50000 | error),  # errno
              (0x06, 0, 0, 0x7FFF0000)]
     code = b"".join(struct.pack("HBBI", *step) for step in steps)
     program = (ctypes.c_char * len(code)).from_buffer_copy(code)

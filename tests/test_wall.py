@@ -3,7 +3,7 @@ times, extended attributes), device nodes, datagrams and signals out of the sand
 is an attack a command made with bantam 1.2.0's sandbox=workspace, made again through the
 scripted model, as root and (where it differs) as an unprivileged user."""
 
-import ctypes
+import errno
 import os
 import shutil
 import socket
@@ -15,7 +15,7 @@ import unittest
 
 from tests import support
 from tests.support import BantamTestCase, text_stream, tool_call_stream
-from tests.test_sandbox import LANDLOCK, SECCOMP_ARCH, python, shell
+from tests.test_sandbox import LANDLOCK, SECCOMP_ARCH, failing_syscall, python, shell
 
 ROOT = os.geteuid() == 0
 
@@ -129,25 +129,6 @@ class WallTests(BantamTestCase):
 UNSHARE = {"x86_64": 272, "aarch64": 97}
 
 
-def no_unshare():
-    """A preexec_fn under which unshare() fails with EPERM, as in a container that refuses
-    namespaces (or with user namespaces turned off)."""
-    import struct
-    libc = ctypes.CDLL(None, use_errno=True)
-    steps = [(0x20, 0, 0, 4), (0x15, 0, 3, SECCOMP_ARCH[os.uname().machine]),
-             (0x20, 0, 0, 0), (0x15, 0, 1, UNSHARE[os.uname().machine]),
-             (0x06, 0, 0, 0x50000 | 1), (0x06, 0, 0, 0x7FFF0000)]
-    code = b"".join(struct.pack("HBBI", *step) for step in steps)
-    program = (ctypes.c_char * len(code)).from_buffer_copy(code)
-    fprog = struct.pack("HP", len(steps), ctypes.addressof(program))
-    prctl, u = libc.prctl, ctypes.c_ulong
-
-    def install(program=program):
-        if prctl(38, u(1), u(0), u(0), u(0)) or prctl(22, u(2), fprog, u(0), u(0)):
-            os._exit(99)
-    return install
-
-
 @unittest.skipUnless(LANDLOCK and os.uname().machine in UNSHARE, "needs Landlock on x86_64/aarch64")
 class NoNamespaceTests(BantamTestCase):
     """Where no mount namespace can be had, Landlock alone, said in one line at start."""
@@ -157,7 +138,8 @@ class NoNamespaceTests(BantamTestCase):
         result = subprocess.run(support.bantam_argv("-p", "go", "--sandbox", "workspace"),
                                 cwd=self.ws.work, env=self.ws.env(), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                universal_newlines=True, timeout=60, preexec_fn=no_unshare())
+                                universal_newlines=True, timeout=60, preexec_fn=failing_syscall(
+                                    UNSHARE[os.uname().machine], errno.EPERM))
         self.assertEqual(result.returncode, 0, result.stderr)
         said = [line for line in result.stderr.splitlines() if "Landlock alone" in line]
         self.assertEqual(len(said), 1, result.stderr)
@@ -173,22 +155,14 @@ class UnprivilegedWallTests(BantamTestCase):
     """The same wall for an ordinary user: bantam run as `nobody` in a home of its own."""
 
     def test_metadata_outside_the_folder_stays_as_it_was(self):
-        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        if subprocess.run(nobody + [sys.executable, "-c", "pass"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode:
-            self.skipTest("this Python cannot run as nobody (its files are private)")
-        os.chmod(self.ws.root, 0o755)
         outside = os.path.join(self.ws.home, "notes.txt")
         with open(outside, "w") as f:
             f.write("mine\n")
-        for folder, _, files in os.walk(self.ws.root):
-            for name in [folder] + [os.path.join(folder, f) for f in files]:
-                os.chown(name, 65534, 65534)
+        nobody = support.as_nobody(self)
         os.chmod(outside, 0o644)
         self.push(tool_call_stream([shell("c1", "chmod 0666 %s; touch ok-here" % outside)]),
                   text_stream("done"))
-        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-                support.BANTAM, "-p", "do it", "--sandbox", "workspace"]
+        argv = nobody + [sys.executable, support.BANTAM, "-p", "do it", "--sandbox", "workspace"]
         result = support.run_program(self.ws, argv)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(stat.S_IMODE(os.stat(outside).st_mode), 0o644, result.stderr)
