@@ -1565,10 +1565,6 @@ def repl(convo):
     convo["take_back"], last_interrupt = True, 0.0   # (take_back: Part II's "in the REPL")
     try:
         while True:
-            again = convo.pop("unsent", "")   # keys typed ahead (Part II's) come back to edit
-            if again and readline:
-                readline.set_pre_input_hook(lambda: (readline.insert_text(again),
-                                                     readline.redisplay()))
             try:
                 line = input("> ")
             except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
@@ -1583,9 +1579,6 @@ def repl(convo):
             except EOFError:
                 show(cfg, "\n")
                 break
-            finally:
-                if readline:
-                    readline.set_pre_input_hook(None)
             if line.strip() and do_line(convo, line) is QUIT:
                 break
     finally:
@@ -1716,7 +1709,7 @@ def main(argv=None):
 
 # Here ends Part I: all of Bantam. Part II joins it through the tables it extends and the
 # hooks of HOOKS; it never replaces a function of Part I. Part I alone does without:
-#   the server's own waits (Retry-After) and provider quirks (<think>, Gemini signatures...);
+#   the server's own waits (Retry-After) and provider quirks (Gemini signatures, Mistral's...);
 #   compaction on overflow, the token line, budgets and the final-answer call;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
 #   *KEY*-like variables kept from commands, secrets hidden in /proc; proxies;
@@ -1757,12 +1750,11 @@ DEFAULTS.update({
     "max_identical_calls": 3,      # same call and result this many times in a row: stop (0: off)
     "max_repair_calls": 3,         # a turn's final-answer calls (after a budget stop)
     "final_answer_timeout": 60.0,  # seconds for the final-answer call after a budget stop
-    "keep_sessions": 1000,         # conversations with ids bantam made up kept; older go (0: all)
 })
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
 POSITIVE |= {"context_window"}
-EVENTS.update({"waiting": "seconds", "discarded": "error", "context": "model prompt_tokens "
+EVENTS.update({"waiting": "seconds", "context": "model prompt_tokens "
                "cached_tokens completion_tokens estimated window share cost session_cost",
                "approval": "id tool command path decision rule reason edited",
                "budget_stop": "reason limit used"})
@@ -1846,7 +1838,6 @@ CUTS = {   # what was cut of a reply: by its finish_reason, by a bound of bantam
     "content_filter": "[the reply was cut by a content filter (finish_reason: content_filter)]",
     "reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
     "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
-THINK_TAGS = ("<think>", "<thinking>")   # MiniMax, Qwen3, DeepSeek-R1 distills, Amazon Nova
 
 
 def shape_request(cfg, messages, body, error=None):
@@ -1871,10 +1862,6 @@ def learn_from(cfg, messages, body, error):
         if own(cfg).get("silent") is messages[-1]:
             raise ApiError("%s (gave up after 1 retry)" % error, "retry")
         own(cfg)["silent"] = messages[-1]
-    reply = (cfg.get("run") or {}).get("reply") or {}
-    if not reply.get("quiet", True) and (reply["content"] or reply["reasoning"]):
-        emit(cfg, "discarded", error=redact(cfg, str(error)))   # what was shown of it
-        reply["content"] = reply["reasoning"] = ()
     text = error.body or str(error)
     if error.kind == "overflow":
         learn_window(cfg, text)
@@ -1901,8 +1888,7 @@ def learn_from(cfg, messages, body, error):
 
 
 def classify(cfg, error):
-    """Put an ApiError's kind and message right: what its cause, status and body mean (True:
-    no first byte came)."""
+    """Set an ApiError's kind, message, wait from cause, status, body (True: no first byte)."""
     if error.__cause__ is not None:   # a failed connection or read
         return network_error(cfg, error)
     text, status, headers = error.body or "", error.status, error.headers
@@ -1954,10 +1940,8 @@ def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
     if "room" not in reply:   # what the reply may still keep (see room_for)
         reply.update(room={"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS},
-                     cut=[], think="start", unsure="")
-    if delta is None:   # the reply ended: what waited on a <think> marker, then the cuts
-        if reply["unsure"]:
-            queue(reply, "text" if reply["think"] == "start" else "reasoning", reply["unsure"])
+                     cut=[])
+    if delta is None:   # the reply ended: the cuts said below it
         end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
         for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
             if cut in CUTS:
@@ -1987,13 +1971,6 @@ def shape_delta(cfg, reply, delta):
         if isinstance(function, dict) and isinstance(function.get("arguments"), str):
             size = room_for(reply, "arguments", len(function["arguments"]))
             function["arguments"] = function["arguments"][:size]
-    if isinstance(delta.get("content"), str) and delta["content"] and reply["think"]:
-        text = delta.pop("content")   # stored as sent; shown: a <think> block as reasoning
-        reply["content"].append(text)
-        reply["size"] += len(text)
-        shown = split_think(reply, text)
-        if shown:
-            queue(reply, "text", shown)
     return delta
 
 
@@ -2020,31 +1997,6 @@ def room_for(reply, kind, size):
         reply["cut"].append(kind)
     room[kind] = room[kind] - size if size <= room[kind] else -1
     return fit
-
-
-def split_think(reply, text):
-    """The answer part of content that may begin with a <think> block (queued as reasoning).
-    reply["think"]: "start", the closing tag, "after" (blanks skipped) or None (plain text)."""
-    text, reply["unsure"] = reply["unsure"] + text, ""   # (held back: maybe part of a marker)
-    if reply["think"] == "start":
-        head = text.lstrip()
-        tag = next((t for t in THINK_TAGS if head.startswith(t)), None)
-        if tag is None:   # "", "<thi": not known yet
-            reply["unsure"] = text if any(t.startswith(head) for t in THINK_TAGS) else ""
-            reply["think"] = "start" if reply["unsure"] else None
-            return "" if reply["unsure"] else text
-        reply["think"], text = "</" + tag[1:], head[len(tag):].lstrip()
-    if reply["think"] != "after":
-        end = text.find(reply["think"])
-        cut = end if end >= 0 else max(0, len(text) - len(reply["think"]) + 1)
-        queue(reply, "reasoning", text[:cut])
-        if end < 0:
-            reply["unsure"] = text[cut:]
-            return ""
-        text = text[end + len(reply["think"]):]
-    text = text.lstrip()
-    reply["think"] = "after" if not text else None
-    return text
 
 
 HOOKS["request"].append(shape_request)
@@ -2127,11 +2079,13 @@ def connect_endpoint(cfg):
     return conn
 
 
-def count_wait(cfg):
-    """A "waiting" event each second until the reply's output begins (SIGALRM)."""
+def count_wait(cfg, messages, body, error=None):
+    """The request hook: a "waiting" event each second until the reply's output begins."""
     import atexit
-    import signal
+    import signal   # (SIGALRM)
     import threading
+    if error is not None:   # (a failure is not dealt with here)
+        return False
     host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
 
     def tick(*_):
@@ -2150,11 +2104,11 @@ def count_wait(cfg):
         signal.setitimer(signal.ITIMER_REAL, 1, 1)
         atexit.unregister(signal.setitimer)   # (a tick once Python exits would kill it)
         atexit.register(signal.setitimer, signal.ITIMER_REAL, 0)
+    return body
 
 
 def network_error(cfg, error):
-    """Say error's network fault plainly (its cause): fatal when waiting cannot help; True for a
-    first-byte timeout."""
+    """Say error's cause plainly, fatal if waiting cannot help (True: no first byte came)."""
     import socket
     url, proxy, variable = route(cfg)
     e, reply = error.__cause__, (cfg.get("run") or {}).get("reply") or {}
@@ -2178,16 +2132,8 @@ def network_error(cfg, error):
     return silent
 
 
-def counted(cfg, messages, body, error=None):
-    """The request hook of the wait's counter: it starts with each request."""
-    if error is not None:   # (a failure is not dealt with here)
-        return False
-    count_wait(cfg)
-    return body
-
-
 HOOKS["connect"].append(connect_endpoint)
-HOOKS["request"].append(counted)
+HOOKS["request"].append(count_wait)
 
 
 # ----------------------------------------------------------------------------------------
@@ -2200,8 +2146,7 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "headers": "sent to the model's server", "allow": "commands that run without asking",
     "tools": "what the model may use", "bantam_tools_dir": "scripts offered to the model",
     "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
-    "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read",
-    "keep_sessions": "how many of your past conversations are kept"}
+    "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
 
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
             "max_turn_seconds", "max_cost", "max_identical_calls"}
@@ -3279,7 +3224,6 @@ def token_line(convo, prompt, go):
         convo.pop("declined", None)
     elif share >= convo.get("declined", -1.0) + 0.1 and convo.get("take_back") and (
             sys.stdin.isatty()):   # once declined, asked again only 10 points further on
-        convo["typed"] = convo.get("typed", "") + keys_typed_ahead()   # not the answer
         if confirm("Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
             cmd_compact(convo, "")
         else:
@@ -3301,17 +3245,8 @@ HOOKS["turn"].append(token_line)
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions kept tidy: -c and --session, /continue, /delete, the oldest made-up ones pruned
+# Sessions kept tidy: -c and --session, /continue, /delete, stale temporary files removed
 # ----------------------------------------------------------------------------------------
-
-def prune_sessions(cfg):
-    """Remove the oldest made-up ids beyond keep_sessions (not /save's, nor one just changed)."""
-    def changed(sid):   # its file or its journal
-        return max(modified(session_path(sid)), modified(session_path(sid, ".steps")))
-    made = {sid: changed(sid) for sid in session_ids() if re.match(r"\d{8}-\d{6}(?:-\d+)?$", sid)}
-    for sid in sorted(made, key=made.get, reverse=True)[cfg["keep_sessions"]:]:
-        if not session_head(sid).get("copy_of") and changed(sid) == made[sid]:
-            remove_session(sid)
 
 def remove_session(sid):
     """Delete session sid's file, journal and autosave link; the OSError that stopped it."""
@@ -3349,14 +3284,11 @@ def cmd_continue(convo, arg):
     cmd_load(convo, latest_in_folder())
 
 def tidy_sessions(convo, prompt, go):
-    """The turn hook: the oldest pruned, stale temp files removed."""
+    """The turn hook: stale temp files removed."""
     import glob
-    new = not convo["session"]["id"]
     try:
         go(prompt)
     finally:
-        if new and convo["session"]["id"] and convo["cfg"]["keep_sessions"]:   # 0: keep all
-            prune_sessions(convo["cfg"])
         for path in glob.glob(os.path.join(glob.escape(bantam_home("sessions")), ".*.tmp")):
             try:   # lstat: a temp link's age is its own
                 if time.time() - os.lstat(path).st_mtime > 60:
@@ -3747,12 +3679,6 @@ def show_approval(state, event):
             "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"],
             ": " + event["reason"] if event["reason"] else ""), "dim")
 
-def show_discarded(state, event):
-    """[discarded: ...], dim, below the output of a reply that failed."""
-    end_line(state, event["depth"])
-    write(state, "[discarded: the reply above failed and is not kept]\n", "dim", event["depth"])
-    flush_out(state, now=True)
-
 def show_call(state, event, text=None):
     """A tool call: its plain trace whole in a pipe, else (or text) cut to a screen (Run? below)."""
     if not state["tty"] and text is None:
@@ -3767,7 +3693,7 @@ def show_call(state, event, text=None):
 
 
 PLAIN.update(waiting=show_status, context=show_context, approval=show_approval,
-             discarded=show_discarded, tool_call=show_call)
+             tool_call=show_call)
 QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
          "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
 
@@ -3955,16 +3881,14 @@ VIEWS.update(terminal=lambda cfg: plain_view(cfg, TERMINAL, md=None, tool=None, 
 # ----------------------------------------------------------------------------------------
 
 def pasted(convo, prompt, go):
-    """The turn hook: a paste's final line break not sent; keys typed before a question kept."""
+    """The turn hook: a paste's final line break not sent; a /quit at a question forgotten."""
     readline, text = convo.get("readline"), prompt.rstrip("\n")
     if readline and readline.get_current_history_length() and text != prompt:
         readline.replace_history_item(readline.get_current_history_length() - 1, text)
     try:
         go(text)
     finally:
-        typed = convo.pop("typed", "").strip()   # (a prompt given back keeps its spaces)
         convo.pop("quit", None)   # (a /quit at a question ends only its turn)
-        convo["unsent"] = " ".join(filter(None, [convo.get("unsent", ""), typed]))
 
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
@@ -4000,9 +3924,8 @@ def setup_terminal(convo):
     note(cfg, " \u00b7 ".join(parts), "info")
 
 def terminal_approver(convo):
-    """approve=ask's questions at the terminal; keys typed ahead are kept for the next prompt."""
+    """approve=ask's questions at the terminal (? lists the answers, /quit ends the turn)."""
     def approver(question, text):
-        convo["typed"] = convo.get("typed", "") + keys_typed_ahead()
         asking = question.endswith("] ")   # (not "Command: ", whose answer is a command)
         if asking and convo.get("quit"):   # the turn's other calls after a /quit
             return "n"
@@ -4018,23 +3941,6 @@ def terminal_approver(convo):
         return cfg["run"].get("approver") is approver and convo.get("quit")
     HOOKS["step"].insert(0, quit_asked)
     return approver
-
-def keys_typed_ahead():
-    """The printable text of the keys waiting unread on the terminal (Enter as a space)."""
-    import select
-    import termios
-    import tty
-    fd, waiting = sys.stdin.fileno(), []
-    try:
-        before = termios.tcgetattr(fd)
-        tty.setcbreak(fd, termios.TCSANOW)   # a line not ended is read too
-        while select.select([fd], [], [], 0)[0] and (not waiting or waiting[-1]):
-            waiting.append(os.read(fd, 4096))   # (b"": the input's end)
-        termios.tcsetattr(fd, termios.TCSANOW, before)
-    except (OSError, ValueError, termios.error):
-        pass
-    text = b"".join(waiting).decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z~]|[\x00-\x1f\x7f]", "", text)
 
 def confirm(question):
     """A yes/no question at the terminal, Enter for yes; the answer stays out of the history."""

@@ -36,7 +36,7 @@ SAMPLES = {
     "max_turn_seconds": "30", "max_cost": "0.5", "price_in": "2.5", "price_out": "10",
     "price_cached": "1.25", "max_identical_calls": "4",
     "max_repair_calls": "2",
-    "final_answer_timeout": "20", "keep_sessions": "50", "snapshots": "off",
+    "final_answer_timeout": "20", "snapshots": "off",
 }
 # What --show-config prints for each sample (secrets hidden).
 SHOWN = {
@@ -54,7 +54,7 @@ SHOWN = {
     "max_turn_seconds": "30.0", "max_cost": "0.5", "price_in": "2.5", "price_out": "10.0",
     "price_cached": "1.25", "max_identical_calls": "4",
     "max_repair_calls": "2",
-    "final_answer_timeout": "20.0", "keep_sessions": "50", "snapshots": "false",
+    "final_answer_timeout": "20.0", "snapshots": "false",
 }
 
 

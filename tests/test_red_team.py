@@ -8,7 +8,6 @@ FakeServer; each checks what a user sees, what is sent or what is saved.
 - FileToolEscapeTests: read does not leave the folder through a symlink and '..'
   (lnk/../secret), does not show bantam's own environment, and under sandbox=workspace
   cannot read ~/.bantam.
-- FolderKeyTests: keep_sessions (which deletes past conversations) needs trust.
 - FolderTextTests: a folder's AGENTS.md or system.txt that is a symlink out of the folder is
   not read; hidden characters in them are removed.
 - TrustQuestionTests: the trust question shows the folder's text terminal-safe, hidden
@@ -126,24 +125,6 @@ class FileToolEscapeTests(RedTeamCase):
             self.assertTrue(results[call_id].startswith("error: sandbox=workspace: "),
                             results[call_id])
         self.assertEqual(results["r5"], "1: in the open")
-
-
-class FolderKeyTests(RedTeamCase):
-    """A folder's model.cfg may not decide what bantam deletes."""
-
-    def test_keep_sessions_needs_trust(self):
-        """keep_sessions=1 in an untrusted folder would delete the user's past conversations
-        at the next save: batch mode stops, naming it; nothing is sent, no session is gone."""
-        os.makedirs(self.ws.sessions_dir())
-        self.push(text_stream("one"), text_stream("two"))
-        self.batch()
-        self.batch()
-        before, sent = sorted(os.listdir(self.ws.sessions_dir())), len(self.server.requests)
-        self.ws.write("model.cfg", "keep_sessions=1\n")
-        result = self.batch(code=2)
-        self.assertIn("keep_sessions=1", result.stderr)
-        self.assertEqual(len(self.server.requests), sent)
-        self.assertEqual(sorted(os.listdir(self.ws.sessions_dir())), before)
 
 
 class FolderTextTests(RedTeamCase):

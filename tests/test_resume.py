@@ -14,7 +14,6 @@ against the scripted FakeServer, with a throwaway HOME:
   prompt's first line, kept through /compact.
 - DeleteTests: /delete ID (exact id or unique prefix) and --delete ID remove the file and its
   journal; the current conversation is refused.
-- KeepSessionsTests: keep_sessions removes the oldest conversations with made-up ids.
 """
 
 import json
@@ -23,7 +22,7 @@ import re
 import time
 import unittest
 
-from tests.support import PROMPT_LINE, completion, error, read_text, strip_ansi, text_stream
+from tests.support import PROMPT_LINE, completion, error, strip_ansi, text_stream
 from tests.test_sessions import SessionCase, new_format
 
 SYSTEM = {"role": "system", "content": "sys"}
@@ -227,66 +226,6 @@ class DeleteTests(ResumeCase):
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertEqual(result.stderr.strip().splitlines(), ["error: no session matches 'old-work' (see /list)"])
         self.assertEqual(self.server.requests, [])
-
-
-class KeepSessionsTests(ResumeCase):
-    """keep_sessions: the oldest made-up ids go when a new conversation is saved."""
-
-    def test_oldest_unnamed_conversations_go(self):
-        """keep_sessions=3 and four older conversations with made-up ids (one with a journal),
-        a /save copy with a made-up id and a named one: a new batch run leaves the three newest
-        made-up ids, the copy and the named one."""
-        for n in range(1, 5):   # 20250101-00000N, N hours old: 1 is the newest
-            self.conversation("20250101-00000%d" % n, [("user", "q%d" % n)], hours_ago=n)
-        with open(self.path("20250101-000004", ".steps"), "w") as f:   # a run killed then
-            f.write("{}\n")
-        os.utime(self.path("20250101-000004", ".steps"), (time.time() - 4 * 3600,) * 2)
-        self.write_session("20240101-000000", new_format("20240101-000000", [SYSTEM], self.here).replace(
-            '"count"', '"copy_of": "abc", "count"'), mtime=time.time() - 99 * 3600)
-        self.conversation("my-notes", [("user", "named")], hours_ago=100)
-        self.ws.write_config(self.server, keep_sessions=3)
-        self.push(text_stream("new one"))
-        self.batch("a new conversation")
-        new = self.autosave_target()
-        self.assertEqual(sorted(self.conversation_ids()),
-                         sorted([new, "20250101-000001", "20250101-000002", "20240101-000000", "my-notes"]))
-        self.assertFalse(os.path.exists(self.path("20250101-000004", ".steps")))
-        self.assertIn('"copy_of": "abc"', read_text(self.path("20240101-000000")))
-
-    def test_a_conversation_going_on_is_judged_by_its_last_step(self):
-        """keep_sessions=2: a conversation whose file is 3 hours old but whose journal got a
-        step a minute ago (a run still going: its steps go to the journal) is kept, with its
-        journal; one whose file is 2 hours old goes."""
-        self.conversation("20250101-000001", [("user", "going on")], hours_ago=3)
-        with open(self.path("20250101-000001", ".steps"), "w") as f:
-            f.write(json.dumps({"n": 2, "m": {"role": "assistant", "content": "a step"}}) + "\n")
-        os.utime(self.path("20250101-000001", ".steps"), (time.time() - 60,) * 2)
-        self.conversation("20250101-000002", [("user", "done long ago")], hours_ago=2)
-        self.ws.write_config(self.server, keep_sessions=2)
-        self.push(text_stream("new one"))
-        self.batch("a new conversation")
-        self.assertEqual(sorted(self.conversation_ids()),
-                         sorted([self.autosave_target(), "20250101-000001"]))
-        self.assertTrue(os.path.exists(self.path("20250101-000001", ".steps")))
-
-    def test_default_keeps_1000_and_zero_keeps_every_one(self):
-        """With 1000 conversations saved, a new one removes the oldest (the default is 1000);
-        with keep_sessions=0 nothing is removed."""
-        text = new_format("ID", [SYSTEM, {"role": "user", "content": "q"}], self.here)
-        for n in range(1000):   # 20240101-000000 is the oldest
-            sid = "20240101-%06d" % n
-            self.write_session(sid, text.replace('"ID"', '"%s"' % sid), mtime=time.time() - 86400 + n)
-        self.push(text_stream("one"), text_stream("two"))
-        self.batch("with the default")
-        ids = self.conversation_ids()
-        self.assertEqual(len(ids), 1000)
-        self.assertNotIn("20240101-000000", ids)
-        self.assertIn("20240101-000001", ids)
-        self.ws.write_config(self.server, keep_sessions=0)
-        self.batch("with zero")
-        self.assertEqual(len(self.conversation_ids()), 1001)
-        result = self.run_bantam("--show-config")
-        self.assertRegex(result.stdout, r"(?m)^keep_sessions\s+0\s")
 
 
 if __name__ == "__main__":

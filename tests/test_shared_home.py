@@ -4,23 +4,17 @@ arrays, pods sharing a volume): no run loses or corrupts what another one saves.
 - AutosaveLinkTests: the temporary name autosave.json's new link is made under is random, so
   two threads of one process, or a PID reused (containers number every job's processes from 1),
   never clash.
-- PruneTests: a run's conversation that other runs' keep_sessions prune while it still runs
-  is saved whole again at its next step, so a kill after that loses nothing.
 - TrustWriteTests: runs trusting their folders at once (--trust) each keep their folder in
   ~/.bantam/folders.json: none overwrites another's with what it read before.
 """
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import unittest
 
-from tests.support import (
-    BantamTestCase, bantam_argv, hang, run_program, start_bantam, stop_process, text_stream,
-    tool_call_stream)
+from tests.support import BantamTestCase, bantam_argv, run_program, stop_process, text_stream
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -111,59 +105,6 @@ class TrustWriteTests(BantamTestCase):
             memory = json.load(f)
         self.assertEqual({folder: (memory.get(folder) or {}).get("trusted") for folder in folders},
                          {folder: True for folder in folders})
-
-
-def wait_for(path, timeout=20):
-    """Wait until path exists (AssertionError when it never does)."""
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise AssertionError("%s never appeared" % path)
-        time.sleep(0.02)
-
-
-class PruneTests(BantamTestCase):
-    """keep_sessions pruning by other runs, while a conversation still runs."""
-
-    OTHERS = 4
-
-    def test_a_conversation_pruned_while_it_runs_is_saved_again(self):
-        """keep_sessions=1: run A's command waits while 4 other runs start and end, each
-        pruning the conversations older than its own (A's among them); then A's command ends,
-        and A is SIGKILLed while it waits for the model: A's file holds its prompt, the call
-        and the command's result (a journal alone, its file pruned, would have lost them)."""
-        self.ws.write_config(self.server, keep_sessions=1)
-        command = "touch running; while [ ! -f go ]; do sleep 0.05; done; echo waited"
-
-        def respond(record):
-            messages = record["body"]["messages"]
-            if messages[1]["content"] != "the long job":
-                return text_stream("done")
-            if messages[-1]["role"] == "tool":
-                return hang(30)
-            return tool_call_stream([("c1", "shell_exec", {"command": command})])
-
-        self.push(*[respond] * (self.OTHERS + 2))
-        long_run = start_bantam(self.ws, "-p", "the long job")
-        self.addCleanup(stop_process, long_run)
-        wait_for(os.path.join(self.ws.work, "running"))
-        wait_all(self, [start_bantam(self.ws, "-p", "other %d" % n) for n in range(self.OTHERS)])
-        open(os.path.join(self.ws.work, "go"), "w").close()
-        self.server.wait_requests(self.OTHERS + 2)
-        time.sleep(0.2)
-        os.killpg(long_run.pid, signal.SIGKILL)
-        long_run.wait(5)
-        folder = self.ws.sessions_dir()
-        saved = {}
-        for name in os.listdir(folder):
-            if name.endswith(".json") and name != "autosave.json":
-                with open(os.path.join(folder, name), encoding="utf-8") as f:
-                    messages = json.load(f)["messages"]
-                saved[messages[1]["content"]] = messages
-        self.assertIn("the long job", saved, sorted(os.listdir(folder)))
-        self.assertEqual([m["role"] for m in saved["the long job"]],
-                         ["system", "user", "assistant", "tool"])
-        self.assertIn("waited", saved["the long job"][-1]["content"])
 
 
 if __name__ == "__main__":

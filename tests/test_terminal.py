@@ -79,7 +79,7 @@ class TerminalCase(BantamTestCase):
 
 
 class InputTests(TerminalCase):
-    """Paste, type-ahead, history, completion, commands, the start-up line."""
+    """Paste, history, completion, commands, the start-up line."""
 
     def test_paste_is_one_prompt_sent_by_the_enter_after_it(self):
         """A pasted 3-line block (its line breaks arriving as Enter keys) stays on the input
