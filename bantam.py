@@ -1709,7 +1709,7 @@ def main(argv=None):
 
 # Here ends Part I: all of Bantam. Part II joins it through the tables it extends and the
 # hooks of HOOKS; it never replaces a function of Part I. Part I alone does without:
-#   the server's own waits (Retry-After) and provider quirks (Gemini signatures, Mistral's...);
+#   the server's own waits (Retry-After) and provider quirks (Gemini signatures, Mistral parts...);
 #   compaction on overflow, the token line, budgets and the final-answer call;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
 #   *KEY*-like variables kept from commands, secrets hidden in /proc; proxies;
