@@ -2106,6 +2106,14 @@ def count_wait(cfg, messages, body, error=None):
         atexit.register(signal.setitimer, signal.ITIMER_REAL, 0)
     return body
 
+def stop_count(cfg, reply, delta):
+    """The delta hook ending the count when the reply ends (a tick at a question could land
+    while input() holds a Ctrl+C)."""
+    if delta is None:
+        import signal
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return delta
+
 
 def network_error(cfg, error):
     """Say error's cause plainly, fatal if waiting cannot help (True: no first byte came)."""
@@ -2134,6 +2142,7 @@ def network_error(cfg, error):
 
 HOOKS["connect"].append(connect_endpoint)
 HOOKS["request"].append(count_wait)
+HOOKS["delta"].append(stop_count)
 
 
 # ----------------------------------------------------------------------------------------
