@@ -591,9 +591,7 @@ def chat(cfg, messages, tools=True, quiet=False):
                  completion_tokens=completion, estimated=estimated, quiet=quiet,
                  cost=reply.get("cost"), seconds=round(time.monotonic() - reply["asked"], 3),
                  first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
-            if quiet or message["content"] or message.get("tool_calls") or not first(
-                    "request", cfg, messages, body, ApiError("an empty reply", "empty")):
-                return message   # (an empty one: Part II may ask again)
+            return message
         except ApiError as e:
             if first("request", cfg, messages, body, e):   # dealt with: ask again now
                 continue
