@@ -1711,7 +1711,7 @@ def main(argv=None):
 #   compaction on overflow, the token line, budgets and the final-answer call;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
 #   *KEY*-like variables kept from commands, secrets hidden in /proc; proxies;
-#   the read and write tools, Markdown, the terminal view, --jsonl, -c, /undo.
+#   the write tool, Markdown, the terminal view, --jsonl, -c, /undo.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import stat          # (Part II's own module)
@@ -1726,7 +1726,7 @@ DEFAULTS.update({
     "trace_file": "",              # append every event as a JSON line to this file
     "render": "auto",              # Markdown, live tool output: auto (a terminal) | always | never
     "tool_lines": 10,              # lines of a command's output shown on screen (0: a screenful)
-    "tools": "shell_exec,run_subagent",  # the tools offered to the model (also: read, write)
+    "tools": "shell_exec,run_subagent",  # the tools offered to the model (also: write)
     "bantam_tools_dir": "",        # a folder of helper scripts, named in the system prompt
     "bantam_skills_dir": "",       # a folder of skills (<name>/SKILL.md), named to the model
     "shell_env_exclude": "*KEY*,*SECRET*,*TOKEN*,*PASSWORD*",  # kept from commands (none: all pass)
@@ -2610,16 +2610,15 @@ def sandboxed(cfg, options):
     options["preexec_fn"] = confine
     return options
 
-def sandbox_refusal(cfg, args, reading=False):
-    """Why the sandbox keeps a file tool (TOOLS asks first) from args' path, or ''."""
+def sandbox_refusal(cfg, args):
+    """Why the sandbox keeps the write tool (TOOLS asks first) from args' path, or ''."""
     mode, path = sandbox_of(cfg)[0], args.get("filePath")
     if not mode or not isinstance(path, str):   # (the tool says what is wrong with its arguments)
         return ""
     roots, hidden = sandbox_roots(cfg)
     path = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
-    refused = within(path, hidden) or not reading and not within(path, roots)
-    why = "bantam's own files (%s) cannot be read" % ", ".join(hidden) if reading else \
-        "writes outside %s are refused" % ", ".join(roots)
+    refused = within(path, hidden) or not within(path, roots)
+    why = "writes outside %s are refused" % ", ".join(roots)
     return "error: sandbox=%s: %s: %s" % (mode, why, path) if refused else ""
 
 
@@ -2627,30 +2626,15 @@ HOOKS["spawn"].append(sandboxed)
 
 
 # ----------------------------------------------------------------------------------------
-# The file tools: read (a file's numbered lines, a folder's entries), write (whole, or lines)
+# The file tool: write (a whole file at a time), other agents' tool names, the tools key
 # ----------------------------------------------------------------------------------------
 
-READ_LIMIT = 2000       # lines shown when no limit is given
-LINE_BYTES = 2000       # longer lines are cut here: one minified line must not flood the model
-FILE_LIMIT = 64 << 20   # read and splice take a file whole: a larger one is bash's (sed, tail)
-
-READ_SCHEMA = {
-    "description": "Read a text file as numbered lines '<line>: <content>' (write's lineOffset), "
-                   "or list a directory (subfolders end with '/'); a last line says how to go on.",
-    "parameters": {"type": "object", "required": ["filePath"], "properties": {
-        "filePath": {"type": "string", "description": "The file or directory to read."},
-        "offset": {"type": "integer", "description": "The first line to show (default 1)."},
-        "limit": {"type": "integer", "description": "Lines to show at most (default 2000)."}}}}
-
 WRITE_SCHEMA = {
-    "description": "Write a file. With only filePath and content, the whole file is replaced (it "
-                   "and its folders are created if missing). With lineOffset, content is "
-                   "inserted there as whole lines, after deleting delLines lines.",
+    "description": "Write a file: the whole file is replaced by content (it and its folders are "
+                   "created if missing).",
     "parameters": {"type": "object", "required": ["filePath", "content"], "properties": {
         "filePath": {"type": "string", "description": "The file to write."},
-        "content": {"type": "string", "description": "The text to write (may be empty)."},
-        "lineOffset": {"type": "integer", "description": "1-indexed line; past the end appends."},
-        "delLines": {"type": "integer", "description": "Lines to delete there first."}}}}
+        "content": {"type": "string", "description": "The text to write (may be empty)."}}}}
 
 def path_argument(args):
     """The filePath argument with ~ expanded; ValueError when missing."""
@@ -2659,79 +2643,13 @@ def path_argument(args):
         raise ValueError("filePath must be a non-empty string")
     return os.path.expanduser(path)
 
-def int_argument(args, name, low):
-    """args[name] as an int >= low (JSON's 10.0 too), None when absent or null; ValueError."""
-    value = args.get(name)
-    value = int(value) if isinstance(value, float) and value.is_integer() else value
-    if value is not None and (type(value) is not int or value < low):
-        raise ValueError("%s must be an integer of %d or more, got %r" % (name, low, value))
-    return value
-
-def count_lines(data):
-    """Lines in text or bytes as read numbers them: a last line without a newline counts."""
-    newline = "\n" if isinstance(data, str) else b"\n"
-    return data.count(newline) + (1 if data and not data.endswith(newline) else 0)
-
-def whole_file(path):
-    """The bytes of the regular file path, at most FILE_LIMIT of them; OSError."""
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):   # a FIFO or device could block or never end
-        raise OSError("not a regular file or a directory")
-    if info.st_size > FILE_LIMIT:
-        raise OSError("over %d MB: use bash (sed -n, head, tail)" % (FILE_LIMIT >> 20))
-    with open(path, "rb") as f:
-        return f.read()
-
-def read_tool(cfg, args):
-    """The read tool: a page of a file's numbered lines, or of a directory's sorted entries."""
-    try:
-        path = path_argument(args)
-        offset = int_argument(args, "offset", 0) or 1   # 0 is taken as 1: harmless for a read
-        limit = int_argument(args, "limit", 1) or READ_LIMIT
-        where = os.path.abspath(path)   # '..' taken lexically, as the leash does
-        if os.path.isdir(where):
-            items = sorted(e.name + "/" if e.is_dir() else e.name for e in os.scandir(where))
-            unit, text = "entries", lambda n, name: name
-        else:
-            data = whole_file(where)
-            if b"\0" in data[:8192]:   # text has no NULs; binary wastes context
-                return "error: %s looks like a binary file (%d bytes): use xxd" % (path, len(data))
-            items = data.split(b"\n")[:count_lines(data)]
-            unit, text = "lines", lambda n, line: "%d: %s" % (n, model_line(line))
-    except ValueError as e:
-        return "error: read: %s" % e
-    except FileNotFoundError:
-        return "error: no such file or directory: %s" % path
-    except OSError as e:
-        return "error: cannot read %s: %s" % (path, e.strerror or e)
-    shown, used = [], 0
-    for number in range(offset, len(items) + 1):
-        shown.append(text(number, items[number - 1]))
-        used += len(shown[-1].encode("utf-8", "replace")) + 1
-        if len(shown) > limit or len(shown) > 1 and used > cfg["max_tool_res"] - 200:
-            return "\n".join(shown[:-1] + ["[... %d more %s: read with offset=%d]" % (
-                len(items) - number + 1, unit, number)])
-    if not shown:   # (an empty file or folder too)
-        return "error: offset %d is past the end of %s (%d %s)" % (offset, path, len(items), unit)
-    return "\n".join(shown)
-
-def model_line(line):
-    """A line for the model: no CRLF's CR, invalid UTF-8 as U+FFFD, cut at LINE_BYTES."""
-    if len(line) <= LINE_BYTES:
-        return line[:-1 if line.endswith(b"\r") else None].decode("utf-8", "replace")
-    return line[:LINE_BYTES].decode("utf-8", "replace").rstrip("\ufffd") + \
-        " [... line cut: %d bytes in all]" % len(line)
-
 def write_tool(cfg, args):
-    """The write tool: replace a whole file, or splice content in at a line."""
+    """The write tool: replace a whole file with content (it and its folders made if missing)."""
     try:
         path = path_argument(args)
         content = args.get("content")
         if not isinstance(content, str):
             raise ValueError("content must be a string (it may be empty)")
-        if {"byteOffset", "delBytes"} & set(args):   # a whole write would lose the file
-            raise ValueError("byte offsets are gone: use lineOffset and delLines")
-        line, del_lines = int_argument(args, "lineOffset", 1), int_argument(args, "delLines", 0)
         data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
         target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
@@ -2740,27 +2658,13 @@ def write_tool(cfg, args):
             return "error: %s is not a regular file: write replaces only regular files" % path
         if os.path.exists(target) and not os.access(target, os.W_OK):
             return "error: %s is read-only" % path
-        if line is None and del_lines is None:
-            existed = os.path.exists(target)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            write_private_file(target, data, keep_mode=True)
-            return "wrote %d bytes to %s (%d lines%s)" % (
-                len(data), path, count_lines(data), "" if existed else ", new file")
-        line, del_lines = line or 1, del_lines or 0
-        old = re.findall(rb"[^\n]*\n|[^\n]+\Z", whole_file(target))
-        head, tail = b"".join(old[:line - 1]), b"".join(old[line - 1 + del_lines:])
-        lead = b"\n" if head[-1:] not in (b"", b"\n") else b""   # past a last line without one
-        data += b"\n" if data[-1:] not in (b"", b"\n") and tail else b""   # not "Xb\n"
-        new = head + lead + data + tail
-        write_private_file(target, new, keep_mode=True)
-        where = ("appended at the end of %s (lineOffset %d is past its %d lines)" % (path, line,
-                 len(old)) if line > len(old) + 1 else "spliced at line %d of %s" % (line, path))
-        return "%s: deleted %d lines, inserted %d lines (now %d lines)" % (
-            where, len(old[line - 1:line - 1 + del_lines]), count_lines(data), count_lines(new))
+        existed = os.path.exists(target)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        write_private_file(target, data, keep_mode=True)
+        return "wrote %d bytes to %s (%d lines%s)" % (
+            len(data), path, len(data.splitlines()), "" if existed else ", new file")
     except ValueError as e:
         return "error: write: %s" % e
-    except FileNotFoundError:
-        return "error: %s does not exist; to create it, give only filePath and content" % path
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
@@ -2777,9 +2681,7 @@ def check_tool_names(raw, where):
     return ",".join(dict.fromkeys(names))
 
 
-TOOLS.update(read=(READ_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args, True) or
-                   read_tool(cfg, args)),
-             write=(WRITE_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args) or
+TOOLS.update(write=(WRITE_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args) or
                     write_tool(cfg, args)))
 TOOLS.update({alias: (None, TOOLS[name][1]) for alias, name in TOOL_ALIASES.items()})
 PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
@@ -4253,7 +4155,6 @@ def more_flags(parser):
         def __call__(self, *_):
             os.environ["BANTAM_TRUST"] = "0"
     add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt (+ piped stdin)")
-    add("-i", "--interactive", metavar="PROMPT", help="start the REPL with this first prompt")
     add("-m", "--model", action=setting("model"), help="the model (config key model)")
     add("-e", "--endpoint", metavar="URL", action=setting("endpoint"), help="the API's base URL")
     add("--set", metavar="KEY=VALUE", action=setting(None), help="set any config key (repeatable)")
@@ -4265,7 +4166,6 @@ def more_flags(parser):
     add("-o", "--output", metavar="FILE", help="also write the final answer to FILE")
     add("--jsonl", action="store_true", help="print the events as JSON lines")
     add("--trace", metavar="FILE", action=setting("trace_file"), help="append the events to FILE")
-    add("--replay", metavar="TRACE", help="run a recorded trace again (its replies, real tools)")
     leash = parser.add_mutually_exclusive_group()
     leash.add_argument("--ask", nargs=0, action=setting("approve", "ask"), help="ask each time")
     leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"), help="never ask")
@@ -4364,10 +4264,8 @@ def start(convo, args):
     hide_secrets(cfg)
     if args.show_config:
         return show_config(cfg) or 0
-    batch = args.prompt is not None or args.prompt_file is not None or args.replay is not None
-    if args.interactive is not None and batch:
-        raise ConfigError("-i/--interactive starts the REPL: not with a prompt or --replay")
-    prompt = batch_prompt(args) if batch and not args.replay else None
+    batch = args.prompt is not None or args.prompt_file is not None
+    prompt = batch_prompt(args) if batch else None
     trust_folder(cfg, args, not batch and sys.stdin.isatty(), lambda trust: settle(cfg, trust))
     hide_secrets(cfg)
     check_sandbox(cfg, True)   # exit 2 now when it cannot be had: never silently unsandboxed
@@ -4404,20 +4302,12 @@ def start(convo, args):
     if not batch and keyless(cfg):   # (refuse_keyless holds the prompts until a key is set)
         note(cfg, "[%s]" % keyless(cfg), "info")
     convo.update(prompt=prompt, args=args, batch=batch)
-    if args.replay:
-        return replay(convo, args.replay)
     cfg["run"].update(approved=set(), approver=terminal_approver(convo) if sys.stdin.isatty()
                       and sys.stdout.isatty() else None)
     if not batch and sys.stdin.isatty():
         setup_terminal(convo)
     if not batch:
         resumed(convo)
-    if args.interactive:   # shown as if typed, kept in the history, sent
-        show({}, "> %s\n" % args.interactive)
-        if convo.get("readline"):
-            convo["readline"].add_history(args.interactive)
-        convo["take_back"] = True
-        do_line(convo, args.interactive)
 
 def batch_answer(convo, prompt, go):
     """The turn hook of batch mode: -q prints the answer, -o writes it; the exit status."""
@@ -4443,68 +4333,6 @@ def batch_answer(convo, prompt, go):
 
 HOOKS["start"].append(start)
 HOOKS["turn"] += [batch_answer, refuse_keyless]
-
-
-# ----------------------------------------------------------------------------------------
-# Replay: --replay TRACE runs a trace's last run again, the model's replies from the recording
-# ----------------------------------------------------------------------------------------
-
-def replay(convo, path):
-    """--replay: run a trace's last run again; 1 when a tool result differs (said), else 0."""
-    events = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in filter(str.strip, f):
-                event = json.loads(line)
-                events = [event] if event.get("type") == "start" else events + [event]
-    except (OSError, ValueError, AttributeError) as e:
-        raise ConfigError("cannot read trace %s: %s" % (path, getattr(e, "strerror", e)))
-    prompts = [e["text"] for e in events if e["type"] == "prompt" and not e["depth"]]
-    if not prompts:
-        raise ConfigError("%s: no recorded prompt to replay" % path)
-    cfg, results = convo["cfg"], []
-    cfg["run"]["replay"] = [e["message"] for e in events if e["type"] == "reply"]
-
-    convo["views"].append(lambda event: event["type"] == "tool_result" and results.append(
-        (event["name"], event["content"])))   # a view: the tool results of this run
-    for prompt in prompts:
-        run_turn(convo, prompt)
-    recorded = [(e["name"], e["content"]) for e in events if e["type"] == "tool_result"]
-    for index, (now, then) in enumerate(zip(results, recorded + [(None, "")] * len(results))):
-        if now != then:
-            import difflib
-            diff = difflib.unified_diff(str(then[1]).splitlines(True), now[1].splitlines(True),
-                                        "recorded", "now", n=1)
-            note(cfg, "replay: diverged at tool result %d: %s differs from the recording:\n%s"
-                 % (index + 1, now[0], "".join(list(diff)[:12])))
-            return 1
-    note(cfg, "replay: all %d tool results matched the recording" % len(results), "info")
-    return 0
-
-def replayed_connection(cfg):
-    """The connect hook of --replay: no socket; each request (all chat) gets the next reply."""
-    replies = (cfg.get("run") or {}).get("replay")
-    if replies is None:
-        return None
-    import http.client
-    import types
-
-    def answer(mode):   # (http.client reads a response from sock.makefile("rb"))
-        status, body = b"404 Not Found", {"error": {
-            "message": "replay: the recording has no more model replies"}}
-        if replies:
-            status, body = b"200 OK", {"choices": [
-                {"index": 0, "message": replies.pop(0), "finish_reason": None}]}
-        body = json.dumps(body).encode()
-        return io.BytesIO(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: "
-                          b"%d\r\n\r\n%s" % (status, len(body), body))
-    conn = http.client.HTTPConnection("replay", timeout=cfg["timeout"])
-    ignore = lambda *_: None
-    conn.connect = lambda: setattr(conn, "sock", types.SimpleNamespace(
-        sendall=ignore, makefile=answer, settimeout=ignore, close=ignore))
-    return conn
-
-HOOKS["connect"].insert(0, replayed_connection)   # before the transport's: no network
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from tests.support import (
 # Every flag the issue asks for, as --help must list it.
 FLAGS = ["-p", "--prompt", "-m", "--model", "-e", "--endpoint", "--set", "--config", "-c",
          "--continue", "--session", "-q", "--quiet", "-o", "--output", "--jsonl", "--trace",
-         "--replay", "--show-config", "--help", "--version"]
+         "--show-config", "--help", "--version"]
 
 # A valid value of every config key, for --set (a new key needs a sample here).
 SAMPLES = {
@@ -28,7 +28,7 @@ SAMPLES = {
     "shell_timeout": "9", "max_al_iterations": "3", "backoff": "0.5,1", "max_tool_res": "1000",
     "context_window": "4096", "reasoning_effort": "high", "max_reasoning": "5000",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
-    "tools": "shell_exec,bash,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
+    "tools": "shell_exec,bash,write", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
     "project_instructions": "no", "usage": "off",
     "shell_env_exclude": "*KEY*,AWS_*", "shell_env_keep": "GITHUB_TOKEN",
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
@@ -46,7 +46,7 @@ SHOWN = {
     "max_al_iterations": "3", "backoff": "[0.5, 1.0]", "max_tool_res": "1000",
     "context_window": "4096", "reasoning_effort": "high", "max_reasoning": "5000",
     "trace_file": "sample.jsonl", "render": "never", "tool_lines": "12",
-    "tools": "shell_exec,read", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
+    "tools": "shell_exec,write", "bantam_tools_dir": "/opt/helpers", "bantam_skills_dir": "/opt/skills",
     "project_instructions": "false", "usage": "false",
     "shell_env_exclude": "*KEY*,AWS_*", "shell_env_keep": "GITHUB_TOKEN",
     "approve": "ask", "allow": "git status", "deny": "rm *", "max_turn_tokens": "5000",
@@ -517,10 +517,6 @@ class UsageErrorTests(CliCase):
         """--config with a file that does not exist names it."""
         self.assert_usage_error(["--config", "nope.cfg", "-p", "hi"], "nope.cfg")
 
-    def test_missing_replay_trace(self):
-        """--replay with a file that does not exist names it."""
-        self.assert_usage_error(["--replay", "nope.jsonl"], "nope.jsonl")
-
 
 class ReadmeTests(unittest.TestCase):
     """The README documents what bantam is now: every flag, config key, command, event type and
@@ -622,9 +618,9 @@ class ReadmeTests(unittest.TestCase):
         block = re.search(r"`TOOLS` is exactly:\s*```json\n(.*?)```", text, re.S)
         self.assertIsNotNone(block, "README.md shows no TOOLS block")
         self.assertEqual(json.loads(block.group(1)), bantam.tool_definitions({}))
-        files = re.search(r"\*\*The read and write tools\*\*.*?```json\n(.*?)```", text, re.S)
-        self.assertIsNotNone(files, "README.md shows no read/write block")
-        self.assertEqual(json.loads(files.group(1)), bantam.tool_definitions({"tools": "read,write"}))
+        files = re.search(r"\*\*The write tool\*\*.*?```json\n(.*?)```", text, re.S)
+        self.assertIsNotNone(files, "README.md shows no write block")
+        self.assertEqual(json.loads(files.group(1)), bantam.tool_definitions({"tools": "write"}))
 
     def test_readme_mirrors_the_server_tables_of_the_tests(self):
         """Every row of the shape table (tests/test_wire.py) and the overflow table

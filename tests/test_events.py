@@ -1,5 +1,5 @@
 """The event stream (issue 11): --jsonl, the schema of every event type, a golden run, the
-trace file, record and replay, the library API, two runs in two threads, and a fleet of 50.
+trace file, the library API, two runs in two threads, and a fleet of 50.
 
 bantam.py runs as a real subprocess against the scripted FakeServer; the library tests run
 small Python programs that `import bantam` in a subprocess of their own.
@@ -8,7 +8,6 @@ small Python programs that `import bantam` in a subprocess of their own.
 import json
 import os
 import re
-import socket
 import sys
 import unittest
 
@@ -29,15 +28,6 @@ FORBIDDEN_MODULES = ("http.client", "socket", "subprocess", "ssl", "readline", "
 def shell_call(call_id, command):
     """A (id, name, args) tool call of shell_exec."""
     return (call_id, "shell_exec", {"command": command})
-
-
-def closed_port():
-    """A local TCP port nothing listens on (bound, then closed)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 def of_type(events, kind, depth=None):
@@ -500,89 +490,6 @@ class TraceFileTests(EventCase):
         self.assertEqual([e["mode"] for e in of_type(events, "start")], ["repl", "batch"])
         self.assertEqual([e["text"] for e in of_type(events, "prompt")], ["repl prompt", "batch prompt"])
         self.assertEqual(joined(events, "text"), "repl answerbatch answer")
-
-
-class ReplayTests(EventCase):
-    """--replay TRACE: the recorded model replies instead of the network, the tools for real."""
-
-    def record(self, *commands):
-        """Record a run whose shell_exec calls (one per command) run with VALUE=alpha, then answer."""
-        calls = [shell_call("call_%d" % i, c) for i, c in enumerate(commands, 1)]
-        self.push(tool_call_stream(calls), text_stream("Value seen."))
-        result = self.run_bantam("--trace", "trace.jsonl", "-p", "show the value", env={"VALUE": "alpha"})
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("alpha", result.stdout)
-        return self.ws.path("work", "trace.jsonl")
-
-    def replay(self, value, *args, endpoint=None):
-        """Replay trace.jsonl with VALUE=value against an endpoint nobody listens on."""
-        endpoint = endpoint or "http://127.0.0.1:%d/v1" % closed_port()
-        return self.run_bantam("--replay", "trace.jsonl", "-e", endpoint, *args, env={"VALUE": value})
-
-    def test_matching_replay(self):
-        """Replaying with the same environment runs the tool again and exits 0: all tool results matched."""
-        self.record("echo $VALUE > seen.txt; cat seen.txt")
-        os.unlink(self.ws.path("work", "seen.txt"))
-        result = self.replay("alpha")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("replay: all 1 tool results matched the recording", result.stderr)
-        self.assertIn("Value seen.", result.stdout)
-        self.assertEqual(read_text(self.ws.path("work", "seen.txt")), "alpha\n")   # the tool ran for real
-
-    def test_replay_uses_no_network(self):
-        """A replay sends nothing to the endpoint, even one that is listening."""
-        self.record("echo $VALUE")
-        listening = self.make_server()
-        result = self.replay("alpha", endpoint=listening.url)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(listening.requests, [])
-        self.assertEqual(listening.connections, 0)
-
-    def test_replay_needs_no_key_and_no_config(self):
-        """A replay sends nothing, so it runs with no key, no model.cfg and the default
-        endpoint, where a prompt would stop with "no API key" (exit 2)."""
-        self.record("echo $VALUE")
-        os.remove(self.ws.write_config(self.server))
-        result = self.run_bantam("--replay", "trace.jsonl", env={"VALUE": "alpha"})
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("replay: all 1 tool results matched the recording", result.stderr)
-
-    def test_diverging_replay(self):
-        """A tool result that differs from the recording: exit 1 and a note naming it with a diff."""
-        self.record("echo $VALUE")
-        result = self.replay("beta")
-        self.assertEqual(result.returncode, 1, result.stderr)
-        self.assertIn("replay: diverged at tool result 1: shell_exec differs from the recording", result.stderr)
-        self.assertIn("-alpha", result.stderr)
-        self.assertIn("+beta", result.stderr)
-
-    def test_replay_names_the_first_difference(self):
-        """With several tool results, the note names the first one that differs (here the second)."""
-        self.record("echo fixed", "echo $VALUE", "echo again $VALUE")
-        result = self.replay("beta")
-        self.assertEqual(result.returncode, 1, result.stderr)
-        self.assertIn("diverged at tool result 2:", result.stderr)
-        self.assertNotIn("tool result 3", result.stderr)
-
-    def test_replay_with_jsonl(self):
-        """--replay --jsonl prints the replayed events and an info note as JSON lines."""
-        self.record("echo $VALUE")
-        result = self.replay("alpha", "--jsonl")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        events = self.parse(result.stdout)
-        self.assertEqual(self.one(events, "prompt")["text"], "show the value")
-        self.assertEqual(self.one(events, "tool_result")["content"], "alpha\n\n\nexit: 0")
-        self.assertEqual(joined(events, "text"), "Value seen.")
-        note = of_type(events, "note")[-1]
-        self.assertEqual(note["level"], "info")
-        self.assertIn("all 1 tool results matched", note["text"])
-
-    def test_replay_without_a_prompt(self):
-        """A trace with no recorded prompt is a usage error (exit 2) naming the file."""
-        self.ws.write("empty.jsonl", '{"type": "start", "t": 0, "depth": 0}\n')
-        result = self.run_bantam("--replay", "empty.jsonl")
-        self.assertEqual(result.returncode, 2, result.stderr)
-        self.assertIn("empty.jsonl", result.stderr)
 
 
 IMPORT_PROBE = r"""

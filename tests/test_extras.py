@@ -1,4 +1,4 @@
-"""Unit tests of the C++ port's extras inside bantam.py: the read and write tools, the SOCKS5
+"""Unit tests of the C++ port's extras inside bantam.py: the write tool, the SOCKS5
 client (against tests/socks_server.py) and set_config_line (the /cfg file editor).
 
 The same features are tested end to end (a real bantam process, the FakeServer, a pty) in
@@ -46,91 +46,6 @@ class Workspace(unittest.TestCase):
             return f.read()
 
 
-# ---- read -------------------------------------------------------------------------------
-
-class ReadTest(Workspace):
-
-    def setUp(self):
-        super().setUp()
-        self.file = self.make("five.txt", "".join("line %d\n" % n for n in range(1, 6)))
-
-    def read(self, **args):
-        return tools.read_tool(CFG, args)
-
-    def test_defaults_show_every_line_numbered(self):
-        self.assertEqual(self.read(filePath=self.file),
-                         "1: line 1\n2: line 2\n3: line 3\n4: line 4\n5: line 5")
-
-    def test_offset_in_the_middle_with_limit(self):
-        self.assertEqual(self.read(filePath=self.file, offset=2, limit=2),
-                         "2: line 2\n3: line 3\n[... 2 more lines: read with offset=4]")
-
-    def test_limit_one(self):
-        self.assertEqual(self.read(filePath=self.file, limit=1),
-                         "1: line 1\n[... 4 more lines: read with offset=2]")
-
-    def test_offset_to_the_end_has_no_hint(self):
-        self.assertEqual(self.read(filePath=self.file, offset=4), "4: line 4\n5: line 5")
-
-    def test_offset_past_the_end_says_how_many_lines(self):
-        result = self.read(filePath=self.file, offset=9)
-        self.assertTrue(result.startswith("error: "), result)
-        self.assertIn("past the end", result)
-        self.assertIn("(5 lines)", result)
-
-    def test_last_line_without_newline_and_crlf(self):
-        path = self.make("crlf.txt", b"a\r\nb\r\nc")
-        self.assertEqual(self.read(filePath=path), "1: a\n2: b\n3: c")
-
-    def test_empty_file(self):
-        self.assertIn("0 lines", self.read(filePath=self.make("empty", b"")))
-
-    def test_long_line_is_cut_on_a_character_boundary(self):
-        path = self.make("min.js", "é" * 3000 + "\nnext\n")   # 6000 bytes of 2-byte characters
-        first, second = self.read(filePath=path).split("\n")
-        self.assertEqual(first, "1: " + "é" * 1000 + " [... line cut: 6000 bytes in all]")
-        self.assertEqual(second, "2: next")
-
-    def test_output_stays_within_max_tool_res(self):
-        path = self.make("big.txt", "".join("%05d %s\n" % (n, "x" * 90) for n in range(1, 1001)))
-        result = tools.read_tool({"max_tool_res": 10000}, {"filePath": path})
-        self.assertLessEqual(len(result.encode()), 10000)
-        last = result.split("\n")[-1]
-        shown = len(result.split("\n")) - 1
-        self.assertEqual(last, "[... %d more lines: read with offset=%d]" % (1000 - shown, shown + 1))
-
-    def test_invalid_utf8_is_replaced(self):
-        path = self.make("latin1.txt", b"caf\xe9\n")
-        self.assertEqual(self.read(filePath=path), "1: caf\ufffd")
-
-    def test_binary_file_is_not_dumped(self):
-        path = self.make("blob.bin", bytes(range(256)) * 4)
-        result = self.read(filePath=path)
-        self.assertTrue(result.startswith("error: "), result)
-        self.assertIn("binary", result)
-        self.assertIn("1024 bytes", result)
-
-    def test_directory_listing_sorted_with_dirs_and_dotfiles(self):
-        os.makedirs(self.path("sub", "deeper"))
-        os.mkdir(self.path(".git"))
-        self.make(".env", "X=1\n")
-        self.assertEqual(self.read(filePath=self.dir), ".env\n.git/\nfive.txt\nsub/")
-        self.assertEqual(self.read(filePath=self.dir, offset=2, limit=1),
-                         ".git/\n[... 2 more entries: read with offset=3]")
-
-    def test_missing_file_names_the_path(self):
-        missing = self.path("nope.txt")
-        result = self.read(filePath=missing)
-        self.assertTrue(result.startswith("error: "), result)
-        self.assertIn(missing, result)
-
-    def test_bad_arguments(self):
-        for args in ({}, {"filePath": ""}, {"path": self.file}, {"filePath": self.file, "offset": "2"},
-                     {"filePath": self.file, "offset": -1}, {"filePath": self.file, "limit": 0},
-                     {"filePath": self.file, "limit": True}):
-            self.assertTrue(self.read(**args).startswith("error: "), args)
-
-
 # ---- write ------------------------------------------------------------------------------
 
 class WriteTest(Workspace):
@@ -163,55 +78,14 @@ class WriteTest(Workspace):
         self.assertTrue(os.path.islink(link))
         self.assertEqual(self.content(self.file), b"new\n")
 
-    def test_insert_at_line(self):
-        self.assertEqual(self.write(filePath=self.file, content="X\nY\n", lineOffset=2),
-                         "spliced at line 2 of %s: deleted 0 lines, inserted 2 lines (now 6 lines)"
-                         % self.file)
-        self.assertEqual(self.content(self.file), b"a\nX\nY\nb\nc\nd\n")
-
-    def test_replace_lines(self):
-        self.assertIn("deleted 2 lines, inserted 1 lines",
-                      self.write(filePath=self.file, content="B\n", lineOffset=2, delLines=2))
-        self.assertEqual(self.content(self.file), b"a\nB\nd\n")
-
-    def test_missing_final_newline_is_added_before_following_text(self):
-        self.write(filePath=self.file, content="B", lineOffset=2, delLines=1)
-        self.assertEqual(self.content(self.file), b"a\nB\nc\nd\n")
-
-    def test_empty_content_deletes_lines(self):
-        self.write(filePath=self.file, content="", lineOffset=3, delLines=5)
-        self.assertEqual(self.content(self.file), b"a\nb\n")
-
-    def test_line_offset_past_the_end_appends(self):
-        path = self.make("nonl.txt", "a\nb")   # no final newline: the new text gets its own line
-        result = self.write(filePath=path, content="c\n", lineOffset=99)
-        self.assertIn("appended at the end", result)
-        self.assertIn("past its 2 lines", result)
-        self.assertEqual(self.content(path), b"a\nb\nc\n")
-        self.write(filePath=self.file, content="e\n", lineOffset=5)   # the line after the last
-        self.assertEqual(self.content(self.file), b"a\nb\nc\nd\ne\n")
-
     def test_bad_arguments_are_error_text(self):
         bad = ({"content": "x"}, {"filePath": "", "content": "x"}, {"filePath": self.file},
                {"filePath": self.file, "content": 5},
-               {"filePath": self.file, "content": "x", "lineOffset": "2"},
-               {"filePath": self.file, "content": "x", "lineOffset": 0},
-               {"filePath": self.file, "content": "x", "byteOffset": -1},
-               {"filePath": self.file, "content": "x", "delLines": 1.5},
-               {"filePath": self.dir, "content": "x"},
-               {"filePath": self.path("missing.txt"), "content": "x", "lineOffset": 1})
+               {"filePath": self.dir, "content": "x"})
         for args in bad:
             result = self.write(**args)
             self.assertTrue(result.startswith("error: "), (args, result))
         self.assertEqual(self.content(self.file), b"a\nb\nc\nd\n")
-        self.assertFalse(os.path.exists(self.path("missing.txt")))
-
-    def test_round_trip_numbering(self):
-        listing = tools.read_tool(CFG, {"filePath": self.file})
-        number = next(int(line.split(":")[0]) for line in listing.split("\n") if line.endswith(": c"))
-        self.write(filePath=self.file, content="C\n", lineOffset=number, delLines=1)
-        self.assertEqual(tools.read_tool(CFG, {"filePath": self.file, "offset": number, "limit": 1}),
-                         "3: C\n[... 1 more lines: read with offset=4]")
 
 
 # ---- SOCKS5 -----------------------------------------------------------------------------

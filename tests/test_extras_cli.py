@@ -1,5 +1,5 @@
 """The C++ port's extras end to end: `!cmd`, /cfg (and /model, /endpoint), skills and the tools
-folder, AGENTS.md, the read/write tools and the tools key, SOCKS_PROXY.
+folder, AGENTS.md, the write tool and the tools key, SOCKS_PROXY.
 
 A real bantam.py runs as a subprocess or on a pseudo-terminal against the scripted FakeServer;
 SOCKS_PROXY goes through tests/socks_server.py, which records what it relayed.
@@ -355,23 +355,24 @@ class SkillTests(ExtrasCase):
 
 
 class ToolsKeyTests(ExtrasCase):
-    """The tools key, read and write through a real run, legacy names, the views."""
+    """The tools key, write through a real run, legacy names, the views."""
 
-    def run_calls(self, calls, *args, env=None, tools="shell_exec,run_subagent,read,write"):
+    def run_calls(self, calls, *args, env=None, tools="shell_exec,run_subagent,write"):
         """One batch turn in which the model makes calls, then answers; the second request."""
         self.push(tool_call_stream(calls), text_stream("done"))
         result = self.run_batch("go", "--set", "tools=" + tools, *args, env=env)
         self.assertEqual(result.returncode, 0, result.stderr)
         return result, self.server.bodies[1]
 
-    def test_tools_key_offers_read_and_write(self):
+    def test_tools_key_offers_write(self):
         self.push(text_stream("a"), text_stream("b"))
         self.run_batch("hi")
-        self.run_batch("hi", "--set", "tools=shell_exec,read,write")
+        self.run_batch("hi", "--set", "tools=shell_exec,write")
         names = [[t["function"]["name"] for t in body["tools"]] for body in self.server.bodies]
-        self.assertEqual(names, [["shell_exec", "run_subagent"], ["shell_exec", "read", "write"]])
-        self.assertEqual(self.server.bodies[1]["tools"][1]["function"]["parameters"]["required"], ["filePath"])
-        self.assertIn("You also have read", self.server.bodies[1]["messages"][0]["content"])
+        self.assertEqual(names, [["shell_exec", "run_subagent"], ["shell_exec", "write"]])
+        self.assertEqual(self.server.bodies[1]["tools"][1]["function"]["parameters"]["required"],
+                         ["filePath", "content"])
+        self.assertIn("You also have write", self.server.bodies[1]["messages"][0]["content"])
         self.assertIn("In this session run_subagent is not available.", self.server.bodies[1]["messages"][0]["content"])
         self.assertNotIn("not available", self.server.bodies[0]["messages"][0]["content"])
 
@@ -379,56 +380,30 @@ class ToolsKeyTests(ExtrasCase):
         result = self.run_batch("hi", "--set", "tools=shell_exec,grep")
         self.assertEqual(result.returncode, 2)
         self.assertEqual(result.stderr.strip().splitlines(), [
-            "error: --set: tools: unknown tool 'grep' (the tools: shell_exec, run_subagent, read, write)"])
+            "error: --set: tools: unknown tool 'grep' (the tools: shell_exec, run_subagent, write)"])
         self.assertEqual(self.server.requests, [])
 
-    def test_read_line_offsets_directory_and_missing_file(self):
-        self.ws.write("notes.txt", "".join("line %d\n" % n for n in range(1, 8)))
-        self.ws.write("dir/b.txt", "")
-        self.ws.write("dir/sub/x", "")
-        self.ws.write("dir/.hidden", "")
-        _, body = self.run_calls([
-            ("c1", "read", {"filePath": "notes.txt", "offset": 3, "limit": 2}),
-            ("c2", "read", {"filePath": "dir"}),
-            ("c3", "read", {"filePath": "gone.txt"}),
-            ("c4", "read", {"filePath": "notes.txt", "offset": 7})])
-        results = self.tool_results(body)
-        self.assertEqual(results["c1"], "3: line 3\n4: line 4\n[... 3 more lines: read with offset=5]")
-        self.assertEqual(results["c2"], ".hidden\nb.txt\nsub/")
-        self.assertEqual(results["c3"], "error: no such file or directory: gone.txt")
-        self.assertEqual(results["c4"], "7: line 7")
-
-    def test_write_whole_and_line_splices(self):
-        path = self.ws.write("a.txt", "one\ntwo\nthree\nfour\n")
-        _, body = self.run_calls([
-            ("w1", "write", {"filePath": "new/dir/b.txt", "content": "fresh\n"}),
-            ("w2", "write", {"filePath": "a.txt", "content": "TWO", "lineOffset": 2, "delLines": 2}),
-            ("w4", "write", {"filePath": "a.txt", "content": "end", "lineOffset": 99}),
-            ("w5", "write", {"filePath": "missing.txt", "content": "x", "lineOffset": 1})])
-        results = self.tool_results(body)
+    def test_write_whole_file(self):
+        _, body = self.run_calls([("w1", "write", {"filePath": "new/dir/b.txt", "content": "fresh\n"})])
         self.assertEqual(read_text(os.path.join(self.ws.work, "new/dir/b.txt")), "fresh\n")
-        self.assertEqual(results["w1"], "wrote 6 bytes to new/dir/b.txt (1 lines, new file)")
-        self.assertEqual(results["w2"], "spliced at line 2 of a.txt: deleted 2 lines, inserted 1 lines (now 3 lines)")
-        self.assertIn("appended at the end of a.txt (lineOffset 99 is past its 3 lines)", results["w4"])
-        self.assertEqual(read_text(path), "one\nTWO\nfour\nend")
-        self.assertIn("error: missing.txt does not exist", results["w5"])
-        self.assertFalse(os.path.exists(os.path.join(self.ws.work, "missing.txt")))
+        self.assertEqual(self.tool_results(body)["w1"], "wrote 6 bytes to new/dir/b.txt (1 lines, new file)")
 
     def test_legacy_names_bash_and_write_file(self):
         """bash runs as shell_exec, write_file as write."""
         path = self.ws.write("legacy.txt", "hello there")
         _, body = self.run_calls([
             ("b1", "bash", {"command": "echo via-bash"}),
-            ("b2", "write_file", {"filePath": "legacy.txt", "content": "HOWDY", "lineOffset": 1, "delLines": 1})],
+            ("b2", "write_file", {"filePath": "legacy.txt", "content": "HOWDY"})],
             tools="shell_exec,write")
         results = self.tool_results(body)
         self.assertEqual(results["b1"], "via-bash\n\n\nexit: 0")
         self.assertEqual(read_text(path), "HOWDY")
-        self.assertTrue(results["b2"].startswith("spliced at line 1 of legacy.txt"), results["b2"])
+        self.assertEqual(results["b2"], "wrote 5 bytes to legacy.txt (1 lines)")
 
-    def test_read_is_unknown_unless_listed(self):
-        _, body = self.run_calls([("r1", "read", {"filePath": "model.cfg"})], tools="shell_exec,run_subagent")
-        self.assertEqual(self.tool_results(body)["r1"], "error: unknown tool 'read'; the tools are shell_exec, run_subagent")
+    def test_write_is_unknown_unless_listed(self):
+        _, body = self.run_calls([("w1", "write", {"filePath": "x.txt", "content": "x"})], tools="shell_exec,run_subagent")
+        self.assertEqual(self.tool_results(body)["w1"], "error: unknown tool 'write'; the tools are shell_exec, run_subagent")
+        self.assertFalse(os.path.exists(os.path.join(self.ws.work, "x.txt")))
 
     def test_plain_view_shortens_a_long_write(self):
         content = "x" * 500 + "\n" + "y\n"

@@ -1,5 +1,5 @@
 """What a new user trips on in the first hour (issue 20): the command line (a prompt as the
-argument, -i, a quiet -q, the token line and the usage key, -o's last line, a stdin that
+argument, a quiet -q, the token line and the usage key, -o's last line, a stdin that
 never closes, a prompt larger than the context window) and first run and mistakes (no
 config at all, a typo in model.cfg, /model with a name the server does not list).
 
@@ -18,7 +18,6 @@ from tests.support import (
     PROMPT_LINE, BantamTestCase, chunk, error, read_text, sse, strip_ansi, text_stream,
     tool_call_stream)
 
-UP = "\x1b[A"
 TOKEN_LINE = "[test-model:"
 
 
@@ -92,40 +91,6 @@ class PromptArgumentTests(FirstHourCase):
             with self.subTest(path=path):
                 result = self.run_bantam(path)
                 self.assert_one_line_error(result, "%s: cannot read prompt file" % path)
-
-
-class InteractiveFlagTests(FirstHourCase):
-    """-i PROMPT: the REPL, started with a first prompt."""
-
-    def test_i_sends_the_first_prompt_and_stays_interactive(self):
-        """The first prompt is shown and answered, the REPL goes on, and Up brings it back."""
-        for cols in (100, 40):
-            with self.subTest(cols=cols):
-                self.server.requests.clear()
-                self.push(text_stream("first answer"), text_stream("second answer"),
-                          text_stream("third answer"))
-                term = self.pty("-i", "what is here", cols=cols)
-                term.expect("first answer")
-                term.expect(PROMPT_LINE)
-                self.assertIn("> what is here", strip_ansi(term.output))
-                self.typed(term, "and then?", "second answer")
-                self.typed(term, UP + UP, "third answer")
-                self.leave(term)
-                self.assertEqual([self.user_texts(i)[-1] for i in range(3)],
-                                 ["what is here", "and then?", "what is here"])
-
-    def test_long_form_and_conflicts(self):
-        """--interactive works too; -i with -p or a prompt file is a usage error."""
-        self.push(text_stream("long form"))
-        term = self.pty("--interactive", "hi there")
-        term.expect("long form")
-        term.expect(PROMPT_LINE)
-        self.leave(term)
-        self.assertEqual(self.user_texts(0), ["hi there"])
-        self.server.requests.clear()
-        for args in (["-i", "a", "-p", "b"], ["-i", "a", "prompt.txt"]):
-            with self.subTest(args=args):
-                self.assert_one_line_error(self.run_bantam(*args), "-i")
 
 
 class QuietTests(FirstHourCase):

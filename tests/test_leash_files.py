@@ -1,7 +1,6 @@
-"""The file tools under the leash: `write` and `read` follow approve and the deny/allow
-patterns (`write:PATH`, `read:PATH`), ask or refuse outside the working folder, never replace
-what is not a regular file, never follow a symlink out of the folder, keep out of `.git/`,
-and leave a file over 64 MB to bash.
+"""The write tool under the leash: it follows approve and the deny/allow patterns
+(`write:PATH`), asks or refuses outside the working folder, never replaces what is not a
+regular file, never follows a symlink out of the folder, and keeps out of `.git/`.
 
 bantam runs as a real subprocess (batch mode) or on a real pseudo-terminal against the
 scripted FakeServer; the scripted model makes each call; the tests check the files after and
@@ -16,18 +15,12 @@ import unittest
 
 from tests.support import PROMPT_LINE, BantamTestCase, text_stream, tool_call_stream
 
-TOOLS = "tools=shell_exec,read,write"
-MB = 1 << 20
+TOOLS = "tools=shell_exec,write"
 
 
-def write(call_id, path, content, **more):
+def write(call_id, path, content):
     """A (id, name, args) write call for tool_call_stream."""
-    return (call_id, "write", dict(more, filePath=path, content=content))
-
-
-def read(call_id, path):
-    """A (id, name, args) read call for tool_call_stream."""
-    return (call_id, "read", {"filePath": path})
+    return (call_id, "write", {"filePath": path, "content": content})
 
 
 class FileLeashCase(BantamTestCase):
@@ -157,47 +150,12 @@ class WriteTests(FileLeashCase):
         self.assertEqual((approval["tool"], approval["path"], approval["command"], approval["decision"]),
                          ("write", os.path.join(self.ws.home, ".bashrc"), None, "refuse"))
 
-    def test_a_file_over_64_mb_is_left_to_bash(self):
-        """read and a splice take a file whole, up to 64 MB: a larger one is refused, unchanged."""
-        path = os.path.join(self.ws.work, "big.txt")
-        with open(path, "wb") as f:
-            f.truncate(64 * MB + 1)
-        results = self.run_calls([write("w1", "big.txt", "X", lineOffset=2), read("r1", "big.txt")])
-        self.assertEqual(results["w1"], "error: cannot write big.txt: over 64 MB: use bash (sed -n, head, tail)")
-        self.assertEqual(results["r1"], "error: cannot read big.txt: over 64 MB: use bash (sed -n, head, tail)")
-        self.assertEqual(os.path.getsize(path), 64 * MB + 1)
-
-
-class ReadTests(FileLeashCase):
-    """read outside the folder: asked under ask, refused under deny; patterns apply."""
-
-    def test_approve_deny_refuses_reading_outside_the_folder(self):
-        """approve=deny: ~/.ssh/id_rsa is not read (its text never reaches the model); a file
-        in the folder still is."""
-        self.home_file(".ssh/id_rsa", "-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
-        self.ws.write("notes.txt", "hello\n")
-        results = self.run_calls([read("r1", "~/.ssh/id_rsa"), read("r2", "notes.txt")], "--set", "approve=deny")
-        self.assertNotIn("secret", results["r1"])
-        self.assertIn("approve=deny", results["r1"])
-        self.assertEqual(results["r2"], "1: hello")
-        self.assertNotIn("PRIVATE KEY", json.dumps(self.server.bodies[-1]))
-
-    def test_auto_reads_outside_but_a_deny_pattern_refuses(self):
-        """approve=auto reads outside the folder; deny=read:~/.ssh/* refuses that folder."""
-        self.home_file(".ssh/id_rsa", "secret\n")
-        self.home_file("notes.txt", "hello\n")
-        results = self.run_calls([read("r1", "~/.ssh/id_rsa"), read("r2", "~/notes.txt")],
-                                 "--set", "deny=read:~/.ssh/*")
-        self.assertNotIn("secret", results["r1"])
-        self.assertIn("read:~/.ssh/*", results["r1"])
-        self.assertEqual(results["r2"], "1: hello")
-
 
 class AskTests(FileLeashCase):
     """At the terminal: the question shows the path and a short diff; y/N/a as for commands."""
 
     def start(self, **keys):
-        self.ws.write_config(self.server, tools="shell_exec,read,write", **keys)
+        self.ws.write_config(self.server, tools="shell_exec,write", **keys)
         term = self.pty()
         term.expect("> ")
         return term
@@ -238,20 +196,6 @@ class AskTests(FileLeashCase):
         term.expect("written")
         term.expect(PROMPT_LINE)
         self.assertEqual(self.text(outside), "new\n")
-        self.leave(term)
-
-    def test_ask_asks_before_reading_outside_the_folder(self):
-        """approve=ask: reading ~/.ssh/id_rsa is asked about; N keeps it from the model."""
-        self.home_file(".ssh/id_rsa", "secret\n")
-        self.push(tool_call_stream([read("r1", "~/.ssh/id_rsa")]), text_stream("understood"))
-        term = self.start(approve="ask")
-        term.sendline("look")
-        term.expect("Read? [y/N/a] ")
-        term.send("\r")
-        term.expect("understood")
-        term.expect(PROMPT_LINE)
-        tool = [m for m in self.server.bodies[-1]["messages"] if m["role"] == "tool"][0]
-        self.assertEqual(tool["content"], "[the user did not let this read run]")
         self.leave(term)
 
 

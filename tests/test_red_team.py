@@ -1,13 +1,10 @@
-"""Red-team attacks on the trust, secrets, sandbox and file-tool promises (README: "A folder is
-trusted before it steers anything", "Secrets stay secret", "The sandbox", "The file tools").
+"""Red-team attacks on the trust and secrets promises (README: "A folder is trusted before it
+steers anything", "Secrets stay secret").
 
 Each test is an attack by the model, by what it reads, or by the folder bantam runs in, made
 against a real bantam subprocess (batch mode, or the REPL on a real pty) and the scripted
 FakeServer; each checks what a user sees, what is sent or what is saved.
 
-- FileToolEscapeTests: read does not leave the folder through a symlink and '..'
-  (lnk/../secret), does not show bantam's own environment, and under sandbox=workspace
-  cannot read ~/.bantam.
 - FolderTextTests: a folder's AGENTS.md or system.txt that is a symlink out of the folder is
   not read; hidden characters in them are removed.
 - TrustQuestionTests: the trust question shows the folder's text terminal-safe, hidden
@@ -19,17 +16,13 @@ FakeServer; each checks what a user sees, what is sent or what is saved.
   lines named, in the plain view at a terminal (render=never) too.
 """
 
-import ctypes
 import json
 import os
-import sys
 import unittest
 
 from tests.support import BantamTestCase, read_text, strip_ansi, text_stream, tool_call_stream
 
 USER_KEY = "sk-red/team-0123456789"   # a key with a '/', which JSON may write as '\/'
-LANDLOCK = sys.platform == "linux" and ctypes.CDLL(None, use_errno=True).syscall(
-    ctypes.c_long(444), None, ctypes.c_long(0), ctypes.c_long(1)) >= 1
 
 
 def shell(call_id, command):
@@ -37,13 +30,8 @@ def shell(call_id, command):
     return (call_id, "shell_exec", {"command": command})
 
 
-def read(call_id, path):
-    """A (id, name, args) read call for tool_call_stream."""
-    return (call_id, "read", {"filePath": path})
-
-
 class RedTeamCase(BantamTestCase):
-    """Helpers: files outside the folder, the tool results the model read."""
+    """Helpers: files outside the folder, a batch run."""
 
     def home_file(self, name, text):
         """A file under the test's HOME (outside the working folder); its path."""
@@ -53,78 +41,12 @@ class RedTeamCase(BantamTestCase):
             f.write(text)
         return path
 
-    def tool_results(self):
-        """{tool_call_id: content} of every tool message the server received."""
-        return {m["tool_call_id"]: m["content"] for body in self.server.bodies
-                for m in body["messages"] if m["role"] == "tool"}
-
     def batch(self, *args, code=0, env=None):
         """`bantam -p go *args`, its exit status checked; the CompletedProcess."""
         result = self.run_bantam("-p", "go", *args, env=env)
         self.assertEqual(result.returncode, code, "stdout:\n%s\nstderr:\n%s"
                          % (result.stdout, result.stderr))
         return result
-
-
-class FileToolEscapeTests(RedTeamCase):
-    """The read tool keeps to what the leash and the sandbox decided."""
-
-    def test_read_does_not_leave_the_folder_through_a_symlink_and_dotdot(self):
-        """approve=deny keeps reads in the folder: lnk/../secret.txt, where lnk leads to a
-        folder outside, is the folder's secret.txt to the leash: never the file outside."""
-        self.home_file("outside/secret.txt", "OUTSIDE-SECRET\n")
-        os.makedirs(os.path.join(self.ws.home, "outside", "sub"))
-        os.symlink(os.path.join(self.ws.home, "outside", "sub"), os.path.join(self.ws.work, "lnk"))
-        os.symlink(os.path.join(self.ws.home, "outside", "secret.txt"),
-                   os.path.join(self.ws.work, "direct"))
-        self.push(tool_call_stream([read("r1", "lnk/../secret.txt"), read("r2", "direct"),
-                                    read("r3", "lnk/../../outside/secret.txt")]),
-                  text_stream("done"))
-        self.batch("--set", "tools=shell_exec,read", "--set", "approve=deny")
-        self.assertNotIn("OUTSIDE-SECRET", json.dumps(self.server.bodies))
-        results = self.tool_results()
-        self.assertIn("no such file", results["r1"])
-        self.assertIn("approve=deny", results["r2"])
-        self.assertIn("approve=deny", results["r3"])
-
-    @unittest.skipUnless(os.path.exists("/proc/self/environ"), "needs Linux's /proc")
-    def test_read_cannot_show_bantams_own_environment(self):
-        """/proc/self/environ (and the same through /proc/thread-self) is bantam's own: it
-        holds the variables kept from commands (AWS_SECRET_ACCESS_KEY); its NULs make read
-        refuse it as binary (a regression test: this attack did not work before either)."""
-        self.push(tool_call_stream([read("r1", "/proc/self/environ"),
-                                    read("r2", "/proc/thread-self/environ"),
-                                    read("r3", "/proc/self/cmdline")]), text_stream("done"))
-        self.batch("--set", "tools=shell_exec,read",
-                   env={"AWS_SECRET_ACCESS_KEY": "aws-hidden-4242"})
-        self.assertNotIn("aws-hidden-4242", json.dumps(self.server.bodies))
-        results = self.tool_results()
-        for call_id in ("r1", "r2", "r3"):
-            self.assertIn("looks like a binary file", results[call_id])
-
-    @unittest.skipUnless(LANDLOCK, "needs Linux with Landlock")
-    def test_read_cannot_reach_bantams_own_files_under_the_sandbox(self):
-        """sandbox=workspace: ~/.bantam/model.cfg, a session, ~/.bantam_history (directly or
-        through a symlink in the folder) are refused to the read tool as to commands."""
-        cfg = os.path.join(self.ws.home, ".bantam", "model.cfg")
-        with open(cfg, "a") as f:
-            f.write("# sk-home-secret-42\n")
-        self.home_file(".bantam_history", "secret prompt 42\n")
-        os.symlink(os.path.join(self.ws.home, ".bantam"), os.path.join(self.ws.work, "link"))
-        self.home_file("visible.txt", "in the open\n")
-        self.push(tool_call_stream([read("r1", "~/.bantam/model.cfg"), read("r2", "link/model.cfg"),
-                                    read("r3", "~/.bantam_history"), read("r4", "~/.bantam"),
-                                    read("r5", "~/visible.txt")]), text_stream("done"))
-        self.batch("--sandbox", "workspace", "--set", "tools=shell_exec,read")
-        sent = json.dumps(self.server.bodies)
-        self.assertNotIn("sk-home-secret-42", sent)
-        self.assertNotIn("secret prompt 42", sent)
-        self.assertNotIn("model.cfg", self.tool_results()["r4"])
-        results = self.tool_results()
-        for call_id in ("r1", "r2", "r3", "r4"):
-            self.assertTrue(results[call_id].startswith("error: sandbox=workspace: "),
-                            results[call_id])
-        self.assertEqual(results["r5"], "1: in the open")
 
 
 class FolderTextTests(RedTeamCase):

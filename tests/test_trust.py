@@ -133,7 +133,7 @@ class FolderTrustBatchTests(TrustCase):
     def test_folder_allow_key_and_tools_need_trust(self):
         """allow, api_key, headers, tools and the tools folder are the user's to set: each named."""
         cases = [("allow", "*"), ("api_key", FOLDER_KEY), ("headers", '{"x-a": "b"}'),
-                 ("tools", "shell_exec,read,write"), ("bantam_tools_dir", "/tmp")]
+                 ("tools", "shell_exec,write"), ("bantam_tools_dir", "/tmp")]
         for key, value in cases:
             with self.subTest(key=key):
                 self.folder_config(**{key: value})
