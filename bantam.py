@@ -2650,6 +2650,8 @@ def write_tool(cfg, args):
         content = args.get("content")
         if not isinstance(content, str):
             raise ValueError("content must be a string (it may be empty)")
+        if set(args) - {"filePath", "content"}:   # (a splice's lineOffset: the rest kept)
+            raise ValueError("write replaces a whole file: give only filePath and content")
         data = content.encode("utf-8", "replace")   # "replace": a lone surrogate from JSON
         target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):

@@ -81,7 +81,9 @@ class WriteTest(Workspace):
     def test_bad_arguments_are_error_text(self):
         bad = ({"content": "x"}, {"filePath": "", "content": "x"}, {"filePath": self.file},
                {"filePath": self.file, "content": 5},
-               {"filePath": self.dir, "content": "x"})
+               {"filePath": self.dir, "content": "x"},
+               {"filePath": self.file, "content": "x", "lineOffset": 2},   # a splice: refused,
+               {"filePath": self.file, "content": "x", "delBytes": 1})     # the file kept whole
         for args in bad:
             result = self.write(**args)
             self.assertTrue(result.startswith("error: "), (args, result))
