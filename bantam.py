@@ -3536,34 +3536,27 @@ COMMANDS.update({
 # Markdown: the reply rendered line by line, each line once, when its newline arrives
 # ----------------------------------------------------------------------------------------
 
-MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
-             "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m", "+": "\033[32m",
-             "-": "\033[31m", "title": "\033[1;35m", "heading": "\033[1m"}   # title: h1, h2
+MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "code": "\033[36m", "url": "\033[2;4m",
+             "dim": "\033[2m", "+": "\033[32m", "-": "\033[31m"}   # +, -: a diff's lines
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
 
 SGR = r"\033\[[0-9;]*m"
 CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
          ".(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*(?:\033\\[[0-9;]*m)*")
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
-HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
-QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
-# "- item", "12. item", "3) item", "- [x] done": indent, marker, task box, text
-ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
+HEADING = r" {0,3}#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
+ITEM = r"([-*]|\d{1,9}\.)[ \t]+(.*)"   # "- item", "* item", "12. item" (the line's text)
 
 # Inline spans: each starts with a literal, then a lookbehind; 500 characters at most (linear)
 INLINE = (
-    r"`(?<!``)(?P<ticks>`*)(?!`)(?P<code>.{1,500}?)(?<!`)`(?P=ticks)(?!`)"   # `code` ``a`b``
-    r"|\\(?P<esc>[!-/:-@\[-`{-~])"                                            # \*
+    r"`(?P<code>[^`]{1,500})`"                                                # `code`
     r"|\[(?P<text>[^\]]{0,500})\]\((?P<url>[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)\)"  # [text](url)
-    r"|<(?P<auto>https?://[^>\s]{1,500})>"                                  # <https://a.b>
-    r"|\*(?<!\*\*)(?P<stars>\*{0,2})(?![\s*])(?P<star>.{1,500}?)(?<![\s*\\])\*(?P=stars)(?!\*)"
-    r"|_(?<![\w\\]_)(?P<lows>_{0,2})(?![\s_])(?P<low>.{1,500}?)(?<![\s_\\])_(?P=lows)(?!\w)"
-    r"|~~(?![\s~])(?P<strike>.{1,500}?)(?<![\s~\\])~~")                     # ~~strike~~
+    r"|\*(?<!\*\*)(?P<stars>\*?)(?![\s*])(?P<star>.{1,500}?)(?<![\s*\\])\*(?P=stars)(?!\*)")
 
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
-            "part": "", "fence": None, "lists": [], "blank": True}
+            "part": "", "fence": None}
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
@@ -3591,95 +3584,46 @@ def md_line(state, line):
     return md_block(state, line)
 
 def md_block(state, line):
-    """One source line outside code blocks as terminal lines."""
-    line = line.expandtabs(4)
+    """One source line outside code blocks as terminal lines, indented as written (a list in a
+    list), quotes and rules as written too."""
+    line, st, width = line.expandtabs(4), state["styles"], state["width"]
     text = line.strip()
-    blank, state["blank"] = state["blank"], not text
-    if not text:                               # runs of blank lines show as one
-        return "" if blank else "\n"
-    indent, lead, st = len(line) - len(line.lstrip()), text[0], state["styles"]
-    fence = lead in "`~" and re.match(FENCE, line)
-    if fence:                                  # ─── python, indented like the list it is in
-        pad = " " * list_column(state["lists"], indent)
+    if not text:
+        return "\n"
+    indent = len(line) - len(line.lstrip())
+    pad = " " * min(indent, width // 2)          # (deep nesting in a narrow terminal)
+    fence = text[0] in "`~" and re.match(FENCE, line)
+    if fence:                                    # ─── python
         state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad, fence.group(3))
         label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
         return pad + styled(label, st["dim"]) + "\n"
-    heading = lead == "#" and re.match(HEADING, line)
-    rule = lead in "-*_" and re.match(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$", line)
-    quote = lead == ">" and re.match(QUOTE, line)
-    if heading or rule or quote:
-        del state["lists"][:]
-    if heading:                                # bold; levels 1 and 2 underlined with ═ or ─
-        level = len(heading.group(1))
-        style = st["title"] if level < 3 else st["heading"]
-        lines = wrap_words(styled(md_inline(heading.group(2) or "", st, style), style),
-                           state["width"])
-        under = "\u2550\u2500"[level > 1] * max(map(display_width, lines)) * (level < 3)
-        return hang(lines, "", "") + (styled(under, st["dim"]) + "\n" if under else "")
-    if rule:
-        return styled("\u2500" * state["width"], st["dim"]) + "\n"
-    if quote:                                  # one bar a level, never the prompt's >
-        depth = quote.group(1).count(">")
-        bar = styled(" ".join(["\u2502"] * depth), st["dim"])
-        inner = dict(state, width=state["width"] - 2 * depth, lists=[], fence=None)
-        rows = md_block(inner, quote.group(2))[:-1].split("\n")
-        return "".join(bar + (" " + row if row else "") + "\n" for row in rows)
-    item = lead in "-*+0123456789" and re.match(ITEM, line)
-    if item:
-        return md_item(state, indent, item)
-    pad = " " * list_column(state["lists"], indent)     # a paragraph, or an item's continuation
-    return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
+    heading = text[0] == "#" and re.match(HEADING, line)
+    if heading:                                  # bold, without its #s
+        bold = st["b"]
+        return hang(wrap_words(styled(md_inline(heading.group(1) or "", st, bold), bold), width),
+                    "", "")
+    item = re.match(ITEM, text)
+    if item:                                     # • text, 12. text, with a hanging indent
+        marker = item.group(1) if item.group(1)[0].isdigit() else "\u2022"
+        column = len(pad) + len(marker) + 1
+        lines = wrap_words(md_inline(item.group(2), st), width - column)
+        return hang(lines, pad + marker + " ", " " * column)
+    return hang(wrap_words(md_inline(text, st), width - len(pad)), pad, pad)   # a paragraph
 
 def hang(lines, first, rest):
     """Lines as output text, the first behind first, the others behind rest."""
     return first + ("\n" + rest).join(lines) + "\n"
 
-def list_column(lists, indent):
-    """Text column of the deepest open list item that a line continues (none: lists end)."""
-    for item_indent, _, column in reversed(lists):
-        if item_indent < indent:
-            return column
-    del lists[:]
-    return 0
-
-def md_item(state, indent, m):
-    """A list item: bullet by depth or the item's own number, text with a hanging indent."""
-    lists = state["lists"]
-    start = lists[-1][2] if lists else 0         # a child starts at its parent's text
-    while lists and indent < lists[-1][0] + 2:   # deeper items end, and a sibling (indents off
-        start = lists.pop()[1]                   # by one still count) starts where it did
-    start = min(start, state["width"] // 2)      # deep nesting in a narrow terminal
-    marker = m.group(2) if m.group(2)[0].isdigit() else "\u2022\u25e6\u25aa"[len(lists) % 3]
-    if m.group(3):                               # - [ ] ☐   - [x] ☑ (instead of a bullet)
-        marker = (marker + " ") * marker[0].isdigit() + "\u2610\u2611"[m.group(3) != " "]
-    column = start + display_width(marker) + 1
-    lists.append((indent, start, column))
-    lines = wrap_words(md_inline((m.group(4) or "").strip(), state["styles"]),
-                       state["width"] - column)
-    return hang(lines, " " * start + marker + " ", " " * column)
-
-def md_inline(text, st, base="", depth=0):
+def md_inline(text, st, base=""):
     """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
-    if depth > 8 or not re.search(r"[`\\\[<*_~]", text):   # spans in spans: 8 deep is plenty
-        return text
-
     def span(m):
-        kind, inner = m.lastgroup, m.group(m.lastgroup)   # (each alternative's last group)
-        if kind == "code":                 # verbatim
-            return styled(inner, st["code"], base) if st["code"] else "`" + inner + "`"
-        if kind == "esc":
-            return inner
-        if kind in ("auto", "url"):
-            url = styled(inner, st["url"], base)
-            if kind == "auto" or m.group("text").strip() in ("", inner):
-                return url                 # [https://a.b](https://a.b) shows the URL once
-            return md_inline(m.group("text"), st, base, depth + 1) + " (" + url + ")"
-        if kind == "strike":
-            inner = md_inline(inner, st, base + st["s"], depth + 1)
-            return styled(inner, st["s"], base) if st["s"] else "~~" + inner + "~~"
-        marks = m.group("stars") or m.group("lows") or ""    # after the first * or _
-        style = st[("i", "b", "bi")[len(marks)]]
-        return styled(md_inline(inner, st, base + style, depth + 1), style, base)
+        if m.lastgroup == "code":          # verbatim (without color: its backticks show it)
+            return styled(m.group("code"), st["code"], base) if st["code"] else m.group(0)
+        if m.lastgroup == "url":           # text (url), the text's own spans shown
+            url = styled(m.group("url"), st["url"], base)
+            return md_inline(m.group("text"), st, base) + " (" + url + ")"
+        style = st["b" if m.group("stars") else "i"]
+        return styled(m.group("star"), style, base)
     return re.sub(INLINE, span, text)
 
 def styled(text, style, base=""):
