@@ -3377,7 +3377,7 @@ HOOKS["turn"].append(tidy_sessions)
 
 
 # ----------------------------------------------------------------------------------------
-# Settings and more commands: /cfg (set live, saved), /model, /models, /endpoint, /skill
+# Settings and more commands: /cfg (set live, saved), /model, /endpoint, /skill
 # ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
@@ -3420,12 +3420,6 @@ def apply_setting(convo, key, value, where):
         add_prompt_extras(cfg)   # the system prompt names them
         if convo["messages"] and convo["messages"][0]["role"] == "system":
             convo["messages"][0]["content"] = cfg["system_prompt"]
-
-def cmd_models(convo, arg):
-    """/models: the endpoint's model ids, the configured one marked with *."""
-    for entry in list_models(convo["cfg"]):
-        mid = str(entry.get("id", "?"))
-        show(convo["cfg"], "%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
 
 def cmd_cfg(convo, arg):
     """/cfg [key [value]]: the settings, one with its source, or set one live and save it."""
@@ -3487,10 +3481,13 @@ def clear_setting(convo, key, path):
     show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
 
 def cmd_model(convo, arg):
-    """/model [name]: switch the model (one the server does not list: not saved), or list them."""
+    """/model [name]: switch the model (one the server does not list: not saved), or list the
+    server's models, the configured one marked with *."""
     cfg = convo["cfg"]
     if not arg:
-        cmd_models(convo, "")
+        for entry in list_models(cfg):
+            mid = str(entry.get("id", "?"))
+            show(cfg, "%s %s\n" % ("*" if mid == cfg["model"] else " ", mid))
         return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
     listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
     if listed and arg not in listed:
@@ -3506,16 +3503,15 @@ def skills(cfg):
     return {os.path.basename(os.path.dirname(path)): path for path in paths}
 
 def cmd_skill(convo, arg):
-    """/skill [name [prompt]]: list the skills, or send one's SKILL.md as the next prompt."""
+    """/skill [name [prompt]]: list the skills' names, or send one's SKILL.md as the next prompt."""
     cfg, found = convo["cfg"], skills(convo["cfg"])
     name, _, prompt = arg.partition(" ")
     if name and name not in found:
         raise BantamError("no skill %r (the skills: %s)" % (name, ", ".join(found) or "none"))
     if name:
         return "\n\n".join(filter(None, (read_prompt(found[name]).rstrip("\n"), prompt.strip())))
-    for name, path in found.items():
-        about = re.search(r"(?m)^description:(.*)", read_prompt(path))
-        show(cfg, "%-20s %s\n" % (name, about.group(1).strip(" \"'") if about else ""))
+    for name in found:
+        show(cfg, name + "\n")
     if not found:
         show(cfg, "(no skills folder with a NAME/SKILL.md: /cfg bantam_skills_dir DIR)\n")
 
@@ -3523,7 +3519,6 @@ COMMANDS.update({
     "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
     "/cont": (cmd_continue, None),
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
-    "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/endpoint": (lambda convo, arg: cmd_cfg(convo, "endpoint " + arg),   # the API key goes to it
                   "/endpoint [url]: show or switch the API's base URL"),
