@@ -3592,22 +3592,18 @@ def md_block(state, line):
         state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad, fence.group(3))
         label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
         return pad + styled(label, st["dim"]) + "\n"
-    heading = text[0] == "#" and re.match(HEADING, line)
+    heading, item = text[0] == "#" and re.match(HEADING, line), re.match(ITEM, text)
+    first = rest = pad                           # a paragraph: wrapped at spaces
     if heading:                                  # bold, without its #s
-        bold = st["b"]
-        return hang(wrap_words(styled(md_inline(heading.group(1) or "", st, bold), bold), width),
-                    "", "")
-    item = re.match(ITEM, text)
-    if item:                                     # • text, 12. text, with a hanging indent
+        first = rest = ""
+        text = styled(md_inline(heading.group(1) or "", st, st["b"]), st["b"])
+    elif item:                                   # • text, 12. text, with a hanging indent
         marker = item.group(1) if item.group(1)[0].isdigit() else "\u2022"
-        column = len(pad) + len(marker) + 1
-        lines = wrap_words(md_inline(item.group(2), st), width - column)
-        return hang(lines, pad + marker + " ", " " * column)
-    return hang(wrap_words(md_inline(text, st), width - len(pad)), pad, pad)   # a paragraph
-
-def hang(lines, first, rest):
-    """Lines as output text, the first behind first, the others behind rest."""
-    return first + ("\n" + rest).join(lines) + "\n"
+        first, rest = pad + marker + " ", " " * (len(pad) + len(marker) + 1)
+        text = md_inline(item.group(2), st)
+    else:
+        text = md_inline(text, st)
+    return first + ("\n" + rest).join(wrap_words(text, width - len(rest))) + "\n"
 
 def md_inline(text, st, base=""):
     """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
@@ -3772,7 +3768,7 @@ def term_tool_call(state, event):
                                                                      rows - 4))}
     if name == "write" and isinstance(args.get("filePath"), str) and args["filePath"].strip():
         diff = write_preview(os.path.abspath(path_argument(args)), args, None).partition("\n")[2]
-        state["tool"]["diff"] = diff or "(no change)" * (args.get("lineOffset") is None)
+        state["tool"]["diff"] = diff or "(no change)"
 
 def bounded(text, rows, width):
     """text in about rows rows of width: long lines cut, the middle lines of a tall text."""
