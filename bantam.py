@@ -3220,7 +3220,7 @@ HOOKS["turn"].append(tidy_sessions)
 
 
 # ----------------------------------------------------------------------------------------
-# Settings and more commands: /cfg (set live, saved), /model, /models, /endpoint, /skill
+# Settings and more commands: /cfg (set live, saved), /model, /endpoint, /skill
 # ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
@@ -3263,12 +3263,6 @@ def apply_setting(convo, key, value, where):
         add_prompt_extras(cfg)   # the system prompt names them
         if convo["messages"] and convo["messages"][0]["role"] == "system":
             convo["messages"][0]["content"] = cfg["system_prompt"]
-
-def cmd_models(convo, arg):
-    """/models: the endpoint's model ids, the configured one marked with *."""
-    for entry in list_models(convo["cfg"]):
-        mid = str(entry.get("id", "?"))
-        show(convo["cfg"], "%s %s\n" % ("*" if mid == convo["cfg"]["model"] else " ", mid))
 
 def cmd_cfg(convo, arg):
     """/cfg [key [value]]: the settings, one with its source, or set one live and save it."""
@@ -3330,10 +3324,13 @@ def clear_setting(convo, key, path):
     show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
 
 def cmd_model(convo, arg):
-    """/model [name]: switch the model (one the server does not list: not saved), or list them."""
+    """/model [name]: switch the model (one the server does not list: not saved), or list the
+    server's models, the configured one marked with *."""
     cfg = convo["cfg"]
     if not arg:
-        cmd_models(convo, "")
+        for entry in list_models(cfg):
+            mid = str(entry.get("id", "?"))
+            show(cfg, "%s %s\n" % ("*" if mid == cfg["model"] else " ", mid))
         return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
     listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
     if listed and arg not in listed:
@@ -3349,16 +3346,15 @@ def skills(cfg):
     return {os.path.basename(os.path.dirname(path)): path for path in paths}
 
 def cmd_skill(convo, arg):
-    """/skill [name [prompt]]: list the skills, or send one's SKILL.md as the next prompt."""
+    """/skill [name [prompt]]: list the skills' names, or send one's SKILL.md as the next prompt."""
     cfg, found = convo["cfg"], skills(convo["cfg"])
     name, _, prompt = arg.partition(" ")
     if name and name not in found:
         raise BantamError("no skill %r (the skills: %s)" % (name, ", ".join(found) or "none"))
     if name:
         return "\n\n".join(filter(None, (read_prompt(found[name]).rstrip("\n"), prompt.strip())))
-    for name, path in found.items():
-        about = re.search(r"(?m)^description:(.*)", read_prompt(path))
-        show(cfg, "%-20s %s\n" % (name, about.group(1).strip(" \"'") if about else ""))
+    for name in found:
+        show(cfg, name + "\n")
     if not found:
         show(cfg, "(no skills folder with a NAME/SKILL.md: /cfg bantam_skills_dir DIR)\n")
 
@@ -3366,7 +3362,6 @@ COMMANDS.update({
     "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
     "/cont": (cmd_continue, None),
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
-    "/models": (cmd_models, "list the endpoint's models (* marks the configured one)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/endpoint": (lambda convo, arg: cmd_cfg(convo, "endpoint " + arg),   # the API key goes to it
                   "/endpoint [url]: show or switch the API's base URL"),
@@ -3379,34 +3374,27 @@ COMMANDS.update({
 # Markdown: the reply rendered line by line, each line once, when its newline arrives
 # ----------------------------------------------------------------------------------------
 
-MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "bi": "\033[1;3m", "s": "\033[9m",
-             "code": "\033[36m", "url": "\033[2;4m", "dim": "\033[2m", "+": "\033[32m",
-             "-": "\033[31m", "title": "\033[1;35m", "heading": "\033[1m"}   # title: h1, h2
+MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "code": "\033[36m", "url": "\033[2;4m",
+             "dim": "\033[2m", "+": "\033[32m", "-": "\033[31m"}   # +, -: a diff's lines
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
 
 SGR = r"\033\[[0-9;]*m"
 CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
          ".(?:\u200d.?|[\u0300-\u036f\ufe00-\ufe0f\U0001f3fb-\U0001f3ff])*(?:\033\\[[0-9;]*m)*")
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
-HEADING = r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
-QUOTE = r" {0,3}((?:>[ \t]?)+)(.*)"   # > > quoted text
-# "- item", "12. item", "3) item", "- [x] done": indent, marker, task box, text
-ITEM = r"([ \t]*)([-*+]|\d{1,9}[.)])(?:[ \t]+(?:\[([ xX])\](?=[ \t]|$))?[ \t]*(.*)|$)"
+HEADING = r" {0,3}#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
+ITEM = r"([-*]|\d{1,9}\.)[ \t]+(.*)"   # "- item", "* item", "12. item" (the line's text)
 
 # Inline spans: each starts with a literal, then a lookbehind; 500 characters at most (linear)
 INLINE = (
-    r"`(?<!``)(?P<ticks>`*)(?!`)(?P<code>.{1,500}?)(?<!`)`(?P=ticks)(?!`)"   # `code` ``a`b``
-    r"|\\(?P<esc>[!-/:-@\[-`{-~])"                                            # \*
+    r"`(?P<code>[^`]{1,500})`"                                                # `code`
     r"|\[(?P<text>[^\]]{0,500})\]\((?P<url>[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)\)"  # [text](url)
-    r"|<(?P<auto>https?://[^>\s]{1,500})>"                                  # <https://a.b>
-    r"|\*(?<!\*\*)(?P<stars>\*{0,2})(?![\s*])(?P<star>.{1,500}?)(?<![\s*\\])\*(?P=stars)(?!\*)"
-    r"|_(?<![\w\\]_)(?P<lows>_{0,2})(?![\s_])(?P<low>.{1,500}?)(?<![\s_\\])_(?P=lows)(?!\w)"
-    r"|~~(?![\s~])(?P<strike>.{1,500}?)(?<![\s~\\])~~")                     # ~~strike~~
+    r"|\*(?<!\*\*)(?P<stars>\*?)(?![\s*])(?P<star>.{1,500}?)(?<![\s*\\])\*(?P=stars)(?!\*)")
 
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
     return {"width": max(int(width), 10), "styles": MD_STYLES if color else MD_PLAIN,
-            "part": "", "fence": None, "lists": [], "blank": True}
+            "part": "", "fence": None}
 
 def md_feed(state, text):
     """Terminal text for every line that text completes; the rest waits for its newline."""
@@ -3434,95 +3422,42 @@ def md_line(state, line):
     return md_block(state, line)
 
 def md_block(state, line):
-    """One source line outside code blocks as terminal lines."""
-    line = line.expandtabs(4)
+    """One source line outside code blocks as terminal lines, indented as written (a list in a
+    list), quotes and rules as written too."""
+    line, st, width = line.expandtabs(4), state["styles"], state["width"]
     text = line.strip()
-    blank, state["blank"] = state["blank"], not text
-    if not text:                               # runs of blank lines show as one
-        return "" if blank else "\n"
-    indent, lead, st = len(line) - len(line.lstrip()), text[0], state["styles"]
-    fence = lead in "`~" and re.match(FENCE, line)
-    if fence:                                  # ─── python, indented like the list it is in
-        pad = " " * list_column(state["lists"], indent)
+    if not text:
+        return "\n"
+    indent = len(line) - len(line.lstrip())
+    pad = " " * min(indent, width // 2)          # (deep nesting in a narrow terminal)
+    fence = text[0] in "`~" and re.match(FENCE, line)
+    if fence:                                    # ─── python
         state["fence"] = (fence.group(2)[0], len(fence.group(2)), indent, pad, fence.group(3))
         label = "\u2500" * 3 + (" " + fence.group(3)) * bool(fence.group(3))
         return pad + styled(label, st["dim"]) + "\n"
-    heading = lead == "#" and re.match(HEADING, line)
-    rule = lead in "-*_" and re.match(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$", line)
-    quote = lead == ">" and re.match(QUOTE, line)
-    if heading or rule or quote:
-        del state["lists"][:]
-    if heading:                                # bold; levels 1 and 2 underlined with ═ or ─
-        level = len(heading.group(1))
-        style = st["title"] if level < 3 else st["heading"]
-        lines = wrap_words(styled(md_inline(heading.group(2) or "", st, style), style),
-                           state["width"])
-        under = "\u2550\u2500"[level > 1] * max(map(display_width, lines)) * (level < 3)
-        return hang(lines, "", "") + (styled(under, st["dim"]) + "\n" if under else "")
-    if rule:
-        return styled("\u2500" * state["width"], st["dim"]) + "\n"
-    if quote:                                  # one bar a level, never the prompt's >
-        depth = quote.group(1).count(">")
-        bar = styled(" ".join(["\u2502"] * depth), st["dim"])
-        inner = dict(state, width=state["width"] - 2 * depth, lists=[], fence=None)
-        rows = md_block(inner, quote.group(2))[:-1].split("\n")
-        return "".join(bar + (" " + row if row else "") + "\n" for row in rows)
-    item = lead in "-*+0123456789" and re.match(ITEM, line)
-    if item:
-        return md_item(state, indent, item)
-    pad = " " * list_column(state["lists"], indent)     # a paragraph, or an item's continuation
-    return hang(wrap_words(md_inline(text, st), state["width"] - len(pad)), pad, pad)
+    heading, item = text[0] == "#" and re.match(HEADING, line), re.match(ITEM, text)
+    first = rest = pad                           # a paragraph: wrapped at spaces
+    if heading:                                  # bold, without its #s
+        first = rest = ""
+        text = styled(md_inline(heading.group(1) or "", st, st["b"]), st["b"])
+    elif item:                                   # • text, 12. text, with a hanging indent
+        marker = item.group(1) if item.group(1)[0].isdigit() else "\u2022"
+        first, rest = pad + marker + " ", " " * (len(pad) + len(marker) + 1)
+        text = md_inline(item.group(2), st)
+    else:
+        text = md_inline(text, st)
+    return first + ("\n" + rest).join(wrap_words(text, width - len(rest))) + "\n"
 
-def hang(lines, first, rest):
-    """Lines as output text, the first behind first, the others behind rest."""
-    return first + ("\n" + rest).join(lines) + "\n"
-
-def list_column(lists, indent):
-    """Text column of the deepest open list item that a line continues (none: lists end)."""
-    for item_indent, _, column in reversed(lists):
-        if item_indent < indent:
-            return column
-    del lists[:]
-    return 0
-
-def md_item(state, indent, m):
-    """A list item: bullet by depth or the item's own number, text with a hanging indent."""
-    lists = state["lists"]
-    start = lists[-1][2] if lists else 0         # a child starts at its parent's text
-    while lists and indent < lists[-1][0] + 2:   # deeper items end, and a sibling (indents off
-        start = lists.pop()[1]                   # by one still count) starts where it did
-    start = min(start, state["width"] // 2)      # deep nesting in a narrow terminal
-    marker = m.group(2) if m.group(2)[0].isdigit() else "\u2022\u25e6\u25aa"[len(lists) % 3]
-    if m.group(3):                               # - [ ] ☐   - [x] ☑ (instead of a bullet)
-        marker = (marker + " ") * marker[0].isdigit() + "\u2610\u2611"[m.group(3) != " "]
-    column = start + display_width(marker) + 1
-    lists.append((indent, start, column))
-    lines = wrap_words(md_inline((m.group(4) or "").strip(), state["styles"]),
-                       state["width"] - column)
-    return hang(lines, " " * start + marker + " ", " " * column)
-
-def md_inline(text, st, base="", depth=0):
+def md_inline(text, st, base=""):
     """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
-    if depth > 8 or not re.search(r"[`\\\[<*_~]", text):   # spans in spans: 8 deep is plenty
-        return text
-
     def span(m):
-        kind, inner = m.lastgroup, m.group(m.lastgroup)   # (each alternative's last group)
-        if kind == "code":                 # verbatim
-            return styled(inner, st["code"], base) if st["code"] else "`" + inner + "`"
-        if kind == "esc":
-            return inner
-        if kind in ("auto", "url"):
-            url = styled(inner, st["url"], base)
-            if kind == "auto" or m.group("text").strip() in ("", inner):
-                return url                 # [https://a.b](https://a.b) shows the URL once
-            return md_inline(m.group("text"), st, base, depth + 1) + " (" + url + ")"
-        if kind == "strike":
-            inner = md_inline(inner, st, base + st["s"], depth + 1)
-            return styled(inner, st["s"], base) if st["s"] else "~~" + inner + "~~"
-        marks = m.group("stars") or m.group("lows") or ""    # after the first * or _
-        style = st[("i", "b", "bi")[len(marks)]]
-        return styled(md_inline(inner, st, base + style, depth + 1), style, base)
+        if m.lastgroup == "code":          # verbatim (without color: its backticks show it)
+            return styled(m.group("code"), st["code"], base) if st["code"] else m.group(0)
+        if m.lastgroup == "url":           # text (url), the text's own spans shown
+            url = styled(m.group("url"), st["url"], base)
+            return md_inline(m.group("text"), st, base) + " (" + url + ")"
+        style = st["b" if m.group("stars") else "i"]
+        return styled(m.group("star"), style, base)
     return re.sub(INLINE, span, text)
 
 def styled(text, style, base=""):
@@ -3670,7 +3605,7 @@ def term_tool_call(state, event):
                                                                      rows - 4))}
     if name == "write" and isinstance(args.get("filePath"), str) and args["filePath"].strip():
         diff = write_preview(os.path.abspath(path_argument(args)), args, None).partition("\n")[2]
-        state["tool"]["diff"] = diff or "(no change)" * (args.get("lineOffset") is None)
+        state["tool"]["diff"] = diff or "(no change)"
 
 def bounded(text, rows, width):
     """text in about rows rows of width: long lines cut, the middle lines of a tall text."""

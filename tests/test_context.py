@@ -1,6 +1,6 @@
 """Usage and the context window (issue 4): stream_options, the token line, the window from
 GET /models, the offer to compact at 60%, /compact, compacting on context overflow (and never
-looping), tool calls written as text, the empty-assistant repair, reasoning_effort and /models.
+looping), tool calls written as text, the empty-assistant repair, reasoning_effort and /model.
 
 Context-overflow errors replayed by OverflowTests.test_overflow_compacts_and_retries_once
 (one subTest per row of OVERFLOWS), for the README's server table:
@@ -527,7 +527,7 @@ class EmptyAssistantTests(BantamTestCase):
 
 
 class ConfigForwardingTests(BantamTestCase):
-    """reasoning_effort is forwarded when set; /models lists the endpoint's models."""
+    """reasoning_effort is forwarded when set; /model lists the endpoint's models."""
 
     def test_reasoning_effort(self):
         """Set: sent as reasoning_effort; unset: no such key in the request."""
@@ -544,18 +544,19 @@ class ConfigForwardingTests(BantamTestCase):
                     self.assertEqual(body["reasoning_effort"], expected)
 
     def test_models_lists_ids_and_marks_the_configured_one(self):
-        """/models prints every id, the configured model marked with *; no chat request."""
+        """/model prints every id, the configured model marked with *; no chat request."""
         self.server.models = {"object": "list", "data": [
             {"id": "alpha", "context_length": 8192}, {"id": "test-model"}, {"id": "zeta"}]}
-        proc = self.run_bantam(input=repl_input("/models"))
+        proc = self.run_bantam(input=repl_input("/model"))
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertEqual(proc.stdout, "> " + "  alpha\n* test-model\n  zeta\n" + "> \n")
+        self.assertEqual(proc.stdout, "> " + "  alpha\n* test-model\n  zeta\n"
+                         "(/model <name> switches to one; now: test-model)\n" + "> \n")
         self.assertEqual(self.server.posts, [])
 
     def test_models_failure_is_reported(self):
-        """/models against a server without the route says so in one line."""
+        """/model against a server without the route says so in one line."""
         self.server.models = error(404, "no such route")
-        proc = self.run_bantam(input=repl_input("/models"))
+        proc = self.run_bantam(input=repl_input("/model"))
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("cannot list models", proc.stderr)
         self.assertIn("404", proc.stderr)

@@ -263,23 +263,23 @@ class ToolScreenTests(TerminalCase):
         self.quit(term)
 
 
-MARKDOWN = "# Plan\n\n> Note: quoted, **bold** here\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nDone.\n"
+MARKDOWN = "# Plan\n\n- Note: listed, **bold** here\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nDone.\n"
 
 
 class RenderTests(TerminalCase):
     """Rendered Markdown in the REPL; the plain traces for pipes."""
 
     def test_answer_is_rendered(self):
-        """render=always: a quote has a bar (never the prompt's >), a table its lines as written,
-        a heading no #; the conversation keeps the raw text."""
+        """render=always: a list item has a bullet, a table its lines as written, a heading no #;
+        the conversation keeps the raw text."""
         self.push(text_stream(MARKDOWN, pieces=3), text_stream("next"))
         term = self.start()
         out = self.turn(term, "plan?", "Done.")
-        self.assertIn("\u2502 Note: quoted, bold here\n", out)
+        self.assertIn("\u2022 Note: listed, bold here\n", out)
         self.assertIn("\n| a | b |\n|---|---|\n| 1 | 2 |\n", out)
-        self.assertIn("Plan\n\u2550\u2550\u2550\u2550\n", out)
+        self.assertIn("Plan\n\n\u2022 Note", out)
         answer = out[out.index("Plan"):]
-        self.assertNotRegex(answer, r"(?m)^(> Note|#)")
+        self.assertNotRegex(answer, r"(?m)^(- Note|#)")
         self.turn(term, "more", "next")
         self.assertEqual(self.server.bodies[-1]["messages"][-2], {"role": "assistant", "content": MARKDOWN})
         self.quit(term)
@@ -338,7 +338,7 @@ class RenderTests(TerminalCase):
         self.quit(term, "\x04")
 
     def test_color_styles_are_present(self):
-        """With color the heading, bold text and the quote's bar carry styles."""
+        """With color the heading and bold text carry styles."""
         self.push(text_stream(MARKDOWN))
         term = self.start(color="always")
         start = len(term.output)
@@ -346,9 +346,8 @@ class RenderTests(TerminalCase):
         term.expect("Done.")
         term.expect(PROMPT_LINE)
         out = term.output[start:]
-        self.assertIn("\033[1;35mPlan\033[0m", out)
+        self.assertIn("\033[1mPlan\033[0m", out)
         self.assertIn("\033[1mbold\033[0m", out)
-        self.assertIn("\033[2m\u2502\033[0m", out)
         self.quit(term)
 
     def test_pipes_keep_the_plain_traces(self):

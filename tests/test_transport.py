@@ -265,13 +265,13 @@ class OneConnectionTests(TransportCase):
         self.assertEqual(self.server.connections, 1)
 
     def test_repl_session_with_save_and_models_uses_one_connection(self):
-        """Two REPL turns, /save (its summary request) and /models share one TCP connection."""
+        """Two REPL turns, /save (its summary request) and /model share one TCP connection."""
         self.push(text_stream("answer one", usage=usage(10, 2)),
                   text_stream("answer two", usage=usage(20, 2)),
                   completion("Greeting chat"))
         term = self.pty()
         for line, shown in (("first question", "answer one"), ("second question", "answer two"),
-                            ("/save", "[saved session"), ("/models", "* test-model")):
+                            ("/save", "[saved session"), ("/model", "* test-model")):
             term.expect("> ")
             term.sendline(line)
             term.expect(shown)
@@ -282,7 +282,7 @@ class OneConnectionTests(TransportCase):
             "POST /v1/chat/completions", "GET /v1/models",     # turn 1, then its token line
             "POST /v1/chat/completions",                       # turn 2 (window known)
             "POST /v1/chat/completions",                       # /save's summary
-            "GET /v1/models"])                                 # /models
+            "GET /v1/models"])                                 # /model
         self.assertIn(TITLE_MARK, self.server.bodies[2]["messages"][-1]["content"])
         saved = [n for n in os.listdir(self.ws.sessions_dir()) if n != "autosave.json"]
         with open(os.path.join(self.ws.sessions_dir(), saved[0]), encoding="utf-8") as f:
