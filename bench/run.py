@@ -1269,7 +1269,8 @@ def bench_render(b, reps, n):
             dirs[render, k] = b.workdir("md-%d" % k, tag="-" + render, render=render, color="always")
             b.server.markdown_body(k)   # pre-encoded outside the timings
     argv = b.bantam_argv("prompt.txt")
-    for render, marks, raw in (("always", "\u250c".encode(), b"|-----|"), ("never", b"|-----|", None)):
+    for render, marks, raw in (("always", "\u2500\u2500\u2500 python".encode(), None),
+                               ("never", b"```python", None)):   # a fence's label, or as written
         _, rc, out, _ = pty_run(argv, dirs[render, n], env)   # checked once
         if rc != 0:
             raise RuntimeError("render=%s run exited %s: %r" % (render, rc, out[-500:]))
