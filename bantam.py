@@ -2298,10 +2298,7 @@ def check_private(layer):
 def add_prompt_extras(cfg):
     """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
     enabled, sources = cfg["tools"].split(","), cfg["sources"]
-    more = [name + {"read": " (a file's numbered lines, or a directory's entries)",
-                    "write": " (a whole file, or a splice at a line)"}[name]
-            for name in ("read", "write") if name in enabled]
-    extras = ["You also have %s." % " and ".join(more)] if more else []
+    extras = ["You also have write (a whole file at a time)."] if "write" in enabled else []
     extras += ["In this session %s is not available." % name   # (the base prompt names both)
                for name in ("shell_exec", "run_subagent") if name not in enabled]
     extras += [text % cfg[key] for key, text in (
@@ -2911,18 +2908,17 @@ def approval(cfg, call_id, name, args):
     """The args to run a tool call with, or its refusal (a text); an approval event for each."""
     command = args.get("command") if name == "shell_exec" else None
     try:
-        path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
+        path = os.path.abspath(path_argument(args)) if name == "write" else None
     except ValueError:
         return args   # the tool says what is wrong
     if not isinstance(command, str) and path is None:
         return args
-    decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
+    decision, rule, reason = decide_file(cfg, path) if path else decide(cfg, command.strip())
     edited = None
     if decision == "ask":
         if path:
-            note(cfg, write_preview(path, args, reason) if name == "write" else
-                 "[%s: %s]" % (path, reason), "warning")
-        (decision, reason, edited), rule = user_decision(cfg, command, path and name), "asked"
+            note(cfg, write_preview(path, args, reason), "warning")
+        (decision, reason, edited), rule = user_decision(cfg, command), "asked"
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
@@ -2953,13 +2949,12 @@ def approve(cfg, key, write_out):
         return "refuse", "no terminal"
     return {"auto": "run", "ask": "ask", "deny": "refuse"}[setting], "approve=" + cfg["approve"]
 
-def patterns(cfg, key, tool=None):
-    """The deny or allow patterns for commands (tool None), or a file tool's: (text, path)."""
+def patterns(cfg, key, paths=False):
+    """The deny or allow patterns for commands, or (paths) write's: (text, its absolute path)."""
     found = [p.strip() for p in cfg[key].split(",") if p.strip()]
-    if tool is None:
-        return [p for p in found if not p.startswith(("read:", "write:"))]
-    return [(p, os.path.abspath(os.path.expanduser(p.partition(":")[2])))
-            for p in found if p.startswith(tool + ":")]
+    if not paths:
+        return [p for p in found if not p.startswith("write:")]
+    return [(p, os.path.abspath(os.path.expanduser(p[6:]))) for p in found if p[:6] == "write:"]
 
 def decide(cfg, command):
     """(decision, rule, reason) for a command line: deny, then allow, then approve."""
@@ -2992,7 +2987,7 @@ def pattern_hit(words, pattern):
 def allow_bar(cfg, split):
     """Why allow may not run a line whose commands all match (a redirection), else None."""
     import fnmatch
-    writable = [glob for _, glob in patterns(cfg, "allow", "write")]
+    writable = [glob for _, glob in patterns(cfg, "allow", True)]
     for word in split.redirs:   # a write (not 2>&1, >&- or >/dev/null)
         m = re.match(r"\d*(?:&>>?|>>|>\||>&(?!\d*-?$)|>(?!&)|<>)(?!/dev/null$)(.*)", word, re.S)
         path = m and os.path.realpath(os.path.expanduser(m.group(1)))
@@ -3120,44 +3115,41 @@ def simple_command(words, redirs, depth, out):
             out.unplain.append(program + " runs a command")
             words = args[n + (program == "timeout"):]
 
-def user_decision(cfg, command, tool=None):
-    """Ask the user about a command or a file tool's path: (decision, reason, edited)."""
+def user_decision(cfg, command):
+    """Ask the user about a command, or (None) a write: (decision, reason, edited)."""
     ask = cfg["run"]["approver"]
-    answer = (ask(tool.title() + "? [y/N/a] " if tool else "Run? [y/N/a/e] ", "") or "").strip()
+    answer = (ask("Write? [y/N/a] " if command is None else "Run? [y/N/a/e] ", "") or "").strip()
     word, _, rest = answer.partition(" ")
     word = word.lower().rstrip(",:")
     if word in ("y", "yes", "a", "always"):
         return "run" if word[0] == "y" else "always", None, None
-    if word in ("e", "edit") and not tool:
+    if word in ("e", "edit") and command is not None:
         edited = ask("Command: ", command)
         if edited and edited.strip() and edited != command:
             return "edit", None, edited
         return ("run" if edited == command else "refuse"), None, None
     return "refuse", (rest.strip() if word in ("n", "no") else answer) or None, None
 
-def decide_file(cfg, tool, path):
-    """(decision, rule, reason) for a read or write of an absolute path."""
+def decide_file(cfg, path):
+    """(decision, rule, reason) for a write of an absolute path."""
     import fnmatch
     real = os.path.realpath(path)
     for key, decision, names in (("deny", "refuse", [path, real]), ("allow", "run", [real])):
-        for pattern, glob in patterns(cfg, key, tool):   # allow: only where the path leads
+        for pattern, glob in patterns(cfg, key, True):   # allow: only where the path leads
             if any(fnmatch.fnmatchcase(name, glob) for name in names):
                 return decision, "%s %s" % (key, pattern), None
-    if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
+    if ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
-    inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
-    if inside and tool == "read" and cfg["approve"] != "auto":
-        return "run", "working folder", None
+    inside = within(real, [os.getcwd()]) or within(path, [os.getcwd()])
     where = None if inside else "outside the working folder"   # (write refuses symlinks out)
-    decision, rule = approve(cfg, tool + ":" + path, tool == "write" and where)
+    decision, rule = approve(cfg, "write:" + path, where)
     return decision, rule, None if decision == "run" else where
 
 def write_preview(path, args, reason):
     """What a write would do, for its question: the path (and why it is asked), a short diff."""
     import difflib
-    try:   # a splice shows only what it adds
-        whole = args.get("lineOffset") is None and args.get("delLines") is None
-        old = read_text(path, "it").splitlines() if whole and os.path.getsize(path) < 1e6 else []
+    try:
+        old = read_text(path, "it").splitlines() if os.path.getsize(path) < 1e6 else []
     except (OSError, ConfigError):
         old = []
     new = str(args.get("content", "")).splitlines()

@@ -256,16 +256,16 @@ class SystemPromptTests(ConfigCase):
         """Issue 30: /cfg tools during a conversation changes the system prompt's word on the
         tools in the conversation's first message, as the tools sent change."""
         self.push(text_stream("one"), text_stream("two"), text_stream("three"))
-        proc = self.run_bantam(input="hi\n/cfg tools shell_exec,read\nagain\n"
+        proc = self.run_bantam(input="hi\n/cfg tools shell_exec,write\nagain\n"
                                      "/cfg tools run_subagent\nonce more\n")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         prompts = [body["messages"][0]["content"] for body in self.server.bodies]
         tools = [[t["function"]["name"] for t in body["tools"]] for body in self.server.bodies]
-        self.assertEqual(tools[1:], [["shell_exec", "read"], ["run_subagent"]])
-        self.assertNotIn("You also have read", prompts[0])
-        self.assertIn("You also have read", prompts[1])
+        self.assertEqual(tools[1:], [["shell_exec", "write"], ["run_subagent"]])
+        self.assertNotIn("You also have write", prompts[0])
+        self.assertIn("You also have write", prompts[1])
         self.assertIn("In this session run_subagent is not available.", prompts[1])
-        self.assertNotIn("You also have read", prompts[2])
+        self.assertNotIn("You also have write", prompts[2])
         self.assertIn("In this session shell_exec is not available.", prompts[2])
         self.assertNotIn("run_subagent is not available", prompts[2])
 

@@ -371,7 +371,7 @@ class ToolsKeyTests(ExtrasCase):
         names = [[t["function"]["name"] for t in body["tools"]] for body in self.server.bodies]
         self.assertEqual(names, [["shell_exec", "run_subagent"], ["shell_exec", "read", "write"]])
         self.assertEqual(self.server.bodies[1]["tools"][1]["function"]["parameters"]["required"], ["filePath"])
-        self.assertIn("You also have read", self.server.bodies[1]["messages"][0]["content"])
+        self.assertIn("You also have write", self.server.bodies[1]["messages"][0]["content"])
         self.assertIn("In this session run_subagent is not available.", self.server.bodies[1]["messages"][0]["content"])
         self.assertNotIn("not available", self.server.bodies[0]["messages"][0]["content"])
 

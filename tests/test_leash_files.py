@@ -1,7 +1,7 @@
-"""The file tools under the leash: `write` and `read` follow approve and the deny/allow
-patterns (`write:PATH`, `read:PATH`), ask or refuse outside the working folder, never replace
-what is not a regular file, never follow a symlink out of the folder, keep out of `.git/`,
-and leave a file over 64 MB to bash.
+"""The write tool under the leash: it follows approve and the deny/allow patterns
+(`write:PATH`), asks or refuses outside the working folder, never replaces what is not a
+regular file, never follows a symlink out of the folder, keeps out of `.git/`, and leaves a
+file over 64 MB to bash.
 
 bantam runs as a real subprocess (batch mode) or on a real pseudo-terminal against the
 scripted FakeServer; the scripted model makes each call; the tests check the files after and
@@ -168,31 +168,6 @@ class WriteTests(FileLeashCase):
         self.assertEqual(os.path.getsize(path), 64 * MB + 1)
 
 
-class ReadTests(FileLeashCase):
-    """read outside the folder: asked under ask, refused under deny; patterns apply."""
-
-    def test_approve_deny_refuses_reading_outside_the_folder(self):
-        """approve=deny: ~/.ssh/id_rsa is not read (its text never reaches the model); a file
-        in the folder still is."""
-        self.home_file(".ssh/id_rsa", "-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
-        self.ws.write("notes.txt", "hello\n")
-        results = self.run_calls([read("r1", "~/.ssh/id_rsa"), read("r2", "notes.txt")], "--set", "approve=deny")
-        self.assertNotIn("secret", results["r1"])
-        self.assertIn("approve=deny", results["r1"])
-        self.assertEqual(results["r2"], "1: hello")
-        self.assertNotIn("PRIVATE KEY", json.dumps(self.server.bodies[-1]))
-
-    def test_auto_reads_outside_but_a_deny_pattern_refuses(self):
-        """approve=auto reads outside the folder; deny=read:~/.ssh/* refuses that folder."""
-        self.home_file(".ssh/id_rsa", "secret\n")
-        self.home_file("notes.txt", "hello\n")
-        results = self.run_calls([read("r1", "~/.ssh/id_rsa"), read("r2", "~/notes.txt")],
-                                 "--set", "deny=read:~/.ssh/*")
-        self.assertNotIn("secret", results["r1"])
-        self.assertIn("read:~/.ssh/*", results["r1"])
-        self.assertEqual(results["r2"], "1: hello")
-
-
 class AskTests(FileLeashCase):
     """At the terminal: the question shows the path and a short diff; y/N/a as for commands."""
 
@@ -238,20 +213,6 @@ class AskTests(FileLeashCase):
         term.expect("written")
         term.expect(PROMPT_LINE)
         self.assertEqual(self.text(outside), "new\n")
-        self.leave(term)
-
-    def test_ask_asks_before_reading_outside_the_folder(self):
-        """approve=ask: reading ~/.ssh/id_rsa is asked about; N keeps it from the model."""
-        self.home_file(".ssh/id_rsa", "secret\n")
-        self.push(tool_call_stream([read("r1", "~/.ssh/id_rsa")]), text_stream("understood"))
-        term = self.start(approve="ask")
-        term.sendline("look")
-        term.expect("Read? [y/N/a] ")
-        term.send("\r")
-        term.expect("understood")
-        term.expect(PROMPT_LINE)
-        tool = [m for m in self.server.bodies[-1]["messages"] if m["role"] == "tool"][0]
-        self.assertEqual(tool["content"], "[the user did not let this read run]")
         self.leave(term)
 
 

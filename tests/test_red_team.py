@@ -70,24 +70,6 @@ class RedTeamCase(BantamTestCase):
 class FileToolEscapeTests(RedTeamCase):
     """The read tool keeps to what the leash and the sandbox decided."""
 
-    def test_read_does_not_leave_the_folder_through_a_symlink_and_dotdot(self):
-        """approve=deny keeps reads in the folder: lnk/../secret.txt, where lnk leads to a
-        folder outside, is the folder's secret.txt to the leash: never the file outside."""
-        self.home_file("outside/secret.txt", "OUTSIDE-SECRET\n")
-        os.makedirs(os.path.join(self.ws.home, "outside", "sub"))
-        os.symlink(os.path.join(self.ws.home, "outside", "sub"), os.path.join(self.ws.work, "lnk"))
-        os.symlink(os.path.join(self.ws.home, "outside", "secret.txt"),
-                   os.path.join(self.ws.work, "direct"))
-        self.push(tool_call_stream([read("r1", "lnk/../secret.txt"), read("r2", "direct"),
-                                    read("r3", "lnk/../../outside/secret.txt")]),
-                  text_stream("done"))
-        self.batch("--set", "tools=shell_exec,read", "--set", "approve=deny")
-        self.assertNotIn("OUTSIDE-SECRET", json.dumps(self.server.bodies))
-        results = self.tool_results()
-        self.assertIn("no such file", results["r1"])
-        self.assertIn("approve=deny", results["r2"])
-        self.assertIn("approve=deny", results["r3"])
-
     @unittest.skipUnless(os.path.exists("/proc/self/environ"), "needs Linux's /proc")
     def test_read_cannot_show_bantams_own_environment(self):
         """/proc/self/environ (and the same through /proc/thread-self) is bantam's own: it
