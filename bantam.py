@@ -2239,6 +2239,28 @@ def settle_secrets(cfg):
     if cfg.get("run") is not None:
         cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
 
+def layered(cfg, key, trusted):
+    """key's (value, where, the folder's value left unused or None) from the config layers: a
+    folder's NEEDS_TRUST value only when trusted (False: a no, then only what tightens), a
+    TIGHTEN_ONLY one only to tighten; STRICTER's strictest wins; deny joins every layer's."""
+    found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
+             for kind, layer in cfg["sources"]["layers"]
+             for raw, where in [layer.get(key, ("", ""))]
+             if raw not in ("", "-")]   # blank or '-' defers to the next layer
+    own = [f for f in found if f[0] != "folder"]
+    users, unused = own[0][1] if own else DEFAULTS[key], None
+    if found and found[0][0] == "folder" and not trusted and (key in NEEDS_TRUST or trusted
+            is False and key not in STRICTER | TIGHTEN_ONLY | {"deny"} or key in
+            TIGHTEN_ONLY and looser(cfg, key, found[0][1], users)):
+        if found[0][1] != users:
+            unused = found[0][1:]
+        found = own
+    if key in STRICTER and found and found[0][0] != "flag":   # a flag: the user's choice
+        found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
+    if key == "deny" and found:
+        return ",".join(f[1] for f in found), " + ".join(f[2] for f in found), unused
+    return found[0][1:] + (unused,) if found else (DEFAULTS[key], "default", unused)
+
 def settle(cfg, trust=None):
     """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no);
     a config file in use that holds a secret must be private (check_private)."""
@@ -2250,26 +2272,14 @@ def settle(cfg, trust=None):
     changed = sorted(key for key in prints if seen.get(key) != prints[key])   # none is then used
     if trust is None and (facts.get("trusted") is False or os.environ.get("BANTAM_TRUST") == "0"):
         trust = False   # a no (remembered, --no-trust): only what tightens is the folder's
-    trusted = trust if trust is not None else mine is not None and (
+    trusted = trust if trust is not None else (mine is not None and (
         os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
+        or None)   # True, None (not trusted) or False (a no)
     untrusted = {}
     for key in [key for key in DEFAULTS if key in (mine or ()) or key in STRICTER | {"deny"}]:
-        found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
-                 for kind, layer in layers for raw, where in [layer.get(key, ("", ""))]
-                 if raw not in ("", "-")]   # blank or '-' defers to the next layer
-        own = [f for f in found if f[0] != "folder"]
-        users = own[0][1] if own else DEFAULTS[key]
-        if found and found[0][0] == "folder" and not trusted and (key in NEEDS_TRUST or trust
-                is False and key not in STRICTER | TIGHTEN_ONLY | {"deny"} or key in
-                TIGHTEN_ONLY and looser(cfg, key, found[0][1], users)):
-            if found[0][1] != users:
-                untrusted[key] = found[0][1:]
-            found = own
-        if key in STRICTER and found and found[0][0] != "flag":   # a flag: the user's choice
-            found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
-        cfg[key], sources[key] = found[0][1:] if found else (DEFAULTS[key], "default")
-        if key == "deny" and found:
-            cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
+        cfg[key], sources[key], unused = layered(cfg, key, trusted)
+        if unused:
+            untrusted[key] = unused
     for kind, layer in layers:
         if kind == "own" or kind == "folder" and trusted:
             check_private(layer)
@@ -2278,7 +2288,8 @@ def settle(cfg, trust=None):
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
         url_secrets(os.environ.get("BANTAM_ENDPOINT", ""))
     sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   untrusted=untrusted, env_secrets=secrets, fingerprint=prints, changed=changed)
+                   trusted=trusted, untrusted=untrusted, env_secrets=secrets, fingerprint=prints,
+                   changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -3461,20 +3472,13 @@ def cmd_cfg(convo, arg):
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
 
 def clear_setting(convo, key, path):
-    """/cfg KEY - took the key's lines out of path: the next layer's value is used (an untrusted
-    folder's never, a stricter one's, and deny patterns, always)."""
+    """/cfg KEY - took the key's lines out of path: the value the layers now give is used, by
+    the rules of the start (layered: a folder's value as trusted then)."""
     cfg, folder = convo["cfg"], convo["cfg"]["sources"]["folder_config"]
     layers = cfg["sources"]["layers"]
     layers[:] = [(name, read_key_values(path) if name == ("folder" if path == folder else "own")
                   else layer) for name, layer in layers]
-    found = [(parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
-             for name, layer in layers for raw, where in [layer.get(key, ("", ""))]
-             if raw not in ("", "-") and (name != "folder" or key in STRICTER | {"deny"})]
-    if key in STRICTER and found and found[0][1] != "flag":
-        found.sort(key=lambda f: strictness(key, f[0]), reverse=True)
-    value, where = found[0] if found else (DEFAULTS[key], "default")
-    if key == "deny" and found:
-        value, where = ",".join(f[0] for f in found), " + ".join(f[1] for f in found)
+    value, where, _ = layered(cfg, key, cfg["sources"].get("trusted"))
     apply_setting(convo, key, value, where)
     show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
 
