@@ -3059,13 +3059,14 @@ def shell_parse(text, i, depth, out, closer=False):
             dq, quoted = dq != (kind == "dq"), quoted or kind in ("sq", "dq", "esc")
             if kind in ("sq", "dq", "esc"):   # (a '...' holds no ': its last one closes it)
                 token = token[1:].rstrip("'") if kind == "sq" else token[1:]
-            word = (word or []) + [token]
+            word = (word or "") + token
         else:
             if word is not None:   # a word ends: an argument, or what a redirection names
-                (redirs if redir else words).append((redir or "") + "".join(word))
+                (redirs if redir else words).append((redir or "") + word)
                 if redir and redir.lstrip("0123456789") in ("<<", "<<-"):   # a heredoc
-                    heredocs.append(("(?m)^%s%s$" % ("\t*" if redir[-1] == "-" else "",
-                                                     re.escape("".join(word))), quoted))
+                    heredocs.append("(?m)^%s%s$" % ("\t*" * (redir[-1] == "-"), re.escape(word)))
+                    if not quoted:   # (its $(...) and ` run: not read)
+                        out.unplain.append("an unquoted heredoc")
                 word, redir, quoted = None, None, False
             redir = token if kind == "redir" else redir
             if kind == "op":
@@ -3075,12 +3076,9 @@ def shell_parse(text, i, depth, out, closer=False):
                 if token == ")" and closer and not parens:
                     return i
                 parens = max(0, parens + (token == "(") - (token == ")"))
-                for delimiter, literal in heredocs if token == "\n" else ():   # its body
-                    end = re.compile(delimiter).search(text, i)
-                    if not literal:   # (its $(...) and ` run: not read)
-                        out.unplain.append("an unquoted heredoc")
+                while heredocs and token == "\n":   # their bodies, one after another
+                    end = re.compile(heredocs.pop(0)).search(text, i)
                     i = end.end() + 1 if end else len(text)
-                heredocs = [] if token == "\n" else heredocs
     if dq or closer:
         out.unplain.append("an unclosed quote" if dq else "an unclosed $(")
     return len(text)
