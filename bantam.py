@@ -2239,27 +2239,30 @@ def settle_secrets(cfg):
     if cfg.get("run") is not None:
         cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
 
-def layered(cfg, key, trusted):
-    """key's (value, where, the folder's value left unused or None) from the config layers: a
-    folder's NEEDS_TRUST value only when trusted (False: a no, then only what tightens), a
-    TIGHTEN_ONLY one only to tighten; STRICTER's strictest wins; deny joins every layer's."""
+def layered(cfg, key):
+    """key's (value, where) from the config layers by sources' "trusted" (True; None: not;
+    False: a no, then only what tightens is the folder's): a folder's NEEDS_TRUST value needs
+    trust, a TIGHTEN_ONLY one only tightens (one set aside goes to sources' "untrusted");
+    STRICTER's strictest wins; deny joins every layer's patterns."""
+    trusted, unused = cfg["sources"]["trusted"], cfg["sources"]["untrusted"]
     found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
              for kind, layer in cfg["sources"]["layers"]
              for raw, where in [layer.get(key, ("", ""))]
              if raw not in ("", "-")]   # blank or '-' defers to the next layer
     own = [f for f in found if f[0] != "folder"]
-    users, unused = own[0][1] if own else DEFAULTS[key], None
+    users = own[0][1] if own else DEFAULTS[key]
+    unused.pop(key, None)
     if found and found[0][0] == "folder" and not trusted and (key in NEEDS_TRUST or trusted
             is False and key not in STRICTER | TIGHTEN_ONLY | {"deny"} or key in
             TIGHTEN_ONLY and looser(cfg, key, found[0][1], users)):
         if found[0][1] != users:
-            unused = found[0][1:]
+            unused[key] = found[0][1:]
         found = own
     if key in STRICTER and found and found[0][0] != "flag":   # a flag: the user's choice
         found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
     if key == "deny" and found:
-        return ",".join(f[1] for f in found), " + ".join(f[2] for f in found), unused
-    return found[0][1:] + (unused,) if found else (DEFAULTS[key], "default", unused)
+        return ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
+    return found[0][1:] if found else (DEFAULTS[key], "default")
 
 def settle(cfg, trust=None):
     """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no);
@@ -2275,11 +2278,9 @@ def settle(cfg, trust=None):
     trusted = trust if trust is not None else (mine is not None and (
         os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
         or None)   # True, None (not trusted) or False (a no)
-    untrusted = {}
+    sources.update(trusted=trusted, untrusted={})   # (layered reads the one, fills the other)
     for key in [key for key in DEFAULTS if key in (mine or ()) or key in STRICTER | {"deny"}]:
-        cfg[key], sources[key], unused = layered(cfg, key, trusted)
-        if unused:
-            untrusted[key] = unused
+        cfg[key], sources[key] = layered(cfg, key)
     for kind, layer in layers:
         if kind == "own" or kind == "folder" and trusted:
             check_private(layer)
@@ -2288,8 +2289,7 @@ def settle(cfg, trust=None):
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
         url_secrets(os.environ.get("BANTAM_ENDPOINT", ""))
     sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   trusted=trusted, untrusted=untrusted, env_secrets=secrets, fingerprint=prints,
-                   changed=changed)
+                   env_secrets=secrets, fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -3476,7 +3476,7 @@ def clear_setting(convo, key, path):
     layers = cfg["sources"]["layers"]
     layers[:] = [(name, read_key_values(path) if name == ("folder" if path == folder else "own")
                   else layer) for name, layer in layers]
-    value, where, _ = layered(cfg, key, cfg["sources"].get("trusted"))
+    value, where = layered(cfg, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
 
