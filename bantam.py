@@ -2191,6 +2191,31 @@ def settle_secrets(cfg):
     if cfg.get("run") is not None:
         cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
 
+def layered(cfg, key):
+    """key's (value, where) from the config layers by sources' "trusted" (True; None: not;
+    False: a no, then only what tightens is the folder's): a folder's NEEDS_TRUST value needs
+    trust, a TIGHTEN_ONLY one only tightens (one set aside goes to sources' "untrusted");
+    STRICTER's strictest wins; deny joins every layer's patterns."""
+    trusted, unused = cfg["sources"]["trusted"], cfg["sources"]["untrusted"]
+    found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
+             for kind, layer in cfg["sources"]["layers"]
+             for raw, where in [layer.get(key, ("", ""))]
+             if raw not in ("", "-")]   # blank or '-' defers to the next layer
+    own = [f for f in found if f[0] != "folder"]
+    users = own[0][1] if own else DEFAULTS[key]
+    unused.pop(key, None)
+    if found and found[0][0] == "folder" and not trusted and (key in NEEDS_TRUST or trusted
+            is False and key not in STRICTER | TIGHTEN_ONLY | {"deny"} or key in
+            TIGHTEN_ONLY and looser(cfg, key, found[0][1], users)):
+        if found[0][1] != users:
+            unused[key] = found[0][1:]
+        found = own
+    if key in STRICTER and found and found[0][0] != "flag":   # a flag: the user's choice
+        found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
+    if key == "deny" and found:
+        return ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
+    return found[0][1:] if found else (DEFAULTS[key], "default")
+
 def settle(cfg, trust=None):
     """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no);
     a config file in use that holds a secret must be private (check_private)."""
@@ -2202,26 +2227,12 @@ def settle(cfg, trust=None):
     changed = sorted(key for key in prints if seen.get(key) != prints[key])   # none is then used
     if trust is None and (facts.get("trusted") is False or os.environ.get("BANTAM_TRUST") == "0"):
         trust = False   # a no (remembered, --no-trust): only what tightens is the folder's
-    trusted = trust if trust is not None else mine is not None and (
+    trusted = trust if trust is not None else (mine is not None and (
         os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
-    untrusted = {}
+        or None)   # True, None (not trusted) or False (a no)
+    sources.update(trusted=trusted, untrusted={})   # (layered reads the one, fills the other)
     for key in [key for key in DEFAULTS if key in (mine or ()) or key in STRICTER | {"deny"}]:
-        found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
-                 for kind, layer in layers for raw, where in [layer.get(key, ("", ""))]
-                 if raw not in ("", "-")]   # blank or '-' defers to the next layer
-        own = [f for f in found if f[0] != "folder"]
-        users = own[0][1] if own else DEFAULTS[key]
-        if found and found[0][0] == "folder" and not trusted and (key in NEEDS_TRUST or trust
-                is False and key not in STRICTER | TIGHTEN_ONLY | {"deny"} or key in
-                TIGHTEN_ONLY and looser(cfg, key, found[0][1], users)):
-            if found[0][1] != users:
-                untrusted[key] = found[0][1:]
-            found = own
-        if key in STRICTER and found and found[0][0] != "flag":   # a flag: the user's choice
-            found.sort(key=lambda f: strictness(key, f[1]), reverse=True)
-        cfg[key], sources[key] = found[0][1:] if found else (DEFAULTS[key], "default")
-        if key == "deny" and found:
-            cfg[key], sources[key] = ",".join(f[1] for f in found), " + ".join(f[2] for f in found)
+        cfg[key], sources[key] = layered(cfg, key)
     for kind, layer in layers:
         if kind == "own" or kind == "folder" and trusted:
             check_private(layer)
@@ -2230,7 +2241,7 @@ def settle(cfg, trust=None):
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
         url_secrets(os.environ.get("BANTAM_ENDPOINT", ""))
     sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   untrusted=untrusted, env_secrets=secrets, fingerprint=prints, changed=changed)
+                   env_secrets=secrets, fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -2250,10 +2261,7 @@ def check_private(layer):
 def add_prompt_extras(cfg):
     """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
     enabled, sources = cfg["tools"].split(","), cfg["sources"]
-    more = [name + {"read": " (a file's numbered lines, or a directory's entries)",
-                    "write": " (a whole file, or a splice at a line)"}[name]
-            for name in ("read", "write") if name in enabled]
-    extras = ["You also have %s." % " and ".join(more)] if more else []
+    extras = ["You also have write (a whole file at a time)."] if "write" in enabled else []
     extras += ["In this session %s is not available." % name   # (the base prompt names both)
                for name in ("shell_exec", "run_subagent") if name not in enabled]
     extras += [text % cfg[key] for key, text in (
@@ -2767,18 +2775,17 @@ def approval(cfg, call_id, name, args):
     """The args to run a tool call with, or its refusal (a text); an approval event for each."""
     command = args.get("command") if name == "shell_exec" else None
     try:
-        path = os.path.abspath(path_argument(args)) if name in ("read", "write") else None
+        path = os.path.abspath(path_argument(args)) if name == "write" else None
     except ValueError:
         return args   # the tool says what is wrong
     if not isinstance(command, str) and path is None:
         return args
-    decision, rule, reason = decide_file(cfg, name, path) if path else decide(cfg, command.strip())
+    decision, rule, reason = decide_file(cfg, path) if path else decide(cfg, command.strip())
     edited = None
     if decision == "ask":
         if path:
-            note(cfg, write_preview(path, args, reason) if name == "write" else
-                 "[%s: %s]" % (path, reason), "warning")
-        (decision, reason, edited), rule = user_decision(cfg, command, path and name), "asked"
+            note(cfg, write_preview(path, args, reason), "warning")
+        (decision, reason, edited), rule = user_decision(cfg, command), "asked"
     emit(cfg, "approval", id=call_id, tool=name,
          command=None if path else redact(cfg, command), path=path, decision=decision,
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
@@ -2809,13 +2816,12 @@ def approve(cfg, key, write_out):
         return "refuse", "no terminal"
     return {"auto": "run", "ask": "ask", "deny": "refuse"}[setting], "approve=" + cfg["approve"]
 
-def patterns(cfg, key, tool=None):
-    """The deny or allow patterns for commands (tool None), or a file tool's: (text, path)."""
+def patterns(cfg, key, paths=False):
+    """The deny or allow patterns for commands, or (paths) write's: (text, its absolute path)."""
     found = [p.strip() for p in cfg[key].split(",") if p.strip()]
-    if tool is None:
-        return [p for p in found if not p.startswith(("read:", "write:"))]
-    return [(p, os.path.abspath(os.path.expanduser(p.partition(":")[2])))
-            for p in found if p.startswith(tool + ":")]
+    if not paths:
+        return [p for p in found if not p.startswith("write:")]
+    return [(p, os.path.abspath(os.path.expanduser(p[6:]))) for p in found if p[:6] == "write:"]
 
 def decide(cfg, command):
     """(decision, rule, reason) for a command line: deny, then allow, then approve."""
@@ -2848,7 +2854,7 @@ def pattern_hit(words, pattern):
 def allow_bar(cfg, split):
     """Why allow may not run a line whose commands all match (a redirection), else None."""
     import fnmatch
-    writable = [glob for _, glob in patterns(cfg, "allow", "write")]
+    writable = [glob for _, glob in patterns(cfg, "allow", True)]
     for word in split.redirs:   # a write (not 2>&1, >&- or >/dev/null)
         m = re.match(r"\d*(?:&>>?|>>|>\||>&(?!\d*-?$)|>(?!&)|<>)(?!/dev/null$)(.*)", word, re.S)
         path = m and os.path.realpath(os.path.expanduser(m.group(1)))
@@ -2909,13 +2915,14 @@ def shell_parse(text, i, depth, out, closer=False):
             dq, quoted = dq != (kind == "dq"), quoted or kind in ("sq", "dq", "esc")
             if kind in ("sq", "dq", "esc"):   # (a '...' holds no ': its last one closes it)
                 token = token[1:].rstrip("'") if kind == "sq" else token[1:]
-            word = (word or []) + [token]
+            word = (word or "") + token
         else:
             if word is not None:   # a word ends: an argument, or what a redirection names
-                (redirs if redir else words).append((redir or "") + "".join(word))
+                (redirs if redir else words).append((redir or "") + word)
                 if redir and redir.lstrip("0123456789") in ("<<", "<<-"):   # a heredoc
-                    heredocs.append(("(?m)^%s%s$" % ("\t*" if redir[-1] == "-" else "",
-                                                     re.escape("".join(word))), quoted))
+                    heredocs.append("(?m)^%s%s$" % ("\t*" * (redir[-1] == "-"), re.escape(word)))
+                    if not quoted:   # (its $(...) and ` run: not read)
+                        out.unplain.append("an unquoted heredoc")
                 word, redir, quoted = None, None, False
             redir = token if kind == "redir" else redir
             if kind == "op":
@@ -2925,12 +2932,9 @@ def shell_parse(text, i, depth, out, closer=False):
                 if token == ")" and closer and not parens:
                     return i
                 parens = max(0, parens + (token == "(") - (token == ")"))
-                for delimiter, literal in heredocs if token == "\n" else ():   # its body
-                    end = re.compile(delimiter).search(text, i)
-                    if not literal:   # (its $(...) and ` run: not read)
-                        out.unplain.append("an unquoted heredoc")
+                while heredocs and token == "\n":   # their bodies, one after another
+                    end = re.compile(heredocs.pop(0)).search(text, i)
                     i = end.end() + 1 if end else len(text)
-                heredocs = [] if token == "\n" else heredocs
     if dq or closer:
         out.unplain.append("an unclosed quote" if dq else "an unclosed $(")
     return len(text)
@@ -2976,44 +2980,41 @@ def simple_command(words, redirs, depth, out):
             out.unplain.append(program + " runs a command")
             words = args[n + (program == "timeout"):]
 
-def user_decision(cfg, command, tool=None):
-    """Ask the user about a command or a file tool's path: (decision, reason, edited)."""
+def user_decision(cfg, command):
+    """Ask the user about a command, or (None) a write: (decision, reason, edited)."""
     ask = cfg["run"]["approver"]
-    answer = (ask(tool.title() + "? [y/N/a] " if tool else "Run? [y/N/a/e] ", "") or "").strip()
+    answer = (ask("Write? [y/N/a] " if command is None else "Run? [y/N/a/e] ", "") or "").strip()
     word, _, rest = answer.partition(" ")
     word = word.lower().rstrip(",:")
     if word in ("y", "yes", "a", "always"):
         return "run" if word[0] == "y" else "always", None, None
-    if word in ("e", "edit") and not tool:
+    if word in ("e", "edit") and command is not None:
         edited = ask("Command: ", command)
         if edited and edited.strip() and edited != command:
             return "edit", None, edited
         return ("run" if edited == command else "refuse"), None, None
     return "refuse", (rest.strip() if word in ("n", "no") else answer) or None, None
 
-def decide_file(cfg, tool, path):
-    """(decision, rule, reason) for a read or write of an absolute path."""
+def decide_file(cfg, path):
+    """(decision, rule, reason) for a write of an absolute path."""
     import fnmatch
     real = os.path.realpath(path)
     for key, decision, names in (("deny", "refuse", [path, real]), ("allow", "run", [real])):
-        for pattern, glob in patterns(cfg, key, tool):   # allow: only where the path leads
+        for pattern, glob in patterns(cfg, key, True):   # allow: only where the path leads
             if any(fnmatch.fnmatchcase(name, glob) for name in names):
                 return decision, "%s %s" % (key, pattern), None
-    if tool == "write" and ".git" in (path + os.sep + real).split(os.sep):
+    if ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
-    inside = within(real, [os.getcwd()]) or tool == "write" and within(path, [os.getcwd()])
-    if inside and tool == "read" and cfg["approve"] != "auto":
-        return "run", "working folder", None
+    inside = within(real, [os.getcwd()]) or within(path, [os.getcwd()])
     where = None if inside else "outside the working folder"   # (write refuses symlinks out)
-    decision, rule = approve(cfg, tool + ":" + path, tool == "write" and where)
+    decision, rule = approve(cfg, "write:" + path, where)
     return decision, rule, None if decision == "run" else where
 
 def write_preview(path, args, reason):
     """What a write would do, for its question: the path (and why it is asked), a short diff."""
     import difflib
-    try:   # a splice shows only what it adds
-        whole = args.get("lineOffset") is None and args.get("delLines") is None
-        old = read_text(path, "it").splitlines() if whole and os.path.getsize(path) < 1e6 else []
+    try:
+        old = read_text(path, "it").splitlines() if os.path.getsize(path) < 1e6 else []
     except (OSError, ConfigError):
         old = []
     new = str(args.get("content", "")).splitlines()
@@ -3306,20 +3307,13 @@ def cmd_cfg(convo, arg):
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
 
 def clear_setting(convo, key, path):
-    """/cfg KEY - took the key's lines out of path: the next layer's value is used (an untrusted
-    folder's never, a stricter one's, and deny patterns, always)."""
+    """/cfg KEY - took the key's lines out of path: the value the layers now give is used, by
+    the rules of the start (layered: a folder's value as trusted then)."""
     cfg, folder = convo["cfg"], convo["cfg"]["sources"]["folder_config"]
     layers = cfg["sources"]["layers"]
     layers[:] = [(name, read_key_values(path) if name == ("folder" if path == folder else "own")
                   else layer) for name, layer in layers]
-    found = [(parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
-             for name, layer in layers for raw, where in [layer.get(key, ("", ""))]
-             if raw not in ("", "-") and (name != "folder" or key in STRICTER | {"deny"})]
-    if key in STRICTER and found and found[0][1] != "flag":
-        found.sort(key=lambda f: strictness(key, f[0]), reverse=True)
-    value, where = found[0] if found else (DEFAULTS[key], "default")
-    if key == "deny" and found:
-        value, where = ",".join(f[0] for f in found), " + ".join(f[1] for f in found)
+    value, where = layered(cfg, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
 

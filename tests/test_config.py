@@ -221,6 +221,20 @@ class ConfigFileTests(ConfigCase):
         self.assertIn("[temperature cleared: 0.3 (BANTAM_TEMPERATURE)]", shown)
         self.assertIn("max_cost: set in no config file /cfg writes", shown)
 
+    def test_cfg_key_dash_takes_the_value_by_the_trust_rules(self):
+        """/cfg KEY - in your own file, the folder not trusted: its value that only tightens is
+        used then, as at a start; one that needs trust is not."""
+        path = self.ws.write_config(self.server, shell_timeout=3, tools="shell_exec,write")
+        self.ws.write("model.cfg", "shell_timeout=5\ntools=shell_exec\n")
+        proc = self.run_bantam(input="/cfg shell_timeout -\n/cfg tools -\n",
+                               env={"BANTAM_TRUST": "0"})
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("shell_timeout", read_text(path))
+        shown = proc.stdout + proc.stderr
+        self.assertIn("[shell_timeout cleared: 5.0 (%s:1)]" % os.path.join(self.ws.work, "model.cfg"),
+                      shown)
+        self.assertIn("[tools cleared: shell_exec,run_subagent (default)]", shown)
+
 
 class SystemPromptTests(ConfigCase):
     """system.txt: current directory, else ~/.bantam, else the built-in default."""
