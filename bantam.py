@@ -79,13 +79,11 @@ HOOKS = {
                     #   max_al_iterations; an ApiError: the reply failed); True stops AL
 }
 
-
 def hooked(name, value, *args):
     """value passed through hook name's functions in turn: f(*args, value)."""
     for function in HOOKS[name]:
         value = function(*args + (value,))
     return value
-
 
 def first(name, *args):
     """The first result of hook name's functions that is not None or False (0 is one)."""
@@ -95,21 +93,17 @@ def first(name, *args):
             return result
     return None
 
-
 class BantamError(Exception):
     """A failure to report in one line; exit_code is what batch mode exits with."""
     exit_code = 1
-
 
 class ConfigError(BantamError):
     """A broken config file or value, a missing prompt file: the user must fix something."""
     exit_code = 2
 
-
 class OutputClosed(BantamError):
     """stdout's reader went away (`bantam prompt.txt | head`): stop quietly, like SIGPIPE."""
     exit_code = 141
-
 
 class ApiError(BantamError):
     """A failed model request; kind: retry (waiting may help), fatal, or one of Part II's."""
@@ -137,7 +131,6 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
     "text level", "output": "text", "error": "message", "turn_end": "status error", "compaction":
     "before after kept_prompt", "resumed": "session messages ago prompt answer"}
 
-
 def emit(cfg, kind, **fields):
     """Pass one event to the run's sink (outside a run: a plain view); callers redact it."""
     run = cfg.get("run") or {}
@@ -148,11 +141,9 @@ def emit(cfg, kind, **fields):
     finally:
         run["emitting"] = False
 
-
 def note(cfg, text, level="error"):
     """A one-line diagnostic on stderr: an error, a retry, a warning, a hint (info)."""
     emit(cfg, "note", text=redact(cfg, text), level=level)
-
 
 def note_once(cfg, key, text, level="warning"):
     """A note said once a turn (outside a turn: each time)."""
@@ -161,11 +152,9 @@ def note_once(cfg, key, text, level="warning"):
         said.add(key)
         note(cfg, text, level)
 
-
 def show(cfg, text):
     """A command's output on stdout."""
     emit(cfg, "output", text=redact(cfg, text))
-
 
 def terminal_safe(text):
     """Text with the control characters a terminal obeys shown (^[ for ESC); no CR or BEL."""
@@ -173,20 +162,17 @@ def terminal_safe(text):
                   "^" + chr(ord(m.group()) + 64) if m.group() < " " else "^?" if
                   m.group() == "\x7f" else "\\x%02x" % ord(m.group()), text)
 
-
 def secrets_of(cfg):
     """The values never to show or save, longest first: the key, the headers' values, more."""
     found = [cfg.get("api_key") or ""] + list((cfg.get("headers") or {}).values()) + (
         cfg.get("run") or {}).get("secrets", [])
     return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
-
 def redact(cfg, text):
     """Text with every secret of cfg replaced by ***."""
     for secret in secrets_of(cfg):
         text = text.replace(secret, "***")
     return text
-
 
 def stream_piece(cfg, held, text):
     """(held + text to show now, redacted; an end that may begin a secret, held back)."""
@@ -197,11 +183,9 @@ def stream_piece(cfg, held, text):
             secret[:n])])
     return join_surrogates(text[:cut]), text[cut:]
 
-
 COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m", "dim": "\033[2m",
           "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m"}
 RESET = "\033[0m"
-
 
 def plain_view(cfg, handlers=None, out=None, err=None, **more):
     """A view printing traces on out, diagnostics on err (another view: its handlers, state)."""
@@ -214,7 +198,6 @@ def plain_view(cfg, handlers=None, out=None, err=None, **more):
              "depth": 0, "status": 0, "flushed": 0.0, "cfg": cfg, **more}
     handlers = handlers or PLAIN
     return lambda event: handlers.get(event["type"], lambda *_: None)(state, event)
-
 
 def write(state, text, style=None, depth=0, raw=False):
     """Text on out: terminal-safe (unless raw), colored, a subagent's behind a rail."""
@@ -232,7 +215,6 @@ def write(state, text, style=None, depth=0, raw=False):
         state["bol"] = text.endswith("\n")
         guarded(state, "out", COLORS[style] + text + RESET if style and state["color"] else text)
 
-
 def guarded(state, stream, text, flush=False):
     """Write to a view's stream: a failing stdout pipe or file ends the run, another /dev/null."""
     try:
@@ -246,7 +228,6 @@ def guarded(state, stream, text, flush=False):
             os.dup2(os.open(os.devnull, os.O_WRONLY), state[stream].fileno())
         state[stream] = open(os.devnull, "w")
 
-
 def output_failed(error):
     """The error ending a run whose stdout fails (a reader gone: 141, quietly; a full disk)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -256,7 +237,6 @@ def output_failed(error):
         return OutputClosed("")
     return BantamError("cannot write the output: %s" % (error.strerror or error))
 
-
 def flush_out(state, now=False):
     """Flush out: a terminal at once, a pipe at most every FLUSH_EVERY seconds."""
     clock = time.monotonic()
@@ -264,12 +244,10 @@ def flush_out(state, now=False):
         guarded(state, "out", "", flush=True)
         state["flushed"] = clock
 
-
 def end_line(state, depth=None):
     """Finish the current output line, if one is open."""
     if not state["bol"]:
         write(state, "\n", depth=state["depth"] if depth is None else depth)
-
 
 def close_block(state, event):
     """End the reasoning block (its closing marker) or the answer's line, if one is open."""
@@ -279,7 +257,6 @@ def close_block(state, event):
         write(state, "--- reasoning end ---\n", "marker", event["depth"])
     state["block"] = None
 
-
 def show_status(state, event):
     """...requesting... on a colored terminal (the seconds waited, from 2 on, of the limit)."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
@@ -287,7 +264,6 @@ def show_status(state, event):
             event.get("seconds", 0) >= 2) else ""
         guarded(state, "out", "\r" + COLORS["status"] + "...requesting..." + waited + RESET, True)
         state["status"] = 1
-
 
 def show_piece(state, event):
     """A piece of the answer, or of reasoning inside the reasoning markers."""
@@ -301,13 +277,11 @@ def show_piece(state, event):
           event["depth"])
     flush_out(state)
 
-
 def show_reply_end(state, event):
     """A model call or the turn ended: close what it opened."""
     write(state, "")   # (the status line erased)
     close_block(state, event)
     flush_out(state, now=True)
-
 
 def show_tool(state, event):
     """[tool call: name(arguments)], or [tool result: name] and the result."""
@@ -322,7 +296,6 @@ def show_tool(state, event):
               "body" if event["ok"] else "error", event["depth"])
     flush_out(state, now=True)
 
-
 def short_arguments(event):
     """A call's arguments for its trace, a long "content" (a file to write) as its size."""
     try:
@@ -336,7 +309,6 @@ def short_arguments(event):
     except (ValueError, KeyError, TypeError, AttributeError):
         return event["arguments"]
 
-
 def show_on_stderr(state, text, style="error"):
     """One line on stderr (a terminal's open stdout line finished first)."""
     write(state, "")
@@ -346,13 +318,11 @@ def show_on_stderr(state, text, style="error"):
     paint = COLORS[style] if state["err_color"] else ""
     guarded(state, "err", paint + terminal_safe(text) + (RESET if paint else "") + "\n", True)
 
-
 def show_output(state, event):
     """A command's output, as it is."""
     end_line(state)
     write(state, event["text"])
     flush_out(state, now=True)
-
 
 PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
     "request": show_status, "reasoning": show_piece, "text": show_piece,
@@ -377,7 +347,6 @@ def bantam_home(*parts):
     """A path under ~/.bantam."""
     return os.path.join(os.path.expanduser("~"), ".bantam", *parts)
 
-
 def write_private_file(path, data, exclusive=False, keep_mode=False):
     """Replace path with data (text, bytes, or a function writing to the file) at once, mode
     0600 (keep_mode: the file's, or 0666 - umask); exclusive: FileExistsError, not replace."""
@@ -400,7 +369,6 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
         if os.path.exists(temp):
             os.unlink(temp)
 
-
 def folder_file(name):
     """The path of the file name here; None if none, or a symlink out of the folder (said)."""
     path = os.path.abspath(name)
@@ -413,7 +381,6 @@ def folder_file(name):
          % (path, real), "warning")
     return None
 
-
 def read_text(path, what):
     """A text file's contents (a byte-order mark dropped); a ConfigError if it cannot be read."""
     try:
@@ -422,9 +389,7 @@ def read_text(path, what):
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("%s: cannot read %s: %s" % (path, what, getattr(e, "strerror", 0) or e))
 
-
 INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of the value
-
 
 def read_key_values(path):
     """The key=value lines of a config file: {key: (value, "path:line")}."""
@@ -444,7 +409,6 @@ def read_key_values(path):
             continue
         values[key] = (re.sub(INLINE_COMMENT, "", value).strip(), where)
     return values
-
 
 def parse_value(key, raw, where):
     """raw parsed by the type of DEFAULTS[key] and checked; else a ConfigError saying why."""
@@ -480,7 +444,6 @@ def parse_value(key, raw, where):
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
     return PARSERS[key](value, where) if key in PARSERS else value
 
-
 def load_config(overrides=None, config_file=None, env=None):
     """The configuration, a dict: each key of DEFAULTS from the first layer setting it; under
     "sources" where each came from, the "layers" [(name, {key: (raw, where)})], "config_file"."""
@@ -515,12 +478,10 @@ def load_config(overrides=None, config_file=None, env=None):
 
 CONNECTIONS = {}   # (endpoint, thread) -> {"conn", "sock", "response", "cfg"}
 
-
 def pool_key(cfg):
     """Whose connection: the endpoint's in this thread (two threads' runs never share one)."""
     import threading
     return cfg["endpoint"], threading.get_ident()
-
 
 def drop_connection(cfg):
     """Close the endpoint's connection (after an error, or a reply not read to its end)."""
@@ -528,11 +489,9 @@ def drop_connection(cfg):
     if entry:
         entry["conn"].close()
 
-
 def default_port(url):
     """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
     return url.port or (443 if url.scheme == "https" else 80)
-
 
 def http_request(cfg, method, path, body=None, wait=None, root=False):
     """The response to one request on the endpoint's kept-alive connection (reopened once if
@@ -572,7 +531,6 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
                                                            http.client.BadStatusLine)):
                 raise
 
-
 def chat(cfg, messages, tools=True, quiet=False):
     """The model's reply to messages (an assistant message), shown unless quiet. A failure goes
     to the request hook, then is retried after the backoff delays if kind retry, else raised."""
@@ -609,7 +567,6 @@ def chat(cfg, messages, tools=True, quiet=False):
             emit(cfg, "retry", error=redact(cfg, str(e)), attempt=retries, of=len(delays),
                  wait=wait)
             time.sleep(wait)
-
 
 def exchange(cfg, body, quiet):
     """One request: (the assistant message, the reply it was made from; the run's "reply"
@@ -677,7 +634,6 @@ def exchange(cfg, body, quiet):
     finally:
         end_reply(cfg, reply)
 
-
 def error_from_response(cfg, response):
     """The ApiError for a non-200 response: retried for 408, 409, 429 and 5xx, else final."""
     text = response.read(1 << 20).decode("utf-8", "replace")
@@ -696,7 +652,6 @@ def error_from_response(cfg, response):
                     "model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)" * (status == 401)),
                     "retry" if status in RETRY_STATUSES or status >= 500 else "fatal", status,
                     text[:4000], {k.lower(): v for k, v in response.getheaders()})
-
 
 def sse_events(read):
     """Yield, after each network read, the data (bytes) of the events it completed."""
@@ -719,7 +674,6 @@ def sse_events(read):
             elif line[:1] == b"{" or line[:6] == b"error:":
                 events.append(b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line)
         yield events
-
 
 def read_stream(cfg, response, reply):
     """Merge a streamed reply into reply until [DONE] or its end; keep-alives are no progress."""
@@ -755,20 +709,17 @@ def read_stream(cfg, response, reply):
         # (read1() returns b"" on a short Content-Length body; a chunked one cut short raises)
         raise ApiError("the connection closed in the middle of the reply", "retry")
 
-
 def check_not_empty(reply):
     """A stream that ended ([DONE] or not) having sent nothing at all failed: retried."""
     if not (reply["finish"] or reply["size"]):
         raise ApiError("the server ended the reply without sending anything", "retry",
                        body="empty stream")
 
-
 def stream_error(error):
     """The ApiError for an error sent inside a stream (retried: it may be a slip)."""
     message = error.get("message") if isinstance(error, dict) else str(error)
     return ApiError("error in stream: %s" % " ".join(str(message).split()), "retry",
                     body=json.dumps(error)[:4000])
-
 
 def merge_chunk(cfg, reply, chunk, whole=False):
     """Merge one chunk (whole: a non-streamed response) into reply; True if it brought output."""
@@ -794,13 +745,11 @@ def merge_chunk(cfg, reply, chunk, whole=False):
             merge_tool_call(reply, fragment, position)
     return reply["size"] != size
 
-
 def add_piece(reply, kind, text):
     """Record a piece of the answer (kind text) or of reasoning, and queue it to pass on."""
     reply["content" if kind == "text" else "reasoning"].append(text)
     reply["size"] += len(text)
     queue(reply, kind, text)
-
 
 def queue(reply, kind, text):
     """Queue a piece to pass on (unless quiet), joined to the run of its kind before it."""
@@ -808,7 +757,6 @@ def queue(reply, kind, text):
         reply["pending"][-1][1].append(text)
     elif not reply["quiet"]:
         reply["pending"].append((kind, [text]))
-
 
 def pass_on(cfg, reply, final=False):
     """Emit what is queued, in order; unless final, an end that may begin a secret stays."""
@@ -822,7 +770,6 @@ def pass_on(cfg, reply, final=False):
         if text:
             emit(cfg, kind, text=text)
 
-
 def end_reply(cfg, reply):
     """The reply is over (whole, failed or abandoned): pass on what is left, once."""
     if not reply["quiet"] and not reply["ended"]:
@@ -830,13 +777,11 @@ def end_reply(cfg, reply):
         pass_on(cfg, reply, final=True)
         emit(cfg, "reply_end", finish=reply["finish"])
 
-
 def join_surrogates(text):
     """Text with UTF-16 halves joined (an emoji split across chunks); a lone one U+FFFD."""
     if not re.search("[\ud800-\udfff]", text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
 
 def merge_tool_call(reply, fragment, position):
     """Merge a tool-call fragment by index (a new id and name there: a new call, Ollama)."""
@@ -867,7 +812,6 @@ def merge_tool_call(reply, fragment, position):
         reply["size"] += len(arguments)
     call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
 
-
 def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
     text = join_surrogates("".join(reply["content"]))
@@ -893,7 +837,6 @@ def finish_reply(reply):
 # ----------------------------------------------------------------------------------------
 
 SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's own
-
 
 def shell_exec(cfg, args):
     """Run args["command"] with bash in a process group of its own, stdin empty, no pager, no
@@ -939,12 +882,10 @@ def shell_exec(cfg, args):
         output.add(cfg, b"", final=True)
     return output.text() + remark + "\n\nexit: " + str(proc.wait())
 
-
 def shell_path():
     """bash if installed, else /bin/sh."""
     return next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")
                  if os.access(p, os.X_OK)), "/bin/sh")
-
 
 def pump_output(cfg, proc, output, until):
     """Read the output until it closes, DRAIN_SECONDS after the shell exits, or until."""
@@ -965,11 +906,9 @@ def pump_output(cfg, proc, output, until):
                 return
             output.add(cfg, data)
 
-
 def overwritten(text):
     """Text as a terminal leaves it: of a line redrawn after a \\r, its last state."""
     return "\n".join(line[line.rstrip("\r").rfind("\r") + 1:] for line in text.split("\n"))
-
 
 class BoundedOutput:
     """A command's output in bounded memory: whole up to max_tool_res bytes, else head and tail."""
@@ -1003,7 +942,6 @@ class BoundedOutput:
                    head, self.size, self.newlines + (not self.tail.endswith(b"\n")),
                    self.keep, tail)
 
-
 def run_subagent(cfg, args):
     """Run AL on a fresh [system + CHILD_NOTE, prompt]: the child's last answer with text."""
     prompt = args.get("prompt")
@@ -1016,7 +954,6 @@ def run_subagent(cfg, args):
     AL(cfg, child)   # (its failure is the tool's: "error: run_subagent failed: ...")
     answers = [m["content"] for m in child if m["role"] == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
-
 
 # The tool table, name -> (schema, function): the one source of both dispatch and the schema
 # sent to the model (Part II adds its tools; a schema None is another name of a tool).
@@ -1038,36 +975,30 @@ TOOLS = {
             "required": ["prompt"]}}, run_subagent),
 }
 
-
 def enabled_tools(cfg):
     """The tools offered to the model: those the tools key names (Part II's; all without it)."""
     wanted = (cfg.get("tools") or DEFAULTS.get("tools") or ",".join(TOOLS)).split(",")
     return [name for name, (schema, _) in TOOLS.items() if schema and name in wanted]
-
 
 def tool_definitions(cfg):
     """The tools part of a request."""
     return [{"type": "function", "function": dict(TOOLS[name][0], name=name)}
             for name in enabled_tools(cfg)]
 
-
 def tool_function(cfg, name):
     """The function of an enabled tool called name (or by another name of it), else None."""
     function = TOOLS.get(name, (None, None))[1]
     return function if any(TOOLS[n][1] is function for n in enabled_tools(cfg)) else None
-
 
 INVISIBLE = (   # what can hide instructions from a reader: tag characters, bidi
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
     "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
     "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")   # overrides, zero-width characters...
 
-
 def clean_for_model(text):
     """Text without invisible characters (prompt injection), odd spaces made plain."""
     return re.sub("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]", " ",
                   re.sub(INVISIBLE, "", text))
-
 
 def check_calls(reply):
     """Each tool call's cleaned arguments (a dict), or an error text; invalid JSON stays "{}"."""
@@ -1085,7 +1016,6 @@ def check_calls(reply):
                 function["name"], e, function["arguments"][:500]))
             function["arguments"] = "{}"
     return parsed
-
 
 def run_tool_call(cfg, call, args):
     """Trace and run one tool call (args: a dict, or an error text): its tool message."""
@@ -1146,7 +1076,6 @@ def AL(cfg, messages, on_event=None):
     finally:
         leave_run(cfg, sys.exc_info()[1])
 
-
 def ask(cfg, messages):
     """The model's reply; cut by a Ctrl+C or a signal, the text shown is kept (marked so)."""
     try:
@@ -1157,7 +1086,6 @@ def ask(cfg, messages):
             add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
                 INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
         raise
-
 
 def enter_run(cfg, on_event=None):
     """A copy of cfg for one AL run, whose "run" has the event sink and the subagent depth."""
@@ -1170,7 +1098,6 @@ def enter_run(cfg, on_event=None):
         run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
     return dict(cfg, run=run)
 
-
 def leave_run(cfg, stop):
     """The run is over: say how it ended."""
     status = (cfg["run"]["own"].get("status", "done") if stop is None else "interrupted" if
@@ -1179,12 +1106,10 @@ def leave_run(cfg, stop):
     emit(cfg, "turn_end", status=status,
          error=redact(cfg, str(stop)) if isinstance(stop, BantamError) else None)
 
-
 def add_message(cfg, messages, message):
     """Append a message to the conversation, and say so."""
     messages.append(message)
     emit(cfg, "message", message=message)
-
 
 def answer_unanswered(cfg, messages, calls):
     """Answer each call that has no tool message yet (a stopped command: with its output)."""
@@ -1206,17 +1131,14 @@ def answer_unanswered(cfg, messages, calls):
 
 ROLES = ("system", "user", "assistant", "tool")
 
-
 def session_path(sid, ext=".json"):
     """The file of session sid."""
     return bantam_home("sessions", sid + ext)
-
 
 def new_session(sid=None):
     """A conversation not saved yet (a first save gives it an id); uid tells reused ids apart."""
     return {"id": sid, "uid": os.urandom(8).hex(), "summary": "",
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
 
 def save_session(cfg, session, messages, link=True):
     """Write the conversation's file unless it holds this (a first save takes an id)."""
@@ -1247,7 +1169,6 @@ def save_session(cfg, session, messages, link=True):
     except OSError as e:
         note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
-
 def session_head(sid):
     """What the first line of session sid says (all but the messages), or {}."""
     try:
@@ -1256,7 +1177,6 @@ def session_head(sid):
         return json.loads(line[:line.rindex(', "messages": [')] + "}")
     except (OSError, ValueError):
         return {}
-
 
 def session_ids():
     """The ids of the saved sessions, newest first (autosave not among them)."""
@@ -1267,14 +1187,12 @@ def session_ids():
         return []
     return sorted(names, key=lambda sid: modified(session_path(sid)), reverse=True)
 
-
 def modified(path):
     """When the file at path last changed (0 when it cannot be read)."""
     try:
         return os.stat(path).st_mtime
     except OSError:
         return 0
-
 
 def resolve_session(prefix):
     """The id that is prefix, or the only one starting with it; autosave: the one it links to."""
@@ -1287,7 +1205,6 @@ def resolve_session(prefix):
                           "%r matches %d sessions: %s" % (prefix, len(matches),
                                                           ", ".join(sorted(matches)[:5])))
     return matches[0]
-
 
 def load_session(sid):
     """(session, messages) of conversation sid (or a unique prefix), repaired for the API."""
@@ -1320,7 +1237,6 @@ def load_session(sid):
         session["written"] = (session["summary"], fixed)
     return session, fixed
 
-
 def append_user(messages, content):
     """Append a user message, or join it to one just before (strict servers want turns)."""
     last = messages[-1] if messages else {}
@@ -1333,7 +1249,6 @@ def append_user(messages, content):
                  for c in (last.get("content"), content)]
         messages[-1] = dict(last, content=parts[0] + parts[1])
     return messages
-
 
 def step_saver(convo):
     """A view saving the conversation at each reply and once a step's results are all in."""
@@ -1362,7 +1277,6 @@ SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
 QUIT = object()
 SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what --session accepts (Part II's)
 
-
 def cmd_save(convo, arg):
     """/save: a copy of the conversation under a new id, titled by the model."""
     cfg, session = convo["cfg"], convo["session"]
@@ -1382,13 +1296,11 @@ def cmd_save(convo, arg):
         save_session(cfg, session, convo["messages"])   # the title goes on it too
     show(cfg, "[saved session %s]\n" % copy["id"])
 
-
 def ago(when):
     """How long ago a time (seconds since the epoch) was, briefly: "3 h ago"."""
     seconds = time.time() - when
     return next(("%d %s ago" % (seconds // size, unit) for unit, size in (
         ("d", 86400), ("h", 3600), ("min", 60)) if seconds >= size), "just now")
-
 
 def cmd_list(convo, arg, width_of=len):
     """/list [all]: the 20 newest sessions (all); width_of: a text's columns (wide ones)."""
@@ -1406,14 +1318,12 @@ def cmd_list(convo, arg, width_of=len):
     if not ids:
         show(convo["cfg"], "(no saved sessions)\n")
 
-
 def cmd_load(convo, arg):
     """/load <id>: go on with a saved session (its id or a unique prefix) in its own file."""
     if not arg:
         raise BantamError("usage: /load <id or unique prefix> (see /list)")
     switch_to(convo, *load_session(arg))
     resumed(convo)
-
 
 def resumed(convo):
     """Say which conversation goes on (with its last exchange), or that a named one is new."""
@@ -1430,7 +1340,6 @@ def resumed(convo):
     elif session["id"]:
         show(cfg, "[new conversation %s: no saved session has that id]\n" % session["id"])
 
-
 def typed_prompt(text, kept):
     """The prompt last typed in a user message's text; in a summary's, the one after it, else
     the request it kept, else kept (the last typed before /compact)."""
@@ -1439,12 +1348,10 @@ def typed_prompt(text, kept):
         return text
     return after[2:].rpartition(", as I wrote it:\n\n")[2] or kept
 
-
 def last_answer(messages):
     """The content of the last assistant message (the turn's final answer), or ""."""
     return next((m["content"] for m in reversed(messages) if m["role"] == "assistant"
                  and isinstance(m.get("content"), str)), "")
-
 
 def switch_to(convo, session, messages):
     """Make session (with messages) the REPL's conversation; the one left stays in its file."""
@@ -1456,7 +1363,6 @@ def switch_to(convo, session, messages):
 
 
 SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
-
 
 def compact(cfg, messages, keep=None):
     """Replace messages by [system, user: a summary], keep (a request in progress) after it."""
@@ -1475,7 +1381,6 @@ def compact(cfg, messages, keep=None):
     messages[:] = [messages[0], {"role": "user", "content": text}]
     emit(cfg, "compaction", before=before, after=len(messages), kept_prompt=bool(keep))
 
-
 def cmd_compact(convo, arg):
     """/compact: replace the conversation by a summary of it."""
     if len(convo["messages"]) < 3:
@@ -1488,20 +1393,17 @@ def cmd_compact(convo, arg):
     save_session(convo["cfg"], convo["session"], convo["messages"])
     show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 
-
 def cmd_clear(convo, arg):
     """/clear: start a new conversation with just the system prompt (the old one is kept)."""
     switch_to(convo, new_session(), [{"role": "system", "content": convo["cfg"]["system_prompt"]}])
     save_session(convo["cfg"], convo["session"], convo["messages"])   # autosave: the new one
     show(convo["cfg"], "[conversation cleared]\n")
 
-
 def cmd_help(convo, arg):
     """/help: the commands."""
     show(convo["cfg"], "".join("%-14s %s\n" % (name + "cmd" * (len(name) == 1), text)
                                for name, (_, text) in COMMANDS.items() if text)
          + "%-14s %s\n" % ("Ctrl+J", "new line in a prompt (Enter sends)"))
-
 
 COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed)
     "/save": (cmd_save, "save a copy of the conversation, with a summary"),
@@ -1533,11 +1435,9 @@ def run_turn(convo, prompt):
     finally:
         save_session(cfg, session, messages)
 
-
 def history_path():
     """The readline history file: an entry a line, \\n a line break, \\\\ a backslash."""
     return os.path.join(os.path.expanduser("~"), ".bantam_history")
-
 
 def setup_readline(convo):
     """Line editing and history (Ctrl+J: a line break; Enter sends); None without readline."""
@@ -1554,7 +1454,6 @@ def setup_readline(convo):
     except OSError:   # (no history yet)
         pass
     return readline
-
 
 def repl(convo):
     """Read prompts and commands until /quit, end of input or Ctrl+C twice at an empty line."""
@@ -1589,7 +1488,6 @@ def repl(convo):
         except OSError as e:
             note(cfg, "warning: cannot save history: %s" % e, "warning")
 
-
 def do_line(convo, line):
     """Do one line typed at the REPL: a /command, or a prompt for a turn; QUIT to end."""
     cfg = convo["cfg"]
@@ -1608,7 +1506,6 @@ def do_line(convo, line):
     except BantamError as e:
         emit(cfg, "error", message=redact(cfg, str(e)))
 
-
 def turn(convo, prompt):
     """One user turn, with what Part II's turn hooks put around it."""
     go = lambda text: run_turn(convo, text)
@@ -1616,13 +1513,11 @@ def turn(convo, prompt):
         go = (lambda wrap, inner: lambda text: wrap(convo, text, inner))(wrap, go)
     return go(prompt)
 
-
 FLAGS = [   # the command line: (names, argparse options), or a function adding to the parser
     (("prompt_file",), dict(nargs="?", metavar="PROMPT_FILE",   # (Part II adds its own)
                             help="run one turn with the prompt in this file ('-': stdin)")),
     (("--version",), dict(action="version", version="bantam " + VERSION))]
 HELP = []   # the paragraphs under --help's options (Part II's)
-
 
 def parse_args(argv):
     """The command line as an argparse namespace; a bad option is a ConfigError (exit 2)."""
@@ -1639,13 +1534,11 @@ def parse_args(argv):
         row(parser) if callable(row) else parser.add_argument(*row[0], **row[1])
     return parser.parse_args(argv)
 
-
 def read_prompt(path, hint=None):
     """The batch prompt: the file's text, or stdin's for '-' (hint: unused, Part II's)."""
     if path == "-":
         return sys.stdin.buffer.read().decode("utf-8-sig", "replace")
     return read_text(path, "prompt file")
-
 
 def main(argv=None):
     """The REPL without a prompt, batch mode with one: the exit status (0 done, 1 failed after
@@ -1703,7 +1596,6 @@ def main(argv=None):
             sys.stdout.flush()
         except OSError:   # (said already, or a REPL's terminal gone)
             pass
-
 
 # Here ends Part I: all of Bantam. Part II joins it through the tables it extends and the
 # hooks of HOOKS; it never replaces a function of Part I. Part I alone does without:
