@@ -4086,22 +4086,16 @@ def recorded_writes(cfg, call, args, result=None):
     return args if result is None else result
 
 def changes_of(entry, after=None):
-    """[{"path", "status": changed, new or deleted, "added", "removed"}]: what a turn changed
-    (after: from its end to that tree, what changed since)."""
+    """[{"path", "status": changed, new or deleted}]: what a turn changed (after: from its end
+    to that tree, what changed since)."""
     if "writes" in entry:
-        return [{"path": os.path.relpath(path), "status": "new" if old is None else "changed",
-                 "added": "-", "removed": "-"} for path, (old, new) in entry["writes"].items()
+        return [{"path": os.path.relpath(path), "status": "new" if old is None else "changed"}
+                for path, (old, new) in entry["writes"].items()
                 if (text_of(path) if after else old) != new]
     trees = [entry["after"], after] if after else [entry["before"], entry["after"]]
     names = (git_out(entry["top"], ["diff", "--no-renames", "--name-status", "-z"] + trees)
              or "").split("\0")
-    counts = {}
-    for row in (git_out(entry["top"], ["diff", "--no-renames", "--numstat", "-z"] + trees)
-                or "").split("\0"):
-        added, removed, path = (row.split("\t", 2) + ["", "", ""])[:3]
-        counts[path] = (added, removed)
-    return [{"path": path, "status": {"A": "new", "D": "deleted"}.get(code, "changed"),
-             "added": counts.get(path, "--")[0], "removed": counts.get(path, "--")[1]}
+    return [{"path": path, "status": {"A": "new", "D": "deleted"}.get(code, "changed")}
             for code, path in zip(names[0::2], names[1::2]) if path]
 
 def keep_changes(convo, prompt, go):
@@ -4134,10 +4128,9 @@ def turns(convo):
     return head["turns"]
 
 def show_changes(state, event):
-    """changed: a.py (+1 -1), b.md (new), c.txt (deleted) · /diff to see, /undo to take back."""
-    listed = ", ".join(terminal_safe(f["path"]) + (" (+%s -%s)" % (f["added"], f["removed"]) if
-                       f["status"] == "changed" and f["added"] != "-" else " (%s)" % f["status"])
-                       for f in event["files"])
+    """changed: a.py, b.md (new), c.txt (deleted) · /diff to see, /undo to take back."""
+    listed = ", ".join(terminal_safe(f["path"]) + (" (%s)" % f["status"]) * (
+        f["status"] != "changed") for f in event["files"])
     show_on_stderr(state, "changed: %s \u00b7 /diff to see, /undo to take back" % listed, "dim")
 
 def show_diff(state, event):
@@ -4159,21 +4152,13 @@ def diff_text(entry):
             path), "b/" + os.path.relpath(path))) for path, (old, new) in entry["writes"].items())
 
 def cmd_diff(convo, arg):
-    """/diff [N]: the changes of the last turn (of the last N turns), a screenful at a time."""
-    import shutil
+    """/diff [N]: the changes of the last turn (of the last N turns)."""
     if arg and not (arg.isdigit() and int(arg) > 0):
         raise BantamError("usage: /diff [N]: the changes of the last N turns")
     chosen = turns(convo)[-int(arg or 1):]
     if not chosen:
         raise BantamError("no turn of this conversation has changed files yet")
-    lines = "".join(map(diff_text, chosen)).splitlines(True)
-    rows = shutil.get_terminal_size().lines - 2 if sys.stdout.isatty() else len(lines)
-    while lines:
-        emit(convo["cfg"], "diff", text="".join(lines[:rows]))
-        lines = lines[rows:]
-        if lines and read_answer("--- %d more lines: Enter shows more, q stops --- " % len(
-                lines)).strip().lower().startswith("q"):
-            break
+    emit(convo["cfg"], "diff", text="".join(map(diff_text, chosen)))
 
 def cmd_undo(convo, arg):
     """/undo [all]: put the files back as they were before the last turn that changed them."""
