@@ -1815,10 +1815,9 @@ QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check you
                   r"|credit balance is too low|insufficient (?:credits|balance)")
 EMPTY_ASSISTANT_PATTERNS = r"(?i)content or tool_calls must be set|text content blocks must"
 
-# Fixes errors teach, per endpoint and model (DashScope's Qwen3 thinking only streams; Kimi,
-# DeepSeek want reasoning_content; Claude gateways: no ""; Mistral: 9-character call ids).
+# Fixes errors teach, per endpoint and model (Kimi, DeepSeek want reasoning_content; Claude
+# gateways: no ""; Mistral: 9-character call ids).
 FIXES = {
-    "stream": (r"must be set to false for non-streaming", None),
     "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking",
                           "the server wants reasoning_content on tool call messages: sending it"),
     "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
@@ -1846,7 +1845,7 @@ def shape_request(cfg, messages, body, error=None):
         return learn_from(cfg, messages, body, error)
     fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
     unstreamed = own(cfg).get("unstreamed") is messages[-1]   # (an empty stream: a reply not
-    body["stream"] = "stream" in fixes or body["stream"] and not unstreamed   # streamed says why)
+    body["stream"] = body["stream"] and not unstreamed   # streamed says why)
     if body["stream"]:
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
@@ -1879,8 +1878,7 @@ def learn_from(cfg, messages, body, error):
     fix, say = fixes[0] if fixes and error.status in (400, 422) else (None, None)
     if fix and (cfg["endpoint"], cfg["model"], fix) not in LEARNED["fixes"]:
         LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
-        if say:
-            note(cfg, "[%s from now on]" % say, "info")
+        note(cfg, "[%s from now on]" % say, "info")
         return True
     if error.body == "empty stream" and body["stream"]:   # for the rest of this call
         own(cfg)["unstreamed"] = messages[-1]
@@ -1892,11 +1890,11 @@ def classify(cfg, error):
     if error.__cause__ is not None:   # a failed connection or read
         return network_error(cfg, error)
     text, status, headers = error.body or "", error.status, error.headers
-    kind, hint, wait = error.kind, "", server_wait(headers, text)
+    kind, hint, wait = error.kind, "", server_wait(headers)
     if status == 413 or status in (None, 400, 422, 429, 500) and re.search(OVERFLOW_PATTERNS, text):
         kind = "overflow"
     elif status == 402 or status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text) and not (
-            status == 429 and wait):   # Gemini's per-minute quota says the same, with a wait
+            status == 429 and wait):   # a per-minute quota may say the same, with a wait
         kind, hint = "fatal", " (quota, credits or billing exhausted: not retried)"
     elif status == 404:   # the URL posted to, and the setting that chose the endpoint
         hint = " (POST %s: check endpoint, from %s, and model)" % (re.sub(
@@ -1925,15 +1923,13 @@ def fixed_message(message, fixes):
     return message if fixed == message else fixed
 
 
-def server_wait(headers, text=""):
-    """Seconds the server asks us to wait (headers, else Gemini's body), or None."""
+def server_wait(headers):
+    """Seconds the server asks us to wait (its headers say), or None."""
     for key, unit in (("retry-after-ms", 1000), ("retry-after", 1)):
         try:
             return max(0.0, float(headers[key]) / unit)
         except (KeyError, ValueError):   # absent, or not this form (an HTTP date)
             pass
-    match = re.search(r'(?i)(?:"retryDelay":\s*"|retry in )(\d+(?:\.\d+)?)(m?s)\b', text)
-    return float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) if match else None
 
 
 def shape_delta(cfg, reply, delta):
