@@ -3253,18 +3253,6 @@ HOOKS["turn"].append(token_line)
 # Sessions kept tidy: -c and --session, /continue, /delete, stale temporary files removed
 # ----------------------------------------------------------------------------------------
 
-def remove_session(sid):
-    """Delete session sid's file, journal and autosave link; the OSError that stopped it."""
-    link = session_path("autosave")
-    try:
-        if os.path.islink(link) and os.readlink(link) == sid + ".json":
-            os.unlink(link)
-        for path in (session_path(sid), session_path(sid, ".steps")):
-            if os.path.lexists(path):
-                os.unlink(path)
-    except OSError as e:
-        return e
-
 def latest_in_folder():
     """The id of the newest conversation that ran in the current folder (else ConfigError)."""
     for sid in session_ids():
@@ -3279,9 +3267,15 @@ def cmd_delete(convo, arg):
     sid = resolve_session(arg)
     if convo and sid == convo["session"]["id"]:
         raise BantamError("%s is the conversation you are in: /clear first" % sid)
-    error = remove_session(sid)
-    if error:
-        raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
+    link = session_path("autosave")
+    try:   # its file, its journal, and the autosave link to it
+        if os.path.islink(link) and os.readlink(link) == sid + ".json":
+            os.unlink(link)
+        for path in (session_path(sid), session_path(sid, ".steps")):
+            if os.path.lexists(path):
+                os.unlink(path)
+    except OSError as e:
+        raise ConfigError("cannot delete session %s: %s" % (sid, e.strerror or e))
     show({}, "[deleted session %s]\n" % sid)
 
 def cmd_continue(convo, arg):
@@ -4040,19 +4034,8 @@ def with_index(top, steps, index_from=None):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
-def in_git():
-    """Is there a .git in this folder or one above it? (Elsewhere git is not even started.)"""
-    here = os.getcwd()
-    while not os.path.exists(os.path.join(here, ".git")):
-        if os.path.dirname(here) == here:
-            return bool(os.environ.get("GIT_DIR"))
-        here = os.path.dirname(here)
-    return True
-
 def snapshot(cfg):
     """{"top": the work tree's folder, "tree": a git tree of its files now}, None outside git."""
-    if not in_git():
-        return None
     started, top = time.monotonic(), git_out(".", ["rev-parse", "--show-toplevel"])
     real = top and git_out(".", ["rev-parse", "--git-path", "index"])
     tree = real and with_index(top.strip(), [["add", "-A"], ["write-tree"]], real.strip())
