@@ -1844,8 +1844,7 @@ def shape_request(cfg, messages, body, error=None):
     if error is not None:
         return learn_from(cfg, messages, body, error)
     fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
-    unstreamed = own(cfg).get("unstreamed") is messages[-1]   # (an empty stream: a reply not
-    body["stream"] = body["stream"] and not unstreamed   # streamed says why)
+    body["stream"] = body["stream"] and own(cfg).get("unstreamed") is not messages[-1]
     if body["stream"]:
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
@@ -1880,7 +1879,7 @@ def learn_from(cfg, messages, body, error):
         LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
         note(cfg, "[%s from now on]" % say, "info")
         return True
-    if error.body == "empty stream" and body["stream"]:   # for the rest of this call
+    if error.body == "empty stream" and body["stream"]:   # this call unstreamed: it says why
         own(cfg)["unstreamed"] = messages[-1]
     return False
 
