@@ -1953,12 +1953,11 @@ def shape_delta(cfg, reply, delta):
     if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
         reply["extra"].setdefault("extra_content", {}).update(delta["extra_content"])
     named, thought = delta.pop("reasoning_content", None), delta.pop("reasoning", None)
-    thought = named or thought   # (merged here: before the content)
+    thought = named or thought   # (bounded here, merged by Part I)
     if isinstance(thought, str) and thought:
         reply["echo_reasoning"] |= thought is named
-        thought = thought[:room_for(reply, "reasoning", len(thought))]
-        if thought:
-            add_piece(reply, "reasoning", thought)
+        size = room_for(reply, "reasoning", len(thought))
+        delta["reasoning_content" if thought is named else "reasoning"] = thought[:size]
     if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back
         merge_details(reply, delta["reasoning_details"])
     for fragment in delta.get("tool_calls") or ():
