@@ -1705,10 +1705,9 @@ QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check you
                   r"|credit balance is too low|insufficient (?:credits|balance)")
 EMPTY_ASSISTANT_PATTERNS = r"(?i)content or tool_calls must be set|text content blocks must"
 
-# Fixes errors teach, per endpoint and model (DashScope's Qwen3 thinking only streams; Kimi,
-# DeepSeek want reasoning_content; Claude gateways: no ""; Mistral: 9-character call ids).
+# Fixes errors teach, per endpoint and model (Kimi, DeepSeek want reasoning_content; Claude
+# gateways: no ""; Mistral: 9-character call ids).
 FIXES = {
-    "stream": (r"must be set to false for non-streaming", None),
     "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking",
                           "the server wants reasoning_content on tool call messages: sending it"),
     "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
@@ -1735,8 +1734,7 @@ def shape_request(cfg, messages, body, error=None):
     if error is not None:
         return learn_from(cfg, messages, body, error)
     fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
-    unstreamed = own(cfg).get("unstreamed") is messages[-1]   # (an empty stream: a reply not
-    body["stream"] = "stream" in fixes or body["stream"] and not unstreamed   # streamed says why)
+    body["stream"] = body["stream"] and own(cfg).get("unstreamed") is not messages[-1]
     if body["stream"]:
         body["stream_options"] = {"include_usage": True}
     if cfg["reasoning_effort"]:
@@ -1769,10 +1767,9 @@ def learn_from(cfg, messages, body, error):
     fix, say = fixes[0] if fixes and error.status in (400, 422) else (None, None)
     if fix and (cfg["endpoint"], cfg["model"], fix) not in LEARNED["fixes"]:
         LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
-        if say:
-            note(cfg, "[%s from now on]" % say, "info")
+        note(cfg, "[%s from now on]" % say, "info")
         return True
-    if error.body == "empty stream" and body["stream"]:   # for the rest of this call
+    if error.body == "empty stream" and body["stream"]:   # this call unstreamed: it says why
         own(cfg)["unstreamed"] = messages[-1]
     return False
 
@@ -1782,11 +1779,11 @@ def classify(cfg, error):
     if error.__cause__ is not None:   # a failed connection or read
         return network_error(cfg, error)
     text, status, headers = error.body or "", error.status, error.headers
-    kind, hint, wait = error.kind, "", server_wait(headers, text)
+    kind, hint, wait = error.kind, "", server_wait(headers)
     if status == 413 or status in (None, 400, 422, 429, 500) and re.search(OVERFLOW_PATTERNS, text):
         kind = "overflow"
     elif status == 402 or status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text) and not (
-            status == 429 and wait):   # Gemini's per-minute quota says the same, with a wait
+            status == 429 and wait):   # a per-minute quota may say the same, with a wait
         kind, hint = "fatal", " (quota, credits or billing exhausted: not retried)"
     elif status == 404:   # the URL posted to, and the setting that chose the endpoint
         hint = " (POST %s: check endpoint, from %s, and model)" % (re.sub(
@@ -1815,15 +1812,13 @@ def fixed_message(message, fixes):
     return message if fixed == message else fixed
 
 
-def server_wait(headers, text=""):
-    """Seconds the server asks us to wait (headers, else Gemini's body), or None."""
+def server_wait(headers):
+    """Seconds the server asks us to wait (its headers say), or None."""
     for key, unit in (("retry-after-ms", 1000), ("retry-after", 1)):
         try:
             return max(0.0, float(headers[key]) / unit)
         except (KeyError, ValueError):   # absent, or not this form (an HTTP date)
             pass
-    match = re.search(r'(?i)(?:"retryDelay":\s*"|retry in )(\d+(?:\.\d+)?)(m?s)\b', text)
-    return float(match.group(1)) / (1000 if match.group(2) == "ms" else 1) if match else None
 
 
 def shape_delta(cfg, reply, delta):
@@ -1848,12 +1843,11 @@ def shape_delta(cfg, reply, delta):
     if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
         reply["extra"].setdefault("extra_content", {}).update(delta["extra_content"])
     named, thought = delta.pop("reasoning_content", None), delta.pop("reasoning", None)
-    thought = named or thought   # (merged here: before the content)
+    thought = named or thought   # (bounded here, merged by Part I)
     if isinstance(thought, str) and thought:
         reply["echo_reasoning"] |= thought is named
-        thought = thought[:room_for(reply, "reasoning", len(thought))]
-        if thought:
-            add_piece(reply, "reasoning", thought)
+        size = room_for(reply, "reasoning", len(thought))
+        delta["reasoning_content" if thought is named else "reasoning"] = thought[:size]
     if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back
         merge_details(reply, delta["reasoning_details"])
     for fragment in delta.get("tool_calls") or ():
@@ -3052,18 +3046,6 @@ HOOKS["turn"].append(token_line)
 # Sessions kept tidy: -c and --session, /continue, /delete, stale temporary files removed
 # ----------------------------------------------------------------------------------------
 
-def remove_session(sid):
-    """Delete session sid's file, journal and autosave link; the OSError that stopped it."""
-    link = session_path("autosave")
-    try:
-        if os.path.islink(link) and os.readlink(link) == sid + ".json":
-            os.unlink(link)
-        for path in (session_path(sid), session_path(sid, ".steps")):
-            if os.path.lexists(path):
-                os.unlink(path)
-    except OSError as e:
-        return e
-
 def latest_in_folder():
     """The id of the newest conversation that ran in the current folder (else ConfigError)."""
     for sid in session_ids():
@@ -3078,9 +3060,15 @@ def cmd_delete(convo, arg):
     sid = resolve_session(arg)
     if convo and sid == convo["session"]["id"]:
         raise BantamError("%s is the conversation you are in: /clear first" % sid)
-    error = remove_session(sid)
-    if error:
-        raise ConfigError("cannot delete session %s: %s" % (sid, error.strerror or error))
+    link = session_path("autosave")
+    try:   # its file, its journal, and the autosave link to it
+        if os.path.islink(link) and os.readlink(link) == sid + ".json":
+            os.unlink(link)
+        for path in (session_path(sid), session_path(sid, ".steps")):
+            if os.path.lexists(path):
+                os.unlink(path)
+    except OSError as e:
+        raise ConfigError("cannot delete session %s: %s" % (sid, e.strerror or e))
     show({}, "[deleted session %s]\n" % sid)
 
 def cmd_continue(convo, arg):
@@ -3767,19 +3755,8 @@ def with_index(top, steps, index_from=None):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
-def in_git():
-    """Is there a .git in this folder or one above it? (Elsewhere git is not even started.)"""
-    here = os.getcwd()
-    while not os.path.exists(os.path.join(here, ".git")):
-        if os.path.dirname(here) == here:
-            return bool(os.environ.get("GIT_DIR"))
-        here = os.path.dirname(here)
-    return True
-
 def snapshot(cfg):
     """{"top": the work tree's folder, "tree": a git tree of its files now}, None outside git."""
-    if not in_git():
-        return None
     started, top = time.monotonic(), git_out(".", ["rev-parse", "--show-toplevel"])
     real = top and git_out(".", ["rev-parse", "--git-path", "index"])
     tree = real and with_index(top.strip(), [["add", "-A"], ["write-tree"]], real.strip())
@@ -3809,22 +3786,16 @@ def recorded_writes(cfg, call, args, result=None):
     return args if result is None else result
 
 def changes_of(entry, after=None):
-    """[{"path", "status": changed, new or deleted, "added", "removed"}]: what a turn changed
-    (after: from its end to that tree, what changed since)."""
+    """[{"path", "status": changed, new or deleted}]: what a turn changed (after: from its end
+    to that tree, what changed since)."""
     if "writes" in entry:
-        return [{"path": os.path.relpath(path), "status": "new" if old is None else "changed",
-                 "added": "-", "removed": "-"} for path, (old, new) in entry["writes"].items()
+        return [{"path": os.path.relpath(path), "status": "new" if old is None else "changed"}
+                for path, (old, new) in entry["writes"].items()
                 if (text_of(path) if after else old) != new]
     trees = [entry["after"], after] if after else [entry["before"], entry["after"]]
     names = (git_out(entry["top"], ["diff", "--no-renames", "--name-status", "-z"] + trees)
              or "").split("\0")
-    counts = {}
-    for row in (git_out(entry["top"], ["diff", "--no-renames", "--numstat", "-z"] + trees)
-                or "").split("\0"):
-        added, removed, path = (row.split("\t", 2) + ["", "", ""])[:3]
-        counts[path] = (added, removed)
-    return [{"path": path, "status": {"A": "new", "D": "deleted"}.get(code, "changed"),
-             "added": counts.get(path, "--")[0], "removed": counts.get(path, "--")[1]}
+    return [{"path": path, "status": {"A": "new", "D": "deleted"}.get(code, "changed")}
             for code, path in zip(names[0::2], names[1::2]) if path]
 
 def keep_changes(convo, prompt, go):
@@ -3857,10 +3828,9 @@ def turns(convo):
     return head["turns"]
 
 def show_changes(state, event):
-    """changed: a.py (+1 -1), b.md (new), c.txt (deleted) · /diff to see, /undo to take back."""
-    listed = ", ".join(terminal_safe(f["path"]) + (" (+%s -%s)" % (f["added"], f["removed"]) if
-                       f["status"] == "changed" and f["added"] != "-" else " (%s)" % f["status"])
-                       for f in event["files"])
+    """changed: a.py, b.md (new), c.txt (deleted) · /diff to see, /undo to take back."""
+    listed = ", ".join(terminal_safe(f["path"]) + (" (%s)" % f["status"]) * (
+        f["status"] != "changed") for f in event["files"])
     show_on_stderr(state, "changed: %s \u00b7 /diff to see, /undo to take back" % listed, "dim")
 
 def show_diff(state, event):
@@ -3882,21 +3852,13 @@ def diff_text(entry):
             path), "b/" + os.path.relpath(path))) for path, (old, new) in entry["writes"].items())
 
 def cmd_diff(convo, arg):
-    """/diff [N]: the changes of the last turn (of the last N turns), a screenful at a time."""
-    import shutil
+    """/diff [N]: the changes of the last turn (of the last N turns)."""
     if arg and not (arg.isdigit() and int(arg) > 0):
         raise BantamError("usage: /diff [N]: the changes of the last N turns")
     chosen = turns(convo)[-int(arg or 1):]
     if not chosen:
         raise BantamError("no turn of this conversation has changed files yet")
-    lines = "".join(map(diff_text, chosen)).splitlines(True)
-    rows = shutil.get_terminal_size().lines - 2 if sys.stdout.isatty() else len(lines)
-    while lines:
-        emit(convo["cfg"], "diff", text="".join(lines[:rows]))
-        lines = lines[rows:]
-        if lines and read_answer("--- %d more lines: Enter shows more, q stops --- " % len(
-                lines)).strip().lower().startswith("q"):
-            break
+    emit(convo["cfg"], "diff", text="".join(map(diff_text, chosen)))
 
 def cmd_undo(convo, arg):
     """/undo [all]: put the files back as they were before the last turn that changed them."""

@@ -15,7 +15,6 @@ The errors below teach bantam a fix (one case each), for the README's server tab
 | DeepSeek V4 (thinking mode) | 400 "The `reasoning_content` in the thinking mode must be passed back to the API." | `deepseek_v4_reasoning_content` |
 | Claude through Databricks | 400 `{"error_code": "BAD_REQUEST", "message": "{\\"message\\":\\"messages: text content blocks must be non-empty\\"}"}`: `content: null` beside tool calls | `databricks_empty_text_block` |
 | Claude through Requesty, one-api | 400 "anthropic: send request: messages: text content blocks must be non-empty" | `requesty_empty_text_block` |
-| DashScope, ModelScope (Qwen3 thinking) | 400 "parameter.enable_thinking must be set to false for non-streaming calls" to the summary request: asked again streamed, quietly | `dashscope_stream_only` |
 | Groq | 400 `code: tool_use_failed` with `failed_generation`: retried as the model's slip, said when the retries run out | `groq_tool_use_failed` |
 | Mistral (also through OpenRouter) | 400 "Tool call id was call_1 but must be a-z, A-Z, 0-9, with a length of 9.": each id sent as 9 hex digits of its hash, in the call and in its result | `mistral_tool_call_id` |
 | OpenAI | 400 `code: string_above_max_length`, "Invalid 'messages[2].tool_calls[0].id': string too long ..." (ids from another provider): the same | `openai_tool_call_id_too_long` |
@@ -31,7 +30,6 @@ import re
 
 from tests.support import (
     BantamTestCase, chunk, completion, error, sse, strip_ansi, text_stream, tool_call_stream, usage)
-from tests.test_context import SUMMARY
 from tests.test_servers import NO_WINDOW, window_of
 
 CALL = [("call_1", "shell_exec", {"command": "echo hi"})]
@@ -125,23 +123,6 @@ class LearnedFixTests(BantamTestCase):
         self.assertEqual([b["model"] for b in bodies[3:]], ["other-model", "test-model"])
         self.assertIsNone(reasoning_content_of(bodies[3]))
         self.assertEqual(reasoning_content_of(bodies[4]), "")
-
-    def test_dashscope_stream_only(self):
-        """/compact's summary (not streamed) is refused for not streaming: it is asked again
-        streamed, printing nothing of it, and the next summary is streamed at once."""
-        refusal = error(400, body={"error": {
-            "code": "invalid_parameter_error", "param": None,
-            "message": "parameter.enable_thinking must be set to false for non-streaming calls",
-            "type": "invalid_request_error"}, "id": "chatcmpl-f5a1", "request_id": "f5a1"})
-        self.push(text_stream("first answer"), refusal, text_stream(SUMMARY), text_stream("second answer"),
-                  text_stream(SUMMARY))
-        result = self.run_bantam(input="hello\n/compact\nagain\n/compact\n")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout.count("[compacted"), 2, result.stdout)
-        self.assertNotIn("SUMMARY-TEXT", result.stdout + result.stderr)
-        self.assertEqual(result.stderr.count("error"), 0, result.stderr)
-        self.assertEqual([b["stream"] for b in self.server.bodies], [True, False, True, True, True])
-        self.assertIn(SUMMARY, json.dumps(self.read_autosave()["messages"]))
 
     def test_groq_tool_use_failed(self):
         """Groq's tool_use_failed is the model's slip: asked again (a retry, said so)."""
