@@ -1361,7 +1361,6 @@ def switch_to(convo, session, messages):
     if session["id"]:
         save_session(convo["cfg"], session, convo["messages"])
 
-
 SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
 
 def compact(cfg, messages, keep=None):
@@ -1655,11 +1654,9 @@ BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the t
 # (endpoint, model), and the fixes their errors taught, (endpoint, model, fix) (see FIXES).
 LEARNED = {"windows": {}, "told": {}, "fixes": set()}   # told: windows overflow errors said
 
-
 def own(cfg):
     """The fields of Part II that belong to this AL run alone ({} outside one)."""
     return (cfg.get("run") or {}).get("own", {})
-
 
 def turn_tally(cfg):
     """The turn's spending {started, tokens, cost, repairs}, shared by subagents (or None)."""
@@ -1728,7 +1725,6 @@ CUTS = {   # what was cut of a reply: by its finish_reason, by a bound of bantam
     "reasoning": "[the reasoning was cut at %(max_reasoning)d characters (max_reasoning)]",
     "arguments": "[the tool calls' arguments were cut at %(limit)d characters]"}
 
-
 def shape_request(cfg, messages, body, error=None):
     """The request hook: the body as this server takes it; after a failure, learn_from's."""
     if error is not None:
@@ -1742,7 +1738,6 @@ def shape_request(cfg, messages, body, error=None):
     body = {key: value for key, value in body.items() if "drop " + key not in fixes}
     body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
     return body
-
 
 def learn_from(cfg, messages, body, error):
     """After a failure: True to ask again at once (a fix learned, a blank message dropped)."""
@@ -1773,7 +1768,6 @@ def learn_from(cfg, messages, body, error):
         own(cfg)["unstreamed"] = messages[-1]
     return False
 
-
 def classify(cfg, error):
     """Set an ApiError's kind, message, wait from cause, status, body (True: no first byte)."""
     if error.__cause__ is not None:   # a failed connection or read
@@ -1791,7 +1785,6 @@ def classify(cfg, error):
     elif status == 400 and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
         kind, hint = "retry", " (a malformed tool call from the model)"
     error.args, error.kind, error.wait = (str(error) + hint,), kind, wait
-
 
 def fixed_message(message, fixes):
     """A message as this server takes it (the same dict when no fix changes it)."""
@@ -1811,7 +1804,6 @@ def fixed_message(message, fixes):
             fixed["tool_call_id"] = short(str(fixed["tool_call_id"]))
     return message if fixed == message else fixed
 
-
 def server_wait(headers):
     """Seconds the server asks us to wait (its headers say), or None."""
     for key, unit in (("retry-after-ms", 1000), ("retry-after", 1)):
@@ -1819,7 +1811,6 @@ def server_wait(headers):
             return max(0.0, float(headers[key]) / unit)
         except (KeyError, ValueError):   # absent, or not this form (an HTTP date)
             pass
-
 
 def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
@@ -1857,7 +1848,6 @@ def shape_delta(cfg, reply, delta):
             function["arguments"] = function["arguments"][:size]
     return delta
 
-
 def merge_details(reply, details):
     """Keep reasoning_details to send back, a block's fragments joined (signed as a whole)."""
     kept = reply["extra"].setdefault("reasoning_details", [])
@@ -1873,7 +1863,6 @@ def merge_details(reply, details):
     if not kept or "reasoning" in reply["cut"]:   # (a signed block cut short is void)
         del reply["extra"]["reasoning_details"]
 
-
 def room_for(reply, kind, size):
     """How many of size new characters of kind the reply may keep (past its bound: none)."""
     room, fit = reply["room"], max(0, min(size, reply["room"][kind]))
@@ -1881,7 +1870,6 @@ def room_for(reply, kind, size):
         reply["cut"].append(kind)
     room[kind] = room[kind] - size if size <= room[kind] else -1
     return fit
-
 
 HOOKS["request"].append(shape_request)
 HOOKS["delta"].append(shape_delta)
@@ -1907,10 +1895,8 @@ def route(cfg):
             return url, urlsplit(proxy if "://" in proxy else scheme + "://" + proxy), variable
     return url, None, None
 
-
 class SocksError(OSError):
     """A SOCKS5 proxy's refusal, in one line (final: waiting would not help)."""
-
 
 def socks5_connect(proxy_url, host, port, timeout):
     """A socket to host:port through socks5[h]://[user:password@]host[:port] (RFC 1928)."""
@@ -1943,7 +1929,6 @@ def socks5_connect(proxy_url, host, port, timeout):
         sock.close()
         raise
 
-
 def connect_endpoint(cfg):
     """The connect hook: a connection through the endpoint's proxy, if it has one."""
     import http.client
@@ -1961,7 +1946,6 @@ def connect_endpoint(cfg):
         auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
         conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
     return conn
-
 
 def count_wait(cfg, messages, body, error=None):
     """The request hook: a "waiting" event each second until the reply's output begins."""
@@ -1998,7 +1982,6 @@ def stop_count(cfg, reply, delta):
         signal.setitimer(signal.ITIMER_REAL, 0)
     return delta
 
-
 def network_error(cfg, error):
     """Say error's cause plainly, fatal if waiting cannot help (True: no first byte came)."""
     import socket
@@ -2022,7 +2005,6 @@ def network_error(cfg, error):
             proxy.netloc.rpartition("@")[2], variable) if proxy else cfg["endpoint"])
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
     return silent
-
 
 HOOKS["connect"].append(connect_endpoint)
 HOOKS["request"].append(count_wait)
@@ -2295,7 +2277,6 @@ def command_env(cfg):
     """The environment of the user's own !commands, scrubbed as the model's are."""
     return scrub_environment(cfg, {"env": dict(os.environ)})["env"]
 
-
 HOOKS["spawn"].append(scrub_environment)
 
 
@@ -2515,7 +2496,6 @@ def sandbox_refusal(cfg, args):
     why = "writes outside %s are refused" % ", ".join(roots)
     return "error: sandbox=%s: %s: %s" % (mode, why, path) if refused else ""
 
-
 HOOKS["spawn"].append(sandboxed)
 
 
@@ -2575,7 +2555,6 @@ def check_tool_names(raw, where):
         raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (
             where, unknown[0], ", ".join(offered)))
     return ",".join(dict.fromkeys(names))
-
 
 TOOLS.update(write=(WRITE_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args) or
                     write_tool(cfg, args)))
@@ -2907,7 +2886,6 @@ def write_preview(path, args, reason):
     lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
     more = ["... %d more lines" % (len(lines) - 12)] if len(lines) > 12 else []
     return "\n".join(["write " + path + (" (%s)" % reason if reason else "")] + lines[:12] + more)
-
 
 HOOKS["tool"].append(leash)
 HOOKS["step"].append(budgets)
@@ -3411,12 +3389,10 @@ def show_call(state, event, text=None):
     write(state, text + "\n", "call", event["depth"])
     flush_out(state, now=True)
 
-
 PLAIN.update(waiting=show_status, context=show_context, approval=show_approval,
              tool_call=show_call)
 QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
          "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
-
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed, secrets replaced (/cfg may add one)."""
@@ -3583,7 +3559,6 @@ def show_wrapped(state, event):
     text = "\n".join("\n".join(wrap_words(line, columns)) for line in event["text"].split("\n"))
     show_output(state, dict(event, text=text))
 
-
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 output=show_wrapped,
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
@@ -3709,7 +3684,6 @@ def run_direct(cfg, command, own_stdin=True):
     if code:
         note(cfg, "[exit %d]" % code, "info")
     return code
-
 
 COMMANDS["!"] = (lambda convo, command: run_direct(convo["cfg"], command, sys.stdin.isatty()),
                  "run cmd with bash here, outside the conversation")

@@ -42,6 +42,13 @@ class ShapeTests(unittest.TestCase):
         self.assertLessEqual(count, BUDGET, "bantam.py has %d lines; the budget is %d: cut "
                              "something before adding" % (count, BUDGET))
 
+    def test_two_blank_lines_only_before_a_section(self):
+        """One blank line between definitions, two only before a section's banner (or the main
+        guard): the file reads one way from top to bottom."""
+        found = [text.count("\n", 0, m.start()) + 4 for text in [source()]
+                 for m in re.finditer(r"\n\n\n(?!# -{20}|# ={4}|if __name__)", text)]
+        self.assertEqual(found, [], "two blank lines before these lines of bantam.py")
+
     def test_no_statements_are_joined_with_semicolons(self):
         """No `a; b` on one line (a denser file would cheat the budget)."""
         joined = []
