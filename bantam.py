@@ -3021,7 +3021,7 @@ HOOKS["turn"].append(token_line)
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions kept tidy: -c and --session, /continue, /delete, stale temporary files removed
+# Sessions kept tidy: -c and --session, /continue, /delete
 # ----------------------------------------------------------------------------------------
 
 def latest_in_folder():
@@ -3039,12 +3039,10 @@ def cmd_delete(convo, arg):
     if convo and sid == convo["session"]["id"]:
         raise BantamError("%s is the conversation you are in: /clear first" % sid)
     link = session_path("autosave")
-    try:   # its file, its journal, and the autosave link to it
+    try:   # its file, and the autosave link to it
         if os.path.islink(link) and os.readlink(link) == sid + ".json":
             os.unlink(link)
-        for path in (session_path(sid), session_path(sid, ".steps")):
-            if os.path.lexists(path):
-                os.unlink(path)
+        os.unlink(session_path(sid))
     except OSError as e:
         raise ConfigError("cannot delete session %s: %s" % (sid, e.strerror or e))
     show({}, "[deleted session %s]\n" % sid)
@@ -3052,19 +3050,6 @@ def cmd_delete(convo, arg):
 def cmd_continue(convo, arg):
     """/continue: resume the newest conversation of this folder."""
     cmd_load(convo, latest_in_folder())
-
-def tidy_sessions(convo, prompt, go):
-    """The turn hook: stale temp files removed."""
-    import glob
-    try:
-        go(prompt)
-    finally:
-        for path in glob.glob(os.path.join(glob.escape(bantam_home("sessions")), ".*.tmp")):
-            try:   # lstat: a temp link's age is its own
-                if time.time() - os.lstat(path).st_mtime > 60:
-                    os.unlink(path)
-            except OSError:   # (another run removed it first)
-                pass
 
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
@@ -3074,8 +3059,6 @@ def start_conversation(cfg, args):
     if name and os.path.exists(session_path(name)):
         return load_session(name)
     return new_session(name or None), [{"role": "system", "content": cfg["system_prompt"]}]
-
-HOOKS["turn"].append(tidy_sessions)
 
 
 # ----------------------------------------------------------------------------------------
@@ -3226,8 +3209,8 @@ COMMANDS.update({
 # Markdown: the reply rendered line by line, each line once, when its newline arrives
 # ----------------------------------------------------------------------------------------
 
-MD_STYLES = {"b": "\033[1m", "i": "\033[3m", "code": "\033[36m", "url": "\033[2;4m",
-             "dim": "\033[2m", "+": "\033[32m", "-": "\033[31m"}   # +, -: a diff's lines
+MD_STYLES = {"b": "\033[1m", "code": "\033[36m", "dim": "\033[2m", "+": "\033[32m",
+             "-": "\033[31m"}   # +, -: a diff's lines
 MD_PLAIN = dict.fromkeys(MD_STYLES, "")   # color off: same layout, no escape sequences
 
 SGR = r"\033\[[0-9;]*m"
@@ -3236,12 +3219,6 @@ CHARS = ("(?s)(?:\033\\[[0-9;]*m)*"
 FENCE = r"([ \t]*)(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$"   # ```python
 HEADING = r" {0,3}#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$"   # ## Title
 ITEM = r"([-*]|\d{1,9}\.)[ \t]+(.*)"   # "- item", "* item", "12. item" (the line's text)
-
-# Inline spans: each starts with a literal, then a lookbehind; 500 characters at most (linear)
-INLINE = (
-    r"`(?P<code>[^`]{1,500})`"                                                # `code`
-    r"|\[(?P<text>[^\]]{0,500})\]\((?P<url>[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)\)"  # [text](url)
-    r"|\*(?<!\*\*)(?P<stars>\*?)(?![\s*])(?P<star>.{1,500}?)(?<![\s*\\])\*(?P=stars)(?!\*)")
 
 def md_start(width, color):
     """A new renderer for a terminal width columns wide."""
@@ -3262,7 +3239,7 @@ def md_end(state):
     return out
 
 def md_line(state, line):
-    """One complete source line rendered (a table's rows as written, inline styles shown)."""
+    """One complete source line rendered (tables, quotes and inline marks as written)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
         char, size, indent, pad, lang = state["fence"]
         if re.match(r"[ \t]*%s{%d,}[ \t]*$" % (re.escape(char), size), line):   # ``` or longer
@@ -3275,7 +3252,7 @@ def md_line(state, line):
 
 def md_block(state, line):
     """One source line outside code blocks as terminal lines, indented as written (a list in a
-    list), quotes and rules as written too."""
+    list)."""
     line, st, width = line.expandtabs(4), state["styles"], state["width"]
     text = line.strip()
     if not text:
@@ -3291,30 +3268,16 @@ def md_block(state, line):
     first = rest = pad                           # a paragraph: wrapped at spaces
     if heading:                                  # bold, without its #s
         first = rest = ""
-        text = styled(md_inline(heading.group(1) or "", st, st["b"]), st["b"])
+        text = styled(heading.group(1) or "", st["b"])
     elif item:                                   # • text, 12. text, with a hanging indent
         marker = item.group(1) if item.group(1)[0].isdigit() else "\u2022"
         first, rest = pad + marker + " ", " " * (len(pad) + len(marker) + 1)
-        text = md_inline(item.group(2), st)
-    else:
-        text = md_inline(text, st)
+        text = item.group(2)
     return first + ("\n" + rest).join(wrap_words(text, width - len(rest))) + "\n"
 
-def md_inline(text, st, base=""):
-    """Inline Markdown as terminal text: markers dropped, styles applied (base kept around)."""
-    def span(m):
-        if m.lastgroup == "code":          # verbatim (without color: its backticks show it)
-            return styled(m.group("code"), st["code"], base) if st["code"] else m.group(0)
-        if m.lastgroup == "url":           # text (url), the text's own spans shown
-            url = styled(m.group("url"), st["url"], base)
-            return md_inline(m.group("text"), st, base) + " (" + url + ")"
-        style = st["b" if m.group("stars") else "i"]
-        return styled(m.group("star"), style, base)
-    return re.sub(INLINE, span, text)
-
-def styled(text, style, base=""):
-    """Text in a style, then the enclosing base style again (nothing when color is off)."""
-    return style + text + RESET + base if style and text else text
+def styled(text, style):
+    """Text in a style (as it is when color is off)."""
+    return style + text + RESET if style and text else text
 
 def wrap_words(text, width):
     """Text broken at spaces into lines of width columns, a style open at a break reopened."""

@@ -519,23 +519,6 @@ class RetryTests(BantamTestCase):
 class SessionFileTests(BantamTestCase):
     """Broken session files are reported, never rewritten; what bantam writes is private."""
 
-    def test_temp_files_of_killed_writes_are_cleaned_up(self):
-        """A temp file left by a write that was killed (SIGKILL) is removed by a later save
-        once it is a minute old; a fresh one (a write in progress elsewhere) is left alone."""
-        folder = self.ws.sessions_dir()
-        os.makedirs(folder)
-        stale, fresh = (os.path.join(folder, ".autosave.json.%s.tmp" % n) for n in ("old1", "new1"))
-        for path in (stale, fresh):
-            with open(path, "w") as f:
-                f.write('{"id": "autosave", "mess')
-        os.utime(stale, (time.time() - 120, time.time() - 120))
-        self.push(text_stream("hello"))
-        result = self.run_batch("hi")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertFalse(os.path.exists(stale))
-        self.assertTrue(os.path.exists(fresh))
-        self.assertEqual(self.read_autosave()["messages"][-1]["content"], "hello")
-
     BROKEN = [  # (file name, bytes, what /load says)
         ("truncated", b'{"id": "truncated", "messages": [{"role": "user", "cont', "cannot read"),
         ("empty", b"", "cannot read"),

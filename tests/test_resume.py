@@ -188,15 +188,13 @@ class ListTests(ResumeCase):
 class DeleteTests(ResumeCase):
     """/delete and --delete."""
 
-    def test_delete_by_prefix_removes_file_and_journal(self):
-        """/delete PREFIX removes that conversation's file and its .steps journal (and the
-        autosave link to it); an ambiguous or unknown prefix is a clear error that deletes
-        nothing; the current conversation is refused."""
+    def test_delete_by_prefix_removes_file_and_link(self):
+        """/delete PREFIX removes that conversation's file (and the autosave link to it); an
+        ambiguous or unknown prefix is a clear error that deletes nothing; the current
+        conversation is refused."""
         self.conversation("20250101-000000", [("user", "one"), ("assistant", "1")])
         self.conversation("20250102-000000", [("user", "two"), ("assistant", "2")], hours_ago=1)
         self.conversation("20250102-000001", [("user", "three"), ("assistant", "3")], hours_ago=2)
-        with open(self.path("20250101-000000", ".steps"), "w") as f:
-            f.write('{"n": 3, "m": {"role": "user", "content": "more"}}\n')
         os.symlink("20250101-000000.json", self.path("autosave"))
         term, _ = self.repl()
         self.say(term, "/delete 202501", "matches 3 sessions")
@@ -205,7 +203,6 @@ class DeleteTests(ResumeCase):
         self.assertEqual(len(self.conversation_ids()), 3)
         self.say(term, "/delete 20250101", "[deleted session 20250101-000000]")
         self.assertFalse(os.path.exists(self.path("20250101-000000")))
-        self.assertFalse(os.path.exists(self.path("20250101-000000", ".steps")))
         self.assertFalse(os.path.lexists(self.path("autosave")))
         self.say(term, "/load 20250102-000001", "[continuing 20250102-000001")
         out = self.say(term, "/delete 20250102-000001", "the conversation you are in")
