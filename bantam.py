@@ -1876,71 +1876,30 @@ HOOKS["delta"].append(shape_delta)
 
 
 # ----------------------------------------------------------------------------------------
-# The transport: HTTP(S)_PROXY (a CONNECT tunnel), SOCKS_PROXY (SOCKS5), the wait for a
-# reply counted in seconds ("waiting" events), and network errors said plainly
+# The transport: HTTP(S)_PROXY (a CONNECT tunnel), the wait for a reply counted in seconds
+# ("waiting" events), and network errors said plainly
 # ----------------------------------------------------------------------------------------
 
 def route(cfg):
-    """(endpoint URL, proxy URL, its variable): SOCKS_PROXY, else HTTP(S)_PROXY, or NO_PROXY."""
+    """(endpoint URL, proxy URL): the endpoint's HTTP(S)_PROXY, or none (NO_PROXY)."""
     from urllib.parse import urlsplit
     url, env = urlsplit(cfg["endpoint"]), lambda name: (
         os.environ.get(name.lower()) or os.environ.get(name) or "").strip()
     for rule in env("NO_PROXY").lower().split(","):
         rule = rule.strip().lstrip(".").split(":")[0]
         if rule == "*" or rule and (url.hostname == rule or url.hostname.endswith("." + rule)):
-            return url, None, None
-    for variable, scheme in (("SOCKS_PROXY", "socks5"), (url.scheme.upper() + "_PROXY", "http")):
-        proxy = env(variable)
-        if proxy:
-            return url, urlsplit(proxy if "://" in proxy else scheme + "://" + proxy), variable
-    return url, None, None
-
-class SocksError(OSError):
-    """A SOCKS5 proxy's refusal, in one line (final: waiting would not help)."""
-
-def socks5_connect(proxy_url, host, port, timeout):
-    """A socket to host:port through socks5[h]://[user:password@]host[:port] (RFC 1928)."""
-    import socket
-    from urllib.parse import unquote, urlsplit
-    proxy = urlsplit(proxy_url if "://" in proxy_url else "socks5://" + proxy_url)
-    where = "SOCKS5 proxy %s:%d" % (proxy.hostname, proxy.port or 1080)
-    sock = socket.create_connection((proxy.hostname, proxy.port or 1080), timeout)
-    try:
-        with sock.makefile("rb") as answer:   # (the proxy says no more till we speak)
-            method = 2 if proxy.username else 0   # 00: no authentication, 02: user/password
-            sock.sendall(bytes([5, 1, method]))   # VER NMETHODS METHODS -> VER METHOD
-            if answer.read(2) != bytes([5, method]):
-                raise SocksError("%s: no acceptable authentication method" % where)
-            if method:   # VER=01 ULEN UNAME PLEN PASSWD -> VER STATUS (00: success)
-                login = (unquote(s or "").encode() for s in (proxy.username, proxy.password))
-                sock.sendall(b"\1" + b"".join(bytes([len(s)]) + s for s in login))
-                if answer.read(2)[1:] != b"\0":
-                    raise SocksError("%s rejected the username/password" % where)
-            name = host.strip("[]").encode("idna")   # a name (or IP) the proxy resolves
-            # VER CMD=01 (CONNECT) RSV ATYP=03 DST.ADDR DST.PORT -> VER REP RSV ATYP BND
-            sock.sendall(b"\5\1\0\3" + bytes([len(name)]) + name + port.to_bytes(2, "big"))
-            reply = answer.read(4).ljust(4, b"\1")   # (cut short: a general failure)
-            if reply[1]:
-                raise SocksError("%s could not connect to %s:%d (SOCKS5 reply %d)" % (
-                    where, host, port, reply[1]))
-            answer.read(({1: 4, 4: 16}.get(reply[3]) or (answer.read(1) or b"\0")[0]) + 2)
-        return sock
-    except BaseException:
-        sock.close()
-        raise
+            return url, None
+    proxy = env(url.scheme.upper() + "_PROXY")
+    return url, urlsplit(proxy if "://" in proxy else "http://" + proxy) if proxy else None
 
 def connect_endpoint(cfg):
     """The connect hook: a connection through the endpoint's proxy, if it has one."""
     import http.client
     from urllib.parse import unquote
-    url, proxy, variable = route(cfg)
+    url, proxy = route(cfg)
     kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    via = url if variable == "SOCKS_PROXY" else proxy
-    conn = kind(via.hostname, default_port(via), timeout=cfg["timeout"]) if proxy else None
-    if proxy and via is url:   # every (re)connect goes through it; http.client does the TLS
-        conn._create_connection = lambda address, timeout, source=None: socks5_connect(
-            proxy.geturl(), address[0], address[1], timeout)
-    elif proxy:   # a CONNECT tunnel, with the proxy URL's credentials
+    conn = kind(proxy.hostname, default_port(proxy), timeout=cfg["timeout"]) if proxy else None
+    if proxy:   # a CONNECT tunnel, with the proxy URL's credentials
         import base64
         login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
         auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
@@ -1985,10 +1944,10 @@ def stop_count(cfg, reply, delta):
 def network_error(cfg, error):
     """Say error's cause plainly, fatal if waiting cannot help (True: no first byte came)."""
     import socket
-    url, proxy, variable = route(cfg)
+    url, proxy = route(cfg)
     e, reply = error.__cause__, (cfg.get("run") or {}).get("reply") or {}
     text, silent, host = str(e) or type(e).__name__, False, url.netloc.rpartition("@")[2]
-    fatal = text.startswith("Tunnel connection failed: 4") or isinstance(e, SocksError)
+    fatal = text.startswith("Tunnel connection failed: 4")
     if type(e).__name__ == "SSLCertVerificationError":   # (ssl is loaded for https only)
         text, fatal = ("the certificate of %s is not trusted (%s); for a private or company CA, "
                        "set SSL_CERT_FILE to its PEM file" % (url.hostname, e.verify_message)), True
@@ -2002,7 +1961,8 @@ def network_error(cfg, error):
             "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
     elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
         text = "connection refused by " + ("the proxy %s (%s)" % (
-            proxy.netloc.rpartition("@")[2], variable) if proxy else cfg["endpoint"])
+            proxy.netloc.rpartition("@")[2], url.scheme.upper() + "_PROXY") if proxy
+            else cfg["endpoint"])
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
     return silent
 

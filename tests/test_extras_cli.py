@@ -1,8 +1,7 @@
 """The C++ port's extras end to end: `!cmd`, /cfg (and /model, /endpoint), skills and the tools
-folder, AGENTS.md, the write tool and the tools key, SOCKS_PROXY.
+folder, AGENTS.md, the write tool and the tools key.
 
-A real bantam.py runs as a subprocess or on a pseudo-terminal against the scripted FakeServer;
-SOCKS_PROXY goes through tests/socks_server.py, which records what it relayed.
+A real bantam.py runs as a subprocess or on a pseudo-terminal against the scripted FakeServer.
 """
 
 import json
@@ -10,9 +9,8 @@ import os
 import re
 import unittest
 
-from tests.socks_server import Socks5Server
 from tests.support import (
-    CERT_FILE, BantamTestCase, FakeServer, read_text, strip_ansi, text_stream, tool_call_stream)
+    BantamTestCase, read_text, strip_ansi, text_stream, tool_call_stream)
 
 
 class ExtrasCase(BantamTestCase):
@@ -412,56 +410,6 @@ class ToolsKeyTests(ExtrasCase):
         self.assertIn('[tool call: write({"filePath": "big.txt", "content": "<503 bytes, 2 lines>"})]', result.stdout)
         self.assertNotIn("x" * 100, result.stdout)
         self.assertEqual(read_text(os.path.join(self.ws.work, "big.txt")), content)
-
-
-class SocksTests(ExtrasCase):
-    """SOCKS_PROXY: a real bantam reaching the FakeServer through tests/socks_server.py."""
-
-    def proxy(self, users=None):
-        proxy = Socks5Server(users)
-        self.addCleanup(proxy.stop)
-        return proxy
-
-    def test_through_socks5_with_password_and_remote_dns(self):
-        proxy = self.proxy({"bob": "pw:d"})
-        self.ws.write_config(endpoint="http://localhost:%d/v1" % self.server.port)
-        self.push(text_stream("via socks"))
-        result = self.run_batch("hi", env={"SOCKS_PROXY": "socks5h://bob:pw%3Ad@" + proxy.address})
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("via socks", result.stdout)
-        self.assertEqual(proxy.auths, [("bob", "pw:d")])
-        self.assertEqual(proxy.requests[0], {"command": 1, "atyp": 3, "address": "localhost",
-                                             "port": self.server.port})   # the proxy resolved the name
-
-    def test_tls_through_socks5(self):
-        server = FakeServer([text_stream("over TLS via socks")], tls=True).start()
-        self.addCleanup(server.stop)
-        self.ws.write_config(server)
-        proxy = self.proxy()
-        result = self.run_batch("hi", env={"SOCKS_PROXY": proxy.url, "SSL_CERT_FILE": CERT_FILE,
-                                           "HTTPS_PROXY": "http://127.0.0.1:9"})   # SOCKS wins
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("over TLS via socks", result.stdout)
-        self.assertEqual([(r["atyp"], r["address"], r["port"]) for r in proxy.requests],
-                         [(3, "127.0.0.1", server.port)])   # an IP sent as a name
-
-    def test_no_proxy_bypasses_socks(self):
-        proxy = self.proxy()
-        self.push(text_stream("direct"))
-        result = self.run_batch("hi", env={"socks_proxy": proxy.url, "NO_PROXY": "127.0.0.1"})
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(proxy.requests, [])
-        self.assertEqual(len(self.server.posts), 1)
-
-    def test_wrong_password_is_one_fatal_line_without_the_password(self):
-        proxy = self.proxy({"bob": "right"})
-        result = self.run_batch("hi", env={"SOCKS_PROXY": "socks5://bob:wrong-pass@" + proxy.address})
-        self.assertEqual(result.returncode, 2)
-        self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
-        self.assertIn("rejected the username/password", result.stderr)
-        self.assertNotIn("wrong-pass", result.stderr)
-        self.assertNotIn("retry", result.stderr)
-        self.assertEqual(self.server.requests, [])
 
 
 if __name__ == "__main__":
