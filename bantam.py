@@ -1265,7 +1265,7 @@ def step_saver(convo):
 
 # ----------------------------------------------------------------------------------------
 # Commands: name -> (handler, help); handler(convo, argument) changes convo ({"cfg",
-# "messages", "session"}) in place; it returns QUIT to end the REPL, or a prompt to send.
+# "messages", "session"}) in place; it returns QUIT to end the REPL.
 # ----------------------------------------------------------------------------------------
 
 COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
@@ -1494,9 +1494,7 @@ def do_line(convo, line):
         name, _, arg = line.strip().partition(" ")
         if name in COMMANDS or name[:1] in COMMANDS:   # ("!" and the like: Part II's)
             handler = COMMANDS.get(name) or COMMANDS[name[:1]]
-            line = handler[0](convo, arg.strip() if name in COMMANDS else line.strip()[1:])
-            if not isinstance(line, str):   # (a str: a prompt to send, e.g. a skill's)
-                return line
+            return handler[0](convo, arg.strip() if name in COMMANDS else line.strip()[1:])
         elif re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
             return note(cfg, "unknown command %s (see /help)" % name)
         turn(convo, line)
@@ -1980,7 +1978,8 @@ NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
     "tools": "what the model may use", "bantam_tools_dir": "scripts offered to the model",
-    "bantam_skills_dir": "prompts /skill sends", "trace_file": "a file bantam appends to",
+    "bantam_skills_dir": "a folder the model is told to take instructions from",
+    "trace_file": "a file bantam appends to",
     "shell_env_exclude": "what commands may read", "shell_env_keep": "what commands may read"}
 
 STRICTER = {"approve", "sandbox", "sandbox_network", "max_al_iterations", "max_turn_tokens",
@@ -3022,7 +3021,7 @@ def start_conversation(cfg, args):
 
 
 # ----------------------------------------------------------------------------------------
-# Settings and more commands: /cfg (set live, saved), /model, /endpoint, /skill
+# Settings and more commands: /cfg (set live, saved), /model, /endpoint
 # ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
@@ -3133,26 +3132,6 @@ def cmd_model(convo, arg):
         return note(cfg, "[%s is not among the server's models: used, not saved]" % arg, "warning")
     return cmd_cfg(convo, "model " + arg)
 
-def skills(cfg):
-    """{name: its SKILL.md} of the skills under bantam_skills_dir (folders holding one)."""
-    import glob
-    root = os.path.expanduser(cfg["bantam_skills_dir"])
-    paths = sorted(glob.glob(os.path.join(glob.escape(root), "*", "SKILL.md"))) if root else []
-    return {os.path.basename(os.path.dirname(path)): path for path in paths}
-
-def cmd_skill(convo, arg):
-    """/skill [name [prompt]]: list the skills' names, or send one's SKILL.md as the next prompt."""
-    cfg, found = convo["cfg"], skills(convo["cfg"])
-    name, _, prompt = arg.partition(" ")
-    if name and name not in found:
-        raise BantamError("no skill %r (the skills: %s)" % (name, ", ".join(found) or "none"))
-    if name:
-        return "\n\n".join(filter(None, (read_prompt(found[name]).rstrip("\n"), prompt.strip())))
-    for name in found:
-        show(cfg, name + "\n")
-    if not found:
-        show(cfg, "(no skills folder with a NAME/SKILL.md: /cfg bantam_skills_dir DIR)\n")
-
 COMMANDS.update({
     "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
     "/cont": (cmd_continue, None),
@@ -3162,7 +3141,6 @@ COMMANDS.update({
                   "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved)"),
     "/list": (lambda convo, arg: cmd_list(convo, arg, display_width), COMMANDS["/list"][1]),
-    "/skill": (cmd_skill, "/skill [name [prompt]]: list the skills, or run one as the next prompt"),
 })
 
 # ----------------------------------------------------------------------------------------
@@ -3512,12 +3490,12 @@ def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
-    def complete(text, state):   # Tab: /commands, then ids, keys, skills or the server's models
+    def complete(text, state):   # Tab: /commands, then ids, keys or the server's models
         line, options = readline.get_line_buffer(), []
         if line.startswith(("/load ", "/save ", "/delete ")):
             options = session_ids()
-        elif line.startswith(("/cfg ", "/skill ")) and line.count(" ") == 1:
-            options = DEFAULTS if line.startswith("/cfg") else skills(cfg)
+        elif line.startswith("/cfg ") and line.count(" ") == 1:
+            options = DEFAULTS
         elif line.startswith("/model "):   # (fetched once)
             options = convo["models"] = convo.get("models") or [
                 str(m.get("id")) for m in list_models(cfg, quiet=True)]

@@ -268,16 +268,23 @@ class CfgTests(ExtrasCase):
 
     def test_tab_completes_new_commands_and_keys(self):
         term = self.start()
-        term.send("/sk\t")
-        term.expect("/skill ")
+        term.send("/endp\t")
+        term.expect("/endpoint ")
         term.send("\x15/cfg project_i\t")
         term.expect("project_instructions ")
         term.send("\x15")
         self.quit(term)
 
+    def test_help_lists_the_new_commands(self):
+        term = self.start()
+        out = self.say(term, "/help", "/quit")
+        for command in ("/cfg", "/model", "/endpoint"):
+            self.assertRegex(out, r"\n%s +/" % command)
+        self.quit(term)
+
 
 class SkillTests(ExtrasCase):
-    """bantam_tools_dir, bantam_skills_dir, /skill; AGENTS.md."""
+    """bantam_tools_dir, bantam_skills_dir; AGENTS.md."""
 
     def make_skills(self):
         root = os.path.join(self.ws.root, "skills")
@@ -301,39 +308,11 @@ class SkillTests(ExtrasCase):
         self.assertIn("\nSkills may be discovered and invoked from %s" % skills, system)
         self.assertNotIn("bantam_skills_dir", self.server.bodies[0])
 
-    def test_skill_lists_and_sends(self):
-        skills = self.make_skills()
-        self.ws.write_config(self.server, bantam_skills_dir=skills)
-        self.push(text_stream("deploying"))
-        term = self.start()
-        out = self.say(term, "/skill", "plain")
-        self.assertIn("\ndeploy\n", out)
-        self.assertNotIn("Ship the app", out)   # (names only)
-        self.assertNotIn("not-a-skill", out)
-        self.say(term, "/skill deploy to staging today", "deploying")
-        self.assertEqual(self.server.bodies[0]["messages"][-1], {
-            "role": "user", "content": "---\nname: deploy\ndescription: Ship the app to staging\n---\n"
-                                       "Run make deploy.\n\nto staging today"})
-        out = self.say(term, "/skill nope", "error:")
-        self.assertIn("no skill 'nope' (the skills: deploy, plain)", out)
-        self.assertEqual(len(self.server.bodies), 1)
-        self.quit(term)
-
-    def test_skill_without_a_folder_says_how(self):
-        term = self.start()
-        out = self.say(term, "/skill", "bantam_skills_dir")
-        self.assertIn("no skills folder", out)
-        out = self.say(term, "/help", "/quit")
-        for command in ("/cfg", "/model", "/endpoint", "/skill"):
-            self.assertRegex(out, r"\n%s +/" % command)
-        self.quit(term)
-
     def test_skills_folder_set_live_updates_the_system_prompt(self):
         skills = self.make_skills()
         self.push(text_stream("ok"))
         term = self.start()
         self.say(term, "/cfg bantam_skills_dir " + skills, "saved in")
-        self.assertIn("\ndeploy\n", self.say(term, "/skill", "plain"))
         self.say(term, "hi", "ok")
         self.assertIn("Skills may be discovered and invoked from " + skills,
                       self.server.bodies[0]["messages"][0]["content"])
