@@ -2980,7 +2980,7 @@ HOOKS["turn"].append(token_line)
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions kept tidy: -c and --session, /continue, /delete
+# Sessions and settings: -c, --session, /continue, /delete; /cfg (set live, saved), /model
 # ----------------------------------------------------------------------------------------
 
 def latest_in_folder():
@@ -3018,11 +3018,6 @@ def start_conversation(cfg, args):
     if name and os.path.exists(session_path(name)):
         return load_session(name)
     return new_session(name or None), [{"role": "system", "content": cfg["system_prompt"]}]
-
-
-# ----------------------------------------------------------------------------------------
-# Settings and more commands: /cfg (set live, saved), /model, /endpoint
-# ----------------------------------------------------------------------------------------
 
 def set_config_line(text, key, value):
     """text with key=value appended (the last wins); ValueError if it would not read back."""
@@ -3137,6 +3132,7 @@ COMMANDS.update({
     "/cont": (cmd_continue, None),
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
+    "/models": (lambda convo, arg: cmd_model(convo, ""), None),   # (another agent's name)
     "/endpoint": (lambda convo, arg: cmd_cfg(convo, "endpoint " + arg),   # the API key goes to it
                   "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved)"),

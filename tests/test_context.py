@@ -544,13 +544,15 @@ class ConfigForwardingTests(BantamTestCase):
                     self.assertEqual(body["reasoning_effort"], expected)
 
     def test_models_lists_ids_and_marks_the_configured_one(self):
-        """/model prints every id, the configured model marked with *; no chat request."""
+        """/model (and /models, its other name) prints every id, the configured model marked
+        with *; no chat request."""
         self.server.models = {"object": "list", "data": [
             {"id": "alpha", "context_length": 8192}, {"id": "test-model"}, {"id": "zeta"}]}
-        proc = self.run_bantam(input=repl_input("/model"))
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertEqual(proc.stdout, "> " + "  alpha\n* test-model\n  zeta\n"
-                         "(/model <name> switches to one; now: test-model)\n" + "> \n")
+        for command in ("/model", "/models"):
+            proc = self.run_bantam(input=repl_input(command))
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertEqual(proc.stdout, "> " + "  alpha\n* test-model\n  zeta\n"
+                             "(/model <name> switches to one; now: test-model)\n" + "> \n")
         self.assertEqual(self.server.posts, [])
 
     def test_models_failure_is_reported(self):
