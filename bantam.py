@@ -315,8 +315,9 @@ def show_on_stderr(state, text, style="error"):
     if not state["bol"] and state["tty"]:
         end_line(state)
     flush_out(state, now=True)
-    paint = COLORS[style] if state["err_color"] else ""
-    guarded(state, "err", paint + terminal_safe(text) + (RESET if paint else "") + "\n", True)
+    paint, text = COLORS[style] if state["err_color"] else "", terminal_safe(text)
+    text = state["wrap"](text) if state.get("wrap") else text   # (the terminal view's, at spaces)
+    guarded(state, "err", paint + text + (RESET if paint else "") + "\n", True)
 
 def show_output(state, event):
     """A command's output, as it is."""
@@ -3464,8 +3465,9 @@ TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_
                 turn_end=lambda s, e: s["tool"] and settle_output(s, e["depth"]) or PLAIN[
                     "turn_end"](s, e),
                 approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
-VIEWS.update(terminal=lambda cfg: plain_view(cfg, TERMINAL, md=None, tool=None,   # a person's
-                                             tool_lines=cfg.get("tool_lines") or 0))
+VIEWS.update(terminal=lambda cfg: plain_view(   # a person's: notes wrapped at spaces too
+    cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0,
+    wrap=lambda text: "\n".join(wrap_words(text, screen_size(None)[0]))))
 
 
 # ----------------------------------------------------------------------------------------

@@ -169,6 +169,20 @@ class NarrowHelpTests(TerminalCase):
             self.assertIn(word, words)
         self.quit(term)
 
+    def test_the_token_line_wraps_at_spaces(self):
+        """The notes on stderr (here the token line after a turn) wrap at spaces as well."""
+        self.push(text_stream("ok"))
+        term = self.pty(cols=40)
+        term.expect(PROMPT_LINE)
+        start = len(term.output)
+        term.sendline("hi")
+        term.expect("(0.")
+        term.expect(PROMPT_LINE)
+        lines = [line.rstrip() for line in screen(term.output[start:]).splitlines()]
+        self.assertTrue(all(len(line) <= 40 for line in lines), lines)
+        self.assertIn("completion | context:", " ".join(lines))
+        self.quit(term)
+
 
 class InitTests(TerminalCase):
     """bantam --init writes a commented starter ~/.bantam/model.cfg, never over one."""
