@@ -271,7 +271,7 @@ class OneConnectionTests(TransportCase):
                   completion("Greeting chat"))
         term = self.pty()
         for line, shown in (("first question", "answer one"), ("second question", "answer two"),
-                            ("/save", "[saved session"), ("/model", "* test-model")):
+                            ("/save", "[saved session"), ("/model", "now: test-model)")):
             term.expect("> ")
             term.sendline(line)
             term.expect(shown)
