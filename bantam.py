@@ -1835,7 +1835,6 @@ def shape_delta(cfg, reply, delta):
     named, thought = delta.pop("reasoning_content", None), delta.pop("reasoning", None)
     thought = named or thought   # (bounded here, merged by Part I)
     if isinstance(thought, str) and thought:
-        reply["echo_reasoning"] |= thought is named
         size = room_for(reply, "reasoning", len(thought))
         delta["reasoning_content" if thought is named else "reasoning"] = thought[:size]
     if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back

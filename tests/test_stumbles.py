@@ -155,33 +155,28 @@ class TrustQuestionTests(TerminalCase):
 class NarrowHelpTests(TerminalCase):
     """At 40 columns /help (like every command's output) wraps at spaces, never mid-word."""
 
-    def test_help_wraps_at_spaces(self):
+    def narrow_screen(self, line, shown):
+        """The screen's lines after typing line at a 40-column REPL (each checked to fit)."""
         term = self.pty(cols=40)
         term.expect(PROMPT_LINE)
         start = len(term.output)
-        term.sendline("/help")
-        term.expect("Enter sends")
+        term.sendline(line)
+        term.expect(shown)
         term.expect(PROMPT_LINE)
         lines = [line.rstrip() for line in screen(term.output[start:]).splitlines()]
         self.assertTrue(all(len(line) <= 40 for line in lines), lines)
-        words = " ".join(lines).split()
+        self.quit(term)
+        return lines
+
+    def test_help_wraps_at_spaces(self):
+        words = " ".join(self.narrow_screen("/help", "Enter sends")).split()
         for word in ("conversation", "endpoint's", "/undo", "(Enter", "sends)"):
             self.assertIn(word, words)
-        self.quit(term)
 
     def test_the_token_line_wraps_at_spaces(self):
         """The notes on stderr (here the token line after a turn) wrap at spaces as well."""
         self.push(text_stream("ok"))
-        term = self.pty(cols=40)
-        term.expect(PROMPT_LINE)
-        start = len(term.output)
-        term.sendline("hi")
-        term.expect("(0.")
-        term.expect(PROMPT_LINE)
-        lines = [line.rstrip() for line in screen(term.output[start:]).splitlines()]
-        self.assertTrue(all(len(line) <= 40 for line in lines), lines)
-        self.assertIn("completion | context:", " ".join(lines))
-        self.quit(term)
+        self.assertIn("completion | context:", " ".join(self.narrow_screen("hi", "(0.")))
 
 
 class InitTests(TerminalCase):
