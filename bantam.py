@@ -77,6 +77,8 @@ HOOKS = {
     "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
     "step": [],     # step(cfg, messages, calls): after a step (calls None: at
                     #   max_al_iterations; an ApiError: the reply failed); True stops AL
+    "event": [],    # event(cfg, event): the event to pass to the run's sink (None: none)
+    "load": [],     # load(session, messages): a session file's messages, put right for the API
 }
 
 def hooked(name, value, *args):
