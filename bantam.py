@@ -131,7 +131,7 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
     "id name content ok", "usage": "model prompt_tokens cached_tokens completion_tokens "
     "estimated quiet seconds first_output cost", "retry": "error attempt of wait", "note":
     "text level", "output": "text", "error": "message", "turn_end": "status error", "compaction":
-    "before after kept_prompt", "resumed": "session messages ago prompt answer"}
+    "before after kept_prompt"}
 
 def emit(cfg, kind, **fields):
     """Pass one event to the run's sink (outside a run: a plain view); callers redact it."""
@@ -334,10 +334,7 @@ PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
     "note": lambda s, e: show_on_stderr(s, e["text"], "dim" if e["level"] == "info" else "error"),
     "error": lambda s, e: show_on_stderr(s, "error: " + e["message"]),
     "retry": lambda s, e: show_on_stderr(s, "[%s; retry %d/%d in %gs]" % (
-        e["error"], e["attempt"], e["of"], e["wait"])),
-    "resumed": lambda s, e: show_output(s, dict(e, text="[continuing %s: %d messages, %s]\n%s%s" % (
-        e["session"], e["messages"], e["ago"], "you: %s\n" % e["prompt"] if e["prompt"] else "",
-        e["answer"] + "\n" if e["answer"] else "")))}
+        e["error"], e["attempt"], e["of"], e["wait"]))}
 VIEWS = {"plain": plain_view}   # views by name: view(cfg) (Part II adds its own)
 
 
@@ -1127,7 +1124,7 @@ def answer_unanswered(cfg, messages, calls):
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions: ~/.bantam/sessions/<id>.json, written whole (0600) at each step; a message a line
+# Sessions: ~/.bantam/sessions/<id>.json, written whole (0600) at each turn; a message a line
 #   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me", ..., "messages": [
 # autosave.json links to the latest conversation's file: the spec's resume point.
 # ----------------------------------------------------------------------------------------
@@ -1210,60 +1207,27 @@ def resolve_session(prefix):
     return matches[0]
 
 def load_session(sid):
-    """(session, messages) of conversation sid (or a unique prefix), repaired for the API."""
-    sid = resolve_session(sid)
+    """(session, messages) of conversation sid (or a unique prefix), as the load hooks put them."""
+    session = new_session(resolve_session(sid))
     try:
-        with open(session_path(sid), encoding="utf-8") as f:
+        with open(session_path(session["id"]), encoding="utf-8") as f:
             stored = json.load(f)
         if not stored["messages"] or any(m["role"] not in ROLES for m in stored["messages"]):
             raise ValueError("not a list of chat messages")
-    except FileNotFoundError:
-        raise BantamError("no session %r" % sid)
+        session.update((k, stored[k]) for k in ("uid", "summary", "created_at") if stored.get(k))
+        session["written"] = (session["summary"], stored["messages"])   # (unless put right)
+        return session, hooked("load", stored["messages"], session)
     except (OSError, ValueError, LookupError, TypeError) as e:   # (not JSON, not UTF-8...)
-        raise BantamError("cannot read session %r (%s); the file is left as it is" % (sid, e))
-    session = dict(new_session(sid), changed=modified(session_path(sid)))
-    session.update((k, stored[k]) for k in ("uid", "summary", "created_at") if stored.get(k))
-    fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
-    for m in stored["messages"] + [None]:
-        if m and m["role"] == "tool":   # (a result that answers no call is dropped)
-            if waiting.get(m.get("tool_call_id"), 0) is None:
-                waiting[m["tool_call_id"]] = m
-            continue
-        fixed += [r or {"role": "tool", "tool_call_id": c, "content": INTERRUPTED +
-                        " (no result was recorded)"} for c, r in waiting.items()]
-        waiting = {c.get("id"): None for c in (m or {}).get("tool_calls") or ()}
-        if m and m["role"] == "user":   # (after a prompt that got no answer: joined to it)
-            append_user(fixed, m.get("content"))
-        elif m and (m["role"] != "assistant" or waiting or str(m.get("content") or "").strip()):
-            fixed.append(m)   # (a blank reply is dropped: strict servers refuse it)
-    if fixed == stored["messages"]:   # (as its file holds them)
-        session["written"] = (session["summary"], fixed)
-    return session, fixed
+        raise BantamError("cannot read session %r (%s); the file is left as it is" % (
+            session["id"], e))
 
 def append_user(messages, content):
     """Append a user message, or join it to one just before (strict servers want turns)."""
-    last = messages[-1] if messages else {}
-    if last.get("role") != "user":
+    if messages[-1]["role"] != "user":
         messages.append({"role": "user", "content": content})
-    elif isinstance(last.get("content"), str) and isinstance(content, str):
-        messages[-1] = dict(last, content=last["content"] + "\n\n" + content)
-    else:   # content parts (text, images): one list of parts
-        parts = [c if isinstance(c, list) else [{"type": "text", "text": str(c or "")}]
-                 for c in (last.get("content"), content)]
-        messages[-1] = dict(last, content=parts[0] + parts[1])
+    else:
+        messages[-1] = dict(messages[-1], content=messages[-1]["content"] + "\n\n" + content)
     return messages
-
-def step_saver(convo):
-    """A view saving the conversation at each reply and once a step's results are all in."""
-    last = {}   # the id of the last call of the latest reply
-
-    def view(event):
-        m = event.get("message") if event["type"] == "message" and not event["depth"] else None
-        if m and m["role"] == "assistant":
-            last["id"] = (m.get("tool_calls") or [{}])[-1].get("id")
-        if m and (m["role"] != "tool" or m.get("tool_call_id") == last.get("id")):
-            save_session(convo["cfg"], convo["session"], convo["messages"], link=False)
-    return view
 
 
 # ----------------------------------------------------------------------------------------
@@ -1278,7 +1242,6 @@ COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the 
 SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
                   "Reply with the title only.")
 QUIT = object()
-SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what --session accepts (Part II's)
 
 def cmd_save(convo, arg):
     """/save: a copy of the conversation under a new id, titled by the model."""
@@ -1305,15 +1268,15 @@ def ago(when):
     return next(("%d %s ago" % (seconds // size, unit) for unit, size in (
         ("d", 86400), ("h", 3600), ("min", 60)) if seconds >= size), "just now")
 
-def cmd_list(convo, arg, width_of=len):
-    """/list [all]: the 20 newest sessions (all); width_of: a text's columns (wide ones)."""
+def cmd_list(convo, arg):
+    """/list [all]: the 20 newest sessions (all), * before this folder's."""
     ids = session_ids()
     shown = ids if arg == "all" else ids[:20]
-    pad = max([15] + [width_of(terminal_safe(sid)) for sid in shown])   # the columns line up
+    pad = max([15] + [len(sid) for sid in shown])   # the columns line up
     for sid in shown:
         head, name = session_head(sid), terminal_safe(sid)
         show(convo["cfg"], "%s %s%s %10s  %4s msgs  %s\n" % (
-            "*" if head.get("cwd") == os.getcwd() else " ", name, " " * (pad - width_of(name)),
+            "*" if head.get("cwd") == os.getcwd() else " ", name, " " * (pad - len(name)),
             ago(modified(session_path(sid))), head.get("count", "?"),
             terminal_safe(head.get("summary", "(unreadable)"))))
     if len(shown) < len(ids):
@@ -1326,35 +1289,6 @@ def cmd_load(convo, arg):
     if not arg:
         raise BantamError("usage: /load <id or unique prefix> (see /list)")
     switch_to(convo, *load_session(arg))
-    resumed(convo)
-
-def resumed(convo):
-    """Say which conversation goes on (with its last exchange), or that a named one is new."""
-    session, messages, cfg = convo["session"], convo["messages"], convo["cfg"]
-    stored = session_head(session["id"]) if session["id"] else {}   # (its own keys: Part II's)
-    head = session.setdefault("head", {k: v for k, v in stored.items() if k not in (
-        "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")})
-    if len(messages) > 1:
-        at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
-        emit(cfg, "resumed", session=session["id"], messages=len(messages),
-             ago=ago(session.get("changed") or time.time()), prompt=redact(cfg, typed_prompt(
-                 str(messages[at].get("content") or ""), head.get("prompt"))) if at else None,
-             answer=redact(cfg, last_answer(messages[at:])))
-    elif session["id"]:
-        show(cfg, "[new conversation %s: no saved session has that id]\n" % session["id"])
-
-def typed_prompt(text, kept):
-    """The prompt last typed in a user message's text; in a summary's, the one after it, else
-    the request it kept, else kept (the last typed before /compact)."""
-    _, end, after = text.partition(SUMMARY_END)   # (a prompt typed since: joined after it)
-    if not text.startswith(SUMMARY_HEAD) or not end:
-        return text
-    return after[2:].rpartition(", as I wrote it:\n\n")[2] or kept
-
-def last_answer(messages):
-    """The content of the last assistant message (the turn's final answer), or ""."""
-    return next((m["content"] for m in reversed(messages) if m["role"] == "assistant"
-                 and isinstance(m.get("content"), str)), "")
 
 def switch_to(convo, session, messages):
     """Make session (with messages) the REPL's conversation; the one left stays in its file."""
@@ -1388,10 +1322,8 @@ def cmd_compact(convo, arg):
     if len(convo["messages"]) < 3:
         raise BantamError("nothing to compact yet")
     show(convo["cfg"], "[compacting...]\n")
-    before, head = len(convo["messages"]), convo["session"].setdefault("head", {})
-    typed = [m["content"] for m in convo["messages"] if m["role"] == "user"]
+    before = len(convo["messages"])
     compact(convo["cfg"], convo["messages"])
-    head["prompt"] = typed_prompt(str(typed[-1]), head.get("prompt"))   # shown when resumed
     save_session(convo["cfg"], convo["session"], convo["messages"])
     show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 
@@ -1426,8 +1358,7 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
 def run_turn(convo, prompt):
     """One user turn: append the prompt, save, run AL (saving at each reply), save."""
     cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
-    if isinstance(prompt, str):   # an argument's bytes that are not UTF-8 become U+FFFD
-        prompt = join_surrogates(prompt)
+    prompt = join_surrogates(prompt)   # an argument's bytes that are not UTF-8 become U+FFFD
     append_user(messages, prompt)
     save_session(cfg, session, messages)   # the prompt survives a kill
     emit(cfg, "prompt", text=redact(cfg, prompt) if isinstance(prompt, str) else prompt,
@@ -1461,7 +1392,7 @@ def repl(convo):
     """Read prompts and commands until /quit, end of input or Ctrl+C twice at an empty line."""
     cfg = convo["cfg"]
     readline = convo.get("readline") or (setup_readline(convo) if sys.stdin.isatty() else None)
-    convo["take_back"], last_interrupt = True, 0.0   # (take_back: Part II's "in the REPL")
+    last_interrupt = 0.0
     try:
         while True:
             try:
@@ -1564,7 +1495,7 @@ def main(argv=None):
             {"role": "system", "content": cfg["system_prompt"]}]}
         cfg["run"] = {"emit": lambda event: [view(event) for view in convo["views"]],
                       "depth": 0, "secrets": []}
-        convo["views"] = [VIEWS["plain"](cfg), step_saver(convo)]
+        convo["views"] = [VIEWS["plain"](cfg)]
         status = first("start", convo, args)   # Part II: the trust rule, its flags, its views
         if status is not None:
             return status
@@ -2985,6 +2916,76 @@ HOOKS["turn"].append(token_line)
 # Sessions and settings: -c, --session, /continue, /delete; /cfg (set live, saved), /model
 # ----------------------------------------------------------------------------------------
 
+SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what --session accepts
+EVENTS["resumed"] = "session messages ago prompt answer"
+
+def repair(session, messages):
+    """The load hook: calls answered, stray results and blank replies dropped, prompts joined."""
+    session["changed"] = modified(session_path(session["id"]))   # (before a save: resumed's)
+    fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
+    for m in messages + [None]:
+        if m and m["role"] == "tool":   # (a result that answers no call is dropped)
+            if waiting.get(m.get("tool_call_id"), 0) is None:
+                waiting[m["tool_call_id"]] = m
+            continue
+        fixed += [r or {"role": "tool", "tool_call_id": c, "content": INTERRUPTED +
+                        " (no result was recorded)"} for c, r in waiting.items()]
+        waiting = {c.get("id"): None for c in (m or {}).get("tool_calls") or ()}
+        if m and m["role"] == "user" and fixed and fixed[-1]["role"] == "user":
+            append_user(fixed, m["content"])   # (a prompt that got no answer, then another)
+        elif m and (m["role"] != "assistant" or waiting or str(m.get("content") or "").strip()):
+            fixed.append(m)   # (a blank reply is dropped: strict servers refuse it)
+    return fixed
+
+def step_saver(convo):
+    """A view saving at each reply and step; a compaction keeps the typed prompt in the head."""
+    last = {}   # the id of the last call of the latest reply
+
+    def view(event):
+        m = event.get("message") if event["type"] == "message" and not event["depth"] else None
+        if event["type"] in ("prompt", "resumed"):
+            convo["typed"] = event.get("text", event.get("prompt"))
+        elif event["type"] == "compaction" and not event["depth"]:
+            convo["session"].setdefault("head", {})["prompt"] = convo.get("typed")
+        if m and m["role"] == "assistant":
+            last["id"] = (m.get("tool_calls") or [{}])[-1].get("id")
+        if m and (m["role"] != "tool" or m.get("tool_call_id") == last.get("id")):
+            save_session(convo["cfg"], convo["session"], convo["messages"], link=False)
+    return view
+
+def resumed(convo):
+    """Say which conversation goes on (with its last exchange), or that a named one is new."""
+    session, messages, cfg = convo["session"], convo["messages"], convo["cfg"]
+    stored = session_head(session["id"]) if session["id"] else {}   # (its own keys: Part II's)
+    head = session.setdefault("head", {k: v for k, v in stored.items() if k not in (
+        "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")})
+    if len(messages) > 1:
+        at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
+        emit(cfg, "resumed", session=session["id"], messages=len(messages),
+             ago=ago(session.get("changed") or time.time()), prompt=redact(cfg, typed_prompt(
+                 str(messages[at].get("content") or ""), head.get("prompt"))) if at else None,
+             answer=redact(cfg, last_answer(messages[at:])))
+    elif session["id"]:
+        show(cfg, "[new conversation %s: no saved session has that id]\n" % session["id"])
+
+def typed_prompt(text, kept):
+    """The prompt typed last in a user message; in a summary's, the one after it, or kept."""
+    _, end, after = text.partition(SUMMARY_END)   # (a prompt typed since: joined after it)
+    if not text.startswith(SUMMARY_HEAD) or not end:
+        return text
+    return after[2:].rpartition(", as I wrote it:\n\n")[2] or kept
+
+def last_answer(messages):
+    """The content of the last assistant message (the turn's final answer), or ""."""
+    return next((m["content"] for m in reversed(messages) if m["role"] == "assistant"
+                 and isinstance(m.get("content"), str)), "")
+
+PLAIN["resumed"] = lambda s, e: show_output(s, dict(e, text="[continuing %s: %d messages, %s]\n%s%s"
+    % (e["session"], e["messages"], e["ago"], "you: %s\n" % e["prompt"] if e["prompt"] else "",
+       e["answer"] + "\n" if e["answer"] else "")))
+HOOKS["load"].append(repair)
+HOOKS["start"].append(lambda convo, args: convo["views"].append(step_saver(convo)))
+
 def latest_in_folder():
     """The id of the newest conversation that ran in the current folder (else ConfigError)."""
     for sid in session_ids():
@@ -3011,6 +3012,7 @@ def cmd_delete(convo, arg):
 def cmd_continue(convo, arg):
     """/continue: resume the newest conversation of this folder."""
     cmd_load(convo, latest_in_folder())
+    resumed(convo)
 
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
@@ -3039,8 +3041,7 @@ def shown_value(cfg, key):
     return redact(cfg, text)   # the credentials in an endpoint URL too
 
 def config_path(cfg, key):
-    """Where /cfg saves key: the folder's model.cfg when its value counts at the next start (it
-    was in use at this one, or the trusted folder sets it), else your own file."""
+    """Where /cfg saves key: the folder's model.cfg if its value counts next time, else yours."""
     sources, folder = cfg["sources"], cfg["sources"]["folder_config"]
     was = sources.get("at_start", {}).get(key, sources.get(key, ""))
     sets = (dict(sources["layers"]).get("folder") or {}).get(key, ("",))[0] not in ("", "-")
@@ -3104,8 +3105,7 @@ def cmd_cfg(convo, arg):
     show(cfg, "[%s = %s, saved in %s]\n" % (key, shown_value(cfg, key), where))
 
 def clear_setting(convo, key, path):
-    """/cfg KEY - took the key's lines out of path: the value the layers now give is used, by
-    the rules of the start (layered: a folder's value as trusted then)."""
+    """/cfg KEY - took the key out of path: the value the layers now give is used."""
     cfg, folder = convo["cfg"], convo["cfg"]["sources"]["folder_config"]
     layers = cfg["sources"]["layers"]
     layers[:] = [(name, read_key_values(path) if name == ("folder" if path == folder else "own")
@@ -3115,8 +3115,7 @@ def clear_setting(convo, key, path):
     show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
 
 def cmd_model(convo, arg):
-    """/model [name]: switch the model (one the server does not list: not saved), or list the
-    server's models, the configured one marked with *."""
+    """/model [name]: switch the model (unlisted by the server: not saved), or list them."""
     cfg = convo["cfg"]
     if not arg:
         for entry in list_models(cfg):
@@ -3138,7 +3137,7 @@ COMMANDS.update({
     "/endpoint": (lambda convo, arg: cmd_cfg(convo, "endpoint " + arg),   # the API key goes to it
                   "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved)"),
-    "/list": (lambda convo, arg: cmd_list(convo, arg, display_width), COMMANDS["/list"][1]),
+    "/load": (lambda convo, arg: cmd_load(convo, arg) or resumed(convo), COMMANDS["/load"][1]),
 })
 
 # ----------------------------------------------------------------------------------------
@@ -3489,6 +3488,7 @@ def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
+    convo["take_back"] = True   # (the REPL at a terminal: the token line may offer /compact)
     def complete(text, state):   # Tab: /commands, then ids, keys or the server's models
         line, options = readline.get_line_buffer(), []
         if line.startswith(("/load ", "/save ", "/delete ")):
