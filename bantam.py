@@ -1129,8 +1129,6 @@ def answer_unanswered(cfg, messages, calls):
 # autosave.json links to the latest conversation's file: the spec's resume point.
 # ----------------------------------------------------------------------------------------
 
-ROLES = ("system", "user", "assistant", "tool")
-
 def session_path(sid, ext=".json"):
     """The file of session sid."""
     return bantam_home("sessions", sid + ext)
@@ -1212,8 +1210,6 @@ def load_session(sid):
     try:
         with open(session_path(session["id"]), encoding="utf-8") as f:
             stored = json.load(f)
-        if not stored["messages"] or any(m["role"] not in ROLES for m in stored["messages"]):
-            raise ValueError("not a list of chat messages")
         session.update((k, stored[k]) for k in ("uid", "summary", "created_at") if stored.get(k))
         session["written"] = (session["summary"], stored["messages"])   # (unless put right)
         return session, hooked("load", stored["messages"], session)
@@ -1258,31 +1254,14 @@ def cmd_save(convo, arg):
     copy = dict(new_session(), summary=session["summary"], head={
         "copy_of": session["uid"]}, created_at=session["created_at"])
     save_session(cfg, copy, convo["messages"], link=False)
-    if session["id"]:
-        save_session(cfg, session, convo["messages"])   # the title goes on it too
     show(cfg, "[saved session %s]\n" % copy["id"])
 
-def ago(when):
-    """How long ago a time (seconds since the epoch) was, briefly: "3 h ago"."""
-    seconds = time.time() - when
-    return next(("%d %s ago" % (seconds // size, unit) for unit, size in (
-        ("d", 86400), ("h", 3600), ("min", 60)) if seconds >= size), "just now")
-
 def cmd_list(convo, arg):
-    """/list [all]: the 20 newest sessions (all), * before this folder's."""
-    ids = session_ids()
-    shown = ids if arg == "all" else ids[:20]
-    pad = max([15] + [len(sid) for sid in shown])   # the columns line up
-    for sid in shown:
-        head, name = session_head(sid), terminal_safe(sid)
-        show(convo["cfg"], "%s %s%s %10s  %4s msgs  %s\n" % (
-            "*" if head.get("cwd") == os.getcwd() else " ", name, " " * (pad - len(name)),
-            ago(modified(session_path(sid))), head.get("count", "?"),
-            terminal_safe(head.get("summary", "(unreadable)"))))
-    if len(shown) < len(ids):
-        show(convo["cfg"], "(%d older: /list all shows every one)\n" % (len(ids) - 20))
-    if not ids:
-        show(convo["cfg"], "(no saved sessions)\n")
+    """/list: the saved sessions, newest first: id, when saved, messages, summary."""
+    for sid in session_ids():
+        head = session_head(sid)
+        show(convo["cfg"], "%s  %s  %s msgs  %s\n" % (terminal_safe(sid), head.get("saved_at"),
+             head.get("count"), terminal_safe(head.get("summary", "(unreadable)"))))
 
 def cmd_load(convo, arg):
     """/load <id>: go on with a saved session (its id or a unique prefix) in its own file."""
@@ -1295,8 +1274,7 @@ def switch_to(convo, session, messages):
     if len(convo["messages"]) > 1:
         save_session(convo["cfg"], convo["session"], convo["messages"])
     convo["session"], convo["messages"][:] = session, messages
-    if session["id"]:
-        save_session(convo["cfg"], session, convo["messages"])
+    save_session(convo["cfg"], session, convo["messages"])   # autosave: the one taken up
 
 SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
 
@@ -1313,9 +1291,8 @@ def compact(cfg, messages, keep=None):
         raise ApiError("compaction failed: the model returned an empty summary")
     text = SUMMARY_HEAD + summary + SUMMARY_END + (
         "\n\nThe request I am working on now, as I wrote it:\n\n" + keep if keep else "")
-    before = len(messages)
+    emit(cfg, "compaction", before=len(messages), after=2, kept_prompt=bool(keep))
     messages[:] = [messages[0], {"role": "user", "content": text}]
-    emit(cfg, "compaction", before=before, after=len(messages), kept_prompt=bool(keep))
 
 def cmd_compact(convo, arg):
     """/compact: replace the conversation by a summary of it."""
@@ -1330,7 +1307,6 @@ def cmd_compact(convo, arg):
 def cmd_clear(convo, arg):
     """/clear: start a new conversation with just the system prompt (the old one is kept)."""
     switch_to(convo, new_session(), [{"role": "system", "content": convo["cfg"]["system_prompt"]}])
-    save_session(convo["cfg"], convo["session"], convo["messages"])   # autosave: the new one
     show(convo["cfg"], "[conversation cleared]\n")
 
 def cmd_help(convo, arg):
@@ -1341,7 +1317,7 @@ def cmd_help(convo, arg):
 
 COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed)
     "/save": (cmd_save, "save a copy of the conversation, with a summary"),
-    "/list": (cmd_list, "/list [all]: the newest 20 saved sessions (* marks this folder's)"),
+    "/list": (cmd_list, "list the saved sessions, newest first"),
     "/load": (cmd_load, "/load <id>: continue a saved session (id or unique prefix)"),
     "/compact": (cmd_compact, "replace the conversation by a summary of it"),
     "/clear": (cmd_clear, "start a new conversation (the old one stays saved)"),
@@ -1356,7 +1332,7 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
 # ----------------------------------------------------------------------------------------
 
 def run_turn(convo, prompt):
-    """One user turn: append the prompt, save, run AL (saving at each reply), save."""
+    """One user turn: append the prompt, save, run AL, save."""
     cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
     prompt = join_surrogates(prompt)   # an argument's bytes that are not UTF-8 become U+FFFD
     append_user(messages, prompt)
@@ -1473,8 +1449,7 @@ def read_prompt(path, hint=None):
 
 def main(argv=None):
     """The REPL without a prompt, batch mode with one: the exit status (0 done, 1 failed after
-    retries, 2 a usage, config or request error, 130 interrupted, 141 stdout closed, 143
-    terminated; Part II adds 3, a budget stop, and 129, a hang-up)."""
+    retries, 2 a usage, config or request error, 130 interrupted, 141 stdout closed, 143 ended)."""
     sys.stdin = sys.stdin or open(os.devnull)   # closed (`<&-`, `2>&-`): read or write nothing
     sys.stderr = sys.stderr or open(os.devnull, "w")
     if sys.stdout is None:   # `>&-`: the same run would fail the same way again
@@ -2922,6 +2897,8 @@ EVENTS["resumed"] = "session messages ago prompt answer"
 def repair(session, messages):
     """The load hook: calls answered, stray results and blank replies dropped, prompts joined."""
     session["changed"] = modified(session_path(session["id"]))   # (before a save: resumed's)
+    if not messages or {m["role"] for m in messages} - {"system", "user", "assistant", "tool"}:
+        raise ValueError("not a list of chat messages")   # (load_session: cannot read the file)
     fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
     for m in messages + [None]:
         if m and m["role"] == "tool":   # (a result that answers no call is dropped)
@@ -2952,6 +2929,26 @@ def step_saver(convo):
         if m and (m["role"] != "tool" or m.get("tool_call_id") == last.get("id")):
             save_session(convo["cfg"], convo["session"], convo["messages"], link=False)
     return view
+
+def ago(when):
+    """How long ago a time (seconds since the epoch) was, briefly: "3 h ago"."""
+    seconds = time.time() - when
+    return next(("%d %s ago" % (seconds // size, unit) for unit, size in (
+        ("d", 86400), ("h", 3600), ("min", 60)) if seconds >= size), "just now")
+
+def cmd_list_newest(convo, arg):
+    """/list [all]: the 20 newest sessions (all), * before this folder's, saved how long ago."""
+    ids = session_ids()
+    shown = ids if arg == "all" else ids[:20]
+    pad = max([15] + [len(sid) for sid in shown])   # the columns line up
+    for sid in shown:
+        head, name = session_head(sid), terminal_safe(sid)
+        show(convo["cfg"], "%s %s%s %10s  %4s msgs  %s\n" % (
+            "*" if head.get("cwd") == os.getcwd() else " ", name, " " * (pad - len(name)),
+            ago(modified(session_path(sid))), head.get("count", "?"),
+            terminal_safe(head.get("summary", "(unreadable)"))))
+    if len(shown) < len(ids):
+        show(convo["cfg"], "(%d older: /list all shows every one)\n" % (len(ids) - 20))
 
 def resumed(convo):
     """Say which conversation goes on (with its last exchange), or that a named one is new."""
@@ -3010,9 +3007,8 @@ def cmd_delete(convo, arg):
     show({}, "[deleted session %s]\n" % sid)
 
 def cmd_continue(convo, arg):
-    """/continue: resume the newest conversation of this folder."""
-    cmd_load(convo, latest_in_folder())
-    resumed(convo)
+    """/continue: resume the newest conversation of this folder, as /load does."""
+    COMMANDS["/load"][0](convo, latest_in_folder())
 
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
@@ -3138,6 +3134,7 @@ COMMANDS.update({
                   "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved)"),
     "/load": (lambda convo, arg: cmd_load(convo, arg) or resumed(convo), COMMANDS["/load"][1]),
+    "/list": (cmd_list_newest, "/list [all]: the newest 20 saved sessions (* marks this folder's)"),
 })
 
 # ----------------------------------------------------------------------------------------
