@@ -1213,7 +1213,7 @@ def load_session(sid):
         session.update((k, stored[k]) for k in ("uid", "summary", "created_at") if stored.get(k))
         session["written"] = (session["summary"], stored["messages"])   # (unless put right)
         return session, hooked("load", stored["messages"], session)
-    except (OSError, ValueError, LookupError, TypeError) as e:   # (not JSON, not UTF-8...)
+    except (OSError, ValueError, LookupError, TypeError, AttributeError) as e:   # (not JSON...)
         raise BantamError("cannot read session %r (%s); the file is left as it is" % (
             session["id"], e))
 
