@@ -30,6 +30,8 @@ def part_two_banners(text):
 
 # The whole file's budget (issue 28): a feature pays for its lines, with a cut elsewhere.
 BUDGET = 4000
+# Part I's (issue 29: 800 is the goal): lowered as hardening moves to Part II, never raised.
+PART_ONE_BUDGET = 1512
 
 
 class ShapeTests(unittest.TestCase):
@@ -40,6 +42,12 @@ class ShapeTests(unittest.TestCase):
         count = source().count("\n")
         self.assertLessEqual(count, BUDGET, "bantam.py has %d lines; the budget is %d: cut "
                              "something before adding" % (count, BUDGET))
+
+    def test_part_one_is_within_its_budget(self):
+        """Part I, up to its closing banner, has at most PART_ONE_BUDGET lines."""
+        count = source().split(PART_TWO)[0].count("\n")
+        self.assertLessEqual(count, PART_ONE_BUDGET, "Part I has %d lines; the budget is %d: "
+                             "move hardening behind a hook" % (count, PART_ONE_BUDGET))
 
     def test_two_blank_lines_only_before_a_section(self):
         """One blank line between definitions, two only before a section's banner (or the main
