@@ -10,7 +10,6 @@ Usage:  bantam               interactive REPL (readline, history, /commands)
         bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
         bantam --help        every option
 """
-import io
 import json
 import os
 import re
@@ -43,7 +42,6 @@ PARSERS = {}   # key -> function(value, where): a key's own check, after its typ
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 MAX_SERVER_WAIT = 60.0             # a longer wait asked for by the server fails the turn
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
-FLUSH_EVERY = 0.02                 # seconds between flushes of streamed text to a pipe
 MAX_EVENT = 16 << 20               # bytes of one stream event at most
 MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
@@ -103,10 +101,6 @@ class ConfigError(BantamError):
     """A broken config file or value, a missing prompt file: the user must fix something."""
     exit_code = 2
 
-class OutputClosed(BantamError):
-    """stdout's reader went away (`bantam prompt.txt | head`): stop quietly, like SIGPIPE."""
-    exit_code = 141
-
 class ApiError(BantamError):
     """A failed model request; kind: retry (waiting may help), fatal, or one of Part II's."""
 
@@ -134,18 +128,20 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
     "before after kept_prompt"}
 
 def emit(cfg, kind, **fields):
-    """Pass one event to the run's sink (outside a run: a plain view); callers redact it."""
+    """Pass one event, through the event hook, to the run's sink (outside a run: a plain view)."""
     run = cfg.get("run") or {}
     run["emitting"] = True   # (a timer's signal handler must not write in the middle)
     try:
-        (run.get("emit") or plain_view(cfg))(dict(type=kind, t=round(
-            time.monotonic() - STARTED, 3), depth=run.get("depth", 0), **fields))
+        event = hooked("event", dict(type=kind, t=round(time.monotonic() - STARTED, 3),
+                                     depth=run.get("depth", 0), **fields), cfg)
+        if event is not None:
+            (run.get("emit") or VIEWS["plain"](cfg))(event)
     finally:
         run["emitting"] = False
 
 def note(cfg, text, level="error"):
     """A one-line diagnostic on stderr: an error, a retry, a warning, a hint (info)."""
-    emit(cfg, "note", text=redact(cfg, text), level=level)
+    emit(cfg, "note", text=text, level=level)
 
 def note_once(cfg, key, text, level="warning"):
     """A note said once a turn (outside a turn: each time)."""
@@ -156,7 +152,7 @@ def note_once(cfg, key, text, level="warning"):
 
 def show(cfg, text):
     """A command's output on stdout."""
-    emit(cfg, "output", text=redact(cfg, text))
+    emit(cfg, "output", text=text)
 
 def terminal_safe(text):
     """Text with the control characters a terminal obeys shown (^[ for ESC); no CR or BEL."""
@@ -170,21 +166,6 @@ def secrets_of(cfg):
         cfg.get("run") or {}).get("secrets", [])
     return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
-def redact(cfg, text):
-    """Text with every secret of cfg replaced by ***."""
-    for secret in secrets_of(cfg):
-        text = text.replace(secret, "***")
-    return text
-
-def stream_piece(cfg, held, text):
-    """(held + text to show now, redacted; an end that may begin a secret, held back)."""
-    text = redact(cfg, held + text)
-    cut = len(text) - ("\ud800" <= text[-1:] <= "\udbff")
-    for secret in secrets_of(cfg):
-        cut = min([cut] + [len(text) - n for n in range(1, len(secret)) if text.endswith(
-            secret[:n])])
-    return join_surrogates(text[:cut]), text[cut:]
-
 COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m", "dim": "\033[2m",
           "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m"}
 RESET = "\033[0m"
@@ -197,7 +178,7 @@ def plain_view(cfg, handlers=None, out=None, err=None, **more):
     state = {"out": out, "err": err, "tty": out.isatty(), "bol": True, "block": None,
              "color": not plain and (cfg.get("color") == "always" or out.isatty()),
              "err_color": not plain and (cfg.get("color") == "always" or err.isatty()),
-             "depth": 0, "status": 0, "flushed": 0.0, "cfg": cfg, **more}
+             "depth": 0, "status": 0, "cfg": cfg, **more}
     handlers = handlers or PLAIN
     return lambda event: handlers.get(event["type"], lambda *_: None)(state, event)
 
@@ -215,36 +196,7 @@ def write(state, text, style=None, depth=0, raw=False):
         text = text[:-len(pad)] if text.endswith(pad) else text
     if text:
         state["bol"] = text.endswith("\n")
-        guarded(state, "out", COLORS[style] + text + RESET if style and state["color"] else text)
-
-def guarded(state, stream, text, flush=False):
-    """Write to a view's stream: a failing stdout pipe or file ends the run, another /dev/null."""
-    try:
-        state[stream].write(text)
-        if flush:
-            state[stream].flush()
-    except OSError as e:
-        if stream == "out" and state[stream] is sys.stdout and not state.get("tty"):
-            raise output_failed(e)
-        if state[stream] in (sys.stdout, sys.stderr):   # Python's flush at exit must not fail
-            os.dup2(os.open(os.devnull, os.O_WRONLY), state[stream].fileno())
-        state[stream] = open(os.devnull, "w")
-
-def output_failed(error):
-    """The error ending a run whose stdout fails (a reader gone: 141, quietly; a full disk)."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if isinstance(error.__context__, SystemExit):   # (a hang-up took the reader too: 129)
-        return error.__context__
-    if isinstance(error, BrokenPipeError):
-        return OutputClosed("")
-    return BantamError("cannot write the output: %s" % (error.strerror or error))
-
-def flush_out(state, now=False):
-    """Flush out: a terminal at once, a pipe at most every FLUSH_EVERY seconds."""
-    clock = time.monotonic()
-    if now or state["tty"] or clock - state["flushed"] >= FLUSH_EVERY:
-        guarded(state, "out", "", flush=True)
-        state["flushed"] = clock
+        state["out"].write(COLORS[style] + text + RESET if style and state["color"] else text)
 
 def end_line(state, depth=None):
     """Finish the current output line, if one is open."""
@@ -259,14 +211,6 @@ def close_block(state, event):
         write(state, "--- reasoning end ---\n", "marker", event["depth"])
     state["block"] = None
 
-def show_status(state, event):
-    """...requesting... on a colored terminal (the seconds waited, from 2 on, of the limit)."""
-    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        waited = " %d s of %g" % (event["seconds"], state["cfg"]["first_byte_timeout"]) if (
-            event.get("seconds", 0) >= 2) else ""
-        guarded(state, "out", "\r" + COLORS["status"] + "...requesting..." + waited + RESET, True)
-        state["status"] = 1
-
 def show_piece(state, event):
     """A piece of the answer, or of reasoning inside the reasoning markers."""
     if state["block"] != event["type"]:
@@ -277,58 +221,45 @@ def show_piece(state, event):
         state["block"] = event["type"]
     write(state, event["text"], event["type"] if event["type"] == "reasoning" else None,
           event["depth"])
-    flush_out(state)
+    state["out"].flush()
 
 def show_reply_end(state, event):
     """A model call or the turn ended: close what it opened."""
     write(state, "")   # (the status line erased)
     close_block(state, event)
-    flush_out(state, now=True)
+    state["out"].flush()
 
 def show_tool(state, event):
     """[tool call: name(arguments)], or [tool result: name] and the result."""
     close_block(state, event)
     end_line(state, event["depth"])
     if event["type"] == "tool_call":
-        write(state, "[tool call: %s(%s)]\n" % (event["name"], short_arguments(event)), "call",
+        write(state, "[tool call: %s(%s)]\n" % (event["name"], event["arguments"]), "call",
               event["depth"])
     else:
         write(state, "[tool result: %s]\n" % event["name"], "result", event["depth"])
         write(state, event["content"] + "\n" * (not event["content"].endswith("\n")),
               "body" if event["ok"] else "error", event["depth"])
-    flush_out(state, now=True)
-
-def short_arguments(event):
-    """A call's arguments for its trace, a long "content" (a file to write) as its size."""
-    try:
-        args = json.loads(event["arguments"])
-        content = args["content"]
-        if len(event["arguments"]) < 400:
-            return event["arguments"]
-        args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")),
-                                                    content.count("\n") + (content[-1:] != "\n"))
-        return json.dumps(args, ensure_ascii=False)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return event["arguments"]
+    state["out"].flush()
 
 def show_on_stderr(state, text, style="error"):
     """One line on stderr (a terminal's open stdout line finished first)."""
     write(state, "")
     if not state["bol"] and state["tty"]:
         end_line(state)
-    flush_out(state, now=True)
+    state["out"].flush()
     paint, text = COLORS[style] if state["err_color"] else "", terminal_safe(text)
     text = state["wrap"](text) if state.get("wrap") else text   # (the terminal view's, at spaces)
-    guarded(state, "err", paint + text + (RESET if paint else "") + "\n", True)
+    print(paint + text + (RESET if paint else ""), file=state["err"], flush=True)
 
 def show_output(state, event):
     """A command's output, as it is."""
     end_line(state)
     write(state, event["text"])
-    flush_out(state, now=True)
+    state["out"].flush()
 
 PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
-    "request": show_status, "reasoning": show_piece, "text": show_piece,
+    "reasoning": show_piece, "text": show_piece,
     "reply_end": show_reply_end, "tool_call": show_tool, "tool_result": show_tool,
     "output": show_output, "turn_end": lambda s, e: e["depth"] or show_reply_end(s, e),
     "note": lambda s, e: show_on_stderr(s, e["text"], "dim" if e["level"] == "info" else "error"),
@@ -564,8 +495,7 @@ def chat(cfg, messages, tools=True, quiet=False):
                                "later)" % (e, asked), "retry", e.status)
             wait = max(delays[retries], asked)
             retries += 1
-            emit(cfg, "retry", error=redact(cfg, str(e)), attempt=retries, of=len(delays),
-                 wait=wait)
+            emit(cfg, "retry", error=str(e), attempt=retries, of=len(delays), wait=wait)
             time.sleep(wait)
 
 def exchange(cfg, body, quiet):
@@ -746,29 +676,23 @@ def merge_chunk(cfg, reply, chunk, whole=False):
     return reply["size"] != size
 
 def add_piece(reply, kind, text):
-    """Record a piece of the answer (kind text) or of reasoning, and queue it to pass on."""
+    """Record a piece of the answer (kind text) or of reasoning; queue it to pass on (joined)."""
     reply["content" if kind == "text" else "reasoning"].append(text)
     reply["size"] += len(text)
-    queue(reply, kind, text)
-
-def queue(reply, kind, text):
-    """Queue a piece to pass on (unless quiet), joined to the run of its kind before it."""
     if reply["pending"] and reply["pending"][-1][0] == kind:
         reply["pending"][-1][1].append(text)
     elif not reply["quiet"]:
         reply["pending"].append((kind, [text]))
 
 def pass_on(cfg, reply, final=False):
-    """Emit what is queued, in order; unless final, an end that may begin a secret stays."""
+    """Emit what is queued, in order; unless final, a lone UTF-16 half at its end waits."""
     pending, reply["pending"] = reply["pending"], []
     for n, (kind, pieces) in enumerate(pending):
-        text, held = stream_piece(cfg, "", "".join(pieces))
-        if final or n < len(pending) - 1:   # its run has ended: nothing of it is held back
-            text, held = text + join_surrogates(held), ""
-        if held:
-            reply["pending"].append((kind, [held]))
+        text = "".join(pieces)
+        if not final and n == len(pending) - 1 and "\ud800" <= text[-1:] <= "\udbff":
+            text, reply["pending"] = text[:-1], [(kind, [text[-1]])]   # (an emoji's first half)
         if text:
-            emit(cfg, kind, text=text)
+            emit(cfg, kind, text=join_surrogates(text))
 
 def end_reply(cfg, reply):
     """The reply is over (whole, failed or abandoned): pass on what is left, once."""
@@ -918,16 +842,15 @@ class BoundedOutput:
         self.limit = cfg["max_tool_res"]
         self.keep, self.head, self.tail = max(1, self.limit * 2 // 5), bytearray(), b""
         self.size = self.newlines = 0
-        self.held, self.decoder = "", codecs.getincrementaldecoder("utf-8")("replace")
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
     def add(self, cfg, data, final=False):
-        """Take a piece of output and show it, redacted (a split secret waits; final: the end)."""
+        """Take a piece of output and show it (a split character waits, unless final)."""
         self.size += len(data)
         self.newlines += data.count(b"\n")
         self.tail = (self.tail + data)[-self.keep:]
         self.head += data[:max(0, self.limit - len(self.head))]
-        text, self.held = stream_piece(cfg, self.held, self.decoder.decode(data, final))
-        text += redact(cfg, self.held) if final else ""
+        text = self.decoder.decode(data, final)
         if text:
             emit(cfg, "tool_output", text=text)
 
@@ -1020,8 +943,7 @@ def check_calls(reply):
 def run_tool_call(cfg, call, args):
     """Trace and run one tool call (args: a dict, or an error text): its tool message."""
     name = call["function"]["name"]
-    emit(cfg, "tool_call", id=call["id"], name=name,
-         arguments=redact(cfg, call["function"]["arguments"]))
+    emit(cfg, "tool_call", id=call["id"], name=name, arguments=call["function"]["arguments"])
     function, ok = tool_function(cfg, name), False
     if function is None and not isinstance(args, str):
         args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
@@ -1035,7 +957,7 @@ def run_tool_call(cfg, call, args):
         except Exception as e:   # a tool's bug is text for the model too, never a crash
             result = "error: %s failed: %s" % (name, e)
     result = clean_for_model(result)
-    emit(cfg, "tool_result", id=call["id"], name=name, content=redact(cfg, result), ok=ok)
+    emit(cfg, "tool_result", id=call["id"], name=name, content=result, ok=ok)
     return {"role": "tool", "tool_call_id": call["id"], "content": result}
 
 
@@ -1103,8 +1025,7 @@ def leave_run(cfg, stop):
     status = (cfg["run"]["own"].get("status", "done") if stop is None else "interrupted" if
               isinstance(stop, KeyboardInterrupt) else "failed" if isinstance(stop, BantamError)
               else "stopped")
-    emit(cfg, "turn_end", status=status,
-         error=redact(cfg, str(stop)) if isinstance(stop, BantamError) else None)
+    emit(cfg, "turn_end", status=status, error=str(stop) if isinstance(stop, BantamError) else None)
 
 def add_message(cfg, messages, message):
     """Append a message to the conversation, and say so."""
@@ -1156,7 +1077,7 @@ def save_session(cfg, session, messages, link=True):
             text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + \
                 ",\n".join(lines) + "\n]}\n"
             try:
-                write_private_file(session_path(sid), redact(cfg, text), not session["id"])
+                write_private_file(session_path(sid), text, not session["id"])
                 session.update(id=sid, written=written)
             except FileExistsError:   # (exclusive: a new id is never another's)
                 n += 1
@@ -1337,8 +1258,7 @@ def run_turn(convo, prompt):
     prompt = join_surrogates(prompt)   # an argument's bytes that are not UTF-8 become U+FFFD
     append_user(messages, prompt)
     save_session(cfg, session, messages)   # the prompt survives a kill
-    emit(cfg, "prompt", text=redact(cfg, prompt) if isinstance(prompt, str) else prompt,
-         session=session["id"])
+    emit(cfg, "prompt", text=prompt, session=session["id"])
     try:
         AL(cfg, messages)
     finally:
@@ -1411,7 +1331,7 @@ def do_line(convo, line):
     except KeyboardInterrupt:
         note(cfg, "[interrupted]")
     except BantamError as e:
-        emit(cfg, "error", message=redact(cfg, str(e)))
+        emit(cfg, "error", message=str(e))
 
 def turn(convo, prompt):
     """One user turn, with what Part II's turn hooks put around it."""
@@ -1455,9 +1375,10 @@ def main(argv=None):
     if sys.stdout is None:   # `>&-`: the same run would fail the same way again
         sys.stderr.write("error: stdout is closed: there is nowhere to write the answer\n")
         return 2
-    if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):   # PYTHONUNBUFFERED=1:
-        sys.stdout = io.TextIOWrapper(   # a short write to a pipe would lose the rest unsaid
-            io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding, write_through=True)
+    import io   # PYTHONUNBUFFERED=1: a short write to a pipe would lose the rest unsaid
+    if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding,
+                                      write_through=True)
     if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
         sys.stdout.reconfigure(errors="replace")
     convo, cfg = None, {}
@@ -1468,8 +1389,7 @@ def main(argv=None):
         cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
-        cfg["run"] = {"emit": lambda event: [view(event) for view in convo["views"]],
-                      "depth": 0, "secrets": []}
+        cfg["run"] = {"emit": lambda event: [view(event) for view in convo["views"]], "depth": 0}
         convo["views"] = [VIEWS["plain"](cfg)]
         status = first("start", convo, args)   # Part II: the trust rule, its flags, its views
         if status is not None:
@@ -1479,10 +1399,6 @@ def main(argv=None):
             return 0
         turn(convo, convo["prompt"] if convo.get("prompt") is not None else read_prompt(
             args.prompt_file))
-        try:
-            sys.stdout.flush()   # the answer is out only once this succeeds
-        except OSError as e:
-            raise output_failed(e)
         return convo.get("status", 0)
     except KeyboardInterrupt:
         note(cfg, "[interrupted]")
@@ -1493,7 +1409,7 @@ def main(argv=None):
         raise
     except BantamError as e:
         if str(e):
-            emit(cfg, "error", message=redact(cfg, str(e)))
+            emit(cfg, "error", message=str(e))
         return e.exit_code
     finally:
         if convo and len(convo["messages"]) > 1:
@@ -1507,6 +1423,7 @@ def main(argv=None):
 # hooks of HOOKS; it never replaces a function of Part I. Part I alone does without:
 #   the server's own waits (Retry-After) and provider quirks (Gemini signatures, Mistral parts...);
 #   compaction on overflow, the token line, budgets and the final-answer call;
+#   secrets as *** on screen and in files, a closed stdout's exit 141, ...requesting...;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
 #   *KEY*-like variables kept from commands, secrets hidden in /proc; proxies;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo.
@@ -1882,6 +1799,40 @@ HOOKS["delta"].append(stop_count)
 # covers the values seen), TIGHTEN_ONLY only to tighten; deny joins; STRICTER: the strictest
 # ----------------------------------------------------------------------------------------
 
+def redact(cfg, value):
+    """value with each secret of cfg as ***: a text, or in place the texts of a dict or list."""
+    for secret in secrets_of(cfg) if isinstance(value, str) else ():
+        value = value.replace(secret, "***")
+    for key, item in list(value.items() if isinstance(value, dict) else enumerate(value)
+                          if isinstance(value, list) else ()):
+        value[key] = redact(cfg, item)
+    return value
+
+PIECES = ("text", "reasoning", "tool_output")   # what streams in pieces: a secret may be split
+
+def redact_event(cfg, event):
+    """The event hook: *** for secrets; a piece's end that may begin one held to the next."""
+    run = cfg.get("run") or {}
+    held = run.setdefault("held", {})   # a piece's end not passed on yet (its event)
+    if held and (held["type"], held["depth"]) != (event["type"], event["depth"]) and event[
+            "type"] in PIECES + ("reply_end", "tool_result", "turn_end"):
+        (run.get("emit") or VIEWS["plain"](cfg))(dict(held))
+        held.clear()
+    if event["type"] == "reply":   # (its calls run as the model wrote them; stored, redacted)
+        event["message"] = json.loads(json.dumps(event["message"]))
+    redact(cfg, event)
+    if event["type"] not in PIECES:
+        return event
+    text = redact(cfg, held.pop("text", "") + event["text"])
+    held.clear()
+    cut = min([len(text)] + [len(text) - n for s in secrets_of(cfg) for n in range(1, len(s))
+                             if text.endswith(s[:n])])
+    held.update(dict(event, text=text[cut:]) if text[cut:] else {})
+    event["text"] = text[:cut]
+    return event if event["text"] else None
+
+HOOKS["event"].append(redact_event)
+
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
     "headers": "sent to the model's server", "allow": "commands that run without asking",
@@ -1927,10 +1878,7 @@ def settle_secrets(cfg):
         cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
 
 def layered(cfg, key):
-    """key's (value, where) from the config layers by sources' "trusted" (True; None: not;
-    False: a no, then only what tightens is the folder's): a folder's NEEDS_TRUST value needs
-    trust, a TIGHTEN_ONLY one only tightens (one set aside goes to sources' "untrusted");
-    STRICTER's strictest wins; deny joins every layer's patterns."""
+    """key's (value, where) by trust (sources' "trusted"; set aside: "untrusted"), as above."""
     trusted, unused = cfg["sources"]["trusted"], cfg["sources"]["untrusted"]
     found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
              for kind, layer in cfg["sources"]["layers"]
@@ -1952,8 +1900,7 @@ def layered(cfg, key):
     return found[0][1:] if found else (DEFAULTS[key], "default")
 
 def settle(cfg, trust=None):
-    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no);
-    a config file in use that holds a secret must be private (check_private)."""
+    """cfg's folder keys, deny, STRICTER re-taken by trust (None: as remembered; False: a no)."""
     sources, layers = cfg["sources"], cfg["sources"]["layers"]
     mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
@@ -1983,8 +1930,7 @@ def settle(cfg, trust=None):
     return cfg
 
 def check_private(layer):
-    """As ssh does with keys: a config file holding a secret that others could read, or swap
-    (its folder), is refused (a ConfigError naming the chmod that fixes it)."""
+    """As ssh does: a config file holding a secret that others may read or swap is refused."""
     held = [where.rpartition(":")[0] for key, (raw, where) in layer.items() if raw not in (
         "", "-") and (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw)))]
     for path, mask, fix in [(held[0], 0o077, "600"), (os.path.dirname(os.path.abspath(
@@ -2047,8 +1993,7 @@ def remember_folder(**facts):
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it (--trust, the REPL's answer); reload(trust) re-settles.
-    A no (remembered, --no-trust, BANTAM_TRUST=0): the user's own settings, settled so."""
+    """cfg as this folder may steer it (--trust, a yes; a no: yours); reload(trust) re-settles."""
     sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
     said = False if os.environ.get("BANTAM_TRUST") == "0" else None if facts.get(
@@ -2094,8 +2039,7 @@ def shown_untrusted(key, value):
         m.group()), terminal_safe(redact({"run": {"secrets": secrets}}, str(value))))
 
 def hide_secrets(cfg):
-    """Linux: not dumpable from the start (a key set later is covered too), and *** over the
-    secrets in /proc/self's environ and cmdline."""
+    """Linux: not dumpable (a key set later too), *** over secrets in /proc/self's environ."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
     try:
         import ctypes
@@ -3272,30 +3216,86 @@ def show_approval(state, event):
             "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"],
             ": " + event["reason"] if event["reason"] else ""), "dim")
 
+def short_arguments(event):
+    """A call's arguments for its trace, a long "content" (a file to write) as its size."""
+    try:
+        args = json.loads(event["arguments"])
+        content = args["content"]
+        if len(event["arguments"]) < 400:
+            return event["arguments"]
+        args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")),
+                                                    content.count("\n") + (content[-1:] != "\n"))
+        return json.dumps(args, ensure_ascii=False)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return event["arguments"]
+
 def show_call(state, event, text=None):
-    """A tool call: its plain trace whole in a pipe, else (or text) cut to a screen (Run? below)."""
-    if not state["tty"] and text is None:
-        return show_tool(state, event)
+    """A tool call's trace (a long "content" as its size), or text, cut to a screen (Run?)."""
     close_block(state, event)
     end_line(state, event["depth"])
     columns, rows = screen_size(state)
+    cut = state["tty"] or text
     text = text or "[tool call: %s(%s)]" % (event["name"], short_arguments(event))
-    text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"]))
+    text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"])) if cut else text
     write(state, text + "\n", "call", event["depth"])
-    flush_out(state, now=True)
+    state["out"].flush()
 
-PLAIN.update(waiting=show_status, context=show_context, approval=show_approval,
-             tool_call=show_call)
+def show_status(state, event):
+    """...requesting... on a colored terminal (the seconds waited, from 2 on, of the limit)."""
+    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
+        waited = " %d s of %g" % (event["seconds"], state["cfg"]["first_byte_timeout"]) if (
+            event.get("seconds", 0) >= 2) else ""
+        state["out"].write("\r" + COLORS["status"] + "...requesting..." + waited + RESET)
+        state["out"].flush()
+        state["status"] = 1
+
+PLAIN.update(request=show_status, waiting=show_status, context=show_context,
+             approval=show_approval, tool_call=show_call)
 QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
          "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
 
+class OutputClosed(BantamError):
+    """stdout's reader went away (`bantam prompt.txt | head`): stop quietly, like SIGPIPE."""
+    exit_code = 141
+
+class Guarded:
+    """A view's stream: a failing stdout pipe or file ends the run, another goes to /dev/null."""
+
+    def __init__(self, stream):
+        self.stream, self.tty = stream, stream.isatty()
+
+    def __getattr__(self, name):   # (isatty, fileno, encoding...: the stream's own)
+        return getattr(self.stream, name)
+
+    def write(self, text, flush=False):
+        """Write text (flush: and flush); a failure as the class says."""
+        try:
+            self.stream.write(text)
+            if flush:
+                self.stream.flush()
+        except OSError as e:
+            if self.stream in (sys.stdout, sys.stderr):   # Python's flush at exit must not fail
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+            if self.stream is sys.stdout and not self.tty:
+                raise e.__context__ if isinstance(e.__context__, SystemExit) else OutputClosed(
+                    "") if isinstance(e, BrokenPipeError) else BantamError(   # (129, 141, or)
+                    "cannot write the output: %s" % (e.strerror or e))
+            self.stream = open(os.devnull, "w")
+
+    def flush(self):
+        """Flush; a failure as write's."""
+        self.write("", True)
+
+VIEWS["plain"] = lambda cfg, handlers=None, **more: plain_view(   # stdout and stderr Guarded
+    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr), **more)
+
 def jsonl_view(stream, cfg):
-    """A view writing each event as one JSON line, flushed, secrets replaced (/cfg may add one)."""
-    state = {"out": stream, "err": stream}   # for guarded(): a closed pipe stops the run
+    """A view writing each event as one JSON line, flushed (a closed pipe stops the run)."""
+    out, said = Guarded(stream), []
     def view(event):
-        guarded(state, "out", redact(cfg, json.dumps(event, ensure_ascii=False)) + "\n", True)
-        if state["out"] is not stream and not state.get("said"):   # a full disk: say so, once
-            state["said"] = True
+        out.write(json.dumps(event, ensure_ascii=False) + "\n", True)
+        if out.stream is not stream and not said:   # a full disk: say so, once
+            said.append(True)
             note(cfg, "warning: cannot write events to %s; no more are written there"
                  % getattr(stream, "name", "the event stream"), "warning")
     return view
@@ -3323,7 +3323,7 @@ def term_text(state, event):
         erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
         state["out"].write("\r\033[K" + erase + pad + text)   # (one write: a terminal's
         state["status"] = len(rows)                           # stream flushes at every \r)
-    flush_out(state)
+    state["out"].flush()
 
 def md_flush(state, depth):
     """What the renderer still holds written: the end of the reply, or of its reasoning."""
@@ -3333,8 +3333,7 @@ def md_flush(state, depth):
         state["md"] = None
 
 def term_tool_call(state, event):
-    """A command or a subagent's prompt in words ("$ ls"), another call as its plain trace; a
-    write's diff taken before the file changes."""
+    """A command or a subagent's prompt in words ("$ ls"); a write's diff taken before it."""
     try:
         args = dict(json.loads(event["arguments"]))
     except (ValueError, TypeError):
@@ -3399,20 +3398,15 @@ def tool_status(state, event):
         pad, body = "  \u2502 " * event["depth"], state["color"] and COLORS["body"]
         rows = [pad + styled(terminal_safe(screen_line(state, line, event["depth"])), body) + "\n"
                 for line in window]
-        erase_status(state)
-        guarded(state, "out", "".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]))
+        write(state, "")   # (the last window erased)
+        state["out"].write("".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]))
         state["status"], tool["drawn"] = len(rows) + 1, time.monotonic()
-    flush_out(state)
-
-def erase_status(state):
-    """The status line or window erased (guarded: a terminal closed under it fails once)."""
-    rows, state["status"] = state["status"], 0
-    guarded(state, "out", "\r\033[K" + "\033[A\033[K" * (rows - 1) if rows else "")
+    state["out"].flush()
 
 def settle_output(state, depth):
     """A command's output left on screen: its first lines, how many are not shown, its last."""
     tool, state["tool"] = state["tool"], None
-    erase_status(state)
+    write(state, "")   # (the window erased)
     lines = tool["tail"] + [tool["partial"]] * bool(tool["partial"])
     total, shown = tool["lines"] + bool(tool["partial"]), len(tool["head"])
     last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
@@ -3446,7 +3440,7 @@ def term_tool_result(state, event):
         for line in diff.split("\n") if diff else ():
             write(state, line + "\n", {"+": "result", "-": "error"}.get(line[:1], "body"), depth)
     state["tool"] = None
-    flush_out(state, now=True)
+    state["out"].flush()
 
 def show_wrapped(state, event):
     """A command's output (/help, /list, /cfg) wrapped at spaces to the terminal's width."""
@@ -3462,7 +3456,7 @@ TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_
                 turn_end=lambda s, e: s["tool"] and settle_output(s, e["depth"]) or PLAIN[
                     "turn_end"](s, e),
                 approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
-VIEWS.update(terminal=lambda cfg: plain_view(   # a person's: notes wrapped at spaces too
+VIEWS.update(terminal=lambda cfg: VIEWS["plain"](   # a person's: notes wrapped at spaces too
     cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0,
     wrap=lambda text: "\n".join(wrap_words(text, screen_size(None)[0]))))
 
@@ -3710,7 +3704,7 @@ def show_diff(state, event):
     for line in event["text"].splitlines(True):
         head = line[:1] * (line[:4] not in ("+++ ", "--- "))
         write(state, line, {"+": "result", "-": "error", "@": "marker"}.get(head))
-    flush_out(state, now=True)
+    state["out"].flush()
 
 def diff_text(entry):
     """The unified diff of a turn's changes."""
@@ -3948,7 +3942,7 @@ def start(convo, args):
         stream = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", errors="replace")
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     rendered = cfg["render"] == "always" or (cfg["render"] == "auto" and sys.stdout.isatty())
-    convo["views"][0] = jsonl_view(stream, cfg) if args.jsonl else plain_view(cfg, QUIET) if (
+    convo["views"][0] = jsonl_view(stream, cfg) if args.jsonl else VIEWS["plain"](cfg, QUIET) if (
         args.quiet and batch) else VIEWS["terminal" if rendered else "plain"](cfg)
     convo["views"] += [usage_meter(convo)] + ([jsonl_view(trace, cfg)] if trace else [])
     emit(cfg, "start", version=VERSION, model=cfg["model"], mode="batch" if batch else "repl",
