@@ -3466,14 +3466,20 @@ VIEWS.update(terminal=lambda cfg: VIEWS["plain"](   # a person's: notes wrapped 
 # ----------------------------------------------------------------------------------------
 
 def pasted(convo, prompt, go):
-    """The turn hook: a paste's final line break not sent; a /quit at a question forgotten."""
+    """The turn hook: a paste's last line break dropped, Enter typed ahead kept, /quit forgotten."""
+    import termios
     readline, text = convo.get("readline"), prompt.rstrip("\n")
     if readline and readline.get_current_history_length() and text != prompt:
         readline.replace_history_item(readline.get_current_history_length() - 1, text)
+    keys = termios.tcgetattr(0) if readline and sys.stdin.isatty() else None
+    if keys:   # (readline reads the line typed ahead once the turn is over)
+        termios.tcsetattr(0, termios.TCSANOW, [keys[0] & ~termios.ICRNL] + keys[1:])
     try:
         go(text)
     finally:
         convo.pop("quit", None)   # (a /quit at a question ends only its turn)
+        if keys:
+            termios.tcsetattr(0, termios.TCSANOW, keys)
 
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""

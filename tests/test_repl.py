@@ -93,6 +93,23 @@ class TurnTests(ReplCase):
         self.assertEqual(self.last_messages()[-1]["content"], "first line\nsecond line\nthird")
         self.quit(term)
 
+    def test_a_line_typed_during_a_turn_is_sent_after_it(self):
+        """A prompt typed with its Enter while a turn runs is sent once the turn ends: the
+        terminal does not turn that Enter into Ctrl+J's line break."""
+        self.push(text_stream("slow answer", head_delay=1.5), text_stream("second answer"))
+        term = self.start()
+        term.sendline("first")
+        deadline = time.monotonic() + 10
+        while not self.server.posts and time.monotonic() < deadline:   # the turn has begun
+            time.sleep(0.05)
+        term.sendline("second")
+        term.expect("slow answer")
+        term.expect("second answer")
+        self.assertEqual(len(self.server.posts), 2)
+        self.assertEqual(self.last_messages()[-1]["content"], "second")
+        term.expect(PROMPT_LINE)
+        self.quit(term)
+
     def test_quit_autosaves_and_writes_history(self):
         """/quit exits 0; autosave is written and the typed lines are in ~/.bantam_history (mode 0600)."""
         self.push(text_stream("noted"))
