@@ -279,8 +279,7 @@ def bantam_home(*parts):
     return os.path.join(os.path.expanduser("~"), ".bantam", *parts)
 
 def write_private_file(path, data, exclusive=False, keep_mode=False):
-    """Replace path with data (text, bytes, or a function writing to the file) at once, mode
-    0600 (keep_mode: the file's, or 0666 - umask); exclusive: FileExistsError, not replace."""
+    """path replaced at once by data (text, bytes, a writer), 0600 or keep_mode; exclusive: new."""
     folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     mode = os.stat(path).st_mode & 0o7777 if keep_mode and os.path.exists(path) else None
@@ -333,10 +332,7 @@ def read_key_values(path):
         if not sep or not key:
             raise ConfigError("%s: expected key=value, got %r" % (where, line.strip()[:60]))
         if key not in DEFAULTS:
-            import difflib
-            close = difflib.get_close_matches(key, DEFAULTS, n=1, cutoff=0.6)
-            note({}, "%s: unknown config key %r (ignored)%s" % (
-                where, key, "; did you mean %s?" % close[0] if close else ""), "warning")
+            note({}, "%s: unknown config key %r (ignored)" % (where, key), "warning")
             continue
         values[key] = (re.sub(INLINE_COMMENT, "", value).strip(), where)
     return values
@@ -376,8 +372,7 @@ def parse_value(key, raw, where):
     return PARSERS[key](value, where) if key in PARSERS else value
 
 def load_config(overrides=None, config_file=None, env=None):
-    """The configuration, a dict: each key of DEFAULTS from the first layer setting it; under
-    "sources" where each came from, the "layers" [(name, {key: (raw, where)})], "config_file"."""
+    """The config: each key from its first layer; "sources": where from, "layers", "config_file"."""
     env = os.environ if env is None else env
     own = config_file or bantam_home("model.cfg")
     files = [("folder", os.path.abspath("model.cfg"))] * (not config_file) + [("own", own)]
@@ -760,19 +755,14 @@ def finish_reply(reply):
 # The tools: each takes cfg and a dict of arguments and returns a string (TOOLS)
 # ----------------------------------------------------------------------------------------
 
-SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's own
-
 def shell_exec(cfg, args):
-    """Run args["command"] with bash in a process group of its own, stdin empty, no pager, no
-    secrets: its output (head and tail), "\\n\\nexit: " and its code."""
+    """Run args["command"] in bash, its own process group, no stdin or pager: output, exit code."""
     import signal
     import subprocess
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
         return "error: shell_exec needs a non-empty 'command' string"
-    secrets = secrets_of(cfg)
-    env = {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES and v not in secrets}
-    env.update(PAGER="cat", GIT_PAGER="cat", MANPAGER="cat", SYSTEMD_PAGER="",
+    env = dict(os.environ, PAGER="cat", GIT_PAGER="cat", MANPAGER="cat", SYSTEMD_PAGER="",
                GIT_TERMINAL_PROMPT="0", DEBIAN_FRONTEND="noninteractive")
     try:   # (a spawn hook refuses with a BantamError: a sandbox that cannot be had)
         options = hooked("spawn", dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
@@ -830,10 +820,6 @@ def pump_output(cfg, proc, output, until):
                 return
             output.add(cfg, data)
 
-def overwritten(text):
-    """Text as a terminal leaves it: of a line redrawn after a \\r, its last state."""
-    return "\n".join(line[line.rstrip("\r").rfind("\r") + 1:] for line in text.split("\n"))
-
 class BoundedOutput:
     """A command's output in bounded memory: whole up to max_tool_res bytes, else head and tail."""
 
@@ -857,9 +843,8 @@ class BoundedOutput:
     def text(self):
         """What the model gets: the output, or its head and tail."""
         if self.size <= self.limit:
-            return overwritten(self.head.decode("utf-8", "replace"))
-        head, tail = (overwritten(b.decode("utf-8", "replace")) for b in (
-            self.head[:self.keep], self.tail))
+            return self.head.decode("utf-8", "replace")
+        head, tail = (b.decode("utf-8", "replace") for b in (self.head[:self.keep], self.tail))
         return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
                "bytes (to read it all, send it to a file and read that in parts) ...]\n\n%s" % (
                    head, self.size, self.newlines + (not self.tail.endswith(b"\n")),
@@ -913,22 +898,11 @@ def tool_function(cfg, name):
     function = TOOLS.get(name, (None, None))[1]
     return function if any(TOOLS[n][1] is function for n in enabled_tools(cfg)) else None
 
-INVISIBLE = (   # what can hide instructions from a reader: tag characters, bidi
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
-    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
-    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")   # overrides, zero-width characters...
-
-def clean_for_model(text):
-    """Text without invisible characters (prompt injection), odd spaces made plain."""
-    return re.sub("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]", " ",
-                  re.sub(INVISIBLE, "", text))
-
 def check_calls(reply):
-    """Each tool call's cleaned arguments (a dict), or an error text; invalid JSON stays "{}"."""
+    """Each tool call's arguments (a dict), or an error text; invalid JSON stays "{}"."""
     parsed = []
     for call in reply.get("tool_calls") or ():
         function = call["function"]
-        function["arguments"] = clean_for_model(function["arguments"])
         try:
             args = json.loads(function["arguments"], strict=False)   # a raw newline is fine
             if not isinstance(args, dict):
@@ -944,7 +918,7 @@ def run_tool_call(cfg, call, args):
     """Trace and run one tool call (args: a dict, or an error text): its tool message."""
     name = call["function"]["name"]
     emit(cfg, "tool_call", id=call["id"], name=name, arguments=call["function"]["arguments"])
-    function, ok = tool_function(cfg, name), False
+    function = tool_function(cfg, name)
     if function is None and not isinstance(args, str):
         args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
     for hook in HOOKS["tool"]:   # before: the first refusal (a text) is the result
@@ -952,11 +926,11 @@ def run_tool_call(cfg, call, args):
     result = args   # (a text: an error or a refusal)
     if not isinstance(args, str):
         try:
-            result = hooked("tool", function(cfg, args), cfg, call, args)
-            ok = not result.startswith("error:")   # a tool's own "error: ..." shows as one
+            result = function(cfg, args)
         except Exception as e:   # a tool's bug is text for the model too, never a crash
             result = "error: %s failed: %s" % (name, e)
-    result = clean_for_model(result)
+    result = hooked("tool", result, cfg, call, args)
+    ok = not isinstance(args, str) and not result.startswith("error:")   # a tool's own too
     emit(cfg, "tool_result", id=call["id"], name=name, content=result, ok=ok)
     return {"role": "tool", "tool_call_id": call["id"], "content": result}
 
@@ -966,8 +940,7 @@ def run_tool_call(cfg, call, args):
 # ----------------------------------------------------------------------------------------
 
 def AL(cfg, messages, on_event=None):
-    """The agentic loop: ask the model, run the tool calls it makes, again until it makes none.
-    Returns messages; the events go to on_event (else the parent run's sink)."""
+    """The agentic loop: ask, run the tool calls, again until none; messages (events: on_event)."""
     cfg = enter_run(cfg, on_event)
     emit(cfg, "turn_start", messages=len(messages))
     try:
@@ -1012,10 +985,9 @@ def ask(cfg, messages):
 def enter_run(cfg, on_event=None):
     """A copy of cfg for one AL run, whose "run" has the event sink and the subagent depth."""
     parent = cfg.get("run") or {}
-    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True,
-               partial=None, own={})
-    if not parent.get("loop"):
-        run["said"] = set()   # the notes said once a turn (its subagents' runs share it)
+    loop = parent.get("loop")
+    run = dict(parent, depth=parent["depth"] + 1 if loop else 0, loop=True, partial=None, own={},
+               said=parent["said"] if loop else set())   # notes said once a turn, subagents too
     if not parent or on_event:
         run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
     return dict(cfg, run=run)
@@ -1037,11 +1009,10 @@ def answer_unanswered(cfg, messages, calls):
     answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m["role"] == "tool"}
     for call in calls:
         if call["id"] not in answered:
-            stop = sys.exc_info()[1]
             text = cfg["run"].pop("partial", None) or (INTERRUPTED if isinstance(
-                stop, KeyboardInterrupt) else STOPPED) + ": the tool did not finish"
+                sys.exc_info()[1], KeyboardInterrupt) else STOPPED) + ": the tool did not finish"
             add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
-                                        "content": clean_for_model(text)})
+                                        "content": hooked("tool", text, cfg, call, {})})
 
 
 # ----------------------------------------------------------------------------------------
@@ -2088,6 +2059,18 @@ def command_env(cfg):
     """The environment of the user's own !commands, scrubbed as the model's are."""
     return scrub_environment(cfg, {"env": dict(os.environ)})["env"]
 
+SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's own
+
+INVISIBLE = (   # what can hide instructions from a reader: tag characters, bidi
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")   # overrides, zero-width characters...
+
+def clean_for_model(text):
+    """Text without invisible characters (prompt injection), odd spaces made plain."""
+    return re.sub("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]", " ",
+                  re.sub(INVISIBLE, "", text))
+
 HOOKS["spawn"].append(scrub_environment)
 
 
@@ -2311,7 +2294,7 @@ HOOKS["spawn"].append(sandboxed)
 
 
 # ----------------------------------------------------------------------------------------
-# The file tool: write (a whole file at a time), other agents' tool names, the tools key
+# The file tool: write (a whole file), other agents' tool names, the tools key; hidden text
 # ----------------------------------------------------------------------------------------
 
 WRITE_SCHEMA = {
@@ -2367,10 +2350,26 @@ def check_tool_names(raw, where):
             where, unknown[0], ", ".join(offered)))
     return ",".join(dict.fromkeys(names))
 
+def overwritten(text):
+    """Text as a terminal leaves it: of a line redrawn after a \\r, its last state."""
+    return "\n".join(line[line.rstrip("\r").rfind("\r") + 1:] for line in text.split("\n"))
+
+def unhidden(cfg, call, args, result=None):
+    """The tool hook: no hidden characters in a result the model reads; a line's \\r undone."""
+    return args if result is None else clean_for_model(overwritten(result))
+
+def unhidden_arguments(cfg, reply, delta):
+    """The delta hook: at the reply's end, no hidden characters in its calls' arguments."""
+    for pieces in reply["pieces"].values() if delta is None else ():
+        pieces[:] = [clean_for_model(join_surrogates("".join(pieces)))]
+    return delta
+
 TOOLS.update(write=(WRITE_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args) or
                     write_tool(cfg, args)))
 TOOLS.update({alias: (None, TOOLS[name][1]) for alias, name in TOOL_ALIASES.items()})
 PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
+HOOKS["tool"].append(unhidden)
+HOOKS["delta"].append(unhidden_arguments)
 
 
 # ----------------------------------------------------------------------------------------

@@ -291,19 +291,18 @@ class FirstRunTests(FirstHourCase):
 
 
 class ConfigTypoTests(FirstHourCase):
-    """A mistyped key in model.cfg is named with the nearest real one."""
+    """A mistyped key in model.cfg is named in a one-line warning, and the run goes on."""
 
-    def test_typo_suggests_the_key(self):
-        """modle=... warns `did you mean model?`; a key near nothing gets no suggestion."""
-        path = self.ws.write_config(self.server, modle="gpt-5", zzqx="1")
+    def test_typo_is_warned(self):
+        """modle=... warns once, naming the file and line; the run goes on."""
+        path = self.ws.write_config(self.server, modle="gpt-5")
         self.push(text_stream("ok"))
         result = self.run_bantam("-p", "hi")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("unknown config key 'modle' (ignored); did you mean model?", result.stderr)
-        zz = [line for line in result.stderr.splitlines() if "'zzqx'" in line]
-        self.assertEqual(len(zz), 1, result.stderr)
-        self.assertNotIn("did you mean", zz[0])
-        self.assertIn(path, zz[0])
+        warned = [line for line in result.stderr.splitlines() if "'modle'" in line]
+        self.assertEqual(len(warned), 1, result.stderr)
+        self.assertIn("unknown config key 'modle' (ignored)", warned[0])
+        self.assertIn(path, warned[0])
 
 
 class ModelCommandTests(FirstHourCase):
