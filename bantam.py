@@ -1802,7 +1802,12 @@ def redact_event(cfg, event):
     event["text"] = text[:cut]
     return event if event["text"] else None
 
+def redact_prompt(convo, prompt, go):
+    """The turn hook: a secret pasted into a prompt is *** before it is stored or sent."""
+    return go(redact(convo["cfg"], prompt))
+
 HOOKS["event"].append(redact_event)
+HOOKS["turn"].append(redact_prompt)
 
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",

@@ -441,6 +441,17 @@ class JsonlTests(EventCase):
         self.assertIn("The key is *** and ***.", joined(events, "text"))
         self.assertIn("*** ***", self.one(events, "tool_result")["content"])
 
+    def test_a_secret_typed_in_a_prompt_is_not_saved(self):
+        """A prompt holding the key (pasted by mistake) leaves no copy in the session file."""
+        self.ws.write_config(self.server, api_key=SECRET)
+        self.push(text_stream("noted"))
+        result = self.run_bantam("-p", "my key is %s, keep it" % SECRET)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        folder = self.ws.sessions_dir()
+        saved = "".join(read_text(os.path.join(folder, n)) for n in os.listdir(folder))
+        self.assertIn("my key is ***, keep it", saved)
+        self.assertNotIn(SECRET, saved)
+
 
 class TraceFileTests(EventCase):
     """--trace FILE and trace_file: the same events appended to a file, run after run."""
