@@ -211,6 +211,15 @@ def close_block(state, event):
         write(state, "--- reasoning end ---\n", "marker", event["depth"])
     state["block"] = None
 
+def show_status(state, event):
+    """...requesting... on a colored terminal (the seconds waited, from 2 on, of the limit)."""
+    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
+        waited = " %d s of %g" % (event["seconds"], state["cfg"]["first_byte_timeout"]) if (
+            event.get("seconds", 0) >= 2) else ""
+        state["out"].write("\r" + COLORS["status"] + "...requesting..." + waited + RESET)
+        state["out"].flush()
+        state["status"] = 1
+
 def show_piece(state, event):
     """A piece of the answer, or of reasoning inside the reasoning markers."""
     if state["block"] != event["type"]:
@@ -259,7 +268,7 @@ def show_output(state, event):
     state["out"].flush()
 
 PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
-    "reasoning": show_piece, "text": show_piece,
+    "request": show_status, "reasoning": show_piece, "text": show_piece,
     "reply_end": show_reply_end, "tool_call": show_tool, "tool_result": show_tool,
     "output": show_output, "turn_end": lambda s, e: e["depth"] or show_reply_end(s, e),
     "note": lambda s, e: show_on_stderr(s, e["text"], "dim" if e["level"] == "info" else "error"),
@@ -1394,7 +1403,7 @@ def main(argv=None):
 # hooks of HOOKS; it never replaces a function of Part I. Part I alone does without:
 #   the server's own waits (Retry-After) and provider quirks (Gemini signatures, Mistral parts...);
 #   compaction on overflow, the token line, budgets and the final-answer call;
-#   secrets as *** on screen and in files, a closed stdout's exit 141, ...requesting...;
+#   secrets as *** on screen and in files, a closed stdout's exit 141;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
 #   *KEY*-like variables kept from commands, secrets hidden in /proc; proxies;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo.
@@ -3244,16 +3253,7 @@ def show_call(state, event, text=None):
     write(state, text + "\n", "call", event["depth"])
     state["out"].flush()
 
-def show_status(state, event):
-    """...requesting... on a colored terminal (the seconds waited, from 2 on, of the limit)."""
-    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        waited = " %d s of %g" % (event["seconds"], state["cfg"]["first_byte_timeout"]) if (
-            event.get("seconds", 0) >= 2) else ""
-        state["out"].write("\r" + COLORS["status"] + "...requesting..." + waited + RESET)
-        state["out"].flush()
-        state["status"] = 1
-
-PLAIN.update(request=show_status, waiting=show_status, context=show_context,
+PLAIN.update(waiting=show_status, context=show_context,
              approval=show_approval, tool_call=show_call)
 QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
          "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
