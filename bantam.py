@@ -40,7 +40,6 @@ POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout"
             "shell_timeout"}
 PARSERS = {}   # key -> function(value, where): a key's own check, after its type's (Part II's)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
-MAX_SERVER_WAIT = 60.0             # a longer wait asked for by the server fails the turn
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
 MAX_EVENT = 16 << 20               # bytes of one stream event at most
 MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
@@ -408,29 +407,15 @@ def load_config(overrides=None, config_file=None, env=None):
 
 
 # ----------------------------------------------------------------------------------------
-# The HTTP client: a kept-alive connection per endpoint, retries, the reply streamed (SSE)
+# The HTTP client: a connection per request, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
-
-CONNECTIONS = {}   # (endpoint, thread) -> {"conn", "sock", "response", "cfg"}
-
-def pool_key(cfg):
-    """Whose connection: the endpoint's in this thread (two threads' runs never share one)."""
-    import threading
-    return cfg["endpoint"], threading.get_ident()
-
-def drop_connection(cfg):
-    """Close the endpoint's connection (after an error, or a reply not read to its end)."""
-    entry = CONNECTIONS.pop(pool_key(cfg), None)
-    if entry:
-        entry["conn"].close()
 
 def default_port(url):
     """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
     return url.port or (443 if url.scheme == "https" else 80)
 
 def http_request(cfg, method, path, body=None, wait=None, root=False):
-    """The response to one request on the endpoint's kept-alive connection (reopened once if
-    the server closed it while idle). path: under the endpoint, or from root; wait: seconds."""
+    """The response to one request on a new connection, closed by the caller (response.conn)."""
     import http.client
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
@@ -441,34 +426,21 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     names |= {"authorization"} if "api-key" in names or not cfg["api_key"] else set()
     headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
-    for attempt in (1, 2):
-        entry = CONNECTIONS.get(pool_key(cfg))
-        if entry and entry["response"] and not entry["response"].isclosed():
-            drop_connection(cfg)   # its last reply is unread: http.client would refuse
-            entry = None
-        fresh = entry is None
-        if fresh:
-            kind = http.client.HTTPConnection if url.scheme == "http" else \
-                http.client.HTTPSConnection
-            conn = first("connect", cfg) or kind(url.hostname, default_port(url),
-                                                 timeout=cfg["timeout"])
-            entry = CONNECTIONS[pool_key(cfg)] = {"conn": conn, "response": None}
-        entry["cfg"] = cfg
-        try:
-            entry["conn"].request(method, target, body, headers)
-            entry["sock"] = entry["conn"].sock
-            entry["sock"].settimeout(wait or cfg["timeout"])
-            entry["response"] = entry["conn"].getresponse()
-            return entry["response"]
-        except BaseException as e:
-            drop_connection(cfg)
-            if fresh or attempt == 2 or not isinstance(e, (ConnectionError,
-                                                           http.client.BadStatusLine)):
-                raise
+    kind = http.client.HTTPConnection if url.scheme == "http" else http.client.HTTPSConnection
+    conn = first("connect", cfg) or kind(url.hostname, default_port(url), timeout=cfg["timeout"])
+    try:
+        conn.request(method, target, body, headers)
+        sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
+        sock.settimeout(wait or cfg["timeout"])
+        response = conn.getresponse()
+    except BaseException:
+        conn.close()
+        raise
+    response.conn, response.sock = conn, sock
+    return response
 
 def chat(cfg, messages, tools=True, quiet=False):
-    """The model's reply to messages (an assistant message), shown unless quiet. A failure goes
-    to the request hook, then is retried after the backoff delays if kind retry, else raised."""
+    """The model's reply to messages, shown unless quiet; a failure of kind retry retried."""
     retries, delays = 0, cfg["backoff"]
     while True:
         body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
@@ -477,14 +449,7 @@ def chat(cfg, messages, tools=True, quiet=False):
             body["tools"] = tool_definitions(cfg)
         body = hooked("request", body, cfg, messages)
         try:
-            message, reply = exchange(cfg, body, quiet)
-            emit(cfg, "reply", message=message, quiet=quiet)
-            prompt, cached, completion, estimated = reply["tokens"]
-            emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
-                 completion_tokens=completion, estimated=estimated, quiet=quiet,
-                 cost=reply.get("cost"), seconds=round(time.monotonic() - reply["asked"], 3),
-                 first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
-            return message
+            return exchange(cfg, body, quiet)
         except ApiError as e:
             if first("request", cfg, messages, body, e):   # dealt with: ask again now
                 continue
@@ -493,86 +458,51 @@ def chat(cfg, messages, tools=True, quiet=False):
             if retries == len(delays):
                 raise ApiError("%s (gave up after %d %s)" % (
                     e, retries, "retry" if retries == 1 else "retries"), "retry", e.status)
-            asked = getattr(e, "wait", None) or 0   # (Part II: the server's Retry-After)
-            if asked > MAX_SERVER_WAIT:
-                raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again "
-                               "later)" % (e, asked), "retry", e.status)
-            wait = max(delays[retries], asked)
+            wait = max(delays[retries], getattr(e, "wait", None) or 0)   # (Part II: Retry-After)
             retries += 1
             emit(cfg, "retry", error=str(e), attempt=retries, of=len(delays), wait=wait)
             time.sleep(wait)
 
 def exchange(cfg, body, quiet):
-    """One request: (the assistant message, the reply it was made from; the run's "reply"
-    while it comes). A network fault is a retryable ApiError caused by the OSError."""
+    """One request: the assistant message; a network fault is a retryable ApiError."""
     import http.client
-    now, response = time.monotonic(), None
-    reply = {"content": [], "reasoning": [], "calls": {}, "pieces": {}, "quiet": quiet,
-             "finish": None, "usage": None, "extra": {}, "first": None, "pending": [],
-             "ended": False, "echo_reasoning": False, "asked": now, "progress": now, "size": 0}
+    payload, now, response = json.dumps(body).encode(), time.monotonic(), None
+    reply = {"content": [], "reasoning": [], "calls": {}, "quiet": quiet, "finish": None,
+             "extra": {}, "first": None, "pending": [], "ended": False, "asked": now, "size": 0,
+             "sent": len(payload), "chunk": {}}
     if cfg.get("run") is not None:
         cfg["run"]["reply"] = reply
     try:
         if not quiet:
             emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
                  stream=body["stream"])
-        payload = json.dumps(body).encode()
         response = http_request(cfg, "POST", "/chat/completions", payload,
                                 cfg["first_byte_timeout"])
         if response.status != 200:
-            raise error_from_response(cfg, response)
+            raise error_from_response(response)
         kind = response.getheader("Content-Type") or ""
         if "event-stream" in kind or (body["stream"] and "json" not in kind):
             read_stream(cfg, response, reply)
         else:   # not streamed, or a server that ignores stream=true
-            data = response.read()
-            try:
-                chunk = json.loads(data.decode("utf-8", "replace"))
-            except (ValueError, RecursionError):
-                raise ApiError("the server sent a reply that is not JSON: %r" % data[:200], "retry",
-                               body=data[:4000].decode("utf-8", "replace"))
-            merge_chunk(cfg, reply, chunk, whole=True)
-        try:   # the rest read (2 s a read at most): the connection carries the next request
-            if not response.will_close:   # (close-delimited or `Connection: close`: not reused)
-                CONNECTIONS[pool_key(cfg)]["sock"].settimeout(2.0)
-                response.read()
-        except Exception:
-            pass
-        if response.will_close or not response.isclosed():
-            drop_connection(cfg)
-        pass_on(cfg, reply)
-        usage = reply["usage"] if isinstance(reply["usage"], dict) else {}
-        if usage:   # tokens: prompt, cached (also DeepSeek's, Anthropic's), completion, estimated
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-            for key in ("prompt_cache_hit_tokens", "cache_read_input_tokens"):
-                cached = usage.get(key) if cached is None else cached
-            reply["tokens"] = (usage.get("prompt_tokens") or 0, cached,
-                               usage.get("completion_tokens") or 0, False)
-        else:   # estimated: about four bytes a token
-            reply["tokens"] = ((len(payload) + 3) // 4, None, (reply["size"] + 3) // 4, True)
-        hooked("delta", None, cfg, reply)
-        message = finish_reply(reply)
+            merge_chunk(cfg, reply, json.loads(response.read()), whole=True)
         end_reply(cfg, reply)
-        return message, reply
+        message = finish_reply(reply)
+        emit(cfg, "reply", message=message, quiet=quiet)
+        hooked("delta", None, cfg, reply)
+        return message
     except (OSError, http.client.HTTPException) as e:
-        drop_connection(cfg)
         raise ApiError("network error: %s" % (str(e) or type(e).__name__), "retry") from e
     except (TypeError, AttributeError, LookupError, ValueError, RecursionError) as e:
-        drop_connection(cfg)   # a reply of the wrong shape (a list where a dict belongs...)
         raise ApiError("the server sent a malformed reply (%s: %s)" % (
             type(e).__name__, str(e)[:200]), "retry") from e
-    except BaseException:   # an ApiError, Ctrl+C, SIGTERM: the rest of the reply goes unread
-        if response is None or not response.isclosed():
-            drop_connection(cfg)
-        raise
     finally:
         end_reply(cfg, reply)
+        if response:
+            response.conn.close()
 
-def error_from_response(cfg, response):
+def error_from_response(response):
     """The ApiError for a non-200 response: retried for 408, 409, 429 and 5xx, else final."""
     text = response.read(1 << 20).decode("utf-8", "replace")
-    if not response.isclosed():
-        drop_connection(cfg)
     message = text.strip()[:300] or response.reason
     try:   # {"error": {"message": "..."}}, {"error": "..."}, or a list of those (Gemini)
         error = json.loads(text)
@@ -582,8 +512,7 @@ def error_from_response(cfg, response):
     except (ValueError, LookupError, AttributeError, RecursionError):
         pass
     status = response.status
-    return ApiError("HTTP %d: %s%s" % (status, " ".join(message.split()), " (check api_key in "
-                    "model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)" * (status == 401)),
+    return ApiError("HTTP %d: %s" % (status, " ".join(message.split())),
                     "retry" if status in RETRY_STATUSES or status >= 500 else "fatal", status,
                     text[:4000], {k.lower(): v for k, v in response.getheaders()})
 
@@ -610,9 +539,8 @@ def sse_events(read):
         yield events
 
 def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply until [DONE] or its end; keep-alives are no progress."""
+    """Merge a streamed reply into reply until [DONE] or its end; each read to the delta hook."""
     for events in sse_events(response.read1):
-        moved = False
         for data in events:
             if data[:6] == b"[DONE]":
                 return check_not_empty(reply)
@@ -622,21 +550,12 @@ def read_stream(cfg, response, reply):
                 note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
                           % data[:80])
                 continue
-            if not isinstance(chunk, dict):   # (a relay's `data: null`)
-                continue
-            if chunk.get("error"):   # (OpenRouter sends it beside the choices)
-                raise stream_error(chunk["error"])
-            moved = merge_chunk(cfg, reply, chunk) or moved
+            if isinstance(chunk, dict):   # (not a relay's `data: null`)
+                merge_chunk(cfg, reply, chunk)
         pass_on(cfg, reply)
-        now, key = time.monotonic(), "timeout" if reply["first"] else "first_byte_timeout"
-        entry = CONNECTIONS.get(pool_key(cfg))
-        if moved and not reply["first"] and entry:   # output has begun: a gap of timeout stalls
-            entry["sock"].settimeout(cfg["timeout"])
-        if moved:
-            reply["progress"], reply["first"] = now, reply["first"] or now
-        elif now - reply["progress"] > cfg[key]:
-            raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (
-                cfg[key], key), "retry")
+        if reply["size"] and not reply["first"]:   # output has begun: a gap of timeout stalls
+            reply["first"] = time.monotonic()
+            response.sock.settimeout(cfg["timeout"])
         hooked("delta", {}, cfg, reply)
     check_not_empty(reply)
     if response.length or response.length is None and not (reply["finish"] or response.chunked):
@@ -656,28 +575,26 @@ def stream_error(error):
                     body=json.dumps(error)[:4000])
 
 def merge_chunk(cfg, reply, chunk, whole=False):
-    """Merge one chunk (whole: a non-streamed response) into reply; True if it brought output."""
+    """Merge one chunk (whole: a non-streamed response) into reply via the delta hook."""
     # {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[...]}}],"usage":{...}}
-    reply["usage"], size = chunk.get("usage") or reply["usage"], reply["size"]
+    reply["chunk"] = chunk
+    if chunk.get("error"):   # (beside the choices too: OpenRouter)
+        raise stream_error(chunk["error"])
     if whole and not chunk.get("choices"):
-        raise stream_error(chunk["error"]) if chunk.get("error") else ApiError(
-            "the server sent a reply with no choices", "retry")
+        raise ApiError("the server sent a reply with no choices", "retry")
     for choice in chunk.get("choices") or ():
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
         delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
         reply["finish"] = choice.get("finish_reason") or reply["finish"]
-        reply["usage"] = choice.get("usage") or reply["usage"]   # (Moonshot's place for it)
         delta = hooked("delta", delta, cfg, reply)
         thought = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(thought, str) and thought:
-            reply["echo_reasoning"] |= "reasoning_content" in delta
             add_piece(reply, "reasoning", thought)
         if isinstance(delta.get("content"), str) and delta["content"]:
             add_piece(reply, "text", delta["content"])
         for position, fragment in enumerate(delta.get("tool_calls") or ()):
             merge_tool_call(reply, fragment, position)
-    return reply["size"] != size
 
 def add_piece(reply, kind, text):
     """Record a piece of the answer (kind text) or of reasoning; queue it to pass on (joined)."""
@@ -712,32 +629,16 @@ def join_surrogates(text):
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 def merge_tool_call(reply, fragment, position):
-    """Merge a tool-call fragment by index (a new id and name there: a new call, Ollama)."""
-    if not isinstance(fragment, dict):
-        return
-    calls, function = reply["calls"], fragment.get("function") or {}
-    index = fragment["index"] if isinstance(fragment.get("index"), int) else position
-    call, new_id = calls.get(index), str(fragment.get("id") or "")
-    if call and call["id"] and new_id and new_id != call["id"] and (
-            function.get("name") or not isinstance(fragment.get("index"), int)):
-        calls[len(calls) - (1 << 30)] = calls.pop(index)   # the one before: kept, in order
-        call = None
-    if call is None:
-        call = calls[index] = {"id": "", "type": "function",
-                               "function": {"name": "", "arguments": ""}}
-        reply["pieces"][id(call)] = []
-    call["id"] = call["id"] or new_id
-    if function.get("name") and not call["function"]["name"]:
-        call["function"]["name"] = str(function["name"])
-        reply["size"] += 1
-    arguments = function.get("arguments")
-    arguments = json.dumps(arguments) if isinstance(arguments, dict) else arguments
-    if isinstance(arguments, str) and arguments:
-        pieces = reply["pieces"][id(call)]
-        if pieces and arguments.startswith(pieces[0]) and arguments.startswith("".join(pieces)):
-            del pieces[:]   # all so far, sent again: replaced
-        pieces.append(arguments)
-        reply["size"] += len(arguments)
+    """Merge a tool-call fragment into the call at its index (else its place in the delta)."""
+    function = fragment.get("function") or {}
+    call = reply["calls"].setdefault(fragment.get("index", position), {
+        "id": "", "type": "function", "function": {"name": "", "arguments": []}})
+    call["id"] = call["id"] or str(fragment.get("id") or "")
+    reply["size"] += bool(function.get("name") and not call["function"]["name"])
+    call["function"]["name"] = call["function"]["name"] or function.get("name") or ""
+    if function.get("arguments"):   # (pieces, joined at the end)
+        call["function"]["arguments"].append(function["arguments"])
+        reply["size"] += len(function["arguments"])
     call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
 
 def finish_reply(reply):
@@ -751,11 +652,10 @@ def finish_reply(reply):
         if not call["id"] or call["id"] in ids:
             call["id"] = "call_" + os.urandom(12).hex()
         ids.add(call["id"])
-        call["function"]["arguments"] = join_surrogates("".join(reply["pieces"][id(call)])) or "{}"
+        call["function"]["arguments"] = join_surrogates("".join(call["function"]["arguments"]))
+        call["function"]["arguments"] = call["function"]["arguments"] or "{}"
     if calls:
         message["tool_calls"] = calls
-        if reply["echo_reasoning"]:   # DeepSeek's thinking mode wants it back during tool use
-            message["reasoning_content"] = join_surrogates("".join(reply["reasoning"]))
     message.update(reply["extra"])
     return message
 
@@ -1523,6 +1423,7 @@ REFUSED_FIELD = (r"(?i)unsupported|not supported|does not support|deprecated|ext
                  r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed"
                  r"|only [\d.]+ is allowed")
 
+MAX_SERVER_WAIT = 60.0   # a longer wait asked for by the server (Retry-After) fails the turn
 CUTS = {   # what was cut of a reply: by its finish_reason, by a bound of bantam's
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
     "content_filter": "[the reply was cut by a content filter (finish_reason: content_filter)]",
@@ -1588,7 +1489,12 @@ def classify(cfg, error):
             r"(?=\?|$)", "/chat/completions", cfg["endpoint"], 1), cfg["sources"]["endpoint"])
     elif status == 400 and '"tool_use_failed"' in text:   # Groq: the model's slip, not ours
         kind, hint = "retry", " (a malformed tool call from the model)"
+    elif status == 401:
+        hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
     error.args, error.kind, error.wait = (str(error) + hint,), kind, wait
+    if kind == "retry" and (wait or 0) > MAX_SERVER_WAIT and cfg["backoff"]:
+        raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (
+            error, wait), "retry", status)
 
 def fixed_message(message, fixes):
     """A message as this server takes it (the same dict when no fix changes it)."""
@@ -1621,15 +1527,22 @@ def shape_delta(cfg, reply, delta):
     if "room" not in reply:   # what the reply may still keep (see room_for)
         reply.update(room={"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS},
                      cut=[])
-    if delta is None:   # the reply ended: the cuts said below it
-        end_reply(cfg, reply)   # the answer shown whole (its last line rendered) before the notes
+    keep_usage(reply)
+    if delta is None:   # the reply ended: the cuts said, its tokens counted
         for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
             if cut in CUTS:
                 note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
+        count_tokens(reply)
         spend(cfg, reply)
+        prompt, cached, completion, estimated = reply["tokens"]
+        emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
+             completion_tokens=completion, estimated=estimated, quiet=reply["quiet"],
+             cost=reply["cost"], seconds=round(time.monotonic() - reply["asked"], 3),
+             first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
         return None
-    if not delta and time_up(cfg) and not reply["quiet"]:   # a network read without output
-        raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
+    if not delta:   # a network read: output, or only keep-alives for too long?
+        stalled(cfg, reply)
+        return delta
     if isinstance(delta.get("content"), list):   # Mistral's parts: thinking ones, text ones
         parts = [p for p in delta["content"] if isinstance(p, dict)]
         thinking = [t for p in parts if p.get("type") == "thinking" for t in p.get("thinking", ())]
@@ -1642,14 +1555,63 @@ def shape_delta(cfg, reply, delta):
     if isinstance(thought, str) and thought:
         size = room_for(reply, "reasoning", len(thought))
         delta["reasoning_content" if thought is named else "reasoning"] = thought[:size]
+        if thought is named:   # DeepSeek's thinking mode wants it back during tool use
+            reply.setdefault("echo", []).append(thought[:size])
     if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back
         merge_details(reply, delta["reasoning_details"])
-    for fragment in delta.get("tool_calls") or ():
-        function = fragment.get("function") if isinstance(fragment, dict) else None
-        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-            size = room_for(reply, "arguments", len(function["arguments"]))
-            function["arguments"] = function["arguments"][:size]
+    calls = delta.get("tool_calls") if isinstance(delta.get("tool_calls"), list) else []
+    delta["tool_calls"] = [f if isinstance(f, dict) else {} for f in calls]
+    for position, fragment in enumerate(delta["tool_calls"]):
+        fragment_quirks(reply, fragment, position)
+    if reply.get("echo") and delta["tool_calls"]:   # (joined once: a list of one after)
+        reply["echo"][:] = ["".join(reply["echo"])]
+        reply["extra"]["reasoning_content"] = reply["echo"][0]
     return delta
+
+def fragment_quirks(reply, fragment, position):
+    """A tool-call fragment made fit to merge (Ollama's new id at an index: a new call)."""
+    calls, function = reply["calls"], fragment.get("function")
+    function = fragment["function"] = function if isinstance(function, dict) else {}
+    arguments = function.get("arguments")
+    arguments = json.dumps(arguments) if isinstance(arguments, dict) else arguments or ""
+    arguments = function["arguments"] = arguments[:room_for(reply, "arguments", len(arguments))]
+    index = fragment["index"] if isinstance(fragment.get("index"), int) else position
+    call, new_id = calls.get(index), str(fragment.get("id") or "")
+    if call and call["id"] and new_id and new_id != call["id"] and (
+            function.get("name") or not isinstance(fragment.get("index"), int)):
+        calls[len(calls) - (1 << 30)] = calls.pop(index)   # the one before: kept, in order
+        call = None
+    fragment["index"], pieces = index, call and call["function"]["arguments"]
+    if pieces and arguments.startswith(pieces[0]) and arguments.startswith("".join(pieces)):
+        del pieces[:]   # all so far, sent again: replaced
+
+def keep_usage(reply):
+    """reply["usage"]: the last the chunks said, beside the choices or in the first (Moonshot)."""
+    chunk = reply["chunk"]
+    choice = (chunk.get("choices") or [{}])[0]
+    usage = chunk.get("usage") or isinstance(choice, dict) and choice.get("usage")
+    reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")
+
+def count_tokens(reply):
+    """reply["tokens"]: (prompt, cached, completion, estimated: about 4 bytes a token)."""
+    usage = reply["usage"] or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    for key in ("prompt_cache_hit_tokens", "cache_read_input_tokens"):
+        cached = usage.get(key) if cached is None else cached
+    reply["tokens"] = (usage.get("prompt_tokens") or 0, cached, usage.get(
+        "completion_tokens") or 0, False) if usage else ((reply["sent"] + 3) // 4, None, (
+        reply["size"] + 3) // 4, True)
+
+def stalled(cfg, reply):
+    """After a network read: the turn's time, and keep-alives alone too long, fail the reply."""
+    if time_up(cfg) and not reply["quiet"]:
+        raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
+    key, now = "timeout" if reply["first"] else "first_byte_timeout", time.monotonic()
+    if reply["size"] != reply.setdefault("seen", 0):
+        reply["seen"], reply["progress"] = reply["size"], now
+    elif now - reply.get("progress", reply["asked"]) > cfg[key]:
+        raise ApiError("network error: no output for %g s, only keep-alives (%s)" % (
+            cfg[key], key), "retry")
 
 def merge_details(reply, details):
     """Keep reasoning_details to send back, a block's fragments joined (signed as a whole)."""
@@ -1695,27 +1657,63 @@ def route(cfg):
     proxy = env(url.scheme.upper() + "_PROXY")
     return url, urlsplit(proxy if "://" in proxy else "http://" + proxy) if proxy else None
 
+CONNECTIONS = {}   # (endpoint, thread) -> its last connection (idle: kept for the next request)
+
+def pool_key(cfg):
+    """Whose connection: the endpoint's in this thread (two threads' runs never share one)."""
+    import threading
+    return cfg["endpoint"], threading.get_ident()
+
+def drop_connection(cfg):
+    """Close the endpoint's kept connection (its endpoint changed)."""
+    conn = CONNECTIONS.pop(pool_key(cfg), None)
+    if conn:
+        conn.close(keep=False)
+
+def kept(kind):
+    """kind, an http.client connection class, whose close() keeps it after a reply read whole."""
+    class Kept(kind):   # idle after a reply read whole, reused by the next request
+        idle = reused = response = None
+        def getresponse(self):
+            self.response = None   # (kind's may close() it at once: the server closes after)
+            self.response = kind.getresponse(self)
+            return self.response
+
+        def close(self, keep=True):
+            self.idle = keep and bool(self.sock and self.response and self.response.isclosed())
+            if not self.idle:
+                kind.close(self)
+    return Kept
+
 def connect_endpoint(cfg):
-    """The connect hook: a connection through the endpoint's proxy, if it has one."""
+    """The connect hook: the endpoint's kept connection, else a new one (through its proxy)."""
     import http.client
     from urllib.parse import unquote
+    conn = CONNECTIONS.get(pool_key(cfg))
+    if conn and conn.idle:
+        conn.idle, conn.reused, conn.response = False, True, None
+        return conn
     url, proxy = route(cfg)
     kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    conn = kind(proxy.hostname, default_port(proxy), timeout=cfg["timeout"]) if proxy else None
+    conn = kept(kind)((proxy or url).hostname, default_port(proxy or url), timeout=cfg["timeout"])
     if proxy:   # a CONNECT tunnel, with the proxy URL's credentials
         import base64
         login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
         auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
         conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
+    CONNECTIONS[pool_key(cfg)] = conn
     return conn
 
 def count_wait(cfg, messages, body, error=None):
-    """The request hook: a "waiting" event each second until the reply's output begins."""
+    """The request hook: "waiting" each second; True again for a kept connection gone stale."""
     import atexit
+    import http.client
     import signal   # (SIGALRM)
     import threading
-    if error is not None:   # (a failure is not dealt with here)
-        return False
+    if error is not None:   # (once: the connection sent on next is a new one)
+        conn = CONNECTIONS.get(pool_key(cfg))
+        return bool(conn and conn.reused and conn.response is None and isinstance(
+            error.__cause__, (ConnectionError, http.client.BadStatusLine)))
     host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
 
     def tick(*_):
@@ -1737,11 +1735,16 @@ def count_wait(cfg, messages, body, error=None):
     return body
 
 def stop_count(cfg, reply, delta):
-    """The delta hook ending the count when the reply ends (a tick at a question could land
-    while input() holds a Ctrl+C)."""
+    """The delta hook at a reply's end: the count stopped, the rest read (the connection kept)."""
     if delta is None:
         import signal
         signal.setitimer(signal.ITIMER_REAL, 0)
+        conn = CONNECTIONS.get(pool_key(cfg))
+        try:   # (none kept: the server closes after the reply; a rest that fails: closed)
+            conn.sock.settimeout(2.0)
+            conn.response.read()
+        except Exception:
+            pass
     return delta
 
 def network_error(cfg, error):
@@ -2768,12 +2771,11 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
     try:
         response = http_request(cfg, method, path, body and json.dumps(body).encode(), root=root)
         data = response.read()   # the whole answer: the connection stays usable
+        response.conn.close()    # (kept by the transport; one that fails is not reused)
         if response.status != 200:
             raise LookupError("HTTP %d %s" % (response.status, response.reason))
         return json.loads(data)
     except (OSError, ValueError, LookupError, http.client.HTTPException) as e:
-        if not isinstance(e, LookupError):
-            drop_connection(cfg)
         if what:
             note(cfg, "error: cannot %s at %s%s: %s" % (what, cfg["endpoint"], path, e))
 
