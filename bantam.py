@@ -121,9 +121,8 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
     "messages", "request": "model messages stream", "reasoning": "text", "text": "text",
     "reply_end": "finish", "reply": "message quiet", "message": "message", "tool_call":
     "id name arguments", "tool_output": "text", "tool_progress": "seconds", "tool_result":
-    "id name content ok", "usage": "model prompt_tokens cached_tokens completion_tokens "
-    "estimated quiet seconds first_output cost", "retry": "error attempt of wait", "note":
-    "text level", "output": "text", "error": "message", "turn_end": "status error", "compaction":
+    "id name content ok", "retry": "error attempt of wait", "note": "text level", "output":
+    "text", "error": "message", "turn_end": "status error", "compaction":
     "before after kept_prompt"}
 
 def emit(cfg, kind, **fields):
@@ -158,12 +157,6 @@ def terminal_safe(text):
     return re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda m: "" if m.group() in "\r\a" else
                   "^" + chr(ord(m.group()) + 64) if m.group() < " " else "^?" if
                   m.group() == "\x7f" else "\\x%02x" % ord(m.group()), text)
-
-def secrets_of(cfg):
-    """The values never to show or save, longest first: the key, the headers' values, more."""
-    found = [cfg.get("api_key") or ""] + list((cfg.get("headers") or {}).values()) + (
-        cfg.get("run") or {}).get("secrets", [])
-    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m", "dim": "\033[2m",
           "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m"}
@@ -1299,14 +1292,13 @@ def main(argv=None):
         except OSError:   # (said already, or a REPL's terminal gone)
             pass
 
-# Here ends Part I: all of Bantam. Part II joins it through the tables it extends and the
-# hooks of HOOKS; it never replaces a function of Part I. Part I alone does without:
-#   the server's own waits (Retry-After) and provider quirks (Gemini signatures, Mistral parts...);
-#   compaction on overflow, the token line, budgets and the final-answer call;
-#   secrets as *** on screen and in files, a closed stdout's exit 141;
+# Here ends Part I: all of Bantam. Part II joins it only through its tables and HOOKS, and
+# never replaces a function of it. Part I alone does without:
+#   secrets shown and saved as ***, and kept from commands; invisible characters removed;
+#   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
+#   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
-#   *KEY*-like variables kept from commands, secrets hidden in /proc; proxies;
-#   the write tool, Markdown, the terminal view, --jsonl, -c, /undo.
+#   the write tool, Markdown, the terminal view, a failing stdout's exit 141, --jsonl, -c, /undo.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import stat          # (Part II's own module)
@@ -1347,7 +1339,8 @@ DEFAULTS.update({
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
 POSITIVE |= {"context_window"}
-EVENTS.update({"waiting": "seconds", "context": "model prompt_tokens "
+EVENTS.update({"usage": "model prompt_tokens cached_tokens completion_tokens estimated quiet "
+               "seconds first_output cost", "waiting": "seconds", "context": "model prompt_tokens "
                "cached_tokens completion_tokens estimated window share cost session_cost",
                "approval": "id tool command path decision rule reason edited",
                "budget_stop": "reason limit used"})
@@ -1781,6 +1774,12 @@ HOOKS["delta"].append(stop_count)
 # Trust and secrets: a cloned folder's model.cfg sets NEEDS_TRUST only once trusted (the yes
 # covers the values seen), TIGHTEN_ONLY only to tighten; deny joins; STRICTER: the strictest
 # ----------------------------------------------------------------------------------------
+
+def secrets_of(cfg):
+    """The values never to show or save, longest first: the key, the headers' values, more."""
+    found = [cfg.get("api_key") or ""] + list((cfg.get("headers") or {}).values()) + (
+        cfg.get("run") or {}).get("secrets", [])
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 def redact(cfg, value):
     """value with each secret of cfg as ***: a text, or in place the texts of a dict or list."""
@@ -2377,8 +2376,9 @@ def unhidden(cfg, call, args, result=None):
 
 def unhidden_arguments(cfg, reply, delta):
     """The delta hook: at the reply's end, no hidden characters in its calls' arguments."""
-    for pieces in reply["pieces"].values() if delta is None else ():
-        pieces[:] = [clean_for_model(join_surrogates("".join(pieces)))]
+    for call in reply["calls"].values() if delta is None else ():   # (those sent: joined)
+        if isinstance(call["function"]["arguments"], str):
+            call["function"]["arguments"] = clean_for_model(call["function"]["arguments"])
     return delta
 
 TOOLS.update(write=(WRITE_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args) or
