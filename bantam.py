@@ -39,7 +39,7 @@ DEFAULTS = {
 CHOICES = {"color": ("auto", "always", "never")}
 POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout",
             "shell_timeout"}
-PARSERS = {}   # key -> function(value, where): a key's own check, after its type's (Part II's)
+PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 MAX_SERVER_WAIT = 60.0             # a longer wait asked for by the server fails the turn
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
@@ -73,7 +73,7 @@ HOOKS = {
     "delta": [],    # delta(cfg, reply, delta): a delta before it is merged, {} after a read
                     #   without output, None when the reply ended
     "tool": [],     # tool(cfg, call, args, result=None): before a tool runs, the args or a
-                    #   refusal text; after (result: its text), the result the model reads
+                    #   refusal text; after (result: its text or an error), what the model reads
     "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
     "step": [],     # step(cfg, messages, calls): after a step (calls None: at
                     #   max_al_iterations; an ApiError: the reply failed); True stops AL
@@ -427,10 +427,6 @@ def parse_value(key, raw, where):
             value = [float(part) for part in raw.split(",") if part.strip()]
             if not all(0 <= v < float("inf") for v in value):
                 raise ValueError
-        elif kind is dict:
-            value = json.loads(raw)
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ValueError
         if key in CHOICES:
             what, value = "one of " + ", ".join(CHOICES[key]), raw.lower()
             if value not in CHOICES[key]:
@@ -439,9 +435,10 @@ def parse_value(key, raw, where):
             what, value = "an http:// or https:// URL", raw.rstrip("/")
             if not re.match(r"https?://[^/]", raw):
                 raise ValueError
+        value = PARSERS[key](value, where) if key in PARSERS else value
     except (ValueError, KeyError):
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
-    return PARSERS[key](value, where) if key in PARSERS else value
+    return value
 
 def load_config(overrides=None, config_file=None, env=None):
     """The config: each key from its first layer; "sources": where from, "layers", "config_file"."""
@@ -943,8 +940,7 @@ def run_subagent(cfg, args):
     answers = [m["content"] for m in child if m["role"] == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
 
-# The tool table, name -> (schema, function): the one source of both dispatch and the schema
-# sent to the model (Part II adds its tools; a schema None is another name of a tool).
+# The tool table, name -> (schema, function): dispatch and schema (a schema None: an alias).
 TOOLS = {
     "shell_exec": ({
         "description": "Run a shell command (bash -c) on the user's machine and return its "
@@ -1573,7 +1569,7 @@ def main(argv=None):
 #   the server's own waits (Retry-After) and provider quirks (Gemini signatures, Mistral parts...);
 #   compaction on overflow, the token line, budgets and the final-answer call;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
-#   *KEY*-like variables kept from commands, secrets hidden in /proc; proxies;
+#   secret variables kept from commands, hidden characters from the model, /proc; proxies;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
@@ -1943,8 +1939,7 @@ HOOKS["delta"].append(stop_count)
 
 
 # ----------------------------------------------------------------------------------------
-# Trust and secrets: a cloned folder's model.cfg sets NEEDS_TRUST only once trusted (the yes
-# covers the values seen), TIGHTEN_ONLY only to tighten; deny joins; STRICTER: the strictest
+# Trust and secrets: a folder's model.cfg trusted (see layered); secrets, hidden text kept out
 # ----------------------------------------------------------------------------------------
 
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
@@ -1992,10 +1987,8 @@ def settle_secrets(cfg):
         cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
 
 def layered(cfg, key):
-    """key's (value, where) from the config layers by sources' "trusted" (True; None: not;
-    False: a no, then only what tightens is the folder's): a folder's NEEDS_TRUST value needs
-    trust, a TIGHTEN_ONLY one only tightens (one set aside goes to sources' "untrusted");
-    STRICTER's strictest wins; deny joins every layer's patterns."""
+    """key's (value, where) by sources' "trusted" (True; None: not; False: a no): NEEDS_TRUST
+    needs it, TIGHTEN_ONLY tightens (else to "untrusted"), STRICTER's strictest, deny joins."""
     trusted, unused = cfg["sources"]["trusted"], cfg["sources"]["untrusted"]
     found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
              for kind, layer in cfg["sources"]["layers"]
@@ -2017,8 +2010,7 @@ def layered(cfg, key):
     return found[0][1:] if found else (DEFAULTS[key], "default")
 
 def settle(cfg, trust=None):
-    """cfg's folder keys, deny and STRICTER re-taken by trust (None: as remembered, False: no);
-    a config file in use that holds a secret must be private (check_private)."""
+    """cfg's folder keys re-taken by trust (None: as remembered, False: no); secrets private."""
     sources, layers = cfg["sources"], cfg["sources"]["layers"]
     mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
@@ -2048,8 +2040,7 @@ def settle(cfg, trust=None):
     return cfg
 
 def check_private(layer):
-    """As ssh does with keys: a config file holding a secret that others could read, or swap
-    (its folder), is refused (a ConfigError naming the chmod that fixes it)."""
+    """As ssh does: a config file with a secret others can read or swap: a ConfigError (chmod)."""
     held = [where.rpartition(":")[0] for key, (raw, where) in layer.items() if raw not in (
         "", "-") and (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw)))]
     for path, mask, fix in [(held[0], 0o077, "600"), (os.path.dirname(os.path.abspath(
@@ -2112,8 +2103,7 @@ def remember_folder(**facts):
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
-    """cfg as this folder may steer it (--trust, the REPL's answer); reload(trust) re-settles.
-    A no (remembered, --no-trust, BANTAM_TRUST=0): the user's own settings, settled so."""
+    """cfg as this folder may steer it (--trust, a yes); a no: the user's own, reload(False)."""
     sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
     changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
     said = False if os.environ.get("BANTAM_TRUST") == "0" else None if facts.get(
@@ -2159,8 +2149,7 @@ def shown_untrusted(key, value):
         m.group()), terminal_safe(redact({"run": {"secrets": secrets}}, str(value))))
 
 def hide_secrets(cfg):
-    """Linux: not dumpable from the start (a key set later is covered too), and *** over the
-    secrets in /proc/self's environ and cmdline."""
+    """Linux: not dumpable (a later key too); *** over secrets in /proc/self's environ, cmdline."""
     secrets = [s.encode("utf-8", "surrogateescape") for s in secrets_of(cfg)]
     try:
         import ctypes
@@ -2191,9 +2180,10 @@ def url_secrets(url):
 def withheld_variables(cfg):
     """The variables kept from commands: bantam's, a secret's, shell_env_exclude's not kept."""
     import fnmatch
+    own = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's secret variables
     secrets, keep = secrets_of(cfg), {n.strip() for n in cfg.get("shell_env_keep", "").split(",")}
     patterns = [p.strip().upper() for p in cfg.get("shell_env_exclude", "").split(",")]
-    return sorted(name for name, value in os.environ.items() if name in SECRET_VARIABLES or (
+    return sorted(name for name, value in os.environ.items() if name in own or (
                   patterns != ["NONE"] and name not in keep and any(
                       p and fnmatch.fnmatchcase(name.upper(), p) for p in patterns))
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets)
@@ -2209,19 +2199,24 @@ def command_env(cfg):
     """The environment of the user's own !commands, scrubbed as the model's are."""
     return scrub_environment(cfg, {"env": dict(os.environ)})["env"]
 
-SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's own
-
-INVISIBLE = (   # what can hide instructions from a reader: tag characters, bidi
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
-    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
-    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")   # overrides, zero-width characters...
+INVISIBLE = ("[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+             "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
+             "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")   # what hides text: bidi, tags...
 
 def clean_for_model(text):
     """Text without invisible characters (prompt injection), odd spaces made plain."""
     return re.sub("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]", " ",
                   re.sub(INVISIBLE, "", text))
 
+def json_headers(raw, where):
+    """The headers key: a JSON object of strings (else a ValueError, said by parse_value)."""
+    value = json.loads(raw)
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError("not a JSON object of strings")
+    return value
+
 HOOKS["spawn"].append(scrub_environment)
+PARSERS.update(headers=json_headers)
 
 
 # ----------------------------------------------------------------------------------------
@@ -2474,11 +2469,9 @@ def write_tool(cfg, args):
         target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
             return "error: %s is a symlink to outside the working folder: %s" % (path, target)
-        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
-            return "error: %s is not a regular file: write replaces only regular files" % path
-        if os.path.exists(target) and not os.access(target, os.W_OK):
-            return "error: %s is read-only" % path
         existed = os.path.exists(target)
+        if existed and not (stat.S_ISREG(os.stat(target).st_mode) and os.access(target, os.W_OK)):
+            return "error: %s is not a regular file, or read-only: write does not replace it" % path
         os.makedirs(os.path.dirname(target), exist_ok=True)
         write_private_file(target, data, keep_mode=True)
         return "wrote %d bytes to %s (%d lines%s)" % (
