@@ -38,7 +38,7 @@ DEFAULTS = {
 CHOICES = {"color": ("auto", "always", "never")}
 POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout",
             "shell_timeout"}
-PARSERS = {}   # key -> function(value, where): a key's own check, after its type's (Part II's)
+PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
 MAX_EVENT = 16 << 20               # bytes of one stream event at most
@@ -70,7 +70,7 @@ HOOKS = {
     "delta": [],    # delta(cfg, reply, delta): a delta before it is merged, {} after a read
                     #   without output, None when the reply ended
     "tool": [],     # tool(cfg, call, args, result=None): before a tool runs, the args or a
-                    #   refusal text; after (result: its text), the result the model reads
+                    #   refusal text; after (result: its text or an error), what the model reads
     "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
     "step": [],     # step(cfg, messages, calls): after a step (calls None: at
                     #   max_al_iterations; an ApiError: the reply failed); True stops AL
@@ -356,10 +356,6 @@ def parse_value(key, raw, where):
             value = [float(part) for part in raw.split(",") if part.strip()]
             if not all(0 <= v < float("inf") for v in value):
                 raise ValueError
-        elif kind is dict:
-            value = json.loads(raw)
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ValueError
         if key in CHOICES:
             what, value = "one of " + ", ".join(CHOICES[key]), raw.lower()
             if value not in CHOICES[key]:
@@ -368,9 +364,10 @@ def parse_value(key, raw, where):
             what, value = "an http:// or https:// URL", raw.rstrip("/")
             if not re.match(r"https?://[^/]", raw):
                 raise ValueError
+        value = PARSERS[key](value, where) if key in PARSERS else value
     except (ValueError, KeyError):
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
-    return PARSERS[key](value, where) if key in PARSERS else value
+    return value
 
 def load_config(overrides=None, config_file=None, env=None):
     """The config: each key from its first layer; "sources": where from, "layers", "config_file"."""
@@ -765,8 +762,7 @@ def run_subagent(cfg, args):
     answers = [m["content"] for m in child if m["role"] == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
 
-# The tool table, name -> (schema, function): the one source of both dispatch and the schema
-# sent to the model (Part II adds its tools; a schema None is another name of a tool).
+# The tool table, name -> (schema, function): dispatch and schema (a schema None: an alias).
 TOOLS = {
     "shell_exec": ({
         "description": "Run a shell command (bash -c) on the user's machine and return its "
@@ -1771,8 +1767,7 @@ HOOKS["delta"].append(stop_count)
 
 
 # ----------------------------------------------------------------------------------------
-# Trust and secrets: a cloned folder's model.cfg sets NEEDS_TRUST only once trusted (the yes
-# covers the values seen), TIGHTEN_ONLY only to tighten; deny joins; STRICTER: the strictest
+# Trust and secrets: a folder's model.cfg trusted (see layered); secrets, hidden text kept out
 # ----------------------------------------------------------------------------------------
 
 def secrets_of(cfg):
@@ -2057,9 +2052,10 @@ def url_secrets(url):
 def withheld_variables(cfg):
     """The variables kept from commands: bantam's, a secret's, shell_env_exclude's not kept."""
     import fnmatch
+    own = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's secret variables
     secrets, keep = secrets_of(cfg), {n.strip() for n in cfg.get("shell_env_keep", "").split(",")}
     patterns = [p.strip().upper() for p in cfg.get("shell_env_exclude", "").split(",")]
-    return sorted(name for name, value in os.environ.items() if name in SECRET_VARIABLES or (
+    return sorted(name for name, value in os.environ.items() if name in own or (
                   patterns != ["NONE"] and name not in keep and any(
                       p and fnmatch.fnmatchcase(name.upper(), p) for p in patterns))
                   or any(value == s or (len(s) >= 12 and s in value) for s in secrets)
@@ -2075,19 +2071,24 @@ def command_env(cfg):
     """The environment of the user's own !commands, scrubbed as the model's are."""
     return scrub_environment(cfg, {"env": dict(os.environ)})["env"]
 
-SECRET_VARIABLES = ("BANTAM_API_KEY", "OPENAI_API_KEY", "BANTAM_HEADERS")   # bantam's own
-
-INVISIBLE = (   # what can hide instructions from a reader: tag characters, bidi
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
-    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
-    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")   # overrides, zero-width characters...
+INVISIBLE = ("[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+             "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
+             "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")   # what hides text: bidi, tags...
 
 def clean_for_model(text):
     """Text without invisible characters (prompt injection), odd spaces made plain."""
     return re.sub("[\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]", " ",
                   re.sub(INVISIBLE, "", text))
 
+def json_headers(raw, where):
+    """The headers key: a JSON object of strings (else a ValueError, said by parse_value)."""
+    value = json.loads(raw)
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError("not a JSON object of strings")
+    return value
+
 HOOKS["spawn"].append(scrub_environment)
+PARSERS.update(headers=json_headers)
 
 
 # ----------------------------------------------------------------------------------------
@@ -2340,11 +2341,9 @@ def write_tool(cfg, args):
         target = os.path.realpath(os.path.abspath(path))   # through a symlink, not replacing it
         if within(os.path.abspath(path), [os.getcwd()]) and not within(target, [os.getcwd()]):
             return "error: %s is a symlink to outside the working folder: %s" % (path, target)
-        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
-            return "error: %s is not a regular file: write replaces only regular files" % path
-        if os.path.exists(target) and not os.access(target, os.W_OK):
-            return "error: %s is read-only" % path
         existed = os.path.exists(target)
+        if existed and not (stat.S_ISREG(os.stat(target).st_mode) and os.access(target, os.W_OK)):
+            return "error: %s is not a regular file, or read-only: write does not replace it" % path
         os.makedirs(os.path.dirname(target), exist_ok=True)
         write_private_file(target, data, keep_mode=True)
         return "wrote %d bytes to %s (%d lines%s)" % (
