@@ -1785,20 +1785,18 @@ def redact(cfg, value):
         value[key] = redact(cfg, item)
     return value
 
-PIECES = ("text", "reasoning", "tool_output")   # what streams in pieces: a secret may be split
-
 def redact_event(cfg, event):
     """The event hook: *** for secrets; a piece's end that may begin one held to the next."""
-    run = cfg.get("run") or {}
+    run, piece = cfg.get("run") or {}, event["type"] in ("text", "reasoning", "tool_output")
     held = run.setdefault("held", {})   # a piece's end not passed on yet (its event)
-    if held and (held["type"], held["depth"]) != (event["type"], event["depth"]) and event[
-            "type"] in PIECES + ("reply_end", "tool_result", "turn_end"):
+    if held and (held["type"], held["depth"]) != (event["type"], event["depth"]) and (
+            piece or event["type"] in ("reply_end", "tool_result", "turn_end")):
         (run.get("emit") or VIEWS["plain"](cfg))(dict(held))
         held.clear()
     if event["type"] == "reply":   # (its calls run as the model wrote them; stored, redacted)
         event["message"] = json.loads(json.dumps(event["message"]))
     redact(cfg, event)
-    if event["type"] not in PIECES:
+    if not piece:
         return event
     text = redact(cfg, held.pop("text", "") + event["text"])
     held.clear()
@@ -3232,11 +3230,9 @@ def show_approval(state, event):
 
 def short_arguments(event):
     """A call's arguments for its trace, a long "content" (a file to write) as its size."""
-    try:
-        args = json.loads(event["arguments"])
+    try:   # (short arguments: {}, and the KeyError leaves them as they are)
+        args = json.loads(event["arguments"]) if len(event["arguments"]) >= 400 else {}
         content = args["content"]
-        if len(event["arguments"]) < 400:
-            return event["arguments"]
         args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")),
                                                     content.count("\n") + (content[-1:] != "\n"))
         return json.dumps(args, ensure_ascii=False)
