@@ -3479,8 +3479,11 @@ def pasted(convo, prompt, go):
         go(text)
     finally:
         convo.pop("quit", None)   # (a /quit at a question ends only its turn)
-        if keys:
-            termios.tcsetattr(0, termios.TCSANOW, keys)
+        try:
+            if keys:
+                termios.tcsetattr(0, termios.TCSANOW, keys)
+        except termios.error:   # (the terminal is gone: a hang-up, said as one)
+            pass
 
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
