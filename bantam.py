@@ -364,10 +364,9 @@ def parse_value(key, raw, where):
             what, value = "an http:// or https:// URL", raw.rstrip("/")
             if not re.match(r"https?://[^/]", raw):
                 raise ValueError
-        value = PARSERS[key](value, where) if key in PARSERS else value
+        return PARSERS[key](value, where) if key in PARSERS else value
     except (ValueError, KeyError):
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
-    return value
 
 def load_config(overrides=None, config_file=None, env=None):
     """The config: each key from its first layer; "sources": where from, "layers", "config_file"."""
@@ -487,7 +486,7 @@ def exchange(cfg, body, quiet):
             type(e).__name__, str(e)[:200]), "retry") from e
     finally:
         end_reply(cfg, reply)
-        if response:
+        if response is not None:
             response.conn.close()
 
 def error_from_response(response):
@@ -1587,9 +1586,10 @@ def count_tokens(reply):
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     for key in ("prompt_cache_hit_tokens", "cache_read_input_tokens"):
         cached = usage.get(key) if cached is None else cached
-    reply["tokens"] = (usage.get("prompt_tokens") or 0, cached, usage.get(
-        "completion_tokens") or 0, False) if usage else ((reply["sent"] + 3) // 4, None, (
-        reply["size"] + 3) // 4, True)
+    reply["tokens"] = (usage.get("prompt_tokens") or 0, cached, usage.get("completion_tokens") or 0,
+                       False)
+    if not usage:   # estimated: the bytes sent and received, about four a token
+        reply["tokens"] = ((reply["sent"] + 3) // 4, None, (reply["size"] + 3) // 4, True)
 
 def stalled(cfg, reply):
     """After a network read: the turn's time, and keep-alives alone too long, fail the reply."""
@@ -1858,7 +1858,8 @@ def settle_secrets(cfg):
         cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
 
 def layered(cfg, key):
-    """key's (value, where) by trust (sources' "trusted"; set aside: "untrusted"), as above."""
+    """key's (value, where) by trust: a folder's NEEDS_TRUST value once trusted, a TIGHTEN_ONLY
+    one only to tighten (else to sources' "untrusted"); STRICTER's strictest; deny joins."""
     trusted, unused = cfg["sources"]["trusted"], cfg["sources"]["untrusted"]
     found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
              for kind, layer in cfg["sources"]["layers"]
