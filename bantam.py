@@ -2845,7 +2845,7 @@ HOOKS["turn"].append(token_line)
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions and settings: -c, --session, /continue, /delete; /cfg (set live, saved), /model
+# Sessions and settings: -c, --session, /delete; /cfg (set live, saved), /model
 # ----------------------------------------------------------------------------------------
 
 SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what --session accepts
@@ -2963,10 +2963,6 @@ def cmd_delete(convo, arg):
         raise ConfigError("cannot delete session %s: %s" % (sid, e.strerror or e))
     show({}, "[deleted session %s]\n" % sid)
 
-def cmd_continue(convo, arg):
-    """/continue: resume the newest conversation of this folder, as /load does."""
-    COMMANDS["/load"][0](convo, latest_in_folder())
-
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
     name = latest_in_folder() if args.cont else args.session
@@ -3082,8 +3078,6 @@ def cmd_model(convo, arg):
     return cmd_cfg(convo, "model " + arg)
 
 COMMANDS.update({
-    "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
-    "/cont": (cmd_continue, None),
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/models": (lambda convo, arg: cmd_model(convo, ""), None),   # (another agent's name)
@@ -3594,8 +3588,8 @@ HOOKS["turn"].append(pasted)
 
 # ----------------------------------------------------------------------------------------
 # Changes and undo: in a git work tree, the files (tracked and untracked, not ignored) kept as
-# git trees before and after each turn, the user's index, HEAD and stash untouched; elsewhere,
-# what the write tool replaced. A turn's changes in one line; /diff shows them, /undo takes back
+# git trees before and after each turn, the user's index, HEAD and stash untouched (outside git:
+# not tracked). A turn's changes in one line; /diff shows them, /undo takes them back
 # ----------------------------------------------------------------------------------------
 
 DEFAULTS["snapshots"] = True   # keep the work tree around each turn for /diff and /undo
@@ -3642,32 +3636,9 @@ def snapshot(cfg):
              "it off, and /undo with it]" % (time.monotonic() - started), "info")
     return {"top": top.strip(), "tree": tree.strip()} if tree else None
 
-def text_of(path):
-    """A regular file's text now, or None (no such file, not a regular one, unreadable)."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):   # (a FIFO would block the read)
-            return None
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
-    except OSError:
-        return None
-
-def recorded_writes(cfg, call, args, result=None):
-    """The tool hook: outside git, each file's text before the turn's first write to it."""
-    writes = (cfg.get("run") or {}).get("writes")
-    if writes is not None and result is None and not isinstance(args, str) and tool_function(
-            cfg, call["function"]["name"]) is TOOLS["write"][1] and args.get("filePath"):
-        path = os.path.abspath(os.path.expanduser(str(args["filePath"])))
-        writes.setdefault(path, [text_of(path), None])
-    return args if result is None else result
-
 def changes_of(entry, after=None):
     """[{"path", "status": changed, new or deleted}]: what a turn changed (after: from its end
     to that tree, what changed since)."""
-    if "writes" in entry:
-        return [{"path": os.path.relpath(path), "status": "new" if old is None else "changed"}
-                for path, (old, new) in entry["writes"].items()
-                if (text_of(path) if after else old) != new]
     trees = [entry["after"], after] if after else [entry["before"], entry["after"]]
     names = (git_out(entry["top"], ["diff", "--no-renames", "--name-status", "-z"] + trees)
              or "").split("\0")
@@ -3678,17 +3649,12 @@ def keep_changes(convo, prompt, go):
     """The turn hook: the work tree kept before the turn and compared after; a change said."""
     cfg = convo["cfg"]
     before = cfg["snapshots"] and snapshot(cfg)
-    cfg["run"]["writes"] = {} if cfg["snapshots"] and not before else None
     try:
         go(prompt)
     finally:
-        writes, cfg["run"]["writes"] = cfg["run"]["writes"], None
         after = before and snapshot(cfg)
-        entry = {"top": before["top"], "before": before["tree"], "after": after["tree"]} \
-            if after else {"writes": writes or {}}
-        for path, texts in entry.get("writes", {}).items():
-            texts[1] = text_of(path)
-        files = changes_of(entry)
+        entry = after and {"top": before["top"], "before": before["tree"], "after": after["tree"]}
+        files = entry and changes_of(entry)
         if files:
             turns(convo).append(entry)
             convo["session"]["written"] = None   # (saved with the turn's trees)
@@ -3701,7 +3667,17 @@ def turns(convo):
     head, sid = convo["session"].setdefault("head", {}), convo["session"]["id"]
     if "turns" not in head:
         head["turns"] = session_head(sid).get("turns", []) if sid else []
+    head["turns"][:] = [t for t in head["turns"] if "top" in t]   # (an earlier bantam's: no git)
     return head["turns"]
+
+def changed_turns(convo, command, none):
+    """The conversation's turns that changed files; else an error: none, or that command needs
+    a git work tree."""
+    if turns(convo):
+        return turns(convo)
+    if git_out(".", ["rev-parse", "--show-toplevel"]) is None:
+        raise BantamError("%s works in a git work tree (git init here to use it)" % command)
+    raise BantamError(none)
 
 def show_changes(state, event):
     """changed: a.py, b.md (new), c.txt (deleted) · /diff to see, /undo to take back."""
@@ -3719,30 +3695,22 @@ def show_diff(state, event):
 
 def diff_text(entry):
     """The unified diff of a turn's changes."""
-    import difflib
-    if "writes" not in entry:
-        return git_out(entry["top"], ["diff", "--no-color", "--no-renames", entry["before"],
-                                      entry["after"]]) or ""
-    return "".join("".join(difflib.unified_diff(
-        (old or "").splitlines(True), (new or "").splitlines(True), "a/" + os.path.relpath(
-            path), "b/" + os.path.relpath(path))) for path, (old, new) in entry["writes"].items())
+    return git_out(entry["top"], ["diff", "--no-color", "--no-renames", entry["before"],
+                                  entry["after"]]) or ""
 
 def cmd_diff(convo, arg):
     """/diff [N]: the changes of the last turn (of the last N turns)."""
     if arg and not (arg.isdigit() and int(arg) > 0):
         raise BantamError("usage: /diff [N]: the changes of the last N turns")
-    chosen = turns(convo)[-int(arg or 1):]
-    if not chosen:
-        raise BantamError("no turn of this conversation has changed files yet")
-    emit(convo["cfg"], "diff", text="".join(map(diff_text, chosen)))
+    chosen = changed_turns(convo, "/diff", "no turn of this conversation has changed files yet")
+    emit(convo["cfg"], "diff", text="".join(map(diff_text, chosen[-int(arg or 1):])))
 
 def cmd_undo(convo, arg):
     """/undo [all]: put the files back as they were before the last turn that changed them."""
-    cfg, done = convo["cfg"], turns(convo)
-    if not done:
-        raise BantamError("nothing to undo: no turn of this conversation has changed files")
-    entry, now = done[-1], "writes" not in done[-1] and snapshot(cfg)
-    since = {f["path"] for f in changes_of(entry, now["tree"] if now else True)}
+    cfg, done = convo["cfg"], changed_turns(
+        convo, "/undo", "nothing to undo: no turn of this conversation has changed files")
+    entry, now = done[-1], snapshot(cfg)
+    since = {f["path"] for f in changes_of(entry, now["tree"])} if now else set()
     kept = [] if arg == "all" else [f["path"] for f in changes_of(entry) if f["path"] in since]
     todo = [f for f in changes_of(entry) if f["path"] not in kept]
     show(cfg, "".join("  %s %s\n" % ({"new": "remove ", "deleted": "restore"}.get(
@@ -3765,13 +3733,10 @@ def cmd_undo(convo, arg):
 def restore_files(entry, files):
     """Give files their content from before the turn back; remove those it created."""
     for f in files:
-        path = os.path.abspath(os.path.join(entry.get("top", ""), f["path"]))
-        old = entry.get("writes", {}).get(path, [None])[0]
+        path = os.path.join(entry["top"], f["path"])
         if f["status"] == "new" and os.path.lexists(path):
             os.unlink(path)
-        elif old is not None:
-            write_private_file(path, old.encode("utf-8", "surrogateescape"), keep_mode=True)
-    back = [f["path"] for f in files if f["status"] != "new" and "writes" not in entry]
+    back = [f["path"] for f in files if f["status"] != "new"]
     if back and with_index(entry["top"], [["read-tree", entry["before"]], [
             "checkout-index", "-f", "--"] + back]) is None:
         raise BantamError("git could not restore %s" % ", ".join(back))
@@ -3781,7 +3746,6 @@ TERMINAL.update(changes=show_changes, diff=show_diff)
 COMMANDS.update({"/diff": (cmd_diff, "/diff [N]: the files the last turn (N turns) changed"),
                  "/undo": (cmd_undo, "put back the files the last turn changed (asks first)")})
 HOOKS["turn"].append(keep_changes)
-HOOKS["tool"].append(recorded_writes)
 
 
 # ----------------------------------------------------------------------------------------
@@ -3824,7 +3788,6 @@ def more_flags(parser):
     add("--session", metavar="ID", help="continue conversation ID, or start one with that id")
     add("--delete", metavar="ID", help="delete saved conversation ID (or unique prefix), then exit")
     add("-q", "--quiet", action="store_true", help="stdout: only the answer; stderr: only problems")
-    add("-o", "--output", metavar="FILE", help="also write the final answer to FILE")
     add("--jsonl", action="store_true", help="print the events as JSON lines")
     add("--trace", metavar="FILE", action=setting("trace_file"), help="append the events to FILE")
     leash = parser.add_mutually_exclusive_group()
@@ -3838,7 +3801,6 @@ def more_flags(parser):
     trusting.add_argument("--no-trust", nargs=0, action=NoTrust, help="an untrusted folder: "
                           "your own settings, without asking (BANTAM_TRUST=0)")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
-    add("--init", action="store_true", help="write a starter ~/.bantam/model.cfg, then exit")
 
 FLAGS.insert(1, more_flags)
 HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
@@ -3888,23 +3850,10 @@ def show_config(cfg):
 def keyless(cfg):
     """Why no prompt may go out (the default endpoint, never set up, has no key), else None."""
     if not (cfg["api_key"] or cfg["headers"]) and cfg["endpoint"] == DEFAULTS["endpoint"]:
-        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg ("
-                "bantam --init writes one), export OPENAI_API_KEY=..., use -e "
-                "http://localhost:11434/v1 -m MODEL for a local server, or here: /cfg api_key "
-                "KEY, /endpoint URL"
+        return ("no API key for %s, so nothing is sent: set api_key in ~/.bantam/model.cfg, "
+                "export OPENAI_API_KEY=..., use -e http://localhost:11434/v1 -m MODEL for a local "
+                "server, or in the REPL: /cfg api_key KEY (it writes that file), /endpoint URL"
                 % DEFAULTS["endpoint"])
-
-def init_config():
-    """--init: a commented starter ~/.bantam/model.cfg (0600), never over one that exists."""
-    path = bantam_home("model.cfg")
-    text = "# bantam's settings: uncomment a key to set it (the README says what each does)\n"
-    try:
-        write_private_file(path, text + "".join("#%s=%s\n" % (key, re.sub(r"[][ ]", "", shown_value(
-            DEFAULTS, key))) for key in DEFAULTS), exclusive=True)   # (a list: 1,2 as it is read)
-    except FileExistsError:
-        raise ConfigError("%s exists already: left as it is" % path)
-    note({}, "wrote %s: set api_key (or endpoint and model) there" % path, "info")
-    return 0
 
 def refuse_keyless(convo, prompt, go):
     """The turn hook keeping a prompt from the default endpoint while no key is set (exit 2)."""
@@ -3918,8 +3867,6 @@ def start(convo, args):
     cfg = convo["cfg"]
     if args.delete:
         return cmd_delete(None, args.delete) or 0
-    if args.init:
-        return init_config()
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
     settle(cfg)
     hide_secrets(cfg)
@@ -3933,8 +3880,6 @@ def start(convo, args):
     if args.prompt is not None and prompt.startswith("!"):   # typed by the user (never a file's)
         return run_direct(cfg, prompt[1:])
     try:   # a file that cannot be written fails now, before the model is paid
-        if args.output:
-            open(args.output, "a").close()
         trace = cfg["trace_file"] and open(os.path.expanduser(cfg["trace_file"]), "a",
                                            encoding="utf-8", errors="replace")
     except OSError as e:
@@ -3971,23 +3916,17 @@ def start(convo, args):
         resumed(convo)
 
 def batch_answer(convo, prompt, go):
-    """The turn hook of batch mode: -q prints the answer, -o writes it; the exit status."""
+    """The turn hook of batch mode: -q prints the answer; the exit status."""
     go(prompt)
     if not convo.get("batch"):
         return
-    args, messages, cfg = convo["args"], convo["messages"], convo["cfg"]
+    messages, cfg = convo["messages"], convo["cfg"]
     asked = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
     answer = re.sub(r"^\s*<(think|thinking)>.*?</\1>\s*", "", last_answer(messages[asked:]),
                     count=1, flags=re.S)   # (its reasoning, written into the content)
     answer += "\n" if answer and not answer.endswith("\n") else ""
-    if args.quiet:
+    if convo["args"].quiet:
         show(cfg, answer)
-    try:
-        if args.output:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(redact(cfg, answer))   # a file bantam writes: *** for secrets
-    except OSError as e:   # (a full disk: the answer is in the session all the same)
-        raise BantamError("cannot write %s: %s" % (args.output, e.strerror or e))
     convo["status"] = BUDGET_EXIT if convo.get("ended") == "budget" else 0 if answer else 1
     if not answer:   # an empty stdout with exit 0 would read as an answer to a script
         note(cfg, "[no answer: the turn ended without one]")

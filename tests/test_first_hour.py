@@ -153,18 +153,17 @@ class TokenLineTests(FirstHourCase):
         self.leave(term)
 
 
-class OutputFileTests(FirstHourCase):
-    """-o FILE holds the final answer as a text file: it ends with a newline."""
+class QuietAnswerTests(FirstHourCase):
+    """-q's answer is text for a file (`-q > FILE`): it ends with a newline."""
 
-    def test_output_file_ends_with_a_newline(self):
-        """An answer without a final line break gets one in the file; one with it keeps one."""
+    def test_quiet_answer_ends_with_a_newline(self):
+        """An answer without a final line break gets one on stdout; one with it keeps one."""
         for answer in ("no line break", "has one\n"):
             with self.subTest(answer=answer):
                 self.push(text_stream(answer))
-                path = self.ws.path("tmp", "answer.txt")
-                result = self.run_bantam("-o", path, "-p", "go")
+                result = self.run_bantam("-q", "-p", "go")
                 self.assertEqual(result.returncode, 0, result.stderr)
-                self.assertEqual(read_text(path), answer.rstrip("\n") + "\n")
+                self.assertEqual(result.stdout, answer.rstrip("\n") + "\n")
 
 
 class StdinTests(FirstHourCase):
@@ -268,7 +267,8 @@ class FirstRunTests(FirstHourCase):
         proxy, env = self.watch()
         line = self.assert_one_line_error(self.run_bantam("-p", "hi", env=env), *self.FIXES)
         self.assertIn("no API key for https://api.openai.com/v1", line)
-        self.assertIn("bantam --init", line)
+        self.assertIn("/cfg api_key KEY", line)
+        self.assertNotIn("--init", line)
         self.assertEqual(proxy.connections, 0)
 
     def test_repl_sends_no_prompt_until_an_endpoint_is_set(self):

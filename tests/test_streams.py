@@ -97,13 +97,6 @@ class InputBytesTests(BantamTestCase):
         prompts = [b["messages"][-1]["content"] for b in self.server.bodies]
         self.assertEqual(prompts, ["say hi \ufffd", "caf\ufffd"])
 
-    def test_an_output_file_that_cannot_be_written_is_one_line(self):
-        """-o /dev/full: the answer is on stdout (-q), then exit 1 and one line, no traceback."""
-        self.push(text_stream("kept"))
-        result = StreamTests.shell(self, "", "-q", "-o", "/dev/full", "-p", "hi")
-        self.assertEqual((result.returncode, result.stdout), (1, "kept\n"))
-        self.assertEqual(result.stderr, "error: cannot write /dev/full: No space left on device\n")
-
 
 class NoAnswerTests(BantamTestCase):
     """A batch turn that ends without an answer."""

@@ -1,6 +1,6 @@
 """The first hour's stumbles of issue 31 at a terminal: a running command's newest lines, the
-Run? question's help and /quit, a write's diff, the trust question's wrapping, --init, a
-resumed compacted session, --ask in the first line, /model <Tab>.
+Run? question's help and /quit, a write's diff, the trust question's wrapping, a resumed
+compacted session, --ask in the first line, /model <Tab>.
 
 bantam.py runs on a real pseudo-terminal (or as a subprocess) against the scripted FakeServer;
 the checks are what the screen shows, what the server got and what is on disk.
@@ -8,8 +8,6 @@ the checks are what the screen shows, what the server got and what is on disk.
 
 import os
 import re
-import shutil
-import stat
 import time
 import unittest
 
@@ -177,39 +175,6 @@ class NarrowHelpTests(TerminalCase):
         """The notes on stderr (here the token line after a turn) wrap at spaces as well."""
         self.push(text_stream("ok"))
         self.assertIn("completion | context:", " ".join(self.narrow_screen("hi", "(0.")))
-
-
-class InitTests(TerminalCase):
-    """bantam --init writes a commented starter ~/.bantam/model.cfg, never over one."""
-
-    def test_init_writes_a_private_starter_once(self):
-        shutil.rmtree(os.path.join(self.ws.home, ".bantam"))
-        path = os.path.join(self.ws.home, ".bantam", "model.cfg")
-        result = self.run_bantam("--init")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn(path, result.stdout + result.stderr)
-        self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
-        self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode), 0o700)
-        with open(path, encoding="utf-8") as f:
-            starter = f.read()
-        self.assertIn("#api_key=", starter)
-        self.assertTrue(all(line.startswith("#") for line in starter.splitlines() if line))
-        shown = self.run_bantam("--show-config")   # the starter reads as a config
-        self.assertEqual(shown.returncode, 0, shown.stderr)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write("model=mine\n")
-        again = self.run_bantam("--init")
-        self.assertNotEqual(again.returncode, 0)
-        self.assertIn("exists", again.stderr)
-        with open(path, encoding="utf-8") as f:
-            self.assertEqual(f.read(), starter + "model=mine\n")
-
-    def test_first_run_message_names_init(self):
-        os.remove(os.path.join(self.ws.home, ".bantam", "model.cfg"))
-        result = self.run_bantam("-p", "hi")
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("bantam --init", result.stderr)
-        self.assertNotIn("model.cfg.example", result.stderr)
 
 
 class ResumedCompactionTests(TerminalCase):

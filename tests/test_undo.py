@@ -1,7 +1,7 @@
 """A turn's changes seen and taken back: in a real git repository, a scripted model changes,
 creates and deletes files through shell_exec; the change line names them, /diff shows them and
-/undo puts them back without touching the user's index, HEAD or stash. Outside git, /undo takes
-back what the write tool changed."""
+/undo puts them back without touching the user's index, HEAD or stash. Outside git a turn's
+changes are not tracked: /diff and /undo say they need a git work tree."""
 
 import json
 import os
@@ -167,10 +167,12 @@ class ChangesTests(UndoCase):
         self.assertNotIn("changed:", result.stderr)
 
 
-class WriteUndoTests(BantamTestCase):
-    """Outside a git work tree, /undo takes back what the write tool did."""
+class NoGitTests(BantamTestCase):
+    """Outside a git work tree a turn's changes are not tracked."""
 
-    def test_undo_takes_back_a_write(self):
+    def test_diff_and_undo_say_they_need_git(self):
+        """A write tool's change: no change line; /diff and /undo each say so in one line, and
+        the file stays as the turn left it."""
         self.ws.write_config(self.server, tools="shell_exec,write")
         self.ws.write("calc.py", "x = 1\n")
         self.push(tool_call_stream([("w1", "write", {"filePath": "calc.py",
@@ -179,12 +181,33 @@ class WriteUndoTests(BantamTestCase):
         term = self.pty(env={"GIT_CEILING_DIRECTORIES": self.ws.root})
         term.expect("> ")
         out = strip_ansi(self.type_line(term, "change it", "written"))
-        self.assertIn("changed: calc.py", out)
-        out = strip_ansi(self.type_line(term, "/diff"))
-        self.assertIn("+x = 2", out)
-        term.sendline("/undo")
-        term.expect("[y/N]")
-        self.type_line(term, "y", "undone")
+        self.assertNotIn("changed:", out)
+        for command in ("/diff", "/undo"):
+            out = strip_ansi(self.type_line(term, command))
+            self.assertIn("error: %s works in a git work tree (git init here to use it)" % command,
+                          out)
         with open(os.path.join(self.ws.work, "calc.py"), encoding="utf-8") as f:
-            self.assertEqual(f.read(), "x = 1\n")
+            self.assertEqual(f.read(), "x = 2\n")
+        self.leave(term)
+
+    def test_an_earlier_bantams_turn_outside_git_is_left_out(self):
+        """A session saved by an earlier bantam, with a write tool's turn outside git (no git
+        trees): -c then /undo says /undo needs a git work tree, no traceback."""
+        path = os.path.join(self.ws.work, "calc.py")
+        head = {"id": "20250101-000000", "uid": "0123456789abcdef",
+                "cwd": os.path.realpath(self.ws.work), "created_at": "2026-01-01T00:00:00+0000",
+                "saved_at": "2026-01-01T00:00:00+0000", "summary": "s", "count": 3,
+                "turns": [{"writes": {path: ["x = 1\n", "x = 2\n"]}}]}
+        messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "change it"},
+                    {"role": "assistant", "content": "written"}]
+        os.makedirs(self.ws.sessions_dir(), exist_ok=True)
+        with open(os.path.join(self.ws.sessions_dir(), "20250101-000000.json"), "w",
+                  encoding="utf-8") as f:
+            f.write(json.dumps(head)[:-1] + ', "messages": [\n' + ",\n".join(
+                json.dumps(m) for m in messages) + "\n]}\n")
+        term = self.pty("-c", env={"GIT_CEILING_DIRECTORIES": self.ws.root})
+        term.expect("> ")
+        out = strip_ansi(self.type_line(term, "/undo"))
+        self.assertIn("error: /undo works in a git work tree (git init here to use it)", out)
+        self.assertNotIn("Traceback", out)
         self.leave(term)
