@@ -2845,7 +2845,7 @@ HOOKS["turn"].append(token_line)
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions and settings: -c, --session, /delete; /cfg (set live, saved), /model
+# Sessions and settings: -c, --session, /continue, /delete; /cfg (set live, saved), /model
 # ----------------------------------------------------------------------------------------
 
 SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what --session accepts
@@ -2963,6 +2963,10 @@ def cmd_delete(convo, arg):
         raise ConfigError("cannot delete session %s: %s" % (sid, e.strerror or e))
     show({}, "[deleted session %s]\n" % sid)
 
+def cmd_continue(convo, arg):
+    """/continue: resume the newest conversation of this folder, as /load does."""
+    COMMANDS["/load"][0](convo, latest_in_folder())
+
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
     name = latest_in_folder() if args.cont else args.session
@@ -3078,6 +3082,8 @@ def cmd_model(convo, arg):
     return cmd_cfg(convo, "model " + arg)
 
 COMMANDS.update({
+    "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
+    "/cont": (cmd_continue, None),
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/models": (lambda convo, arg: cmd_model(convo, ""), None),   # (another agent's name)

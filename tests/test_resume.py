@@ -87,14 +87,16 @@ class ResumeTests(ResumeCase):
         self.assertNotIn("brand-new", self.conversation_ids())
 
     def test_load_says_continuing_and_shows_the_exchange(self):
-        """/load in the REPL: the continuing line and the last exchange, then the prompt; the
-        next turn goes on from there."""
+        """/load and /continue in the REPL: the continuing line and the last exchange, then the
+        prompt; the next turn goes on from there."""
         self.conversation("20250202-101010", [("user", "what is two plus two?"), ("assistant", "It is **4**.")],
                           hours_ago=0.5)
         self.push(text_stream("and five"))
         term, _ = self.repl()
         out = self.say(term, "/load 20250202", "[continuing 20250202-101010: 3 messages, 30 min ago]")
         self.assertIn("you: what is two plus two?\r\nIt is **4**.\r\n", out)
+        out = self.say(term, "/continue", "[continuing 20250202-101010: 3 messages, ")
+        self.assertIn("you: what is two plus two?", out)
         self.say(term, "plus one?", "and five")
         self.quit(term)
         self.assertEqual(self.last_messages()[-1], {"role": "user", "content": "plus one?"})

@@ -9,7 +9,7 @@ the scripted FakeServer on 127.0.0.1, with a throwaway HOME:
   latest; a new REPL, /clear and a batch run never overwrite an earlier conversation.
 - SaveLoadTests: /save [name] (a copy with a model-written summary; another conversation's
   name refused with a free name suggested; the same conversation re-saves), /load continuing
-  in its own file, /list marking this folder's, batch -c and --session,
+  in its own file, /continue and /cont, /list marking this folder's, batch -c and --session,
   bantam 1.0 files (and a 1.0 autosave.json) loading unchanged.
 - StepSaveTests: the prompt saved before the request; a SIGKILL in the middle of a
   multi-step turn keeps the finished steps (<id>.json + <id>.steps journal), repaired on load.
@@ -313,7 +313,7 @@ class ConversationFileTests(SessionCase):
         self.assertEqual(talk(self.last_messages()), [("user", "question B")])
 
 
-# ---------------------------------------------------------------- /save, /load, /list
+# ---------------------------------------------------------------- /save, /load, /continue, /list
 
 class SaveLoadTests(SessionCase):
     """Named saves, loading, resuming this folder's conversation, old files."""
@@ -355,11 +355,29 @@ class SaveLoadTests(SessionCase):
             self.write_session(sid, new_format(sid, messages, cwd, "talk " + word), mtime=now - age)
         return "20250102-000000"
 
+    def test_continue_and_cont_resume_this_folders_newest(self):
+        """/continue and /cont load the newest conversation whose cwd is this folder (not a newer
+        one of another folder), and the next turn goes on in its file."""
+        for command in ("/continue", "/cont"):
+            with self.subTest(command=command):
+                newest_here = self.folder_history()   # afresh: the first subtest added a turn
+                self.push(text_stream("resumed " + command))
+                term = self.start_repl()
+                self.say(term, command, "[continuing %s: 3 messages, " % newest_here)
+                self.say(term, "go on", "resumed " + command)
+                self.assertEqual([c for _, c in talk(self.last_messages())][:2], ["question B", "answer B"])
+                self.assertEqual(self.last_messages()[-1], {"role": "user", "content": "go on"})
+                self.quit(term)
+                self.assertEqual(talk(self.session(newest_here)["messages"])[-1], ("assistant", "resumed " + command))
+        self.assertEqual(len(self.conversation_ids()), 3)
+
     def test_continue_without_a_conversation_here(self):
-        """Batch -c in a folder with no conversation (one of another folder): exit 2, the reason,
-        nothing sent."""
+        """/continue in a folder with no conversation says so; batch -c exits 2 and sends nothing."""
         self.write_session("20250103-000000", new_format("20250103-000000", [
             {"role": "system", "content": "sys"}, {"role": "user", "content": "elsewhere"}], "/somewhere/else"))
+        term = self.start_repl()
+        self.say(term, "/continue", "no conversation of this folder")
+        self.quit(term)
         result = self.run_bantam("-c", "-p", "more")
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertIn("no conversation of this folder", result.stderr)
