@@ -1395,14 +1395,12 @@ QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check you
 EMPTY_ASSISTANT_PATTERNS = r"(?i)content or tool_calls must be set|text content blocks must"
 
 # Fixes errors teach, per endpoint and model (Kimi, DeepSeek want reasoning_content; Claude
-# gateways: no ""; Mistral: 9-character call ids).
+# gateways: no "").
 FIXES = {
     "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking",
                           "the server wants reasoning_content on tool call messages: sending it"),
     "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
-                     "the server rejects empty text beside tool calls: sending content null there"),
-    "short_ids": (r"a-z, A-Z, 0-9, with a length of 9|tool_calls\[\d+\]\.id'?: string too long",
-                  "the server refuses these tool call ids: sending each as 9 letters and digits")}
+                     "the server rejects empty text beside tool calls: sending content null there")}
 
 # The fields a server may refuse (of the request, of its messages), and how it says so.
 OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
@@ -1492,14 +1490,6 @@ def fixed_message(message, fixes):
             fixed.setdefault("reasoning_content", "")
         if "null_content" in fixes and not str(fixed.get("content") or "").strip():
             fixed["content"] = None
-    if "short_ids" in fixes:   # a call and its result get the same id: 9 hex digits of its hash
-        import hashlib
-        short = lambda i: i if re.fullmatch("[a-zA-Z0-9]{9}", i) else hashlib.sha256(
-            i.encode()).hexdigest()[:9]
-        if fixed.get("tool_calls"):
-            fixed["tool_calls"] = [dict(c, id=short(str(c.get("id")))) for c in fixed["tool_calls"]]
-        if "tool_call_id" in fixed:
-            fixed["tool_call_id"] = short(str(fixed["tool_call_id"]))
     return message if fixed == message else fixed
 
 def server_wait(headers):
