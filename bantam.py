@@ -3219,24 +3219,13 @@ def show_approval(state, event):
             "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"],
             ": " + event["reason"] if event["reason"] else ""), "dim")
 
-def short_arguments(event):
-    """A call's arguments for its trace, a long "content" (a file to write) as its size."""
-    try:   # (short arguments: {}, and the KeyError leaves them as they are)
-        args = json.loads(event["arguments"]) if len(event["arguments"]) >= 400 else {}
-        content = args["content"]
-        args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")),
-                                                    content.count("\n") + (content[-1:] != "\n"))
-        return json.dumps(args, ensure_ascii=False)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return event["arguments"]
-
 def show_call(state, event, text=None):
-    """A tool call's trace (a long "content" as its size), or text, cut to a screen (Run?)."""
+    """A tool call's trace, [tool call: name(args)], or text; at a terminal, cut to a screen."""
     close_block(state, event)
     end_line(state, event["depth"])
     columns, rows = screen_size(state)
     cut = state["tty"] or text
-    text = text or "[tool call: %s(%s)]" % (event["name"], short_arguments(event))
+    text = text or "[tool call: %s(%s)]" % (event["name"], event["arguments"])
     text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"])) if cut else text
     write(state, text + "\n", "call", event["depth"])
     state["out"].flush()
