@@ -1372,10 +1372,10 @@ def spend(cfg, reply):
         turn["cost"] += reply["cost"] or 0.0
 
 def time_up(cfg):
-    """(key, limit, used) when the turn has used up its max_turn_seconds, else None."""
+    """(key, used) when the turn has used up its max_turn_seconds, else None."""
     turn, limit = turn_tally(cfg), cfg.get("max_turn_seconds")
     used = turn and limit and time.monotonic() - turn["started"]
-    return ("max_turn_seconds", limit, round(used, 1)) if used and used >= limit else None
+    return ("max_turn_seconds", round(used, 1)) if used and used >= limit else None
 
 
 # ----------------------------------------------------------------------------------------
@@ -1395,14 +1395,12 @@ QUOTA_PATTERNS = (r"(?i)insufficient_quota|exceeded your current quota|check you
 EMPTY_ASSISTANT_PATTERNS = r"(?i)content or tool_calls must be set|text content blocks must"
 
 # Fixes errors teach, per endpoint and model (Kimi, DeepSeek want reasoning_content; Claude
-# gateways: no ""; Mistral: 9-character call ids).
+# gateways: no "").
 FIXES = {
     "reasoning_content": (r"reasoning_content is missing|reasoning_content`? in the thinking",
                           "the server wants reasoning_content on tool call messages: sending it"),
     "null_content": (r"text content blocks must (?:be non-empty|contain non-whitespace)",
-                     "the server rejects empty text beside tool calls: sending content null there"),
-    "short_ids": (r"a-z, A-Z, 0-9, with a length of 9|tool_calls\[\d+\]\.id'?: string too long",
-                  "the server refuses these tool call ids: sending each as 9 letters and digits")}
+                     "the server rejects empty text beside tool calls: sending content null there")}
 
 # The fields a server may refuse (of the request, of its messages), and how it says so.
 OPTIONAL_FIELDS = ("temperature", "reasoning_effort", "stream_options")
@@ -1492,14 +1490,6 @@ def fixed_message(message, fixes):
             fixed.setdefault("reasoning_content", "")
         if "null_content" in fixes and not str(fixed.get("content") or "").strip():
             fixed["content"] = None
-    if "short_ids" in fixes:   # a call and its result get the same id: 9 hex digits of its hash
-        import hashlib
-        short = lambda i: i if re.fullmatch("[a-zA-Z0-9]{9}", i) else hashlib.sha256(
-            i.encode()).hexdigest()[:9]
-        if fixed.get("tool_calls"):
-            fixed["tool_calls"] = [dict(c, id=short(str(c.get("id")))) for c in fixed["tool_calls"]]
-        if "tool_call_id" in fixed:
-            fixed["tool_call_id"] = short(str(fixed["tool_call_id"]))
     return message if fixed == message else fixed
 
 def server_wait(headers):
@@ -2310,7 +2300,8 @@ HOOKS["spawn"].append(sandboxed)
 
 
 # ----------------------------------------------------------------------------------------
-# The file tool: write (a whole file), other agents' tool names, the tools key; hidden text
+# The file tool: write (a whole file) and the diff it would make; other agents' tool names,
+# the tools key; hidden text kept from the model
 # ----------------------------------------------------------------------------------------
 
 WRITE_SCHEMA = {
@@ -2352,6 +2343,18 @@ def write_tool(cfg, args):
     except OSError as e:
         return "error: cannot write %s: %s" % (path, e.strerror or e)
 
+def write_preview(path, args, reason):
+    """What a write would do (its question, the terminal view): the path (why asked), a diff."""
+    import difflib
+    try:
+        old = read_text(path, "it").splitlines() if os.path.getsize(path) < 1e6 else []
+    except (OSError, ConfigError):
+        old = []
+    new = str(args.get("content", "")).splitlines()
+    lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
+    more = ["... %d more lines" % (len(lines) - 12)] if len(lines) > 12 else []
+    return "\n".join(["write " + path + (" (%s)" % reason if reason else "")] + lines[:12] + more)
+
 TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}   # other agents' names models call
 
 def check_tool_names(raw, where):
@@ -2388,11 +2391,9 @@ HOOKS["delta"].append(unhidden_arguments)
 
 
 # ----------------------------------------------------------------------------------------
-# Approvals and budgets (the tool and step hooks): deny refuses, allow runs a plain
-# line unasked, then approve decides; a used-up budget asks once more for a final answer.
+# Approvals and budgets: deny, allow, approve (the tool hook); budgets (the step hook)
 # ----------------------------------------------------------------------------------------
 
-FINAL_GRACE = 5.0   # seconds a final answer gets when the turn's time is up
 FINAL_PROMPT = ("You have reached a limit (%s) and cannot call tools any more. Give your best "
                 "final answer from what you have found, and say briefly what is left undone.")
 BUDGETS = {   # key: how its use is said, what the turn used (t: its tally, n: repeats in a row)
@@ -2406,14 +2407,10 @@ def leash(cfg, call, args, result=None):
     """The tool hook: the turn's time limit, then approval; the user's edit first."""
     if result is not None:
         return cfg["run"].pop("told", "") + result
-    turn, seconds = turn_tally(cfg), cfg["max_turn_seconds"]
-    if turn and seconds:   # a command may run only as long as the turn has left
-        end = turn["started"] + seconds
-        why = "the turn's time ran out (max_turn_seconds=%g)" % seconds
-        if time.monotonic() >= end:
-            return "error: not run: " + why
-        cfg["run"]["deadline"] = (end, "stopped after %.1f s: %s" % (end - time.monotonic(), why))
-    cfg["run"]["told"] = ""
+    why = "the turn's time ran out (max_turn_seconds=%g)" % cfg["max_turn_seconds"]
+    if time_up(cfg):   # a command may run only as long as the turn has left
+        return "error: not run: " + why
+    cfg["run"]["deadline"] = (turn_tally(cfg)["started"] + (cfg["max_turn_seconds"] or 1e9), why)
     name = call["function"]["name"]
     return approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
 
@@ -2422,8 +2419,7 @@ def budgets(cfg, messages, calls):
     if isinstance(calls, ApiError):
         return calls.kind == "budget" and final_answer(cfg, messages, *time_up(cfg))
     if calls is None:
-        limit = cfg["max_al_iterations"]
-        return final_answer(cfg, messages, "max_al_iterations", limit, limit)
+        return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"])
     turn, mine = turn_tally(cfg), own(cfg)
     last, count = mine.get("streak", (None, 0))
     results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
@@ -2431,23 +2427,23 @@ def budgets(cfg, messages, calls):
         key = (call["function"]["name"], call["function"]["arguments"], results.get(call["id"]))
         last, count = key, (count + 1 if key == last else 1)
     mine["streak"] = (last, count)
-    spent = next(((key, cfg[key], used(turn, count)) for key, (_, used) in BUDGETS.items()
+    spent = next(((key, used(turn, count)) for key, (_, used) in BUDGETS.items()
                   if used and cfg[key] and used(turn, count) >= cfg[key]), None)
     return bool(spent) and final_answer(cfg, messages, *spent)
 
-def final_answer(cfg, messages, key, limit, used):
-    """Say which budget stopped the loop; ask once, without tools, for a final answer. True."""
+def final_answer(cfg, messages, key, used):
+    """Say which budget (key) stopped the loop; ask once, without tools, for a final answer."""
     own(cfg)["status"] = "budget"
-    emit(cfg, "budget_stop", reason=key, limit=limit, used=used)
-    turn = turn_tally(cfg) or {"repairs": 0, "started": time.monotonic()}
+    emit(cfg, "budget_stop", reason=key, limit=cfg[key], used=used)
+    turn = turn_tally(cfg)
     turn["repairs"] += 1   # (max_repair_calls: the turn's final-answer calls)
     asking, words = turn["repairs"] <= cfg["max_repair_calls"], BUDGETS[key][0] % used
     if used == 1:   # "1 model call"
         words = words.replace("calls", "call").replace("times", "time")
     note(cfg, "[stopped: %s (%s=%s)%s]" % (
-        words, key, limit, "; asking for a final answer" if asking else ""), "warning")
+        words, key, cfg[key], "; asking for a final answer" if asking else ""), "warning")
     left = turn["started"] + (cfg["max_turn_seconds"] or 1e9) - time.monotonic()
-    wait = min(cfg["final_answer_timeout"], max(left, FINAL_GRACE))   # the whole call's time
+    wait = min(cfg["final_answer_timeout"], max(left, 5.0))   # the call's time (5 s: none left)
     quick = dict(cfg, backoff=[], first_byte_timeout=min(cfg["first_byte_timeout"], wait),
                  timeout=min(cfg["timeout"], wait),
                  max_turn_seconds=time.monotonic() + wait - turn["started"])   # (time_up ends it)
@@ -2464,12 +2460,10 @@ def final_answer(cfg, messages, key, limit, used):
 def approval(cfg, call_id, name, args):
     """The args to run a tool call with, or its refusal (a text); an approval event for each."""
     command = args.get("command") if name == "shell_exec" else None
-    try:
-        path = os.path.abspath(path_argument(args)) if name == "write" else None
-    except ValueError:
-        return args   # the tool says what is wrong
-    if not isinstance(command, str) and path is None:
-        return args
+    path = args.get("filePath") if name == "write" else None
+    if not (isinstance(command, str) or isinstance(path, str) and path.strip()):
+        return args   # (nothing to decide, or the tool says what is wrong)
+    path = path and os.path.abspath(os.path.expanduser(path))
     decision, rule, reason = decide_file(cfg, path) if path else decide(cfg, command.strip())
     edited = None
     if decision == "ask":
@@ -2481,11 +2475,8 @@ def approval(cfg, call_id, name, args):
          rule=rule, reason=reason, edited=redact(cfg, edited) if edited else None)
     if decision == "always":   # as approve() looks it up
         cfg["run"]["approved"].add(name + ":" + (path or command.strip()))
-    if decision == "edit":
-        cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
-        return dict(args, command=edited)
-    if decision != "refuse":
-        return args
+    if decision != "refuse":   # (an edit: the command the user wrote)
+        return dict(args, command=edited) if edited else args
     what = "command" if name == "shell_exec" else name   # who refused it and why, for the model
     if rule == "asked":
         return "[the user did not let this %s run%s]" % (what, ": " + reason if reason else "")
@@ -2495,45 +2486,41 @@ def approval(cfg, call_id, name, args):
     text = text or "it matches the pattern %r of bantam's deny setting" % rule.partition(" ")[2]
     return "[not run: %s%s]" % (text, " (%s)" % reason if reason else "")
 
-def approve(cfg, key, write_out):
-    """(decision, rule) when deny and allow did not decide: an a(lways) answer, then approve."""
+def approve(cfg, key, why, outside=False):
+    """After deny and allow: an a(lways) answer, then approve: (decision, rule, why unless run)."""
     if key in cfg["run"].setdefault("approved", set()):
-        return "run", "always"
-    setting = "ask" if write_out and cfg["approve"] == "auto" else cfg["approve"]
+        return "run", "always", None
+    setting = "ask" if outside and cfg["approve"] == "auto" else cfg["approve"]
     if setting == "ask" and not cfg["run"].get("approver"):
         note_once(cfg, "no terminal", "[approve=%s, but there is no terminal to ask: what needs "
                   "asking is refused]" % cfg["approve"], "warning")
-        return "refuse", "no terminal"
-    return {"auto": "run", "ask": "ask", "deny": "refuse"}[setting], "approve=" + cfg["approve"]
+        return "refuse", "no terminal", why
+    decision = {"auto": "run", "ask": "ask", "deny": "refuse"}[setting]
+    return decision, "approve=" + cfg["approve"], None if decision == "run" else why
 
 def patterns(cfg, key, paths=False):
     """The deny or allow patterns for commands, or (paths) write's: (text, its absolute path)."""
     found = [p.strip() for p in cfg[key].split(",") if p.strip()]
-    if not paths:
-        return [p for p in found if not p.startswith("write:")]
-    return [(p, os.path.abspath(os.path.expanduser(p[6:]))) for p in found if p[:6] == "write:"]
+    return [(p, os.path.abspath(os.path.expanduser(p[6:]))) if paths else p
+            for p in found if p.startswith("write:") == paths]
 
 def decide(cfg, command):
     """(decision, rule, reason) for a command line: deny, then allow, then approve."""
-    split, why = shell_commands(command), None
-    deny, allow = patterns(cfg, "deny"), patterns(cfg, "allow")
-    for pattern, words in [(p, w) for p in deny for w in split.found]:
+    split, allow = shell_commands(command), patterns(cfg, "allow")
+    for pattern, words in [(p, w) for p in patterns(cfg, "deny") for w in split.found]:
         why = pattern_hit(words, pattern) or re.search(COMPUTED, words[0]) and (
             "the program is computed: " + words[0])   # it may be any: it matches every pattern
         if why:
             return "refuse", "deny " + pattern, why if why != command else None
-    if allow and split.found:
-        hits = [next((p for p in allow if pattern_hit(words, p)), None) for words in split.found]
-        why = next(("%s matches no allow pattern" % " ".join(words)
-                    for words, hit in zip(split.found, hits) if not hit), None)
-        why = why or allow_bar(cfg, split) or (split.unplain + [None])[0]
-        if not why:
-            return "run", "allow " + ", ".join(dict.fromkeys(hits)), None
-    decision, rule = approve(cfg, "shell_exec:" + command, False)
-    return decision, rule, why or None if decision == "refuse" else None
+    hits = {" ".join(w): next((p for p in allow if pattern_hit(w, p)), None) for w in split.found}
+    why = next(("%s matches no allow pattern" % part for part, p in hits.items() if not p), None)
+    why = why or allow_bar(cfg, split) or (split.unplain + [None])[0]
+    if allow and split.found and not why:
+        return "run", "allow " + ", ".join(dict.fromkeys(hits.values())), None
+    return approve(cfg, "shell_exec:" + command, why if allow else None)
 
 def pattern_hit(words, pattern):
-    """Why a simple command matches a pattern (`rm *` also a bare rm, as xargs runs it)."""
+    """Why a simple command (or [a path]) matches a pattern (`rm *` also a bare rm: xargs rm)."""
     import fnmatch
     forms = {" ".join(words): " ".join(words)}
     if words[0] in ("unlink", "shred", "rmdir") or words[0] == "find" and "-delete" in words:
@@ -2543,7 +2530,6 @@ def pattern_hit(words, pattern):
 
 def allow_bar(cfg, split):
     """Why allow may not run a line whose commands all match (a redirection), else None."""
-    import fnmatch
     writable = [glob for _, glob in patterns(cfg, "allow", True)]
     for word in split.redirs:   # a write (not 2>&1, >&- or >/dev/null)
         m = re.match(r"\d*(?:&>>?|>>|>\||>&(?!\d*-?$)|>(?!&)|<>)(?!/dev/null$)(.*)", word, re.S)
@@ -2551,11 +2537,9 @@ def allow_bar(cfg, split):
         where = path and ("to a computed path" if re.search(r"[$`*?[{]|^~[^/]", m.group(1)) else
                           "outside the working folder" if not within(path, [os.getcwd()]) else
                           "into a .git folder" if ".git" in path.split(os.sep) else None)
-        if where and (where[0] == "t" or not any(fnmatch.fnmatchcase(path, g) for g in writable)):
+        if where and (where[0] == "t" or not any(pattern_hit([path], g) for g in writable)):
             return "%s writes %s, which allow patterns do not cover" % (word, where)
 
-# The splitter reads a line plainly, not as a shell does: its simple commands (word lists: quotes
-# resolved, the program by its base name, redirections last), and why it is not plain.
 ARITH = (r"\(\((?:P|\((?:P|\((?:P)*\))*\))*\)\)"   # ((...)) as bash finds it: else ( (...) )
          .replace("P", r"""[^()"'`\\]|"(?:[^"\\]|\\.)*"|'[^']*'|`(?:[^`\\]|\\.)*`|\\."""))
 SHELL_TOKEN = (   # one token outside double quotes
@@ -2576,7 +2560,7 @@ WRAPPERS = {   # program: its usual short options that take the next word as the
     "setsid": ""}
 
 def shell_commands(text):
-    """A command line as bantam reads it: found (simple commands), unplain, redirs."""
+    """A line read plainly, not as a shell does: found (simple commands), unplain (why), redirs."""
     import types
     out = types.SimpleNamespace(found=[], unplain=[], redirs=[])
     shell_parse(text, 0, 0, out)
@@ -2595,7 +2579,7 @@ def shell_parse(text, i, depth, out, closer=False):
         m = re.compile(QUOTED_TOKEN if dq else SHELL_TOKEN).match(text, i)   # None at the end
         kind, token, start = m.lastgroup if m else "op", m.group() if m else "", i
         i = m.end() if m else i + 1
-        if kind == "plain" and token[0] == "#" and word is None and not dq:   # a comment
+        if kind == "plain" and token[0] == "#" and word is None:   # a comment: a word's first #
             i = text.find("\n", start) % (len(text) + 1)
         elif kind in ("sq", "dq", "esc", "sub", "param", "plain"):   # a piece of a word
             if kind in ("sub", "param"):
@@ -2656,7 +2640,7 @@ def simple_command(words, redirs, depth, out):
         program, args, n = words[0], words[1:], 0
         if not re.search(COMPUTED, program):   # (a computed one stays whole: $(echo /bin/rm))
             program = os.path.basename(program) or program
-        out.found.append([program] + args + redirs)
+        out.found.append([program] + args + redirs)   # (quotes resolved, redirections last)
         if re.search(r"[*?{]|\[.", words[0]):   # a glob, [[, {a,b}
             out.unplain.append("the program is not a plain name: " + words[0])
         shell = re.match(SHELL_NAME, program)   # sh [options] -c STRING: STRING is read too
@@ -2680,37 +2664,23 @@ def user_decision(cfg, command):
         return "run" if word[0] == "y" else "always", None, None
     if word in ("e", "edit") and command is not None:
         edited = ask("Command: ", command)
-        if edited and edited.strip() and edited != command:
-            return "edit", None, edited
-        return ("run" if edited == command else "refuse"), None, None
+        if edited == command or not (edited or "").strip():   # unchanged: it runs; empty: not
+            return ("run" if edited == command else "refuse"), None, None
+        cfg["run"]["told"] = "[the user changed the command before it ran, to:\n%s]\n\n" % edited
+        return "edit", None, edited   # (leash tells the model first)
     return "refuse", (rest.strip() if word in ("n", "no") else answer) or None, None
 
 def decide_file(cfg, path):
-    """(decision, rule, reason) for a write of an absolute path."""
-    import fnmatch
+    """(decision, rule, reason) for a write of an absolute path (write refuses symlinks out)."""
     real = os.path.realpath(path)
     for key, decision, names in (("deny", "refuse", [path, real]), ("allow", "run", [real])):
         for pattern, glob in patterns(cfg, key, True):   # allow: only where the path leads
-            if any(fnmatch.fnmatchcase(name, glob) for name in names):
+            if any(pattern_hit([name], glob) for name in names):
                 return decision, "%s %s" % (key, pattern), None
     if ".git" in (path + os.sep + real).split(os.sep):
         return "refuse", ".git", None
-    inside = within(real, [os.getcwd()]) or within(path, [os.getcwd()])
-    where = None if inside else "outside the working folder"   # (write refuses symlinks out)
-    decision, rule = approve(cfg, "write:" + path, where)
-    return decision, rule, None if decision == "run" else where
-
-def write_preview(path, args, reason):
-    """What a write would do, for its question: the path (and why it is asked), a short diff."""
-    import difflib
-    try:
-        old = read_text(path, "it").splitlines() if os.path.getsize(path) < 1e6 else []
-    except (OSError, ConfigError):
-        old = []
-    new = str(args.get("content", "")).splitlines()
-    lines = [line[:200] for line in difflib.unified_diff(old, new, lineterm="", n=1)][2:]
-    more = ["... %d more lines" % (len(lines) - 12)] if len(lines) > 12 else []
-    return "\n".join(["write " + path + (" (%s)" % reason if reason else "")] + lines[:12] + more)
+    outside = not (within(real, [os.getcwd()]) or within(path, [os.getcwd()]))
+    return approve(cfg, "write:" + path, "outside the working folder" if outside else None, outside)
 
 HOOKS["tool"].append(leash)
 HOOKS["step"].append(budgets)
@@ -3221,7 +3191,7 @@ def show_context(state, event):
 
 def show_approval(state, event):
     """[command refused (deny rm *)]: a decision about a call, unless approve=auto made it."""
-    if event["rule"] not in ("approve=auto", "working folder"):
+    if event["rule"] != "approve=auto":
         done = {"run": "run", "always": "run, and from now on", "edit": "changed and run",
                 "refuse": "refused"}[event["decision"]]
         show_on_stderr(state, "[%s %s %s%s]" % (
@@ -3229,24 +3199,13 @@ def show_approval(state, event):
             "by the user" if event["rule"] == "asked" else "(%s)" % event["rule"],
             ": " + event["reason"] if event["reason"] else ""), "dim")
 
-def short_arguments(event):
-    """A call's arguments for its trace, a long "content" (a file to write) as its size."""
-    try:   # (short arguments: {}, and the KeyError leaves them as they are)
-        args = json.loads(event["arguments"]) if len(event["arguments"]) >= 400 else {}
-        content = args["content"]
-        args["content"] = "<%d bytes, %d lines>" % (len(content.encode("utf-8", "replace")),
-                                                    content.count("\n") + (content[-1:] != "\n"))
-        return json.dumps(args, ensure_ascii=False)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return event["arguments"]
-
 def show_call(state, event, text=None):
-    """A tool call's trace (a long "content" as its size), or text, cut to a screen (Run?)."""
+    """A tool call's trace, [tool call: name(args)], or text; at a terminal, cut to a screen."""
     close_block(state, event)
     end_line(state, event["depth"])
     columns, rows = screen_size(state)
     cut = state["tty"] or text
-    text = text or "[tool call: %s(%s)]" % (event["name"], short_arguments(event))
+    text = text or "[tool call: %s(%s)]" % (event["name"], event["arguments"])
     text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"])) if cut else text
     write(state, text + "\n", "call", event["depth"])
     state["out"].flush()

@@ -383,11 +383,12 @@ class ToolsKeyTests(ExtrasCase):
         self.assertEqual(self.tool_results(body)["w1"], "error: unknown tool 'write'; the tools are shell_exec, run_subagent")
         self.assertFalse(os.path.exists(os.path.join(self.ws.work, "x.txt")))
 
-    def test_plain_view_shortens_a_long_write(self):
+    def test_plain_view_traces_a_long_write_whole(self):
+        """The plain view traces a write as the spec traces any call: [tool call: name(args)]."""
         content = "x" * 500 + "\n" + "y\n"
-        result, _ = self.run_calls([("w1", "write", {"filePath": "big.txt", "content": content})])
-        self.assertIn('[tool call: write({"filePath": "big.txt", "content": "<503 bytes, 2 lines>"})]', result.stdout)
-        self.assertNotIn("x" * 100, result.stdout)
+        args = json.dumps({"filePath": "big.txt", "content": content})
+        result, _ = self.run_calls([("w1", "write", args)])
+        self.assertIn("[tool call: write(%s)]\n" % args, result.stdout)
         self.assertEqual(read_text(os.path.join(self.ws.work, "big.txt")), content)
 
 

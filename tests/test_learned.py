@@ -16,12 +16,6 @@ The errors below teach bantam a fix (one case each), for the README's server tab
 | Claude through Databricks | 400 `{"error_code": "BAD_REQUEST", "message": "{\\"message\\":\\"messages: text content blocks must be non-empty\\"}"}`: `content: null` beside tool calls | `databricks_empty_text_block` |
 | Claude through Requesty, one-api | 400 "anthropic: send request: messages: text content blocks must be non-empty" | `requesty_empty_text_block` |
 | Groq | 400 `code: tool_use_failed` with `failed_generation`: retried as the model's slip, said when the retries run out | `groq_tool_use_failed` |
-| Mistral (also through OpenRouter) | 400 "Tool call id was call_1 but must be a-z, A-Z, 0-9, with a length of 9.": each id sent as 9 hex digits of its hash, in the call and in its result | `mistral_tool_call_id` |
-| OpenAI | 400 `code: string_above_max_length`, "Invalid 'messages[2].tool_calls[0].id': string too long ..." (ids from another provider): the same | `openai_tool_call_id_too_long` |
-
-The two id rows come from other clients' bug reports (2025-2026), a conversation moved between
-providers: https://github.com/openclaw/openclaw/issues/57672, https://github.com/HKUDS/nanobot/pull/1293,
-https://github.com/anomalyco/opencode/issues/12653, https://github.com/gethnet/litellm-connector-copilot/issues/30.
 """
 
 import json
@@ -37,14 +31,6 @@ CALL = [("call_1", "shell_exec", {"command": "echo hi"})]
 def reasoning_content_of(body):
     """The reasoning_content of the assistant tool-call message in a request body (missing: None)."""
     return [m for m in body["messages"] if m.get("tool_calls")][0].get("reasoning_content")
-
-
-def ids_of(body):
-    """The id of the tool call and of its result in a request body: "9 alnum" when both are one
-    and the same id of 9 letters and digits, else the pair."""
-    ids = ([m for m in body["messages"] if m.get("tool_calls")][0]["tool_calls"][0]["id"],
-           [m for m in body["messages"] if m["role"] == "tool"][0]["tool_call_id"])
-    return "9 alnum" if ids[0] == ids[1] and re.fullmatch("[a-zA-Z0-9]{9}", ids[0]) else ids
 
 
 def content_of(body):
@@ -72,14 +58,6 @@ MESSAGE_FIXES = [
     ("requesty_empty_text_block", error(400, body={"error": {
         "message": "anthropic: send request: messages: text content blocks must be non-empty",
         "type": "invalid_request_error"}}), content_of, "", None),
-    ("mistral_tool_call_id", error(400, body={
-        "object": "error", "message": "Tool call id was call_1 but must be a-z, A-Z, 0-9, with a length of 9.",
-        "type": "invalid_request_error", "param": None, "code": None}), ids_of, ("call_1", "call_1"), "9 alnum"),
-    ("openai_tool_call_id_too_long", error(400, body={"error": {
-        "message": "Invalid 'messages[2].tool_calls[0].id': string too long. Expected a string with maximum length "
-                   "40, but got a string with length 43 instead.", "type": "invalid_request_error",
-        "param": "messages[2].tool_calls[0].id", "code": "string_above_max_length"}}),
-     ids_of, ("call_1", "call_1"), "9 alnum"),
 ]
 
 
