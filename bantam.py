@@ -128,25 +128,14 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
 def emit(cfg, kind, **fields):
     """Pass one event, through the event hook, to the run's sink (outside a run: a plain view)."""
     run = cfg.get("run") or {}
-    run["emitting"] = True   # (a timer's signal handler must not write in the middle)
-    try:
-        event = hooked("event", dict(type=kind, t=round(time.monotonic() - STARTED, 3),
-                                     depth=run.get("depth", 0), **fields), cfg)
-        if event is not None:
-            (run.get("emit") or VIEWS["plain"](cfg))(event)
-    finally:
-        run["emitting"] = False
+    event = hooked("event", dict(type=kind, t=round(time.monotonic() - STARTED, 3),
+                                 depth=run.get("depth", 0), **fields), cfg)
+    if event is not None:
+        (run.get("emit") or VIEWS["plain"](cfg))(event)
 
 def note(cfg, text, level="error"):
     """A one-line diagnostic on stderr: an error, a retry, a warning, a hint (info)."""
     emit(cfg, "note", text=text, level=level)
-
-def note_once(cfg, key, text, level="warning"):
-    """A note said once a turn (outside a turn: each time)."""
-    said = (cfg.get("run") or {}).get("said", set())
-    if key not in said:
-        said.add(key)
-        note(cfg, text, level)
 
 def show(cfg, text):
     """A command's output on stdout."""
@@ -203,12 +192,10 @@ def close_block(state, event):
         write(state, "--- reasoning end ---\n", "marker", event["depth"])
     state["block"] = None
 
-def show_status(state, event):
-    """...requesting... on a colored terminal (the seconds waited, from 2 on, of the limit)."""
+def show_status(state, event, text="...requesting..."):
+    """A status line (...requesting...) on a colored terminal, erased by the next write."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        waited = " %d s of %g" % (event["seconds"], state["cfg"]["first_byte_timeout"]) if (
-            event.get("seconds", 0) >= 2) else ""
-        state["out"].write("\r" + COLORS["status"] + "...requesting..." + waited + RESET)
+        state["out"].write("\r" + COLORS["status"] + text + RESET)
         state["out"].flush()
         state["status"] = 1
 
@@ -280,7 +267,7 @@ def bantam_home(*parts):
     return os.path.join(os.path.expanduser("~"), ".bantam", *parts)
 
 def write_private_file(path, data, exclusive=False, keep_mode=False):
-    """path replaced at once by data (text, bytes, a writer), 0600 or keep_mode; exclusive: new."""
+    """path replaced at once by data (text or bytes), 0600 or keep_mode; exclusive: a new file."""
     folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     mode = os.stat(path).st_mode & 0o7777 if keep_mode and os.path.exists(path) else None
@@ -288,14 +275,12 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if keep_mode else 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
-            data = data.encode("utf-8", "replace") if isinstance(data, str) else data
-            result = data(f) if callable(data) else f.write(data)
+            f.write(data.encode("utf-8", "replace") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())   # on disk before the name points at it: never a torn file
         if mode is not None:
             os.chmod(temp, mode)
         os.link(temp, path) if exclusive else os.replace(temp, path)   # link: fails if it exists
-        return result
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
@@ -536,8 +521,9 @@ def read_stream(cfg, response, reply):
             try:
                 chunk = json.loads(data)
             except (ValueError, RecursionError):
-                note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
-                          % data[:80])
+                if not reply.get("skipped"):   # (said once a reply)
+                    note(cfg, "warning: skipped data that is not JSON: %r" % data[:80], "warning")
+                reply["skipped"] = True
                 continue
             if isinstance(chunk, dict):   # (not a relay's `data: null`)
                 merge_chunk(cfg, reply, chunk)
@@ -883,8 +869,7 @@ def enter_run(cfg, on_event=None):
     """A copy of cfg for one AL run, whose "run" has the event sink and the subagent depth."""
     parent = cfg.get("run") or {}
     loop = parent.get("loop")
-    run = dict(parent, depth=parent["depth"] + 1 if loop else 0, loop=True, partial=None, own={},
-               said=parent["said"] if loop else set())   # notes said once a turn, subagents too
+    run = dict(parent, depth=parent["depth"] + 1 if loop else 0, loop=True, partial=None, own={})
     if not parent or on_event:
         run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
     return dict(cfg, run=run)
@@ -1360,6 +1345,13 @@ def turn_tally(cfg):
                         "run": run["own"]}
     return run["tally"]
 
+def note_once(cfg, key, text, level="warning"):
+    """A note said once a turn, subagents' too (outside a turn: each time)."""
+    said = (turn_tally(cfg) or {}).setdefault("said", set())
+    if key not in said:
+        said.add(key)
+        note(cfg, text, level)
+
 def spend(cfg, reply):
     """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
     prompt, cached, completion, _ = reply["tokens"]
@@ -1699,17 +1691,18 @@ def count_wait(cfg, messages, body, error=None):
     import http.client
     import signal   # (SIGALRM)
     import threading
+    import traceback
     if error is not None:   # (once: the connection sent on next is a new one)
         conn = CONNECTIONS.get(pool_key(cfg))
         return bool(conn and conn.reused and conn.response is None and isinstance(
             error.__cause__, (ConnectionError, http.client.BadStatusLine)))
     host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
 
-    def tick(*_):
+    def tick(signum, frame):   # (stopped in emit, a write is under way: the next tick says it)
         reply = (cfg.get("run") or {}).get("reply") or {}
         if reply.get("quiet", True) or reply["ended"] or reply["size"]:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        elif not cfg["run"].get("emitting"):   # (a write is under way: the next tick says it)
+        elif not any(f.f_code is emit.__code__ for f, _ in traceback.walk_stack(frame)):
             waited, limit = round(time.monotonic() - reply["asked"]), cfg["first_byte_timeout"]
             emit(cfg, "waiting", seconds=waited)
             if waited >= min(30, limit / 2) and not reply.get("said"):   # once, naming the host
@@ -1761,6 +1754,8 @@ def network_error(cfg, error):
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
     return silent
 
+PLAIN["waiting"] = lambda s, e: show_status(s, e, "...requesting..." + (   # 11 s of 300
+    " %d s of %g" % (e["seconds"], s["cfg"]["first_byte_timeout"])) * (e["seconds"] >= 2))
 HOOKS["connect"].append(connect_endpoint)
 HOOKS["request"].append(count_wait)
 HOOKS["delta"].append(stop_count)
@@ -3251,8 +3246,7 @@ def show_call(state, event, text=None):
     write(state, text + "\n", "call", event["depth"])
     state["out"].flush()
 
-PLAIN.update(waiting=show_status, context=show_context,
-             approval=show_approval, tool_call=show_call)
+PLAIN.update(context=show_context, approval=show_approval, tool_call=show_call)
 QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
          "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
 
