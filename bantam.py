@@ -1228,12 +1228,6 @@ def main(argv=None):
     if sys.stdout is None:   # `>&-`: the same run would fail the same way again
         sys.stderr.write("error: stdout is closed: there is nowhere to write the answer\n")
         return 2
-    import io   # PYTHONUNBUFFERED=1: a short write to a pipe would lose the rest unsaid
-    if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):
-        sys.stdout = io.TextIOWrapper(io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding,
-                                      write_through=True)
-    if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
-        sys.stdout.reconfigure(errors="replace")
     convo, cfg = None, {}
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -3908,7 +3902,13 @@ def refuse_keyless(convo, prompt, go):
 
 def start(convo, args):
     """The start hook: the flags' work and every check before a request is paid for."""
+    import io   # PYTHONUNBUFFERED=1: a short write to a pipe would lose the rest unsaid
     import signal
+    if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding,
+                                      write_through=True)
+    if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
+        sys.stdout.reconfigure(errors="replace")
     cfg = convo["cfg"]
     if args.delete:
         return cmd_delete(None, args.delete) or 0
