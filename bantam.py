@@ -122,8 +122,7 @@ EVENTS = {   # every type of event and its fields (Part II adds its own): the RE
     "reply_end": "finish", "reply": "message quiet", "message": "message", "tool_call":
     "id name arguments", "tool_output": "text", "tool_progress": "seconds", "tool_result":
     "id name content ok", "retry": "error attempt of wait", "note": "text level", "output":
-    "text", "error": "message", "turn_end": "status error", "compaction":
-    "before after kept_prompt"}
+    "text", "error": "message", "turn_end": "status error", "compaction": "before after"}
 
 def emit(cfg, kind, **fields):
     """Pass one event, through the event hook, to the run's sink (outside a run: a plain view)."""
@@ -1052,21 +1051,17 @@ def switch_to(convo, session, messages):
 
 SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
 
-def compact(cfg, messages, keep=None):
-    """Replace messages by [system, user: a summary], keep (a request in progress) after it."""
-    request = [dict(m) for m in messages]
-    if keep and request[-1]["role"] == "user" and request[-1]["content"] == keep:
-        request.pop()
+def compact(cfg, messages):
+    """Replace messages by [system, user: a summary of them]."""
+    request = append_user([dict(m) for m in messages], COMPACT_PROMPT)
     try:
-        summary = chat(cfg, append_user(request, COMPACT_PROMPT), False, True)["content"].strip()
+        summary = chat(cfg, request, False, True)["content"].strip()
     except ApiError as e:
         raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
     if not summary:
         raise ApiError("compaction failed: the model returned an empty summary")
-    text = SUMMARY_HEAD + summary + SUMMARY_END + (
-        "\n\nThe request I am working on now, as I wrote it:\n\n" + keep if keep else "")
-    emit(cfg, "compaction", before=len(messages), after=2, kept_prompt=bool(keep))
-    messages[:] = [messages[0], {"role": "user", "content": text}]
+    emit(cfg, "compaction", before=len(messages), after=2)
+    messages[:] = [messages[0], {"role": "user", "content": SUMMARY_HEAD + summary + SUMMARY_END}]
 
 def cmd_compact(convo, arg):
     """/compact: replace the conversation by a summary of it."""
@@ -2792,7 +2787,11 @@ def overflowed(cfg, messages, body, error=None):
     fits = isinstance(prompt, str) and (len(prompt) + 3) // 4 <= context_window(cfg) // 2
     if not fits:
         note(cfg, "[your prompt is more than half the context window: it is summarized]", "warning")
-    compact(cfg, messages, prompt if fits else None)
+    summed = messages[:-1] if fits and messages[-1].get("content") == prompt else messages
+    compact(cfg, summed)   # (the prompt that fits: not summarized, kept word for word after)
+    messages[:] = summed
+    if fits:
+        messages[1]["content"] += "\n\nThe request I am working on now, as I wrote it:\n\n" + prompt
     return True
 
 def token_line(convo, prompt, go):
