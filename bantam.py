@@ -383,10 +383,6 @@ def load_config(overrides=None, config_file=None, env=None):
 # The HTTP client: a connection per request, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
 
-def default_port(url):
-    """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
-    return url.port or (443 if url.scheme == "https" else 80)
-
 def http_request(cfg, method, path, body=None, wait=None, root=False):
     """The response to one request on a new connection, closed by the caller (response.conn)."""
     import http.client
@@ -400,7 +396,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     kind = http.client.HTTPConnection if url.scheme == "http" else http.client.HTTPSConnection
-    conn = first("connect", cfg) or kind(url.hostname, default_port(url), timeout=cfg["timeout"])
+    conn = first("connect", cfg) or kind(url.netloc.rpartition("@")[2], timeout=cfg["timeout"])
     try:
         conn.request(method, target, body, headers)
         sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
@@ -1626,6 +1622,10 @@ def route(cfg):
             return url, None
     proxy = env(url.scheme.upper() + "_PROXY")
     return url, urlsplit(proxy if "://" in proxy else "http://" + proxy) if proxy else None
+
+def default_port(url):
+    """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
+    return url.port or (443 if url.scheme == "https" else 80)
 
 CONNECTIONS = {}   # (endpoint, thread) -> its last connection (idle: kept for the next request)
 
