@@ -649,10 +649,8 @@ def shell_exec(cfg, args):
         proc = subprocess.Popen([shell_path(), "-c", command], **options)
     except (OSError, ValueError, BantamError) as e:
         return "error: cannot start the shell: %s" % e
-    limit, why = cfg["shell_timeout"], "timed out after %g s" % cfg["shell_timeout"]
-    deadline = (cfg.get("run") or {}).get("deadline")   # (when, why): the turn's, if sooner
-    if deadline and deadline[0] - time.monotonic() < limit:
-        limit, why = max(0.0, deadline[0] - time.monotonic()), deadline[1]
+    limit, why = (cfg.get("run") or {}).get("time_left") or (   # (Part II's: the turn's)
+        cfg["shell_timeout"], "timed out after %g s" % cfg["shell_timeout"])
     output, started, remark = BoundedOutput(cfg), time.monotonic(), ""
     try:
         pump_output(cfg, proc, output, started + limit)
@@ -2394,9 +2392,11 @@ def leash(cfg, call, args, result=None):
     if turn and seconds:   # a command may run only as long as the turn has left
         end = turn["started"] + seconds
         why = "the turn's time ran out (max_turn_seconds=%g)" % seconds
-        if time.monotonic() >= end:
+        left = end - time.monotonic()
+        if left <= 0:
             return "error: not run: " + why
-        cfg["run"]["deadline"] = (end, "stopped after %.1f s: %s" % (end - time.monotonic(), why))
+        if left < cfg["shell_timeout"]:   # (shell_exec's limit then, and why it was cut)
+            cfg["run"]["time_left"] = (left, "stopped after %.1f s: %s" % (left, why))
     cfg["run"]["told"] = ""
     name = call["function"]["name"]
     return approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
