@@ -36,8 +36,7 @@ DEFAULTS = {
     "max_tool_res": 65536,         # bytes of a command's output sent whole; more: head and tail
 }
 CHOICES = {"color": ("auto", "always", "never")}
-POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout",
-            "shell_timeout"}
+POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout", "shell_timeout"}
 PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
@@ -1261,7 +1260,8 @@ def main(argv=None):
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
-#   the write tool, Markdown, the terminal view, a failing stdout's exit 141, --jsonl, -c, /undo.
+#   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
+#   a stdout that is unbuffered (PYTHONUNBUFFERED), Latin-1, or closed by its reader (exit 141).
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import stat          # (Part II's own module)
