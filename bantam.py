@@ -454,7 +454,7 @@ def exchange(cfg, body, quiet):
         else:   # not streamed, or a server that ignores stream=true
             merge_chunk(cfg, reply, json.loads(response.read()), whole=True)
         end_reply(cfg, reply)
-        message = finish_reply(reply)
+        message = reply["message"] = finish_reply(reply)   # (the reply is whole)
         emit(cfg, "reply", message=message, quiet=quiet)
         hooked("delta", None, cfg, reply)
         return message
@@ -821,7 +821,7 @@ def AL(cfg, messages, on_event=None):
     try:
         for _ in range(cfg["max_al_iterations"]):
             try:
-                reply = ask(cfg, messages)
+                reply = chat(cfg, messages)
             except ApiError as e:   # (Part II may end the turn another way: its budgets)
                 if first("step", cfg, messages, e):
                     return messages
@@ -844,18 +844,7 @@ def AL(cfg, messages, on_event=None):
         first("step", cfg, messages, None)
         return messages
     finally:
-        leave_run(cfg, sys.exc_info()[1])
-
-def ask(cfg, messages):
-    """The model's reply; cut by a Ctrl+C or a signal, the text shown is kept (marked so)."""
-    try:
-        return chat(cfg, messages)
-    except (KeyboardInterrupt, SystemExit) as stop:   # (the signals exit with SystemExit)
-        text = "".join(cfg["run"].get("reply", {}).get("content", ()))
-        if text.strip():   # (a Ctrl+C is the user's; a signal stopped bantam)
-            add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
-                INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
-        raise
+        leave_run(cfg, messages, sys.exc_info()[1])
 
 def enter_run(cfg, on_event=None):
     """A copy of cfg for one AL run, whose "run" has the event sink and the subagent depth."""
@@ -866,8 +855,13 @@ def enter_run(cfg, on_event=None):
         run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
     return dict(cfg, run=run)
 
-def leave_run(cfg, stop):
-    """The run is over: say how it ended."""
+def leave_run(cfg, messages, stop):
+    """The run is over: a reply that stop cut keeps the text shown (marked so); say how."""
+    reply = cfg["run"].get("reply") or {"quiet": True}   # (a summary's is no answer)
+    text = "" if reply["quiet"] or "message" in reply else "".join(reply["content"])
+    if isinstance(stop, (KeyboardInterrupt, SystemExit)) and text.strip():   # (signals: exit)
+        add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
+            INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
     status = (cfg["run"]["own"].get("status", "done") if stop is None else "interrupted" if
               isinstance(stop, KeyboardInterrupt) else "failed" if isinstance(stop, BantamError)
               else "stopped")
@@ -1209,8 +1203,7 @@ def read_prompt(path, hint=None):
     return read_text(path, "prompt file")
 
 def main(argv=None):
-    """The REPL without a prompt, batch mode with one: the exit status (0 done, 1 failed after
-    retries, 2 a usage, config or request error, 130 interrupted, 141 stdout closed, 143 ended)."""
+    """The REPL without a prompt, batch mode with one: the exit status (the README lists them)."""
     sys.stdin = sys.stdin or open(os.devnull)   # closed (`<&-`, `2>&-`): read or write nothing
     sys.stderr = sys.stderr or open(os.devnull, "w")
     if sys.stdout is None:   # `>&-`: the same run would fail the same way again
