@@ -1204,11 +1204,6 @@ def read_prompt(path, hint=None):
 
 def main(argv=None):
     """The REPL without a prompt, batch mode with one: the exit status (the README lists them)."""
-    sys.stdin = sys.stdin or open(os.devnull)   # closed (`<&-`, `2>&-`): read or write nothing
-    sys.stderr = sys.stderr or open(os.devnull, "w")
-    if sys.stdout is None:   # `>&-`: the same run would fail the same way again
-        sys.stderr.write("error: stdout is closed: there is nowhere to write the answer\n")
-        return 2
     convo, cfg = None, {}
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -1244,7 +1239,7 @@ def main(argv=None):
             save_session(convo["cfg"], convo["session"], convo["messages"])
         try:
             sys.stdout.flush()
-        except OSError:   # (said already, or a REPL's terminal gone)
+        except (OSError, AttributeError):   # (said already, a REPL's terminal gone, `>&-`)
             pass
 
 # Here ends Part I: all of Bantam. Part II joins it only through its tables and HOOKS, and
@@ -1254,7 +1249,7 @@ def main(argv=None):
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
-#   a stdout that is unbuffered (PYTHONUNBUFFERED), Latin-1, or closed by its reader (exit 141).
+#   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import stat          # (Part II's own module)
@@ -3244,7 +3239,8 @@ class Guarded:
     """A view's stream: a failing stdout pipe or file ends the run, another goes to /dev/null."""
 
     def __init__(self, stream):
-        self.stream, self.tty = stream, stream.isatty()
+        self.stream = stream or open(os.devnull, "w")   # (closed: `>&-`, `2>&-`)
+        self.tty = self.stream.isatty()
 
     def __getattr__(self, name):   # (isatty, fileno, encoding...: the stream's own)
         return getattr(self.stream, name)
@@ -3896,6 +3892,10 @@ def start(convo, args):
     """The start hook: the flags' work and every check before a request is paid for."""
     import io   # PYTHONUNBUFFERED=1: a short write to a pipe would lose the rest unsaid
     import signal
+    if sys.stdout is None:   # `>&-`: the same run would fail the same way again
+        raise ConfigError("stdout is closed: there is nowhere to write the answer")
+    sys.stdin = sys.stdin or open(os.devnull)   # closed (`<&-`, `2>&-`): read or write nothing
+    sys.stderr = sys.stderr or open(os.devnull, "w")
     if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):
         sys.stdout = io.TextIOWrapper(io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding,
                                       write_through=True)
