@@ -537,18 +537,15 @@ def check_not_empty(reply):
         raise ApiError("the server ended the reply without sending anything", "retry",
                        body="empty stream")
 
-def stream_error(error):
-    """The ApiError for an error sent inside a stream (retried: it may be a slip)."""
-    message = error.get("message") if isinstance(error, dict) else str(error)
-    return ApiError("error in stream: %s" % " ".join(str(message).split()), "retry",
-                    body=json.dumps(error)[:4000])
-
 def merge_chunk(cfg, reply, chunk, whole=False):
     """Merge one chunk (whole: a non-streamed response) into reply via the delta hook."""
     # {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[...]}}],"usage":{...}}
     reply["chunk"] = chunk
-    if chunk.get("error"):   # (beside the choices too: OpenRouter)
-        raise stream_error(chunk["error"])
+    error = chunk.get("error")   # (beside the choices too: OpenRouter)
+    if error:   # retried: it may be a slip
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise ApiError("error in stream: %s" % " ".join(str(message).split()), "retry",
+                       body=json.dumps(error)[:4000])
     if whole and not chunk.get("choices"):
         raise ApiError("the server sent a reply with no choices", "retry")
     for choice in chunk.get("choices") or ():
