@@ -111,17 +111,10 @@ class ApiError(BantamError):
 
 # ----------------------------------------------------------------------------------------
 # Events and the plain view: all a run reports is one event, {"type", "t", "depth", ...},
-# passed to the run's sink; a view turns events into output.
+# passed to the run's sink; a view turns events into output (the README's Events lists them).
 # ----------------------------------------------------------------------------------------
 
 STARTED = time.monotonic()   # events carry "t": seconds since the process started
-EVENTS = {   # every type of event and its fields (Part II adds its own): the README's schema
-    "start": "version model mode session time", "prompt": "text session", "turn_start":
-    "messages", "request": "model messages stream", "reasoning": "text", "text": "text",
-    "reply_end": "finish", "reply": "message quiet", "message": "message", "tool_call":
-    "id name arguments", "tool_output": "text", "tool_progress": "seconds", "tool_result":
-    "id name content ok", "retry": "error attempt of wait", "note": "text level", "output":
-    "text", "error": "message", "turn_end": "status error", "compaction": "before after"}
 
 def emit(cfg, kind, **fields):
     """Pass one event, through the event hook, to the run's sink (outside a run: a plain view)."""
@@ -1251,7 +1244,7 @@ def main(argv=None):
 
 import stat          # (Part II's own module)
 
-# Part II adds keys, events, views, tools, commands and flags to Part I's tables; fills hooks.
+# Part II adds keys, views, tools, commands, flags to Part I's tables; fills hooks; lists events.
 
 DEFAULTS.update({
     "headers": {},                 # extra request headers, JSON: {"api-key": "..."} (secret)
@@ -1287,11 +1280,17 @@ DEFAULTS.update({
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
 POSITIVE |= {"context_window"}
-EVENTS.update({"usage": "model prompt_tokens cached_tokens completion_tokens estimated quiet "
-               "seconds first_output cost", "waiting": "seconds", "context": "model prompt_tokens "
-               "cached_tokens completion_tokens estimated window share cost session_cost",
-               "approval": "id tool command path decision rule reason edited",
-               "budget_stop": "reason limit used"})
+EVENTS = {   # every type of event and its fields, Part I's first: the README's schema
+    "start": "version model mode session time", "prompt": "text session", "turn_start":
+    "messages", "request": "model messages stream", "reasoning": "text", "text": "text",
+    "reply_end": "finish", "reply": "message quiet", "message": "message", "tool_call":
+    "id name arguments", "tool_output": "text", "tool_progress": "seconds", "tool_result":
+    "id name content ok", "retry": "error attempt of wait", "note": "text level", "output":
+    "text", "error": "message", "turn_end": "status error", "compaction": "before after",
+    "usage": "model prompt_tokens cached_tokens completion_tokens estimated quiet seconds "
+    "first_output cost", "waiting": "seconds", "context": "model prompt_tokens cached_tokens "
+    "completion_tokens estimated window share cost session_cost", "approval": "id tool command "
+    "path decision rule reason edited", "budget_stop": "reason limit used"}
 MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (then: cut)
 COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
