@@ -36,8 +36,7 @@ DEFAULTS = {
     "max_tool_res": 65536,         # bytes of a command's output sent whole; more: head and tail
 }
 CHOICES = {"color": ("auto", "always", "never")}
-POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout",
-            "shell_timeout"}
+POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout", "shell_timeout"}
 PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
@@ -112,41 +111,22 @@ class ApiError(BantamError):
 
 # ----------------------------------------------------------------------------------------
 # Events and the plain view: all a run reports is one event, {"type", "t", "depth", ...},
-# passed to the run's sink; a view turns events into output.
+# passed to the run's sink; a view turns events into output (the README's Events lists them).
 # ----------------------------------------------------------------------------------------
 
 STARTED = time.monotonic()   # events carry "t": seconds since the process started
-EVENTS = {   # every type of event and its fields (Part II adds its own): the README's schema
-    "start": "version model mode session time", "prompt": "text session", "turn_start":
-    "messages", "request": "model messages stream", "reasoning": "text", "text": "text",
-    "reply_end": "finish", "reply": "message quiet", "message": "message", "tool_call":
-    "id name arguments", "tool_output": "text", "tool_progress": "seconds", "tool_result":
-    "id name content ok", "retry": "error attempt of wait", "note": "text level", "output":
-    "text", "error": "message", "turn_end": "status error", "compaction":
-    "before after kept_prompt"}
 
 def emit(cfg, kind, **fields):
     """Pass one event, through the event hook, to the run's sink (outside a run: a plain view)."""
     run = cfg.get("run") or {}
-    run["emitting"] = True   # (a timer's signal handler must not write in the middle)
-    try:
-        event = hooked("event", dict(type=kind, t=round(time.monotonic() - STARTED, 3),
-                                     depth=run.get("depth", 0), **fields), cfg)
-        if event is not None:
-            (run.get("emit") or VIEWS["plain"](cfg))(event)
-    finally:
-        run["emitting"] = False
+    event = hooked("event", dict(type=kind, t=round(time.monotonic() - STARTED, 3),
+                                 depth=run.get("depth", 0), **fields), cfg)
+    if event is not None:
+        (run.get("emit") or VIEWS["plain"](cfg))(event)
 
 def note(cfg, text, level="error"):
     """A one-line diagnostic on stderr: an error, a retry, a warning, a hint (info)."""
     emit(cfg, "note", text=text, level=level)
-
-def note_once(cfg, key, text, level="warning"):
-    """A note said once a turn (outside a turn: each time)."""
-    said = (cfg.get("run") or {}).get("said", set())
-    if key not in said:
-        said.add(key)
-        note(cfg, text, level)
 
 def show(cfg, text):
     """A command's output on stdout."""
@@ -203,12 +183,10 @@ def close_block(state, event):
         write(state, "--- reasoning end ---\n", "marker", event["depth"])
     state["block"] = None
 
-def show_status(state, event):
-    """...requesting... on a colored terminal (the seconds waited, from 2 on, of the limit)."""
+def show_status(state, event, text="...requesting..."):
+    """A status line (...requesting...) on a colored terminal, erased by the next write."""
     if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        waited = " %d s of %g" % (event["seconds"], state["cfg"]["first_byte_timeout"]) if (
-            event.get("seconds", 0) >= 2) else ""
-        state["out"].write("\r" + COLORS["status"] + "...requesting..." + waited + RESET)
+        state["out"].write("\r" + COLORS["status"] + text + RESET)
         state["out"].flush()
         state["status"] = 1
 
@@ -280,7 +258,7 @@ def bantam_home(*parts):
     return os.path.join(os.path.expanduser("~"), ".bantam", *parts)
 
 def write_private_file(path, data, exclusive=False, keep_mode=False):
-    """path replaced at once by data (text, bytes, a writer), 0600 or keep_mode; exclusive: new."""
+    """path replaced at once by data (text or bytes), 0600 or keep_mode; exclusive: a new file."""
     folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     mode = os.stat(path).st_mode & 0o7777 if keep_mode and os.path.exists(path) else None
@@ -288,14 +266,12 @@ def write_private_file(path, data, exclusive=False, keep_mode=False):
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if keep_mode else 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
-            data = data.encode("utf-8", "replace") if isinstance(data, str) else data
-            result = data(f) if callable(data) else f.write(data)
+            f.write(data.encode("utf-8", "replace") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())   # on disk before the name points at it: never a torn file
         if mode is not None:
             os.chmod(temp, mode)
         os.link(temp, path) if exclusive else os.replace(temp, path)   # link: fails if it exists
-        return result
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
@@ -399,10 +375,6 @@ def load_config(overrides=None, config_file=None, env=None):
 # The HTTP client: a connection per request, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
 
-def default_port(url):
-    """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
-    return url.port or (443 if url.scheme == "https" else 80)
-
 def http_request(cfg, method, path, body=None, wait=None, root=False):
     """The response to one request on a new connection, closed by the caller (response.conn)."""
     import http.client
@@ -416,7 +388,7 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     kind = http.client.HTTPConnection if url.scheme == "http" else http.client.HTTPSConnection
-    conn = first("connect", cfg) or kind(url.hostname, default_port(url), timeout=cfg["timeout"])
+    conn = first("connect", cfg) or kind(url.netloc.rpartition("@")[2], timeout=cfg["timeout"])
     try:
         conn.request(method, target, body, headers)
         sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
@@ -475,7 +447,7 @@ def exchange(cfg, body, quiet):
         else:   # not streamed, or a server that ignores stream=true
             merge_chunk(cfg, reply, json.loads(response.read()), whole=True)
         end_reply(cfg, reply)
-        message = finish_reply(reply)
+        message = reply["message"] = finish_reply(reply)   # (the reply is whole)
         emit(cfg, "reply", message=message, quiet=quiet)
         hooked("delta", None, cfg, reply)
         return message
@@ -536,8 +508,9 @@ def read_stream(cfg, response, reply):
             try:
                 chunk = json.loads(data)
             except (ValueError, RecursionError):
-                note_once(cfg, "garbage", "warning: skipped stream data that is not JSON: %r"
-                          % data[:80])
+                if not reply.get("skipped"):   # (said once a reply)
+                    note(cfg, "warning: skipped data that is not JSON: %r" % data[:80], "warning")
+                reply["skipped"] = True
                 continue
             if isinstance(chunk, dict):   # (not a relay's `data: null`)
                 merge_chunk(cfg, reply, chunk)
@@ -557,18 +530,15 @@ def check_not_empty(reply):
         raise ApiError("the server ended the reply without sending anything", "retry",
                        body="empty stream")
 
-def stream_error(error):
-    """The ApiError for an error sent inside a stream (retried: it may be a slip)."""
-    message = error.get("message") if isinstance(error, dict) else str(error)
-    return ApiError("error in stream: %s" % " ".join(str(message).split()), "retry",
-                    body=json.dumps(error)[:4000])
-
 def merge_chunk(cfg, reply, chunk, whole=False):
     """Merge one chunk (whole: a non-streamed response) into reply via the delta hook."""
     # {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[...]}}],"usage":{...}}
     reply["chunk"] = chunk
-    if chunk.get("error"):   # (beside the choices too: OpenRouter)
-        raise stream_error(chunk["error"])
+    error = chunk.get("error")   # (beside the choices too: OpenRouter)
+    if error:   # retried: it may be a slip
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise ApiError("error in stream: %s" % " ".join(str(message).split()), "retry",
+                       body=json.dumps(error)[:4000])
     if whole and not chunk.get("choices"):
         raise ApiError("the server sent a reply with no choices", "retry")
     for choice in chunk.get("choices") or ():
@@ -668,10 +638,8 @@ def shell_exec(cfg, args):
         proc = subprocess.Popen([shell_path(), "-c", command], **options)
     except (OSError, ValueError, BantamError) as e:
         return "error: cannot start the shell: %s" % e
-    limit, why = cfg["shell_timeout"], "timed out after %g s" % cfg["shell_timeout"]
-    deadline = (cfg.get("run") or {}).get("deadline")   # (when, why): the turn's, if sooner
-    if deadline and deadline[0] - time.monotonic() < limit:
-        limit, why = max(0.0, deadline[0] - time.monotonic()), deadline[1]
+    limit, why = (cfg.get("run") or {}).get("time_left") or (   # (Part II's: the turn's)
+        cfg["shell_timeout"], "timed out after %g s" % cfg["shell_timeout"])
     output, started, remark = BoundedOutput(cfg), time.monotonic(), ""
     try:
         pump_output(cfg, proc, output, started + limit)
@@ -843,7 +811,7 @@ def AL(cfg, messages, on_event=None):
     try:
         for _ in range(cfg["max_al_iterations"]):
             try:
-                reply = ask(cfg, messages)
+                reply = chat(cfg, messages)
             except ApiError as e:   # (Part II may end the turn another way: its budgets)
                 if first("step", cfg, messages, e):
                     return messages
@@ -866,31 +834,24 @@ def AL(cfg, messages, on_event=None):
         first("step", cfg, messages, None)
         return messages
     finally:
-        leave_run(cfg, sys.exc_info()[1])
-
-def ask(cfg, messages):
-    """The model's reply; cut by a Ctrl+C or a signal, the text shown is kept (marked so)."""
-    try:
-        return chat(cfg, messages)
-    except (KeyboardInterrupt, SystemExit) as stop:   # (the signals exit with SystemExit)
-        text = "".join(cfg["run"].get("reply", {}).get("content", ()))
-        if text.strip():   # (a Ctrl+C is the user's; a signal stopped bantam)
-            add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
-                INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
-        raise
+        leave_run(cfg, messages, sys.exc_info()[1])
 
 def enter_run(cfg, on_event=None):
     """A copy of cfg for one AL run, whose "run" has the event sink and the subagent depth."""
     parent = cfg.get("run") or {}
     loop = parent.get("loop")
-    run = dict(parent, depth=parent["depth"] + 1 if loop else 0, loop=True, partial=None, own={},
-               said=parent["said"] if loop else set())   # notes said once a turn, subagents too
+    run = dict(parent, depth=parent["depth"] + 1 if loop else 0, loop=True, partial=None, own={})
     if not parent or on_event:
         run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
     return dict(cfg, run=run)
 
-def leave_run(cfg, stop):
-    """The run is over: say how it ended."""
+def leave_run(cfg, messages, stop):
+    """The run is over: a reply that stop cut keeps the text shown (marked so); say how."""
+    reply = cfg["run"].get("reply") or {"quiet": True}   # (a summary's is no answer)
+    text = "" if reply["quiet"] or "message" in reply else "".join(reply["content"])
+    if isinstance(stop, (KeyboardInterrupt, SystemExit)) and text.strip():   # (signals: exit)
+        add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
+            INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
     status = (cfg["run"]["own"].get("status", "done") if stop is None else "interrupted" if
               isinstance(stop, KeyboardInterrupt) else "failed" if isinstance(stop, BantamError)
               else "stopped")
@@ -1067,21 +1028,17 @@ def switch_to(convo, session, messages):
 
 SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
 
-def compact(cfg, messages, keep=None):
-    """Replace messages by [system, user: a summary], keep (a request in progress) after it."""
-    request = [dict(m) for m in messages]
-    if keep and request[-1]["role"] == "user" and request[-1]["content"] == keep:
-        request.pop()
+def compact(cfg, messages):
+    """Replace messages by [system, user: a summary of them]."""
+    request = append_user([dict(m) for m in messages], COMPACT_PROMPT)
     try:
-        summary = chat(cfg, append_user(request, COMPACT_PROMPT), False, True)["content"].strip()
+        summary = chat(cfg, request, False, True)["content"].strip()
     except ApiError as e:
         raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
     if not summary:
         raise ApiError("compaction failed: the model returned an empty summary")
-    text = SUMMARY_HEAD + summary + SUMMARY_END + (
-        "\n\nThe request I am working on now, as I wrote it:\n\n" + keep if keep else "")
-    emit(cfg, "compaction", before=len(messages), after=2, kept_prompt=bool(keep))
-    messages[:] = [messages[0], {"role": "user", "content": text}]
+    emit(cfg, "compaction", before=len(messages), after=2)
+    messages[:] = [messages[0], {"role": "user", "content": SUMMARY_HEAD + summary + SUMMARY_END}]
 
 def cmd_compact(convo, arg):
     """/compact: replace the conversation by a summary of it."""
@@ -1236,19 +1193,7 @@ def read_prompt(path, hint=None):
     return read_text(path, "prompt file")
 
 def main(argv=None):
-    """The REPL without a prompt, batch mode with one: the exit status (0 done, 1 failed after
-    retries, 2 a usage, config or request error, 130 interrupted, 141 stdout closed, 143 ended)."""
-    sys.stdin = sys.stdin or open(os.devnull)   # closed (`<&-`, `2>&-`): read or write nothing
-    sys.stderr = sys.stderr or open(os.devnull, "w")
-    if sys.stdout is None:   # `>&-`: the same run would fail the same way again
-        sys.stderr.write("error: stdout is closed: there is nowhere to write the answer\n")
-        return 2
-    import io   # PYTHONUNBUFFERED=1: a short write to a pipe would lose the rest unsaid
-    if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):
-        sys.stdout = io.TextIOWrapper(io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding,
-                                      write_through=True)
-    if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
-        sys.stdout.reconfigure(errors="replace")
+    """The REPL without a prompt, batch mode with one: the exit status (the README lists them)."""
     convo, cfg = None, {}
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -1284,7 +1229,7 @@ def main(argv=None):
             save_session(convo["cfg"], convo["session"], convo["messages"])
         try:
             sys.stdout.flush()
-        except OSError:   # (said already, or a REPL's terminal gone)
+        except (OSError, AttributeError):   # (said already, a REPL's terminal gone, `>&-`)
             pass
 
 # Here ends Part I: all of Bantam. Part II joins it only through its tables and HOOKS, and
@@ -1293,12 +1238,13 @@ def main(argv=None):
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
-#   the write tool, Markdown, the terminal view, a failing stdout's exit 141, --jsonl, -c, /undo.
+#   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
+#   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import stat          # (Part II's own module)
 
-# Part II adds keys, events, views, tools, commands and flags to Part I's tables; fills hooks.
+# Part II adds keys, views, tools, commands, flags to Part I's tables; fills hooks; lists events.
 
 DEFAULTS.update({
     "headers": {},                 # extra request headers, JSON: {"api-key": "..."} (secret)
@@ -1334,11 +1280,17 @@ DEFAULTS.update({
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
 POSITIVE |= {"context_window"}
-EVENTS.update({"usage": "model prompt_tokens cached_tokens completion_tokens estimated quiet "
-               "seconds first_output cost", "waiting": "seconds", "context": "model prompt_tokens "
-               "cached_tokens completion_tokens estimated window share cost session_cost",
-               "approval": "id tool command path decision rule reason edited",
-               "budget_stop": "reason limit used"})
+EVENTS = {   # every type of event and its fields, Part I's first: the README's schema
+    "start": "version model mode session time", "prompt": "text session", "turn_start":
+    "messages", "request": "model messages stream", "reasoning": "text", "text": "text",
+    "reply_end": "finish", "reply": "message quiet", "message": "message", "tool_call":
+    "id name arguments", "tool_output": "text", "tool_progress": "seconds", "tool_result":
+    "id name content ok", "retry": "error attempt of wait", "note": "text level", "output":
+    "text", "error": "message", "turn_end": "status error", "compaction": "before after",
+    "usage": "model prompt_tokens cached_tokens completion_tokens estimated quiet seconds "
+    "first_output cost", "waiting": "seconds", "context": "model prompt_tokens cached_tokens "
+    "completion_tokens estimated window share cost session_cost", "approval": "id tool command "
+    "path decision rule reason edited", "budget_stop": "reason limit used"}
 MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (then: cut)
 COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
@@ -1359,6 +1311,13 @@ def turn_tally(cfg):
         run["tally"] = {"started": time.monotonic(), "tokens": 0, "cost": 0.0, "repairs": 0,
                         "run": run["own"]}
     return run["tally"]
+
+def note_once(cfg, key, text, level="warning"):
+    """A note said once a turn, subagents' too (outside a turn: each time)."""
+    said = (turn_tally(cfg) or {}).setdefault("said", set())
+    if key not in said:
+        said.add(key)
+        note(cfg, text, level)
 
 def spend(cfg, reply):
     """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
@@ -1636,6 +1595,10 @@ def route(cfg):
     proxy = env(url.scheme.upper() + "_PROXY")
     return url, urlsplit(proxy if "://" in proxy else "http://" + proxy) if proxy else None
 
+def default_port(url):
+    """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
+    return url.port or (443 if url.scheme == "https" else 80)
+
 CONNECTIONS = {}   # (endpoint, thread) -> its last connection (idle: kept for the next request)
 
 def pool_key(cfg):
@@ -1689,17 +1652,18 @@ def count_wait(cfg, messages, body, error=None):
     import http.client
     import signal   # (SIGALRM)
     import threading
+    import traceback
     if error is not None:   # (once: the connection sent on next is a new one)
         conn = CONNECTIONS.get(pool_key(cfg))
         return bool(conn and conn.reused and conn.response is None and isinstance(
             error.__cause__, (ConnectionError, http.client.BadStatusLine)))
     host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
 
-    def tick(*_):
+    def tick(signum, frame):   # (stopped in emit, a write is under way: the next tick says it)
         reply = (cfg.get("run") or {}).get("reply") or {}
         if reply.get("quiet", True) or reply["ended"] or reply["size"]:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        elif not cfg["run"].get("emitting"):   # (a write is under way: the next tick says it)
+        elif not any(f.f_code is emit.__code__ for f, _ in traceback.walk_stack(frame)):
             waited, limit = round(time.monotonic() - reply["asked"]), cfg["first_byte_timeout"]
             emit(cfg, "waiting", seconds=waited)
             if waited >= min(30, limit / 2) and not reply.get("said"):   # once, naming the host
@@ -1751,6 +1715,8 @@ def network_error(cfg, error):
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
     return silent
 
+PLAIN["waiting"] = lambda s, e: show_status(s, e, "...requesting..." + (   # 11 s of 300
+    " %d s of %g" % (e["seconds"], s["cfg"]["first_byte_timeout"])) * (e["seconds"] >= 2))
 HOOKS["connect"].append(connect_endpoint)
 HOOKS["request"].append(count_wait)
 HOOKS["delta"].append(stop_count)
@@ -2410,9 +2376,11 @@ def leash(cfg, call, args, result=None):
     why = "the turn's time ran out (max_turn_seconds=%g)" % cfg["max_turn_seconds"]
     if time_up(cfg):   # a command may run only as long as the turn has left
         return "error: not run: " + why
-    cfg["run"]["deadline"] = (turn_tally(cfg)["started"] + (cfg["max_turn_seconds"] or 1e9), why)
     name = call["function"]["name"]
-    return approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
+    args = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
+    left = turn_tally(cfg)["started"] + (cfg["max_turn_seconds"] or 1e9) - time.monotonic()
+    cfg["run"]["time_left"] = (left, why) if left < cfg["shell_timeout"] else None   # (shell_exec)
+    return args
 
 def budgets(cfg, messages, calls):
     """The step hook: a used-up budget stops the loop (calls None: max_al_iterations)."""
@@ -2773,7 +2741,11 @@ def overflowed(cfg, messages, body, error=None):
     fits = isinstance(prompt, str) and (len(prompt) + 3) // 4 <= context_window(cfg) // 2
     if not fits:
         note(cfg, "[your prompt is more than half the context window: it is summarized]", "warning")
-    compact(cfg, messages, prompt if fits else None)
+    summed = messages[:-1] if fits and messages[-1].get("content") == prompt else messages
+    compact(cfg, summed)   # (the prompt that fits: not summarized, kept word for word after)
+    messages[:] = summed
+    if fits:
+        messages[1]["content"] += "\n\nThe request I am working on now, as I wrote it:\n\n" + prompt
     return True
 
 def token_line(convo, prompt, go):
@@ -3210,8 +3182,7 @@ def show_call(state, event, text=None):
     write(state, text + "\n", "call", event["depth"])
     state["out"].flush()
 
-PLAIN.update(waiting=show_status, context=show_context,
-             approval=show_approval, tool_call=show_call)
+PLAIN.update(context=show_context, approval=show_approval, tool_call=show_call)
 QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
          "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
 
@@ -3223,7 +3194,8 @@ class Guarded:
     """A view's stream: a failing stdout pipe or file ends the run, another goes to /dev/null."""
 
     def __init__(self, stream):
-        self.stream, self.tty = stream, stream.isatty()
+        self.stream = stream or open(os.devnull, "w")   # (closed: `>&-`, `2>&-`)
+        self.tty = self.stream.isatty()
 
     def __getattr__(self, name):   # (isatty, fileno, encoding...: the stream's own)
         return getattr(self.stream, name)
@@ -3828,7 +3800,17 @@ def refuse_keyless(convo, prompt, go):
 
 def start(convo, args):
     """The start hook: the flags' work and every check before a request is paid for."""
+    import io   # PYTHONUNBUFFERED=1: a short write to a pipe would lose the rest unsaid
     import signal
+    if sys.stdout is None:   # `>&-`: the same run would fail the same way again
+        raise ConfigError("stdout is closed: there is nowhere to write the answer")
+    sys.stdin = sys.stdin or open(os.devnull)   # closed (`<&-`, `2>&-`): read or write nothing
+    sys.stderr = sys.stderr or open(os.devnull, "w")
+    if isinstance(getattr(sys.stdout, "buffer", None), io.RawIOBase):
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(sys.stdout.buffer), sys.stdout.encoding,
+                                      write_through=True)
+    if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
+        sys.stdout.reconfigure(errors="replace")
     cfg = convo["cfg"]
     if args.delete:
         return cmd_delete(None, args.delete) or 0

@@ -279,7 +279,8 @@ class EventSchemaTests(EventCase):
         self.assertLess(events.index(turn_end), events.index(event))
 
     def test_compaction(self):
-        """compaction: the message counts before and after, and whether the prompt was kept."""
+        """compaction: the messages summarized and the messages after; the prompt that
+        overflowed is not summarized but kept word for word after the summary."""
         self.push(error(400, body={"error": {
             "message": "This model's maximum context length is 128000 tokens. However, your messages "
                        "resulted in 130211 tokens.", "type": "invalid_request_error",
@@ -287,7 +288,9 @@ class EventSchemaTests(EventCase):
             completion("SUMMARY of the talk"), text_stream("after compaction"))
         _, events = self.run_jsonl("-p", "a prompt that overflows")
         event = self.one(events, "compaction")
-        self.assertEqual((event["before"], event["after"], event["kept_prompt"]), (2, 2, True))
+        self.assertEqual((event["before"], event["after"]), (1, 2))
+        self.assertTrue(self.server.bodies[-1]["messages"][1]["content"].endswith(
+            "as I wrote it:\n\na prompt that overflows"))
         self.assertEqual(joined(events, "text"), "after compaction")
         self.assertIn("SUMMARY of the talk", self.server.bodies[-1]["messages"][1]["content"])
 
