@@ -1636,51 +1636,42 @@ def route(cfg):
     proxy = env(url.scheme.upper() + "_PROXY")
     return url, urlsplit(proxy if "://" in proxy else "http://" + proxy) if proxy else None
 
-CONNECTIONS = {}   # (endpoint, thread) -> its last connection (idle: kept for the next request)
+IDLE = {}   # endpoint -> a connection whose last reply was read whole (taken while in use)
 
-def pool_key(cfg):
-    """Whose connection: the endpoint's in this thread (two threads' runs never share one)."""
-    import threading
-    return cfg["endpoint"], threading.get_ident()
+def kept(kind, endpoint):
+    """kind, an http.client connection class, whose close() keeps it idle after a whole reply."""
+    class Kept(kind):   # taken out of IDLE by a request, put back by its close()
+        reused = response = None
 
-def drop_connection(cfg):
-    """Close the endpoint's kept connection (its endpoint changed)."""
-    conn = CONNECTIONS.pop(pool_key(cfg), None)
-    if conn:
-        conn.close(keep=False)
-
-def kept(kind):
-    """kind, an http.client connection class, whose close() keeps it after a reply read whole."""
-    class Kept(kind):   # idle after a reply read whole, reused by the next request
-        idle = reused = response = None
         def getresponse(self):
             self.response = None   # (kind's may close() it at once: the server closes after)
             self.response = kind.getresponse(self)
             return self.response
 
-        def close(self, keep=True):
-            self.idle = keep and bool(self.sock and self.response and self.response.isclosed())
-            if not self.idle:
-                kind.close(self)
+        def close(self):
+            if self.sock and self.response and self.response.isclosed():
+                self.reused, self.response = True, None
+                if IDLE.setdefault(endpoint, self) is self:   # (one idle: another's is closed)
+                    return
+            kind.close(self)
     return Kept
 
 def connect_endpoint(cfg):
-    """The connect hook: the endpoint's kept connection, else a new one (through its proxy)."""
+    """The connect hook: the endpoint's idle connection, else a new one (through its proxy)."""
     import http.client
     from urllib.parse import unquote
-    conn = CONNECTIONS.get(pool_key(cfg))
-    if conn and conn.idle:
-        conn.idle, conn.reused, conn.response = False, True, None
-        return conn
-    url, proxy = route(cfg)
-    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    conn = kept(kind)((proxy or url).hostname, default_port(proxy or url), timeout=cfg["timeout"])
-    if proxy:   # a CONNECT tunnel, with the proxy URL's credentials
-        import base64
-        login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
-        auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
-        conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
-    CONNECTIONS[pool_key(cfg)] = conn
+    conn = IDLE.pop(cfg["endpoint"], None)   # (taken: another thread's request opens its own)
+    if not conn:
+        url, proxy = route(cfg)
+        kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        conn = kept(kind, cfg["endpoint"])((proxy or url).hostname, default_port(proxy or url),
+                                           timeout=cfg["timeout"])
+        if proxy:   # a CONNECT tunnel, with the proxy URL's credentials
+            import base64
+            login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
+            auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
+            conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
+    (cfg.get("run") or {})["conn"] = conn   # the run's: its failure and its reply's rest
     return conn
 
 def count_wait(cfg, messages, body, error=None):
@@ -1690,7 +1681,7 @@ def count_wait(cfg, messages, body, error=None):
     import signal   # (SIGALRM)
     import threading
     if error is not None:   # (once: the connection sent on next is a new one)
-        conn = CONNECTIONS.get(pool_key(cfg))
+        conn = (cfg.get("run") or {}).get("conn")
         return bool(conn and conn.reused and conn.response is None and isinstance(
             error.__cause__, (ConnectionError, http.client.BadStatusLine)))
     host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
@@ -1718,7 +1709,7 @@ def stop_count(cfg, reply, delta):
     if delta is None:
         import signal
         signal.setitimer(signal.ITIMER_REAL, 0)
-        conn = CONNECTIONS.get(pool_key(cfg))
+        conn = (cfg.get("run") or {}).get("conn")
         try:   # (none kept: the server closes after the reply; a rest that fails: closed)
             conn.sock.settimeout(2.0)
             conn.response.read()
@@ -2976,8 +2967,6 @@ def apply_setting(convo, key, value, where):
     """Use a new value of key from now on, in this conversation too."""
     cfg = convo["cfg"]
     cfg["sources"].setdefault("at_start", {}).setdefault(key, cfg["sources"][key])
-    if key == "endpoint":
-        drop_connection(cfg)
     cfg[key], cfg["sources"][key] = value, where
     if key in SECRET_KEYS or key == "endpoint":
         settle_secrets(cfg)
