@@ -2924,10 +2924,6 @@ def cmd_delete(convo, arg):
         raise ConfigError("cannot delete session %s: %s" % (sid, e.strerror or e))
     show({}, "[deleted session %s]\n" % sid)
 
-def cmd_continue(convo, arg):
-    """/continue: resume the newest conversation of this folder, as /load does."""
-    COMMANDS["/load"][0](convo, latest_in_folder())
-
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
     name = latest_in_folder() if args.cont else args.session
@@ -2939,13 +2935,10 @@ def start_conversation(cfg, args):
 
 def set_config_line(text, key, value):
     """text with key=value appended (the last wins); ValueError if it would not read back."""
-    if not isinstance(key, str) or key.lower() not in DEFAULTS:
-        raise ValueError("bad config key %r" % (key,))
     if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
         raise ValueError("cannot store %r as %s: a value is one line, read without surrounding "
                          "spaces or a ' #' comment" % (value, key))
-    newline = "\r\n" if "\r\n" in text else "\n"
-    return text + newline * (text[-1:] not in ("", "\n")) + key.lower() + "=" + value + newline
+    return text + "\n" * (text[-1:] not in ("", "\n")) + key + "=" + value + "\n"
 
 def shown_value(cfg, key):
     """A setting as /cfg and --show-config print it: secrets as ***."""
@@ -2968,8 +2961,7 @@ def apply_setting(convo, key, value, where):
     cfg = convo["cfg"]
     cfg["sources"].setdefault("at_start", {}).setdefault(key, cfg["sources"][key])
     cfg[key], cfg["sources"][key] = value, where
-    if key in SECRET_KEYS or key == "endpoint":
-        settle_secrets(cfg)
+    settle_secrets(cfg)   # (an endpoint's credentials)
     if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
         add_prompt_extras(cfg)   # the system prompt names them
         if convo["messages"] and convo["messages"][0]["role"] == "system":
@@ -2995,18 +2987,15 @@ def cmd_cfg(convo, arg):
         readline.remove_history_item(readline.get_current_history_length() - 1)
     value = None if raw == "-" else parse_value(key, raw, "/cfg")   # -: clear the key
     path = config_path(cfg, key)
+    text = read_text(path, "config") if os.path.exists(path) else ""
     try:   # appended (mode 0600): the last line of a key wins
-        text = ""
-        if os.path.exists(path):
-            with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
-                text = f.read()
         new = set_config_line(text, key, raw) if value is not None else re.sub(
-            r"(?im)^[ \t]*%s[ \t]*=.*(?:\r?\n|$)" % key, "", text)
+            r"(?im)^[ \t]*%s[ \t]*=.*\n?" % key, "", text)
         if new == text:
             raise ValueError("set in no config file /cfg writes (%s)" % path)
         write_private_file(os.path.realpath(path), new)
-    except ValueError as e:   # (a UnicodeDecodeError too)
-        raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
+    except ValueError as e:
+        raise BantamError("%s: %s" % (key, e))
     except OSError as e:
         raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
     if value is None:
@@ -3018,10 +3007,10 @@ def cmd_cfg(convo, arg):
 
 def clear_setting(convo, key, path):
     """/cfg KEY - took the key out of path: the value the layers now give is used."""
-    cfg, folder = convo["cfg"], convo["cfg"]["sources"]["folder_config"]
-    layers = cfg["sources"]["layers"]
-    layers[:] = [(name, read_key_values(path) if name == ("folder" if path == folder else "own")
-                  else layer) for name, layer in layers]
+    cfg = convo["cfg"]
+    mine = "folder" if path == cfg["sources"]["folder_config"] else "own"   # (the layer it was)
+    cfg["sources"]["layers"][:] = [(name, read_key_values(path) if name == mine else layer)
+                                   for name, layer in cfg["sources"]["layers"]]
     value, where = layered(cfg, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
@@ -3029,20 +3018,20 @@ def clear_setting(convo, key, path):
 def cmd_model(convo, arg):
     """/model [name]: switch the model (unlisted by the server: not saved), or list them."""
     cfg = convo["cfg"]
+    listed = [str(m.get("id", "?")) for m in list_models(cfg, quiet=bool(arg))]
     if not arg:
-        for entry in list_models(cfg):
-            mid = str(entry.get("id", "?"))
+        for mid in listed:
             show(cfg, "%s %s\n" % ("*" if mid == cfg["model"] else " ", mid))
         return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
-    listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
     if listed and arg not in listed:
         apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
         return note(cfg, "[%s is not among the server's models: used, not saved]" % arg, "warning")
     return cmd_cfg(convo, "model " + arg)
 
 COMMANDS.update({
-    "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
-    "/cont": (cmd_continue, None),
+    "/continue": (lambda convo, arg: COMMANDS["/load"][0](convo, latest_in_folder()),
+                  "continue this folder's latest conversation (also /cont)"),
+    "/cont": (lambda convo, arg: COMMANDS["/continue"][0](convo, arg), None),
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/models": (lambda convo, arg: cmd_model(convo, ""), None),   # (another agent's name)
