@@ -2815,6 +2815,8 @@ EVENTS["resumed"] = "session messages ago prompt answer"
 def repair(session, messages):
     """The load hook: calls answered, stray results and blank replies dropped, prompts joined."""
     session["changed"] = modified(session_path(session["id"]))   # (before a save: resumed's)
+    session["head"] = {k: v for k, v in session_head(session["id"]).items() if k not in (
+        "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")}   # (Part II's keys)
     if not messages or {m["role"] for m in messages} - {"system", "user", "assistant", "tool"}:
         raise ValueError("not a list of chat messages")   # (load_session: cannot read the file)
     fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
@@ -2871,24 +2873,18 @@ def cmd_list_newest(convo, arg):
 def resumed(convo):
     """Say which conversation goes on (with its last exchange), or that a named one is new."""
     session, messages, cfg = convo["session"], convo["messages"], convo["cfg"]
-    stored = session_head(session["id"]) if session["id"] else {}   # (its own keys: Part II's)
-    head = session.setdefault("head", {k: v for k, v in stored.items() if k not in (
-        "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")})
     if len(messages) > 1:
         at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
+        text = str(messages[at].get("content") or "")
+        _, end, after = text.partition(SUMMARY_END)   # compacted: the prompt typed after it,
+        if text.startswith(SUMMARY_HEAD) and end:     # the one it kept, else the head's
+            text = after[2:].rpartition(", as I wrote it:\n\n")[2] or session["head"].get("prompt")
         emit(cfg, "resumed", session=session["id"], messages=len(messages),
-             ago=ago(session.get("changed") or time.time()), prompt=redact(cfg, typed_prompt(
-                 str(messages[at].get("content") or ""), head.get("prompt"))) if at else None,
+             ago=ago(session.get("changed") or time.time()),
+             prompt=redact(cfg, text) if at and text else None,
              answer=redact(cfg, last_answer(messages[at:])))
     elif session["id"]:
         show(cfg, "[new conversation %s: no saved session has that id]\n" % session["id"])
-
-def typed_prompt(text, kept):
-    """The prompt typed last in a user message; in a summary's, the one after it, or kept."""
-    _, end, after = text.partition(SUMMARY_END)   # (a prompt typed since: joined after it)
-    if not text.startswith(SUMMARY_HEAD) or not end:
-        return text
-    return after[2:].rpartition(", as I wrote it:\n\n")[2] or kept
 
 def last_answer(messages):
     """The content of the last assistant message (the turn's final answer), or ""."""
