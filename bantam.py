@@ -1644,8 +1644,7 @@ def kept(kind, endpoint):
         reused = response = None
 
         def getresponse(self):
-            self.response = None   # (kind's may close() it at once: the server closes after)
-            self.response = kind.getresponse(self)
+            self.response = kind.getresponse(self)   # (None till then: a close() in it closes)
             return self.response
 
         def close(self):
@@ -1677,13 +1676,12 @@ def connect_endpoint(cfg):
 def count_wait(cfg, messages, body, error=None):
     """The request hook: "waiting" each second; True again for a kept connection gone stale."""
     import atexit
-    import http.client
     import signal   # (SIGALRM)
     import threading
     if error is not None:   # (once: the connection sent on next is a new one)
-        conn = (cfg.get("run") or {}).get("conn")
+        conn = (cfg.get("run") or {}).get("conn")   # (a close unanswered: RemoteDisconnected)
         return bool(conn and conn.reused and conn.response is None and isinstance(
-            error.__cause__, (ConnectionError, http.client.BadStatusLine)))
+            error.__cause__, ConnectionError))
     host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
 
     def tick(*_):
@@ -2683,8 +2681,7 @@ HOOKS["step"].append(budgets)
 # ----------------------------------------------------------------------------------------
 
 def context_window(cfg, ask=True):
-    """The model's context window: the key's if you set it (an overflow error's if smaller),
-    else the server's (asked once, when needed), else the key's default."""
+    """The window: the key's if set (an overflow's if less), else the server's, else the default."""
     key, window = (cfg["endpoint"], cfg["model"]), cfg["context_window"]
     if cfg["sources"].get("context_window", "default") != "default":
         return min(window, LEARNED["told"].get(key, window))
@@ -2745,8 +2742,7 @@ def list_models(cfg, quiet=False):
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
 def overflowed(cfg, messages, body, error=None):
-    """The request hook of compaction: after an overflow, a summary request trimmed or the
-    conversation compacted once (the prompt kept if it fits half the window); True: resend."""
+    """The request hook after an overflow: a summary request trimmed, or compacted once."""
     if error is None or error.kind != "overflow":
         return body if error is None else False
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
@@ -2809,7 +2805,6 @@ HOOKS["turn"].append(token_line)
 # Sessions and settings: -c, --session, /continue, /delete; /cfg (set live, saved), /model
 # ----------------------------------------------------------------------------------------
 
-SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what --session accepts
 EVENTS["resumed"] = "session messages ago prompt answer"
 
 def repair(session, messages):
@@ -2923,16 +2918,16 @@ def cmd_delete(convo, arg):
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
     name = latest_in_folder() if args.cont else args.session
-    if name and (not re.match(SESSION_NAME, name) or name == "autosave"):
+    if name and (not re.match(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$", name) or name == "autosave"):
         raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
     if name and os.path.exists(session_path(name)):
         return load_session(name)
     return new_session(name or None), [{"role": "system", "content": cfg["system_prompt"]}]
 
 def set_config_line(text, key, value):
-    """text with key=value appended (the last wins); ValueError if it would not read back."""
+    """text with key=value appended (the last wins); a ConfigError if it would not read back."""
     if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
-        raise ValueError("cannot store %r as %s: a value is one line, read without surrounding "
+        raise ConfigError("cannot store %r as %s: a value is one line, read without surrounding "
                          "spaces or a ' #' comment" % (value, key))
     return text + "\n" * (text[-1:] not in ("", "\n")) + key + "=" + value + "\n"
 
@@ -2984,14 +2979,12 @@ def cmd_cfg(convo, arg):
     value = None if raw == "-" else parse_value(key, raw, "/cfg")   # -: clear the key
     path = config_path(cfg, key)
     text = read_text(path, "config") if os.path.exists(path) else ""
-    try:   # appended (mode 0600): the last line of a key wins
-        new = set_config_line(text, key, raw) if value is not None else re.sub(
-            r"(?im)^[ \t]*%s[ \t]*=.*\n?" % key, "", text)
-        if new == text:
-            raise ValueError("set in no config file /cfg writes (%s)" % path)
-        write_private_file(os.path.realpath(path), new)
-    except ValueError as e:
-        raise BantamError("%s: %s" % (key, e))
+    new = set_config_line(text, key, raw) if value is not None else re.sub(
+        r"(?im)^[ \t]*%s[ \t]*=.*\n?" % key, "", text)   # (appended: the last line of a key wins)
+    if new == text:
+        raise BantamError("%s: set in no config file /cfg writes (%s)" % (key, path))
+    try:
+        write_private_file(os.path.realpath(path), new)   # (mode 0600)
     except OSError as e:
         raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
     if value is None:
@@ -3020,7 +3013,7 @@ def cmd_model(convo, arg):
             show(cfg, "%s %s\n" % ("*" if mid == cfg["model"] else " ", mid))
         return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
     if listed and arg not in listed:
-        apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
+        apply_setting(convo, "model", arg, "/model")
         return note(cfg, "[%s is not among the server's models: used, not saved]" % arg, "warning")
     return cmd_cfg(convo, "model " + arg)
 

@@ -143,7 +143,7 @@ class ConfigTest(unittest.TestCase):
         text = cfgfile.set_config_line(CONFIG, "model", "#x")   # "model = #x" would be a comment
         self.assertEqual(read_back(text)["model"], "#x")
         for value in ("a #b", " padded", "two\nlines"):
-            with self.assertRaises(ValueError):
+            with self.assertRaises(bantam.ConfigError):
                 cfgfile.set_config_line(CONFIG, "model", value)
 
 
