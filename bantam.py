@@ -1437,8 +1437,6 @@ def learn_from(cfg, messages, body, error):
             raise ApiError("%s (gave up after 1 retry)" % error, "retry")
         own(cfg)["silent"] = messages[-1]
     text = error.body or str(error)
-    if error.kind == "overflow":
-        learn_window(cfg, text)
     kept = [m for m in messages if m["role"] != "assistant" or m.get("tool_calls")
             or str(m.get("content") or "").strip()]
     if len(kept) < len(messages) and re.search(EMPTY_ASSISTANT_PATTERNS, text):
@@ -1493,18 +1491,15 @@ def fixed_message(message, fixes):
     return message if fixed == message else fixed
 
 def server_wait(headers):
-    """Seconds the server asks us to wait (its headers say), or None."""
+    """Seconds the server asks us to wait (its headers say), or None (an HTTP date: none)."""
     for key, unit in (("retry-after-ms", 1000), ("retry-after", 1)):
-        try:
-            return max(0.0, float(headers[key]) / unit)
-        except (KeyError, ValueError):   # absent, or not this form (an HTTP date)
-            pass
+        if re.match(r"\s*\d+(\.\d*)?\s*$", headers.get(key, "")):
+            return float(headers[key]) / unit
 
 def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
-    if "room" not in reply:   # what the reply may still keep (see room_for)
-        reply.update(room={"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS},
-                     cut=[])
+    reply.setdefault("room", {"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS})
+    reply.setdefault("cut", [])   # (room: what the reply may still keep, see room_for)
     keep_usage(reply)
     if delta is None:   # the reply ended: the cuts said, its tokens counted
         for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
@@ -1734,9 +1729,8 @@ def network_error(cfg, error):
         text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if not silent else (
             "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
     elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
-        text = "connection refused by " + ("the proxy %s (%s)" % (
-            proxy.netloc.rpartition("@")[2], url.scheme.upper() + "_PROXY") if proxy
-            else cfg["endpoint"])
+        text = "connection refused by " + ("the proxy %s (%s_PROXY)" % (proxy.netloc.rpartition(
+            "@")[2], url.scheme.upper()) if proxy else cfg["endpoint"])
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
     return silent
 
@@ -2745,6 +2739,7 @@ def overflowed(cfg, messages, body, error=None):
     """The request hook after an overflow: a summary request trimmed, or compacted once."""
     if error is None or error.kind != "overflow":
         return body if error is None else False
+    learn_window(cfg, error.body or str(error))   # (before the prompt is weighed against it)
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
         kept = messages[(len(messages) + 1) // 2:-1]   # the newer half
         while kept and kept[0].get("role") == "tool":
