@@ -1505,7 +1505,7 @@ def shape_delta(cfg, reply, delta):
         for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
             if cut in CUTS:
                 note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-        count_tokens(reply)
+        reply["tokens"] = count_tokens(reply)
         spend(cfg, reply)
         prompt, cached, completion, estimated = reply["tokens"]
         emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
@@ -1566,15 +1566,14 @@ def keep_usage(reply):
     reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")
 
 def count_tokens(reply):
-    """reply["tokens"]: (prompt, cached, completion, estimated: about 4 bytes a token)."""
+    """The reply's (prompt, cached, completion, estimated) tokens (estimated: 4 bytes a token)."""
     usage = reply["usage"] or {}
+    if not usage:   # estimated: the bytes sent and received
+        return (reply["sent"] + 3) // 4, None, (reply["size"] + 3) // 4, True
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     for key in ("prompt_cache_hit_tokens", "cache_read_input_tokens"):
         cached = usage.get(key) if cached is None else cached
-    reply["tokens"] = (usage.get("prompt_tokens") or 0, cached, usage.get("completion_tokens") or 0,
-                       False)
-    if not usage:   # estimated: the bytes sent and received, about four a token
-        reply["tokens"] = ((reply["sent"] + 3) // 4, None, (reply["size"] + 3) // 4, True)
+    return usage.get("prompt_tokens") or 0, cached, usage.get("completion_tokens") or 0, False
 
 def stalled(cfg, reply):
     """After a network read: the turn's time, and keep-alives alone too long, fail the reply."""
@@ -2901,10 +2900,9 @@ def cmd_delete(convo, arg):
     sid = resolve_session(arg)
     if convo and sid == convo["session"]["id"]:
         raise BantamError("%s is the conversation you are in: /clear first" % sid)
-    link = session_path("autosave")
     try:   # its file, and the autosave link to it
-        if os.path.islink(link) and os.readlink(link) == sid + ".json":
-            os.unlink(link)
+        if os.path.realpath(session_path("autosave")) == os.path.realpath(session_path(sid)):
+            os.unlink(session_path("autosave"))
         os.unlink(session_path(sid))
     except OSError as e:
         raise ConfigError("cannot delete session %s: %s" % (sid, e.strerror or e))
@@ -2993,8 +2991,7 @@ def clear_setting(convo, key, path):
     """/cfg KEY - took the key out of path: the value the layers now give is used."""
     cfg = convo["cfg"]
     mine = "folder" if path == cfg["sources"]["folder_config"] else "own"   # (the layer it was)
-    cfg["sources"]["layers"][:] = [(name, read_key_values(path) if name == mine else layer)
-                                   for name, layer in cfg["sources"]["layers"]]
+    dict(cfg["sources"]["layers"]).get(mine, {}).pop(key, None)
     value, where = layered(cfg, key)
     apply_setting(convo, key, value, where)
     show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
