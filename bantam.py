@@ -1560,9 +1560,8 @@ def fragment_quirks(reply, fragment, position):
 
 def keep_usage(reply):
     """reply["usage"]: the last the chunks said, beside the choices or in the first (Moonshot)."""
-    chunk = reply["chunk"]
-    choice = (chunk.get("choices") or [{}])[0]
-    usage = chunk.get("usage") or isinstance(choice, dict) and choice.get("usage")
+    choice = (reply["chunk"].get("choices") or [{}])[0]
+    usage = reply["chunk"].get("usage") or isinstance(choice, dict) and choice.get("usage")
     reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")
 
 def count_tokens(reply):
@@ -2960,10 +2959,9 @@ def cmd_cfg(convo, arg):
         return show_config(cfg)
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
-    if not raw:
-        show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
-        for row in [row for row in unused_settings(cfg) if row[0] == key]:
-            show(cfg, "%s = %s   (%s)\n" % row)
+    if not raw:   # (and the folder's value if it is not used)
+        rows = [(key, shown_value(cfg, key), cfg["sources"][key])] + unused_settings(cfg)
+        show(cfg, "".join("%s = %s   (%s)\n" % row for row in rows if row[0] == key))
         return show(cfg, window_in_use(cfg)) if key == "context_window" else None
     readline = sys.modules.get("readline")   # a key (or a URL holding one) stays out of history
     if (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))) and readline and \
@@ -2992,17 +2990,15 @@ def clear_setting(convo, key, path):
     cfg = convo["cfg"]
     mine = "folder" if path == cfg["sources"]["folder_config"] else "own"   # (the layer it was)
     dict(cfg["sources"]["layers"]).get(mine, {}).pop(key, None)
-    value, where = layered(cfg, key)
-    apply_setting(convo, key, value, where)
-    show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
+    apply_setting(convo, key, *layered(cfg, key))
+    show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
 
 def cmd_model(convo, arg):
     """/model [name]: switch the model (unlisted by the server: not saved), or list them."""
     cfg = convo["cfg"]
     listed = [str(m.get("id", "?")) for m in list_models(cfg, quiet=bool(arg))]
     if not arg:
-        for mid in listed:
-            show(cfg, "%s %s\n" % ("*" if mid == cfg["model"] else " ", mid))
+        show(cfg, "".join("%s %s\n" % ("*" if mid == cfg["model"] else " ", mid) for mid in listed))
         return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
     if listed and arg not in listed:
         apply_setting(convo, "model", arg, "/model")
