@@ -1727,8 +1727,8 @@ def network_error(cfg, error):
         text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if not silent else (
             "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
     elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
-        text = "connection refused by " + ("the proxy %s (%s_PROXY)" % (proxy.netloc.rpartition(
-            "@")[2], url.scheme.upper()) if proxy else cfg["endpoint"])
+        text = "connection refused by " + ("the proxy %s (%s_PROXY)" % (
+            proxy.netloc.rpartition("@")[2], url.scheme.upper()) if proxy else cfg["endpoint"])
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
     return silent
 
@@ -2920,7 +2920,7 @@ def set_config_line(text, key, value):
     """text with key=value appended (the last wins); a ConfigError if it would not read back."""
     if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
         raise ConfigError("cannot store %r as %s: a value is one line, read without surrounding "
-                         "spaces or a ' #' comment" % (value, key))
+                          "spaces or a ' #' comment" % (value, key))
     return text + "\n" * (text[-1:] not in ("", "\n")) + key + "=" + value + "\n"
 
 def shown_value(cfg, key):
