@@ -1396,8 +1396,6 @@ def learn_from(cfg, messages, body, error):
             raise ApiError("%s (gave up after 1 retry)" % error, "retry")
         own(cfg)["silent"] = messages[-1]
     text = error.body or str(error)
-    if error.kind == "overflow":
-        learn_window(cfg, text)
     kept = [m for m in messages if m["role"] != "assistant" or m.get("tool_calls")
             or str(m.get("content") or "").strip()]
     if len(kept) < len(messages) and re.search(EMPTY_ASSISTANT_PATTERNS, text):
@@ -1452,24 +1450,21 @@ def fixed_message(message, fixes):
     return message if fixed == message else fixed
 
 def server_wait(headers):
-    """Seconds the server asks us to wait (its headers say), or None."""
+    """Seconds the server asks us to wait (its headers say), or None (an HTTP date: none)."""
     for key, unit in (("retry-after-ms", 1000), ("retry-after", 1)):
-        try:
-            return max(0.0, float(headers[key]) / unit)
-        except (KeyError, ValueError):   # absent, or not this form (an HTTP date)
-            pass
+        if re.match(r"\s*\d+(\.\d*)?\s*$", headers.get(key, "")):
+            return float(headers[key]) / unit
 
 def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
-    if "room" not in reply:   # what the reply may still keep (see room_for)
-        reply.update(room={"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS},
-                     cut=[])
+    reply.setdefault("room", {"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS})
+    reply.setdefault("cut", [])   # (room: what the reply may still keep, see room_for)
     keep_usage(reply)
     if delta is None:   # the reply ended: the cuts said, its tokens counted
         for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
             if cut in CUTS:
                 note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-        count_tokens(reply)
+        reply["tokens"] = count_tokens(reply)
         spend(cfg, reply)
         prompt, cached, completion, estimated = reply["tokens"]
         emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
@@ -1524,21 +1519,19 @@ def fragment_quirks(reply, fragment, position):
 
 def keep_usage(reply):
     """reply["usage"]: the last the chunks said, beside the choices or in the first (Moonshot)."""
-    chunk = reply["chunk"]
-    choice = (chunk.get("choices") or [{}])[0]
-    usage = chunk.get("usage") or isinstance(choice, dict) and choice.get("usage")
+    choice = (reply["chunk"].get("choices") or [{}])[0]
+    usage = reply["chunk"].get("usage") or isinstance(choice, dict) and choice.get("usage")
     reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")
 
 def count_tokens(reply):
-    """reply["tokens"]: (prompt, cached, completion, estimated: about 4 bytes a token)."""
+    """The reply's (prompt, cached, completion, estimated) tokens (estimated: 4 bytes a token)."""
     usage = reply["usage"] or {}
+    if not usage:   # estimated: the bytes sent and received
+        return (reply["sent"] + 3) // 4, None, (reply["size"] + 3) // 4, True
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     for key in ("prompt_cache_hit_tokens", "cache_read_input_tokens"):
         cached = usage.get(key) if cached is None else cached
-    reply["tokens"] = (usage.get("prompt_tokens") or 0, cached, usage.get("completion_tokens") or 0,
-                       False)
-    if not usage:   # estimated: the bytes sent and received, about four a token
-        reply["tokens"] = ((reply["sent"] + 3) // 4, None, (reply["size"] + 3) // 4, True)
+    return usage.get("prompt_tokens") or 0, cached, usage.get("completion_tokens") or 0, False
 
 def stalled(cfg, reply):
     """After a network read: the turn's time, and keep-alives alone too long, fail the reply."""
@@ -1599,64 +1592,53 @@ def default_port(url):
     """The port of a urlsplit() URL: its own, else 443 for https and 80 for http."""
     return url.port or (443 if url.scheme == "https" else 80)
 
-CONNECTIONS = {}   # (endpoint, thread) -> its last connection (idle: kept for the next request)
+IDLE = {}   # endpoint -> a connection whose last reply was read whole (taken while in use)
 
-def pool_key(cfg):
-    """Whose connection: the endpoint's in this thread (two threads' runs never share one)."""
-    import threading
-    return cfg["endpoint"], threading.get_ident()
+def kept(kind, endpoint):
+    """kind, an http.client connection class, whose close() keeps it idle after a whole reply."""
+    class Kept(kind):   # taken out of IDLE by a request, put back by its close()
+        reused = response = None
 
-def drop_connection(cfg):
-    """Close the endpoint's kept connection (its endpoint changed)."""
-    conn = CONNECTIONS.pop(pool_key(cfg), None)
-    if conn:
-        conn.close(keep=False)
-
-def kept(kind):
-    """kind, an http.client connection class, whose close() keeps it after a reply read whole."""
-    class Kept(kind):   # idle after a reply read whole, reused by the next request
-        idle = reused = response = None
         def getresponse(self):
-            self.response = None   # (kind's may close() it at once: the server closes after)
-            self.response = kind.getresponse(self)
+            self.response = kind.getresponse(self)   # (None till then: a close() in it closes)
             return self.response
 
-        def close(self, keep=True):
-            self.idle = keep and bool(self.sock and self.response and self.response.isclosed())
-            if not self.idle:
-                kind.close(self)
+        def close(self):
+            if self.sock and self.response and self.response.isclosed():
+                self.reused, self.response = True, None
+                if IDLE.setdefault(endpoint, self) is self:   # (one idle: another's is closed)
+                    return
+            kind.close(self)
     return Kept
 
 def connect_endpoint(cfg):
-    """The connect hook: the endpoint's kept connection, else a new one (through its proxy)."""
+    """The connect hook: the endpoint's idle connection, else a new one (through its proxy)."""
     import http.client
     from urllib.parse import unquote
-    conn = CONNECTIONS.get(pool_key(cfg))
-    if conn and conn.idle:
-        conn.idle, conn.reused, conn.response = False, True, None
-        return conn
-    url, proxy = route(cfg)
-    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    conn = kept(kind)((proxy or url).hostname, default_port(proxy or url), timeout=cfg["timeout"])
-    if proxy:   # a CONNECT tunnel, with the proxy URL's credentials
-        import base64
-        login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
-        auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
-        conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
-    CONNECTIONS[pool_key(cfg)] = conn
+    conn = IDLE.pop(cfg["endpoint"], None)   # (taken: another thread's request opens its own)
+    if not conn:
+        url, proxy = route(cfg)
+        kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        conn = kept(kind, cfg["endpoint"])((proxy or url).hostname, default_port(proxy or url),
+                                           timeout=cfg["timeout"])
+        if proxy:   # a CONNECT tunnel, with the proxy URL's credentials
+            import base64
+            login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
+            auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
+            conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
+    (cfg.get("run") or {})["conn"] = conn   # the run's: its failure and its reply's rest
     return conn
 
 def count_wait(cfg, messages, body, error=None):
     """The request hook: "waiting" each second; True again for a kept connection gone stale."""
     import atexit
-    import http.client
     import signal   # (SIGALRM)
     import threading
     import traceback
     if error is not None:   # (once: the connection sent on next is a new one)
-        conn = CONNECTIONS.get(pool_key(cfg))
+        conn = (cfg.get("run") or {}).get("conn")   # (a close unanswered: RemoteDisconnected)
         return bool(conn and conn.reused and conn.response is None and isinstance(
-            error.__cause__, (ConnectionError, http.client.BadStatusLine)))
+            error.__cause__, ConnectionError))
     host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
 
     def tick(signum, frame):   # (stopped in emit, a write is under way: the next tick says it)
@@ -1682,7 +1664,7 @@ def stop_count(cfg, reply, delta):
     if delta is None:
         import signal
         signal.setitimer(signal.ITIMER_REAL, 0)
-        conn = CONNECTIONS.get(pool_key(cfg))
+        conn = (cfg.get("run") or {}).get("conn")
         try:   # (none kept: the server closes after the reply; a rest that fails: closed)
             conn.sock.settimeout(2.0)
             conn.response.read()
@@ -1709,9 +1691,8 @@ def network_error(cfg, error):
         text = "the reply stalled for %g s (timeout)" % cfg["timeout"] if not silent else (
             "no answer within %g s (first_byte_timeout)" % cfg["first_byte_timeout"])
     elif isinstance(e, ConnectionRefusedError):   # (the proxy's URL may hold a password)
-        text = "connection refused by " + ("the proxy %s (%s)" % (
-            proxy.netloc.rpartition("@")[2], url.scheme.upper() + "_PROXY") if proxy
-            else cfg["endpoint"])
+        text = "connection refused by " + ("the proxy %s (%s_PROXY)" % (
+            proxy.netloc.rpartition("@")[2], url.scheme.upper()) if proxy else cfg["endpoint"])
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
     return silent
 
@@ -2660,8 +2641,7 @@ HOOKS["step"].append(budgets)
 # ----------------------------------------------------------------------------------------
 
 def context_window(cfg, ask=True):
-    """The model's context window: the key's if you set it (an overflow error's if smaller),
-    else the server's (asked once, when needed), else the key's default."""
+    """The window: the key's if set (an overflow's if less), else the server's, else the default."""
     key, window = (cfg["endpoint"], cfg["model"]), cfg["context_window"]
     if cfg["sources"].get("context_window", "default") != "default":
         return min(window, LEARNED["told"].get(key, window))
@@ -2722,10 +2702,10 @@ def list_models(cfg, quiet=False):
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
 def overflowed(cfg, messages, body, error=None):
-    """The request hook of compaction: after an overflow, a summary request trimmed or the
-    conversation compacted once (the prompt kept if it fits half the window); True: resend."""
+    """The request hook after an overflow: a summary request trimmed, or compacted once."""
     if error is None or error.kind != "overflow":
         return body if error is None else False
+    learn_window(cfg, error.body or str(error))   # (before the prompt is weighed against it)
     if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
         kept = messages[(len(messages) + 1) // 2:-1]   # the newer half
         while kept and kept[0].get("role") == "tool":
@@ -2790,12 +2770,13 @@ HOOKS["turn"].append(token_line)
 # Sessions and settings: -c, --session, /continue, /delete; /cfg (set live, saved), /model
 # ----------------------------------------------------------------------------------------
 
-SESSION_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*$"   # what --session accepts
 EVENTS["resumed"] = "session messages ago prompt answer"
 
 def repair(session, messages):
     """The load hook: calls answered, stray results and blank replies dropped, prompts joined."""
     session["changed"] = modified(session_path(session["id"]))   # (before a save: resumed's)
+    session["head"] = {k: v for k, v in session_head(session["id"]).items() if k not in (
+        "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")}   # (Part II's keys)
     if not messages or {m["role"] for m in messages} - {"system", "user", "assistant", "tool"}:
         raise ValueError("not a list of chat messages")   # (load_session: cannot read the file)
     fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
@@ -2852,24 +2833,18 @@ def cmd_list_newest(convo, arg):
 def resumed(convo):
     """Say which conversation goes on (with its last exchange), or that a named one is new."""
     session, messages, cfg = convo["session"], convo["messages"], convo["cfg"]
-    stored = session_head(session["id"]) if session["id"] else {}   # (its own keys: Part II's)
-    head = session.setdefault("head", {k: v for k, v in stored.items() if k not in (
-        "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")})
     if len(messages) > 1:
         at = max(i for i, m in enumerate(messages) if m["role"] == "user" or i == 0)
+        text = str(messages[at].get("content") or "")
+        _, end, after = text.partition(SUMMARY_END)   # compacted: the prompt typed after it,
+        if text.startswith(SUMMARY_HEAD) and end:     # the one it kept, else the head's
+            text = after[2:].rpartition(", as I wrote it:\n\n")[2] or session["head"].get("prompt")
         emit(cfg, "resumed", session=session["id"], messages=len(messages),
-             ago=ago(session.get("changed") or time.time()), prompt=redact(cfg, typed_prompt(
-                 str(messages[at].get("content") or ""), head.get("prompt"))) if at else None,
+             ago=ago(session.get("changed") or time.time()),
+             prompt=redact(cfg, text) if at and text else None,
              answer=redact(cfg, last_answer(messages[at:])))
     elif session["id"]:
         show(cfg, "[new conversation %s: no saved session has that id]\n" % session["id"])
-
-def typed_prompt(text, kept):
-    """The prompt typed last in a user message; in a summary's, the one after it, or kept."""
-    _, end, after = text.partition(SUMMARY_END)   # (a prompt typed since: joined after it)
-    if not text.startswith(SUMMARY_HEAD) or not end:
-        return text
-    return after[2:].rpartition(", as I wrote it:\n\n")[2] or kept
 
 def last_answer(messages):
     """The content of the last assistant message (the turn's final answer), or ""."""
@@ -2896,37 +2871,29 @@ def cmd_delete(convo, arg):
     sid = resolve_session(arg)
     if convo and sid == convo["session"]["id"]:
         raise BantamError("%s is the conversation you are in: /clear first" % sid)
-    link = session_path("autosave")
     try:   # its file, and the autosave link to it
-        if os.path.islink(link) and os.readlink(link) == sid + ".json":
-            os.unlink(link)
+        if os.path.realpath(session_path("autosave")) == os.path.realpath(session_path(sid)):
+            os.unlink(session_path("autosave"))
         os.unlink(session_path(sid))
     except OSError as e:
         raise ConfigError("cannot delete session %s: %s" % (sid, e.strerror or e))
     show({}, "[deleted session %s]\n" % sid)
 
-def cmd_continue(convo, arg):
-    """/continue: resume the newest conversation of this folder, as /load does."""
-    COMMANDS["/load"][0](convo, latest_in_folder())
-
 def start_conversation(cfg, args):
     """(session, messages) to work on: this folder's latest (-c), --session's, or a new one."""
     name = latest_in_folder() if args.cont else args.session
-    if name and (not re.match(SESSION_NAME, name) or name == "autosave"):
+    if name and (not re.match(r"[A-Za-z0-9_-][A-Za-z0-9._-]*$", name) or name == "autosave"):
         raise ConfigError("--session: expected letters, digits, '-', '_' and '.', got %r" % name)
     if name and os.path.exists(session_path(name)):
         return load_session(name)
     return new_session(name or None), [{"role": "system", "content": cfg["system_prompt"]}]
 
 def set_config_line(text, key, value):
-    """text with key=value appended (the last wins); ValueError if it would not read back."""
-    if not isinstance(key, str) or key.lower() not in DEFAULTS:
-        raise ValueError("bad config key %r" % (key,))
+    """text with key=value appended (the last wins); a ConfigError if it would not read back."""
     if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
-        raise ValueError("cannot store %r as %s: a value is one line, read without surrounding "
-                         "spaces or a ' #' comment" % (value, key))
-    newline = "\r\n" if "\r\n" in text else "\n"
-    return text + newline * (text[-1:] not in ("", "\n")) + key.lower() + "=" + value + newline
+        raise ConfigError("cannot store %r as %s: a value is one line, read without surrounding "
+                          "spaces or a ' #' comment" % (value, key))
+    return text + "\n" * (text[-1:] not in ("", "\n")) + key + "=" + value + "\n"
 
 def shown_value(cfg, key):
     """A setting as /cfg and --show-config print it: secrets as ***."""
@@ -2948,11 +2915,8 @@ def apply_setting(convo, key, value, where):
     """Use a new value of key from now on, in this conversation too."""
     cfg = convo["cfg"]
     cfg["sources"].setdefault("at_start", {}).setdefault(key, cfg["sources"][key])
-    if key == "endpoint":
-        drop_connection(cfg)
     cfg[key], cfg["sources"][key] = value, where
-    if key in SECRET_KEYS or key == "endpoint":
-        settle_secrets(cfg)
+    settle_secrets(cfg)   # (an endpoint's credentials)
     if key in ("bantam_tools_dir", "bantam_skills_dir", "project_instructions", "tools"):
         add_prompt_extras(cfg)   # the system prompt names them
         if convo["messages"] and convo["messages"][0]["role"] == "system":
@@ -2967,10 +2931,9 @@ def cmd_cfg(convo, arg):
         return show_config(cfg)
     if key not in DEFAULTS:
         raise BantamError("unknown config key %r (the keys: %s)" % (key, ", ".join(DEFAULTS)))
-    if not raw:
-        show(cfg, "%s = %s   (%s)\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
-        for row in [row for row in unused_settings(cfg) if row[0] == key]:
-            show(cfg, "%s = %s   (%s)\n" % row)
+    if not raw:   # (and the folder's value if it is not used)
+        rows = [(key, shown_value(cfg, key), cfg["sources"][key])] + unused_settings(cfg)
+        show(cfg, "".join("%s = %s   (%s)\n" % row for row in rows if row[0] == key))
         return show(cfg, window_in_use(cfg)) if key == "context_window" else None
     readline = sys.modules.get("readline")   # a key (or a URL holding one) stays out of history
     if (key in SECRET_KEYS or key == "endpoint" and any(url_secrets(raw))) and readline and \
@@ -2978,18 +2941,13 @@ def cmd_cfg(convo, arg):
         readline.remove_history_item(readline.get_current_history_length() - 1)
     value = None if raw == "-" else parse_value(key, raw, "/cfg")   # -: clear the key
     path = config_path(cfg, key)
-    try:   # appended (mode 0600): the last line of a key wins
-        text = ""
-        if os.path.exists(path):
-            with open(path, encoding="utf-8", newline="") as f:   # CRLF files stay CRLF
-                text = f.read()
-        new = set_config_line(text, key, raw) if value is not None else re.sub(
-            r"(?im)^[ \t]*%s[ \t]*=.*(?:\r?\n|$)" % key, "", text)
-        if new == text:
-            raise ValueError("set in no config file /cfg writes (%s)" % path)
-        write_private_file(os.path.realpath(path), new)
-    except ValueError as e:   # (a UnicodeDecodeError too)
-        raise BantamError("%s: %s" % (path if isinstance(e, UnicodeError) else key, e))
+    text = read_text(path, "config") if os.path.exists(path) else ""
+    new = set_config_line(text, key, raw) if value is not None else re.sub(
+        r"(?im)^[ \t]*%s[ \t]*=.*\n?" % key, "", text)   # (appended: the last line of a key wins)
+    if new == text:
+        raise BantamError("%s: set in no config file /cfg writes (%s)" % (key, path))
+    try:
+        write_private_file(os.path.realpath(path), new)   # (mode 0600)
     except OSError as e:
         raise BantamError("%s: cannot write config: %s" % (path, e.strerror or e))
     if value is None:
@@ -3001,31 +2959,28 @@ def cmd_cfg(convo, arg):
 
 def clear_setting(convo, key, path):
     """/cfg KEY - took the key out of path: the value the layers now give is used."""
-    cfg, folder = convo["cfg"], convo["cfg"]["sources"]["folder_config"]
-    layers = cfg["sources"]["layers"]
-    layers[:] = [(name, read_key_values(path) if name == ("folder" if path == folder else "own")
-                  else layer) for name, layer in layers]
-    value, where = layered(cfg, key)
-    apply_setting(convo, key, value, where)
-    show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), where))
+    cfg = convo["cfg"]
+    mine = "folder" if path == cfg["sources"]["folder_config"] else "own"   # (the layer it was)
+    dict(cfg["sources"]["layers"]).get(mine, {}).pop(key, None)
+    apply_setting(convo, key, *layered(cfg, key))
+    show(cfg, "[%s cleared: %s (%s)]\n" % (key, shown_value(cfg, key), cfg["sources"][key]))
 
 def cmd_model(convo, arg):
     """/model [name]: switch the model (unlisted by the server: not saved), or list them."""
     cfg = convo["cfg"]
+    listed = [str(m.get("id", "?")) for m in list_models(cfg, quiet=bool(arg))]
     if not arg:
-        for entry in list_models(cfg):
-            mid = str(entry.get("id", "?"))
-            show(cfg, "%s %s\n" % ("*" if mid == cfg["model"] else " ", mid))
+        show(cfg, "".join("%s %s\n" % ("*" if mid == cfg["model"] else " ", mid) for mid in listed))
         return show(cfg, "(/model <name> switches to one; now: %s)\n" % cfg["model"])
-    listed = [str(m.get("id")) for m in list_models(cfg, quiet=True)]
     if listed and arg not in listed:
-        apply_setting(convo, "model", parse_value("model", arg, "/model"), "/model")
+        apply_setting(convo, "model", arg, "/model")
         return note(cfg, "[%s is not among the server's models: used, not saved]" % arg, "warning")
     return cmd_cfg(convo, "model " + arg)
 
 COMMANDS.update({
-    "/continue": (cmd_continue, "continue this folder's latest conversation (also /cont)"),
-    "/cont": (cmd_continue, None),
+    "/continue": (lambda convo, arg: COMMANDS["/load"][0](convo, latest_in_folder()),
+                  "continue this folder's latest conversation (also /cont)"),
+    "/cont": (lambda convo, arg: COMMANDS["/continue"][0](convo, arg), None),
     "/delete": (cmd_delete, "/delete <id>: delete a saved session (id or unique prefix)"),
     "/model": (cmd_model, "/model [name]: switch the model (no name: list the endpoint's models)"),
     "/models": (lambda convo, arg: cmd_model(convo, ""), None),   # (another agent's name)

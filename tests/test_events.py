@@ -673,19 +673,30 @@ class LibraryTests(EventCase):
                     self.assertNotIn(foreign, text)
                 self.assertEqual(data[name]["messages"][-1]["content"], "Answer %s, slowly." % name.upper())
 
-    def test_two_threads_on_one_endpoint_have_a_connection_each(self):
-        """Two overlapping runs against one endpoint: each thread its own connection (one
-        shared would be closed under the other's unread reply)."""
-        server = self.make_server([text_stream("Answer %s, slowly." % n, pieces=1, delay=0.05)
-                                   for n in ("one", "two")])
+    def test_two_threads_on_one_endpoint_never_share_a_connection(self):
+        """Two overlapping two-step runs against one endpoint: a connection in use by one run
+        is never the other's (b's second request comes while a's answer streams, on the
+        connection a's first reply left idle: shared, one would read the other's reply)."""
+        def answer(record):
+            messages = record["body"]["messages"]
+            name = messages[1]["content"][-1]
+            if messages[-1]["role"] == "user":   # a: a slow first reply; b: a slow command
+                command = "echo from-a" if name == "a" else "sleep 0.5; echo from-b"
+                return tool_call_stream([shell_call("call_" + name, command)],
+                                        head_delay=0.3 if name == "a" else 0.0)
+            return text_stream("Answer %s, slowly." % name, pieces=8, delay=0.1)
+        server = self.make_server([answer] * 4)
         out = self.ws.path("tmp", "threads.json")
         result = self.run_python(THREADS, server.url, server.url, out)
         self.assertEqual((result.returncode, result.stderr), (0, ""))
         data = self.read_json(out)
-        answers = {data[name]["messages"][-1]["content"] for name in "ab"}
-        self.assertEqual(answers, {"Answer one, slowly.", "Answer two, slowly."})
-        self.assertEqual(server.connections, 2)
-
+        for name in "ab":
+            with self.subTest(run=name):
+                events = data[name]["events"]
+                self.assertEqual(of_type(events, "retry"), [])
+                self.assertEqual(joined(events, "tool_output"), "from-%s\n" % name)
+                self.assertEqual(data[name]["messages"][-1]["content"], "Answer %s, slowly." % name)
+        self.assertEqual(len(server.posts), 4)
 
 FLEET = 50
 FLEET_SCRIPT = r"""
