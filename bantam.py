@@ -2089,7 +2089,6 @@ PARSERS.update(headers=json_headers)
 ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
 FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
 DEVICE_RIGHTS = 1 << 6 | 1 << 11   # MAKE_CHAR, MAKE_BLOCK: never given (a node is a way out)
-KEPT_CAPABILITIES = 0b111111       # CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, FSETID, KILL
 MOUNT_FLAGS = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1 << 10,
                "nodiratime": 1 << 11, "relatime": 1 << 21}   # kept when a mount is made read-only
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
@@ -2100,13 +2099,13 @@ def sandbox_of(cfg):
     """(mode, closed): 'workspace' or 'read-only' ('' when off), and whether sockets are closed."""
     return cfg.get("sandbox", "off").replace("off", ""), not cfg.get("sandbox_network", True)
 
-def landlock(call, *args):
-    """Landlock call 444 + call (create_ruleset, add_rule, restrict_self); OSError."""
+def libc(name, *args):
+    """libc's function name called with args (ints as C longs); OSError naming it if it fails."""
     import ctypes
-    result = ctypes.CDLL(None, use_errno=True).syscall(
-        ctypes.c_long(444 + call), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    result = getattr(ctypes.CDLL(None, use_errno=True), name)(
+        *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
     if result < 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        raise OSError(ctypes.get_errno(), "%s: %s" % (name, os.strerror(ctypes.get_errno())))
     return result
 
 def sandbox_roots(cfg):
@@ -2126,9 +2125,10 @@ def sandbox_ruleset(cfg):
     if not mode and not closed:
         return None
     try:   # LANDLOCK_CREATE_RULESET_VERSION; ENOSYS: before Linux 5.13, EOPNOTSUPP: not in lsm=
-        abi, why = (landlock(0, None, 0, 1), "") if sys.platform == "linux" else (0, "not on Linux")
+        abi, why = (libc("syscall", 444, None, 0, 1), "") if sys.platform == "linux" else (
+            0, "not on Linux")
     except OSError as e:
-        abi, why = 0, "this kernel has no Landlock (%s)" % e.strerror
+        abi, why = 0, "this kernel has no Landlock (%s)" % os.strerror(e.errno)
     if closed and abi and (abi < 4 or os.uname().machine not in SECCOMP_ARCH):
         why = "it needs Landlock ABI 4 (Linux 6.7) on x86_64 or aarch64; this is ABI %d" % abi
     if why:   # never a command run with less than was asked for
@@ -2138,8 +2138,8 @@ def sandbox_ruleset(cfg):
     rights = ALL_RIGHTS[min(abi, 5)] - 1 if mode else 0
     scoped = 3 if abi >= 6 else 0   # abstract Unix sockets and signals out of the sandbox
     attr = struct.pack("QQQ", rights, 3 * closed, scoped)   # fs, net, scoped (older ABIs: 0)
-    ruleset = landlock(0, attr, len(attr), 0)
-    add = lambda fd, allowed: landlock(1, ruleset, 1, struct.pack("=Qi", allowed, fd), 0)
+    ruleset = libc("syscall", 444, attr, len(attr), 0)   # (444: create_ruleset, 445: add_rule)
+    add = lambda fd, allowed: libc("syscall", 445, ruleset, 1, struct.pack("=Qi", allowed, fd), 0)
     try:   # LANDLOCK_RULE_PATH_BENEATH {allowed_access, parent_fd}
         if mode:
             roots, hidden = sandbox_roots(cfg)
@@ -2185,17 +2185,19 @@ def socket_filter():
     return program, struct.pack("HP", len(steps), ctypes.addressof(program))   # struct sock_fprog
 
 def check_sandbox(cfg, start=False):
-    """Stop (ConfigError: exit 2) before any request when cfg's sandbox cannot be had here; at
-    start, say so when it is Landlock's alone (no mount namespace to make the rest read-only)."""
-    ruleset = sandbox_ruleset(cfg)
-    if ruleset is not None:
-        os.close(ruleset)
-    if ruleset is not None and sandbox_of(cfg)[0] and "mounts" not in LEARNED:
+    """Whether commands are confined; exit 2 (ConfigError) before any request when cfg's sandbox
+    cannot be had; at start, said when it is Landlock's alone (no mount namespace here)."""
+    ruleset, mode = sandbox_ruleset(cfg), sandbox_of(cfg)[0]
+    if ruleset is None:
+        return False
+    os.close(ruleset)
+    if mode and "mounts" not in LEARNED:
         LEARNED["mounts"] = mounts_here(cfg)   # (a fact of this machine: learned once)
-    if start and sandbox_of(cfg)[0] and LEARNED.get("mounts") not in (None, True):
+    if start and mode and LEARNED["mounts"] is not True:
         note(cfg, "sandbox=%s: Landlock alone (no mount namespace here: %s): modes, owners, times "
              "and extended attributes outside the folder are not protected" % (
-                 sandbox_of(cfg)[0], LEARNED["mounts"]), "warning")
+                 mode, LEARNED["mounts"]), "warning")
+    return True
 
 def mounts_here(cfg):
     """True if a child can make its mounts read-only (private_mounts), else why not."""
@@ -2204,86 +2206,71 @@ def mounts_here(cfg):
     if not pid:   # the child: tried, and said
         try:
             private_mounts(cfg)
-            os._exit(0)
         except BaseException as e:
-            os.write(writing, str(e).encode("utf-8", "replace"))
-            os._exit(1)
+            os.write(writing, (str(e) or "it failed").encode("utf-8", "replace"))
+        finally:
+            os._exit(0)
     os.close(writing)
     with os.fdopen(reading, "rb") as f:
         why = f.read().decode("utf-8", "replace")
-    return os.waitpid(pid, 0)[1] == 0 or why or "it failed"
+    os.waitpid(pid, 0)
+    return why or True
 
 def private_mounts(cfg):
     """In the child: a mount namespace of its own (in a user namespace unless root) where every
     mount but the writable folders is read-only, since Landlock has no right for modes, owners,
     times and extended attributes. ~/.bantam stays read-only even inside them. OSError."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def mount(target, flags, source=None):
-        if libc.mount(source, os.fsencode(target), None, ctypes.c_ulong(flags), None):
-            raise OSError(ctypes.get_errno(), "mount %s: %s" % (target, os.strerror(
-                ctypes.get_errno())))
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(0x20000 | (0x10000000 if uid else 0)):   # CLONE_NEWNS, CLONE_NEWUSER
-        raise OSError(ctypes.get_errno(), "unshare: " + os.strerror(ctypes.get_errno()))
+    libc("unshare", 0x20000 | (0x10000000 if uid else 0))   # CLONE_NEWNS, CLONE_NEWUSER
     if uid:   # (bantam is not dumpable: its /proc files would be root's; exec ends this)
-        libc.prctl(4, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+        libc("prctl", 4, 1, 0, 0, 0)
     for name, text in [("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
                        ("gid_map", "%d %d 1" % (gid, gid))] if uid else []:
         with open("/proc/self/" + name, "w") as f:   # (the same ids: no root inside)
             f.write(text)
-    mount("/", 1 << 14 | 1 << 18)   # MS_REC | MS_PRIVATE: no change goes back out
+    libc("mount", None, b"/", None, 1 << 14 | 1 << 18, None)   # MS_REC | MS_PRIVATE: not shared
     roots, hidden = sandbox_roots(cfg)
     for path in roots + [h for h in hidden if within(h, roots) and os.path.exists(h)]:
-        mount(path, 1 << 12 | 1 << 14, os.fsencode(path))   # MS_BIND | MS_REC: its own mount
+        path = os.fsencode(path)   # MS_BIND | MS_REC: a mount of its own
+        libc("mount", path, path, None, 1 << 12 | 1 << 14, None)
     os.chdir(os.getcwd())   # the working folder through its new mount
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
         points = [line.split()[4:6] for line in f]
     for point, options in points:
         point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
-        flags = 1 << 12 | 32 | 1   # MS_BIND | MS_REMOUNT | MS_RDONLY, and the flags it had:
-        for option in options.split(","):
-            flags |= MOUNT_FLAGS.get(option, 0)
-        try:
+        kept = sum(MOUNT_FLAGS.get(option, 0) for option in options.split(","))
+        try:   # MS_BIND | MS_REMOUNT | MS_RDONLY, and the flags it had
             if not within(point, roots) or within(point, hidden):
-                mount(point, flags)
+                libc("mount", None, os.fsencode(point), None, 1 << 12 | 32 | 1 | kept, None)
         except OSError as e:   # (one we cannot reach is out of its command's reach too)
             if e.errno not in (13, 2):   # EACCES, ENOENT
                 raise
 
-def drop_capabilities(libc):
-    """As root: the capabilities a command has no use for left out of what it can get."""
-    import ctypes
-    for capability in range(64):   # PR_CAPBSET_DROP (EINVAL past the last one: fine)
-        if not KEPT_CAPABILITIES >> capability & 1:
-            libc.prctl(24, ctypes.c_ulong(capability), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0))
-
 def sandboxed(cfg, options):
     """The spawn hook of the sandbox: confined in the child after the fork (no other thread)."""
-    if not any(sandbox_of(cfg)):
-        return options
-    check_sandbox(cfg)   # a sandbox switched on mid-run that cannot be had: the command is refused
-    def confine():
-        import ctypes
-        try:
-            if LEARNED.get("mounts") is True and sandbox_of(cfg)[0]:
-                private_mounts(cfg)
-            ruleset, libc = sandbox_ruleset(cfg), ctypes.CDLL(None, use_errno=True)
-            if os.geteuid() == 0:
-                drop_capabilities(libc)
-            program, fprog = socket_filter() if sandbox_of(cfg)[1] else (None, None)
-            u = ctypes.c_ulong   # prctl 38: NO_NEW_PRIVS, 22: SECCOMP
-            failed = libc.prctl(38, u(1), u(0), u(0), u(0)) or landlock(2, ruleset, 0) or (
-                program is not None and libc.prctl(22, u(2), fprog, u(0), u(0)))
-        except Exception:
-            failed = True
-        if failed:
-            os.write(2, b"bantam: the sandbox could not be enforced: the command did not run\n")
-            os._exit(126)
-    options["preexec_fn"] = confine
+    if check_sandbox(cfg):   # one switched on mid-run that cannot be had: the command is refused
+        options["preexec_fn"] = lambda: confine(cfg)
     return options
+
+def confine(cfg):
+    """In the child, before exec: cfg's sandbox for good, or the command does not run (126)."""
+    mode, closed = sandbox_of(cfg)
+    try:
+        if mode and LEARNED["mounts"] is True:
+            private_mounts(cfg)
+        ruleset, seccomp = sandbox_ruleset(cfg), socket_filter() if closed else None
+        for capability in range(6, 64) if os.geteuid() == 0 else ():   # as root, every
+            try:   # capability but CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, FSETID, KILL
+                libc("prctl", 24, capability, 0, 0, 0)   # PR_CAPBSET_DROP
+            except OSError:   # (EINVAL: past the last one)
+                break
+        libc("prctl", 38, 1, 0, 0, 0)   # PR_SET_NO_NEW_PRIVS: nothing gained through set-uid
+        libc("syscall", 446, ruleset, 0)   # landlock_restrict_self
+        if seccomp:
+            libc("prctl", 22, 2, seccomp[1], 0, 0)   # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    except Exception:
+        os.write(2, b"bantam: the sandbox could not be enforced: the command did not run\n")
+        os._exit(126)
 
 def sandbox_refusal(cfg, args):
     """Why the sandbox keeps the write tool (TOOLS asks first) from args' path, or ''."""
@@ -2291,10 +2278,9 @@ def sandbox_refusal(cfg, args):
     if not mode or not isinstance(path, str):   # (the tool says what is wrong with its arguments)
         return ""
     roots, hidden = sandbox_roots(cfg)
-    path = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
-    refused = within(path, hidden) or not within(path, roots)
-    why = "writes outside %s are refused" % ", ".join(roots)
-    return "error: sandbox=%s: %s: %s" % (mode, why, path) if refused else ""
+    path = os.path.realpath(os.path.expanduser(path))
+    why = "error: sandbox=%s: writes outside %s are refused: %s" % (mode, ", ".join(roots), path)
+    return why if within(path, hidden) or not within(path, roots) else ""
 
 HOOKS["spawn"].append(sandboxed)
 
