@@ -1843,9 +1843,13 @@ def normal_endpoint(url, where):
     return cut
 
 def settle_secrets(cfg):
-    """The run's secrets Part I does not know of: the environment's, the endpoint URL's."""
+    """The run's secrets Part I does not know of: the environment's (used or not), the URL's."""
+    headers = os.environ.get("BANTAM_HEADERS")
+    secrets = [os.environ.get("BANTAM_API_KEY", ""), os.environ.get("OPENAI_API_KEY", "")] + list(
+        parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
+        url_secrets(os.environ.get("BANTAM_ENDPOINT", "")) + url_secrets(cfg["endpoint"])
     if cfg.get("run") is not None:
-        cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
+        cfg["run"]["secrets"] = secrets
 
 def layered(cfg, key):
     """key's (value, where) by trust: a folder's NEEDS_TRUST value once trusted, a TIGHTEN_ONLY
@@ -1876,25 +1880,21 @@ def settle(cfg, trust=None):
     mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
               if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
-    seen = (facts.get("fingerprint") or {}) if facts.get("trusted") is True else prints
+    said = facts.get("trusted")   # True: a yes to the values it saw; another value: a no
+    seen = (facts.get("fingerprint") or {}) if said is True else prints
     changed = sorted(key for key in prints if seen.get(key) != prints[key])   # none is then used
-    if trust is None and (facts.get("trusted") is False or os.environ.get("BANTAM_TRUST") == "0"):
+    if trust is None and (said not in (None, True) or os.environ.get("BANTAM_TRUST") == "0"):
         trust = False   # a no (remembered, --no-trust): only what tightens is the folder's
-    trusted = trust if trust is not None else (mine is not None and (
-        os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
-        or None)   # True, None (not trusted) or False (a no)
+    trusted = trust if trust is not None else (os.environ.get("BANTAM_TRUST") == "1" or (
+        said is True and not changed) or None)   # True, None (not trusted) or False (a no)
     sources.update(trusted=trusted, untrusted={})   # (layered reads the one, fills the other)
     for key in [key for key in DEFAULTS if key in (mine or ()) or key in STRICTER | {"deny"}]:
         cfg[key], sources[key] = layered(cfg, key)
     for kind, layer in layers:
         if kind == "own" or kind == "folder" and trusted:
             check_private(layer)
-    headers = os.environ.get("BANTAM_HEADERS")   # the environment's secrets, used or not
-    secrets = [os.environ.get("BANTAM_API_KEY", ""), os.environ.get("OPENAI_API_KEY", "")] + list(
-        parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
-        url_secrets(os.environ.get("BANTAM_ENDPOINT", ""))
     sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   env_secrets=secrets, fingerprint=prints, changed=changed)
+                   fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -1929,9 +1929,7 @@ def add_prompt_extras(cfg):
             sources["project_instructions_file"] = path
     except OSError as e:
         note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
-    base = sources["base_system_prompt"]
-    if sources["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
-        base = clean_for_model(base)
+    base = clean_for_model(sources["base_system_prompt"])   # (the folder's system.txt too)
     cfg["system_prompt"] = "\n\n".join([base.rstrip("\n")] + extras) + "\n" if extras else base
 
 def folder_memory():
@@ -1949,7 +1947,7 @@ def value_print(raw):
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()
 
 def remember_folder(**facts):
-    """Remember facts of this folder (None forgets one), locked: runs sharing a HOME add up."""
+    """Remember this folder's facts (but a None), locked: runs sharing a HOME add up."""
     import fcntl
     path = bantam_home("folders.json")
     try:
@@ -1957,42 +1955,39 @@ def remember_folder(**facts):
         with open(os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)   # (let go when closed)
             memory = folder_memory()
-            mine = dict(memory.get(os.getcwd(), {}), **facts)
-            memory[os.getcwd()] = {name: value for name, value in mine.items() if value is not None}
+            memory[os.getcwd()] = {key: value for key, value in facts.items() if value is not None}
             write_private_file(path, json.dumps(memory, indent=1))
     except OSError as e:
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
     """cfg as this folder may steer it (--trust, a yes; a no: yours); reload(trust) re-settles."""
-    sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
-    changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
-    said = False if os.environ.get("BANTAM_TRUST") == "0" else None if facts.get(
-        "trusted") is None else facts["trusted"] is True   # else a no
-    if not sources["folder_config"] or not changes and said is not False:
+    sources = cfg["sources"]
+    changes, changed = sources["untrusted"], sources["changed"]   # (changed: since a yes)
+    if not changes:
         return cfg
     what = ", ".join("%s=%s (%s)" % (key, shown_untrusted(key, value), NEEDS_TRUST.get(
         key, "looser than yours")) for key, (value, _) in changes.items())
+    since = "changed since you trusted it (%s)" % ", ".join(changed) if changed else ""
     if args.trust:
-        remember_folder(trusted=True, fingerprint=prints)
+        remember_folder(trusted=True, fingerprint=sources["fingerprint"])
         return reload(True)
-    asking = said is not False and any(k in NEEDS_TRUST or said for k in changes)
-    if asking and not interactive and said is None:   # a remembered answer holds in batch mode
+    asking = sources["trusted"] is None and (since or any(k in NEEDS_TRUST for k in changes))
+    if asking and not interactive and not since:   # a remembered answer holds in batch mode
         own = " (your own server? bantam -e %s)" % shown_untrusted(
             "endpoint", changes["endpoint"][0]) if "endpoint" in changes else ""
         raise ConfigError("this folder's model.cfg would change %s: trust it with bantam "
                           "--trust, BANTAM_TRUST=1 or a yes in the REPL%s" % (what, own))
     if asking and interactive:
-        since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
         said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
-                           % (since, what)).strip().lower() in ("y", "yes")
-        remember_folder(trusted=said, fingerprint=prints if said else None)
+                           % (since and since + ": it ", what)).strip().lower() in ("y", "yes")
+        remember_folder(trusted=said, fingerprint=sources["fingerprint"] if said else None)
         if said:
             return reload(True)
         cfg = reload(False)
-    why = "this folder is not trusted: your own settings only" if said is False else \
-        "not used: this folder's model.cfg " + ("changed since you trusted it (%s)" % ", ".join(
-            changed) if said else "would loosen %s; it is not trusted" % what)
+    why = "not used: this folder's model.cfg " + (
+        since or "would loosen %s; it is not trusted" % what) if sources["trusted"] is not False \
+        else "this folder is not trusted: your own settings only"
     cfg["sources"]["trust_note"] = "[%s (bantam --trust to trust it)]" % why
     return cfg
 
@@ -2000,7 +1995,7 @@ def remember_own_edit(cfg, path, key):
     """/cfg wrote key into this trusted folder's model.cfg: the user's value joins the yes."""
     facts = folder_memory().get(os.getcwd(), {})   # (a key trust does not cover: never read)
     if path == cfg["sources"]["folder_config"] and facts.get("trusted") is True:
-        remember_folder(fingerprint=dict(facts.get("fingerprint") or {}, **{
+        remember_folder(trusted=True, fingerprint=dict(facts.get("fingerprint") or {}, **{
             key: value_print(read_key_values(path)[key][0])}))
 
 def shown_untrusted(key, value):
