@@ -1796,12 +1796,8 @@ def redact_event(cfg, event):
     event["text"] = text[:cut]
     return event if event["text"] else None
 
-def redact_prompt(convo, prompt, go):
-    """The turn hook: a secret pasted into a prompt is *** before it is stored or sent."""
-    return go(redact(convo["cfg"], prompt))
-
 HOOKS["event"].append(redact_event)
-HOOKS["turn"].append(redact_prompt)
+HOOKS["turn"].append(lambda convo, text, go: go(redact(convo["cfg"], text)))   # pasted keys: ***
 
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
@@ -1848,12 +1844,10 @@ def settle_secrets(cfg):
     secrets = [os.environ.get("BANTAM_API_KEY", ""), os.environ.get("OPENAI_API_KEY", "")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
         url_secrets(os.environ.get("BANTAM_ENDPOINT", "")) + url_secrets(cfg["endpoint"])
-    if cfg.get("run") is not None:
-        cfg["run"]["secrets"] = secrets
+    cfg["run"]["secrets"] = secrets   # (settled at start and by /cfg: the run is there)
 
 def layered(cfg, key):
-    """key's (value, where) by trust: a folder's NEEDS_TRUST value once trusted, a TIGHTEN_ONLY
-    one only to tighten (else to sources' "untrusted"); STRICTER's strictest; deny joins."""
+    """key's (value, where) by the trust rules; a folder value they set aside: to "untrusted"."""
     trusted, unused = cfg["sources"]["trusted"], cfg["sources"]["untrusted"]
     found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
              for kind, layer in cfg["sources"]["layers"]
@@ -1887,14 +1881,13 @@ def settle(cfg, trust=None):
         trust = False   # a no (remembered, --no-trust): only what tightens is the folder's
     trusted = trust if trust is not None else (os.environ.get("BANTAM_TRUST") == "1" or (
         said is True and not changed) or None)   # True, None (not trusted) or False (a no)
-    sources.update(trusted=trusted, untrusted={})   # (layered reads the one, fills the other)
+    sources.update(trusted=trusted, untrusted={}, fingerprint=prints, changed=changed,
+                   folder_config=mine is not None and os.path.abspath("model.cfg") or None)
     for key in [key for key in DEFAULTS if key in (mine or ()) or key in STRICTER | {"deny"}]:
         cfg[key], sources[key] = layered(cfg, key)
     for kind, layer in layers:
         if kind == "own" or kind == "folder" and trusted:
             check_private(layer)
-    sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -1947,7 +1940,7 @@ def value_print(raw):
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()
 
 def remember_folder(**facts):
-    """Remember this folder's facts (but a None), locked: runs sharing a HOME add up."""
+    """Remember this folder's facts, locked: runs sharing a HOME add up."""
     import fcntl
     path = bantam_home("folders.json")
     try:
@@ -1955,7 +1948,7 @@ def remember_folder(**facts):
         with open(os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)   # (let go when closed)
             memory = folder_memory()
-            memory[os.getcwd()] = {key: value for key, value in facts.items() if value is not None}
+            memory[os.getcwd()] = facts
             write_private_file(path, json.dumps(memory, indent=1))
     except OSError as e:
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
@@ -1979,11 +1972,11 @@ def trust_folder(cfg, args, interactive, reload):
         raise ConfigError("this folder's model.cfg would change %s: trust it with bantam "
                           "--trust, BANTAM_TRUST=1 or a yes in the REPL%s" % (what, own))
     if asking and interactive:
-        said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
-                           % (since and since + ": it ", what)).strip().lower() in ("y", "yes")
-        remember_folder(trusted=said, fingerprint=sources["fingerprint"] if said else None)
-        if said:
+        if read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] " % (
+                since and since + ": it ", what)).strip().lower() in ("y", "yes"):
+            remember_folder(trusted=True, fingerprint=sources["fingerprint"])
             return reload(True)
+        remember_folder(trusted=False)
         cfg = reload(False)
     why = "not used: this folder's model.cfg " + (
         since or "would loosen %s; it is not trusted" % what) if sources["trusted"] is not False \
@@ -2163,8 +2156,7 @@ def allow(add, path, rights, hidden):
     os.close(fd)   # (an error above ends the ruleset anyway)
 
 def socket_filter():
-    """(a seccomp program under which socket(), io_uring_setup() and a socketpair() other than
-    a stream's (a datagram can be sent to any address) fail; its sock_fprog)."""
+    """(a seccomp program failing socket(), io_uring_setup(), a datagram socketpair(); fprog)."""
     import ctypes
     import struct
     arch, socket_call, pair_call = SECCOMP_ARCH[os.uname().machine]
@@ -2180,8 +2172,7 @@ def socket_filter():
     return program, struct.pack("HP", len(steps), ctypes.addressof(program))   # struct sock_fprog
 
 def check_sandbox(cfg, start=False):
-    """Whether commands are confined; exit 2 (ConfigError) before any request when cfg's sandbox
-    cannot be had; at start, said when it is Landlock's alone (no mount namespace here)."""
+    """Is cfg's sandbox on? ConfigError if it cannot be had; at start, said if Landlock's alone."""
     ruleset, mode = sandbox_ruleset(cfg), sandbox_of(cfg)[0]
     if ruleset is None:
         return False
@@ -2212,10 +2203,8 @@ def mounts_here(cfg):
     return why or True
 
 def private_mounts(cfg):
-    """In the child: a mount namespace of its own (in a user namespace unless root) where every
-    mount but the writable folders is read-only, since Landlock has no right for modes, owners,
-    times and extended attributes. ~/.bantam stays read-only even inside them. OSError."""
-    uid, gid = os.getuid(), os.getgid()
+    """In the child: mounts read-only but the writable folders' (Landlock allows chmod); OSError."""
+    uid, gid = os.getuid(), os.getgid()   # (a user namespace, unless root)
     libc("unshare", 0x20000 | (0x10000000 if uid else 0))   # CLONE_NEWNS, CLONE_NEWUSER
     if uid:   # (bantam is not dumpable: its /proc files would be root's; exec ends this)
         libc("prctl", 4, 1, 0, 0, 0)
@@ -2226,7 +2215,7 @@ def private_mounts(cfg):
     libc("mount", None, b"/", None, 1 << 14 | 1 << 18, None)   # MS_REC | MS_PRIVATE: not shared
     roots, hidden = sandbox_roots(cfg)
     for path in roots + [h for h in hidden if within(h, roots) and os.path.exists(h)]:
-        path = os.fsencode(path)   # MS_BIND | MS_REC: a mount of its own
+        path = os.fsencode(path)   # MS_BIND | MS_REC: a mount of its own (~/.bantam: read-only)
         libc("mount", path, path, None, 1 << 12 | 1 << 14, None)
     os.chdir(os.getcwd())   # the working folder through its new mount
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
