@@ -2077,8 +2077,6 @@ PARSERS.update(headers=json_headers)
 ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
 FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
 DEVICE_RIGHTS = 1 << 6 | 1 << 11   # MAKE_CHAR, MAKE_BLOCK: never given (a node is a way out)
-MOUNT_FLAGS = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1 << 10,
-               "nodiratime": 1 << 11, "relatime": 1 << 21}   # kept when a mount is made read-only
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 53), "aarch64": (0xC00000B7, 198, 199)}   # arch,
 #   socket, socketpair
@@ -2204,6 +2202,7 @@ def mounts_here(cfg):
 
 def private_mounts(cfg):
     """In the child: mounts read-only but the writable folders' (Landlock allows chmod); OSError."""
+    import struct
     uid, gid = os.getuid(), os.getgid()   # (a user namespace, unless root)
     libc("unshare", 0x20000 | (0x10000000 if uid else 0))   # CLONE_NEWNS, CLONE_NEWUSER
     if uid:   # (bantam is not dumpable: its /proc files would be root's; exec ends this)
@@ -2219,13 +2218,13 @@ def private_mounts(cfg):
         libc("mount", path, path, None, 1 << 12 | 1 << 14, None)
     os.chdir(os.getcwd())   # the working folder through its new mount
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        points = [line.split()[4:6] for line in f]
-    for point, options in points:
+        points = [line.split()[4] for line in f]
+    read_only = struct.pack("QQQQ", 1, 0, 0, 0)   # struct mount_attr: MOUNT_ATTR_RDONLY set
+    for point in points:
         point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
-        kept = sum(MOUNT_FLAGS.get(option, 0) for option in options.split(","))
-        try:   # MS_BIND | MS_REMOUNT | MS_RDONLY, and the flags it had
+        try:   # mount_setattr(AT_FDCWD, point, 0, ...): its other flags stay as they were
             if not within(point, roots) or within(point, hidden):
-                libc("mount", None, os.fsencode(point), None, 1 << 12 | 32 | 1 | kept, None)
+                libc("syscall", 442, -100, os.fsencode(point), 0, read_only, len(read_only))
         except OSError as e:   # (one we cannot reach is out of its command's reach too)
             if e.errno not in (13, 2):   # EACCES, ENOENT
                 raise
@@ -2243,11 +2242,10 @@ def confine(cfg):
         if mode and LEARNED["mounts"] is True:
             private_mounts(cfg)
         ruleset, seccomp = sandbox_ruleset(cfg), socket_filter() if closed else None
-        for capability in range(6, 64) if os.geteuid() == 0 else ():   # as root, every
-            try:   # capability but CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, FSETID, KILL
-                libc("prctl", 24, capability, 0, 0, 0)   # PR_CAPBSET_DROP
-            except OSError:   # (EINVAL: past the last one)
-                break
+        with open("/proc/sys/kernel/cap_last_cap") as f:   # as root, every capability but
+            last = int(f.read()) if os.geteuid() == 0 else 5   # 0-5: CHOWN, DAC_OVERRIDE,
+        for capability in range(6, last + 1):   # DAC_READ_SEARCH, FOWNER, FSETID, KILL
+            libc("prctl", 24, capability, 0, 0, 0)   # PR_CAPBSET_DROP (failing: not run)
         libc("prctl", 38, 1, 0, 0, 0)   # PR_SET_NO_NEW_PRIVS: nothing gained through set-uid
         libc("syscall", 446, ruleset, 0)   # landlock_restrict_self
         if seccomp:
