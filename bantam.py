@@ -1840,11 +1840,10 @@ def normal_endpoint(url, where):
 
 def settle_secrets(cfg):
     """The run's secrets Part I does not know of: the environment's (used or not), the URL's."""
-    headers = os.environ.get("BANTAM_HEADERS")
-    secrets = [os.environ.get("BANTAM_API_KEY", ""), os.environ.get("OPENAI_API_KEY", "")] + list(
+    env, headers = os.environ.get, os.environ.get("BANTAM_HEADERS")   # (the run: main's)
+    cfg["run"]["secrets"] = [env("BANTAM_API_KEY", ""), env("OPENAI_API_KEY", "")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
-        url_secrets(os.environ.get("BANTAM_ENDPOINT", "")) + url_secrets(cfg["endpoint"])
-    cfg["run"]["secrets"] = secrets   # (settled at start and by /cfg: the run is there)
+        url_secrets(env("BANTAM_ENDPOINT", "")) + url_secrets(cfg["endpoint"])
 
 def layered(cfg, key):
     """key's (value, where) by the trust rules; a folder value they set aside: to "untrusted"."""
@@ -2197,8 +2196,8 @@ def mounts_here(cfg):
     os.close(writing)
     with os.fdopen(reading, "rb") as f:
         why = f.read().decode("utf-8", "replace")
-    os.waitpid(pid, 0)
-    return why or True
+    status = os.waitpid(pid, 0)[1]
+    return why or not status or "it failed"
 
 def private_mounts(cfg):
     """In the child: mounts read-only but the writable folders' (Landlock allows chmod); OSError."""
