@@ -1788,11 +1788,10 @@ def redact_event(cfg, event):
     redact(cfg, event)
     if not piece:
         return event
-    text = redact(cfg, held.pop("text", "") + event["text"])
-    held.clear()
+    text = redact(cfg, held.get("text", "") + event["text"])
     cut = min([len(text)] + [len(text) - n for s in secrets_of(cfg) for n in range(1, len(s))
                              if text.endswith(s[:n])])
-    held.update(dict(event, text=text[cut:]) if text[cut:] else {})
+    run["held"] = dict(event, text=text[cut:]) if text[cut:] else {}
     event["text"] = text[:cut]
     return event if event["text"] else None
 
@@ -1966,10 +1965,8 @@ def trust_folder(cfg, args, interactive, reload):
         return reload(True)
     asking = sources["trusted"] is None and (since or any(k in NEEDS_TRUST for k in changes))
     if asking and not interactive and not since:   # a remembered answer holds in batch mode
-        own = " (your own server? bantam -e %s)" % shown_untrusted(
-            "endpoint", changes["endpoint"][0]) if "endpoint" in changes else ""
         raise ConfigError("this folder's model.cfg would change %s: trust it with bantam "
-                          "--trust, BANTAM_TRUST=1 or a yes in the REPL%s" % (what, own))
+                          "--trust, BANTAM_TRUST=1 or a yes in the REPL" % what)
     if asking and interactive:
         if read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] " % (
                 since and since + ": it ", what)).strip().lower() in ("y", "yes"):
@@ -2176,32 +2173,24 @@ def check_sandbox(cfg, start=False):
     os.close(ruleset)
     if mode and "mounts" not in LEARNED:
         LEARNED["mounts"] = mounts_here(cfg)   # (a fact of this machine: learned once)
-    if start and mode and LEARNED["mounts"] is not True:
-        note(cfg, "sandbox=%s: Landlock alone (no mount namespace here: %s): modes, owners, times "
-             "and extended attributes outside the folder are not protected" % (
-                 mode, LEARNED["mounts"]), "warning")
+    if start and mode and not LEARNED["mounts"]:
+        note(cfg, "sandbox=%s: Landlock alone (no mount namespace here): modes, owners, times and "
+             "extended attributes outside the folder are not protected" % mode, "warning")
     return True
 
 def mounts_here(cfg):
-    """True if a child can make its mounts read-only (private_mounts), else why not."""
-    reading, writing = os.pipe()
+    """Can a child make its mounts read-only (private_mounts)?"""
     pid = os.fork()
-    if not pid:   # the child: tried, and said
+    if not pid:   # the child: tried, and said by its exit status
         try:
             private_mounts(cfg)
-        except BaseException as e:
-            os.write(writing, (str(e) or "it failed").encode("utf-8", "replace"))
-        finally:
             os._exit(0)
-    os.close(writing)
-    with os.fdopen(reading, "rb") as f:
-        why = f.read().decode("utf-8", "replace")
-    status = os.waitpid(pid, 0)[1]
-    return why or not status or "it failed"
+        finally:
+            os._exit(1)
+    return os.waitpid(pid, 0)[1] == 0
 
 def private_mounts(cfg):
     """In the child: mounts read-only but the writable folders' (Landlock allows chmod); OSError."""
-    import struct
     uid, gid = os.getuid(), os.getgid()   # (a user namespace, unless root)
     libc("unshare", 0x20000 | (0x10000000 if uid else 0))   # CLONE_NEWNS, CLONE_NEWUSER
     if uid:   # (bantam is not dumpable: its /proc files would be root's; exec ends this)
@@ -2218,7 +2207,7 @@ def private_mounts(cfg):
     os.chdir(os.getcwd())   # the working folder through its new mount
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
         points = [line.split()[4] for line in f]
-    read_only = struct.pack("QQQQ", 1, 0, 0, 0)   # struct mount_attr: MOUNT_ATTR_RDONLY set
+    read_only = (1).to_bytes(8, sys.byteorder) + bytes(24)   # mount_attr: attr_set RDONLY
     for point in points:
         point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
         try:   # mount_setattr(AT_FDCWD, point, 0, ...): its other flags stay as they were
@@ -2236,11 +2225,10 @@ def sandboxed(cfg, options):
 
 def confine(cfg):
     """In the child, before exec: cfg's sandbox for good, or the command does not run (126)."""
-    mode, closed = sandbox_of(cfg)
     try:
-        if mode and LEARNED["mounts"] is True:
+        if sandbox_of(cfg)[0] and LEARNED["mounts"]:
             private_mounts(cfg)
-        ruleset, seccomp = sandbox_ruleset(cfg), socket_filter() if closed else None
+        ruleset, seccomp = sandbox_ruleset(cfg), socket_filter() if sandbox_of(cfg)[1] else None
         with open("/proc/sys/kernel/cap_last_cap") as f:   # as root, every capability but
             last = int(f.read()) if os.geteuid() == 0 else 5   # 0-5: CHOWN, DAC_OVERRIDE,
         for capability in range(6, last + 1):   # DAC_READ_SEARCH, FOWNER, FSETID, KILL
