@@ -1839,7 +1839,7 @@ def normal_endpoint(url, where):
 
 def settle_secrets(cfg):
     """The run's secrets Part I does not know of: the environment's (used or not), the URL's."""
-    env, headers = os.environ.get, os.environ.get("BANTAM_HEADERS")   # (the run: main's)
+    env, headers = os.environ.get, os.environ.get("BANTAM_HEADERS")   # (cfg["run"]: main's)
     cfg["run"]["secrets"] = [env("BANTAM_API_KEY", ""), env("OPENAI_API_KEY", "")] + list(
         parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
         url_secrets(env("BANTAM_ENDPOINT", "")) + url_secrets(cfg["endpoint"])
@@ -2229,10 +2229,10 @@ def confine(cfg):
         if sandbox_of(cfg)[0] and LEARNED["mounts"]:
             private_mounts(cfg)
         ruleset, seccomp = sandbox_ruleset(cfg), socket_filter() if sandbox_of(cfg)[1] else None
-        with open("/proc/sys/kernel/cap_last_cap") as f:   # as root, every capability but
-            last = int(f.read()) if os.geteuid() == 0 else 5   # 0-5: CHOWN, DAC_OVERRIDE,
-        for capability in range(6, last + 1):   # DAC_READ_SEARCH, FOWNER, FSETID, KILL
-            libc("prctl", 24, capability, 0, 0, 0)   # PR_CAPBSET_DROP (failing: not run)
+        if os.geteuid() == 0:   # every capability but 0-5: CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH,
+            with open("/proc/sys/kernel/cap_last_cap") as f:   # FOWNER, FSETID, KILL
+                for capability in range(6, int(f.read()) + 1):   # PR_CAPBSET_DROP
+                    libc("prctl", 24, capability, 0, 0, 0)   # (failing: the command is not run)
         libc("prctl", 38, 1, 0, 0, 0)   # PR_SET_NO_NEW_PRIVS: nothing gained through set-uid
         libc("syscall", 446, ruleset, 0)   # landlock_restrict_self
         if seccomp:
