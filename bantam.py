@@ -1735,20 +1735,15 @@ def redact_event(cfg, event):
     redact(cfg, event)
     if not piece:
         return event
-    text = redact(cfg, held.pop("text", "") + event["text"])
-    held.clear()
+    text = redact(cfg, held.get("text", "") + event["text"])
     cut = min([len(text)] + [len(text) - n for s in secrets_of(cfg) for n in range(1, len(s))
                              if text.endswith(s[:n])])
-    held.update(dict(event, text=text[cut:]) if text[cut:] else {})
+    run["held"] = dict(event, text=text[cut:]) if text[cut:] else {}
     event["text"] = text[:cut]
     return event if event["text"] else None
 
-def redact_prompt(convo, prompt, go):
-    """The turn hook: a secret pasted into a prompt is *** before it is stored or sent."""
-    return go(redact(convo["cfg"], prompt))
-
 HOOKS["event"].append(redact_event)
-HOOKS["turn"].append(redact_prompt)
+HOOKS["turn"].append(lambda convo, text, go: go(redact(convo["cfg"], text)))   # pasted keys: ***
 
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
@@ -1790,13 +1785,14 @@ def normal_endpoint(url, where):
     return cut
 
 def settle_secrets(cfg):
-    """The run's secrets Part I does not know of: the environment's, the endpoint URL's."""
-    if cfg.get("run") is not None:
-        cfg["run"]["secrets"] = cfg["sources"].get("env_secrets", []) + url_secrets(cfg["endpoint"])
+    """The run's secrets Part I does not know of: the environment's (used or not), the URL's."""
+    env, headers = os.environ.get, os.environ.get("BANTAM_HEADERS")   # (cfg["run"]: main's)
+    cfg["run"]["secrets"] = [env("BANTAM_API_KEY", ""), env("OPENAI_API_KEY", "")] + list(
+        parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
+        url_secrets(env("BANTAM_ENDPOINT", "")) + url_secrets(cfg["endpoint"])
 
 def layered(cfg, key):
-    """key's (value, where) by trust: a folder's NEEDS_TRUST value once trusted, a TIGHTEN_ONLY
-    one only to tighten (else to sources' "untrusted"); STRICTER's strictest; deny joins."""
+    """key's (value, where) by the trust rules; a folder value they set aside: to "untrusted"."""
     trusted, unused = cfg["sources"]["trusted"], cfg["sources"]["untrusted"]
     found = [(kind, parse_value(key, raw, where) if isinstance(raw, str) else raw, where)
              for kind, layer in cfg["sources"]["layers"]
@@ -1823,25 +1819,20 @@ def settle(cfg, trust=None):
     mine, facts = dict(layers).get("folder"), folder_memory().get(os.getcwd(), {})
     prints = {key: value_print(raw) for key, (raw, _) in (mine or {}).items()
               if (key in NEEDS_TRUST or key in TIGHTEN_ONLY) and raw not in ("", "-")}
-    seen = (facts.get("fingerprint") or {}) if facts.get("trusted") is True else prints
+    said = facts.get("trusted")   # True: a yes to the values it saw; another value: a no
+    seen = (facts.get("fingerprint") or {}) if said is True else prints
     changed = sorted(key for key in prints if seen.get(key) != prints[key])   # none is then used
-    if trust is None and (facts.get("trusted") is False or os.environ.get("BANTAM_TRUST") == "0"):
+    if trust is None and (said not in (None, True) or os.environ.get("BANTAM_TRUST") == "0"):
         trust = False   # a no (remembered, --no-trust): only what tightens is the folder's
-    trusted = trust if trust is not None else (mine is not None and (
-        os.environ.get("BANTAM_TRUST") == "1" or facts.get("trusted") is True and not changed)
-        or None)   # True, None (not trusted) or False (a no)
-    sources.update(trusted=trusted, untrusted={})   # (layered reads the one, fills the other)
+    trusted = trust if trust is not None else (os.environ.get("BANTAM_TRUST") == "1" or (
+        said is True and not changed) or None)   # True, None (not trusted) or False (a no)
+    sources.update(trusted=trusted, untrusted={}, fingerprint=prints, changed=changed,
+                   folder_config=mine is not None and os.path.abspath("model.cfg") or None)
     for key in [key for key in DEFAULTS if key in (mine or ()) or key in STRICTER | {"deny"}]:
         cfg[key], sources[key] = layered(cfg, key)
     for kind, layer in layers:
         if kind == "own" or kind == "folder" and trusted:
             check_private(layer)
-    headers = os.environ.get("BANTAM_HEADERS")   # the environment's secrets, used or not
-    secrets = [os.environ.get("BANTAM_API_KEY", ""), os.environ.get("OPENAI_API_KEY", "")] + list(
-        parse_value("headers", headers, "BANTAM_HEADERS").values() if headers else []) + \
-        url_secrets(os.environ.get("BANTAM_ENDPOINT", ""))
-    sources.update(folder_config=mine is not None and os.path.abspath("model.cfg") or None,
-                   env_secrets=secrets, fingerprint=prints, changed=changed)
     sources.setdefault("base_system_prompt", cfg["system_prompt"])
     add_prompt_extras(cfg)
     settle_secrets(cfg)
@@ -1876,9 +1867,7 @@ def add_prompt_extras(cfg):
             sources["project_instructions_file"] = path
     except OSError as e:
         note(cfg, "warning: cannot read %s: %s" % (path, e.strerror), "warning")
-    base = sources["base_system_prompt"]
-    if sources["system_prompt"] == os.path.abspath("system.txt"):   # the folder's
-        base = clean_for_model(base)
+    base = clean_for_model(sources["base_system_prompt"])   # (the folder's system.txt too)
     cfg["system_prompt"] = "\n\n".join([base.rstrip("\n")] + extras) + "\n" if extras else base
 
 def folder_memory():
@@ -1896,7 +1885,7 @@ def value_print(raw):
     return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()
 
 def remember_folder(**facts):
-    """Remember facts of this folder (None forgets one), locked: runs sharing a HOME add up."""
+    """Remember this folder's facts, locked: runs sharing a HOME add up."""
     import fcntl
     path = bantam_home("folders.json")
     try:
@@ -1904,42 +1893,37 @@ def remember_folder(**facts):
         with open(os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)   # (let go when closed)
             memory = folder_memory()
-            mine = dict(memory.get(os.getcwd(), {}), **facts)
-            memory[os.getcwd()] = {name: value for name, value in mine.items() if value is not None}
+            memory[os.getcwd()] = facts
             write_private_file(path, json.dumps(memory, indent=1))
     except OSError as e:
         note({}, "warning: cannot remember this folder's settings: %s" % e, "warning")
 
 def trust_folder(cfg, args, interactive, reload):
     """cfg as this folder may steer it (--trust, a yes; a no: yours); reload(trust) re-settles."""
-    sources, facts = cfg["sources"], folder_memory().get(os.getcwd(), {})
-    changes, changed, prints = sources["untrusted"], sources["changed"], sources["fingerprint"]
-    said = False if os.environ.get("BANTAM_TRUST") == "0" else None if facts.get(
-        "trusted") is None else facts["trusted"] is True   # else a no
-    if not sources["folder_config"] or not changes and said is not False:
+    sources = cfg["sources"]
+    changes, changed = sources["untrusted"], sources["changed"]   # (changed: since a yes)
+    if not changes:
         return cfg
     what = ", ".join("%s=%s (%s)" % (key, shown_untrusted(key, value), NEEDS_TRUST.get(
         key, "looser than yours")) for key, (value, _) in changes.items())
+    since = "changed since you trusted it (%s)" % ", ".join(changed) if changed else ""
     if args.trust:
-        remember_folder(trusted=True, fingerprint=prints)
+        remember_folder(trusted=True, fingerprint=sources["fingerprint"])
         return reload(True)
-    asking = said is not False and any(k in NEEDS_TRUST or said for k in changes)
-    if asking and not interactive and said is None:   # a remembered answer holds in batch mode
-        own = " (your own server? bantam -e %s)" % shown_untrusted(
-            "endpoint", changes["endpoint"][0]) if "endpoint" in changes else ""
+    asking = sources["trusted"] is None and (since or any(k in NEEDS_TRUST for k in changes))
+    if asking and not interactive and not since:   # a remembered answer holds in batch mode
         raise ConfigError("this folder's model.cfg would change %s: trust it with bantam "
-                          "--trust, BANTAM_TRUST=1 or a yes in the REPL%s" % (what, own))
+                          "--trust, BANTAM_TRUST=1 or a yes in the REPL" % what)
     if asking and interactive:
-        since = "changed since you trusted it (%s): it " % ", ".join(changed) if said else ""
-        said = read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] "
-                           % (since, what)).strip().lower() in ("y", "yes")
-        remember_folder(trusted=said, fingerprint=prints if said else None)
-        if said:
+        if read_answer("This folder's model.cfg %swould change %s. Trust this folder? [y/N] " % (
+                since and since + ": it ", what)).strip().lower() in ("y", "yes"):
+            remember_folder(trusted=True, fingerprint=sources["fingerprint"])
             return reload(True)
+        remember_folder(trusted=False)
         cfg = reload(False)
-    why = "this folder is not trusted: your own settings only" if said is False else \
-        "not used: this folder's model.cfg " + ("changed since you trusted it (%s)" % ", ".join(
-            changed) if said else "would loosen %s; it is not trusted" % what)
+    why = "not used: this folder's model.cfg " + (
+        since or "would loosen %s; it is not trusted" % what) if sources["trusted"] is not False \
+        else "this folder is not trusted: your own settings only"
     cfg["sources"]["trust_note"] = "[%s (bantam --trust to trust it)]" % why
     return cfg
 
@@ -1947,7 +1931,7 @@ def remember_own_edit(cfg, path, key):
     """/cfg wrote key into this trusted folder's model.cfg: the user's value joins the yes."""
     facts = folder_memory().get(os.getcwd(), {})   # (a key trust does not cover: never read)
     if path == cfg["sources"]["folder_config"] and facts.get("trusted") is True:
-        remember_folder(fingerprint=dict(facts.get("fingerprint") or {}, **{
+        remember_folder(trusted=True, fingerprint=dict(facts.get("fingerprint") or {}, **{
             key: value_print(read_key_values(path)[key][0])}))
 
 def shown_untrusted(key, value):
@@ -2036,9 +2020,6 @@ PARSERS.update(headers=json_headers)
 ALL_RIGHTS = (0, 1 << 13, 1 << 14, 1 << 15, 1 << 15, 1 << 16)   # by ABI, minus 1: every right
 FILE_RIGHTS = 1 | 2 | 4 | 1 << 14 | 1 << 15    # the rights a rule on a file (not a folder) may give
 DEVICE_RIGHTS = 1 << 6 | 1 << 11   # MAKE_CHAR, MAKE_BLOCK: never given (a node is a way out)
-KEPT_CAPABILITIES = 0b111111       # CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, FSETID, KILL
-MOUNT_FLAGS = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1 << 10,
-               "nodiratime": 1 << 11, "relatime": 1 << 21}   # kept when a mount is made read-only
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 53), "aarch64": (0xC00000B7, 198, 199)}   # arch,
 #   socket, socketpair
@@ -2047,13 +2028,13 @@ def sandbox_of(cfg):
     """(mode, closed): 'workspace' or 'read-only' ('' when off), and whether sockets are closed."""
     return cfg.get("sandbox", "off").replace("off", ""), not cfg.get("sandbox_network", True)
 
-def landlock(call, *args):
-    """Landlock call 444 + call (create_ruleset, add_rule, restrict_self); OSError."""
+def libc(name, *args):
+    """libc's function name called with args (ints as C longs); OSError naming it if it fails."""
     import ctypes
-    result = ctypes.CDLL(None, use_errno=True).syscall(
-        ctypes.c_long(444 + call), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    result = getattr(ctypes.CDLL(None, use_errno=True), name)(
+        *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
     if result < 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        raise OSError(ctypes.get_errno(), "%s: %s" % (name, os.strerror(ctypes.get_errno())))
     return result
 
 def sandbox_roots(cfg):
@@ -2073,9 +2054,10 @@ def sandbox_ruleset(cfg):
     if not mode and not closed:
         return None
     try:   # LANDLOCK_CREATE_RULESET_VERSION; ENOSYS: before Linux 5.13, EOPNOTSUPP: not in lsm=
-        abi, why = (landlock(0, None, 0, 1), "") if sys.platform == "linux" else (0, "not on Linux")
+        abi, why = (libc("syscall", 444, None, 0, 1), "") if sys.platform == "linux" else (
+            0, "not on Linux")
     except OSError as e:
-        abi, why = 0, "this kernel has no Landlock (%s)" % e.strerror
+        abi, why = 0, "this kernel has no Landlock (%s)" % os.strerror(e.errno)
     if closed and abi and (abi < 4 or os.uname().machine not in SECCOMP_ARCH):
         why = "it needs Landlock ABI 4 (Linux 6.7) on x86_64 or aarch64; this is ABI %d" % abi
     if why:   # never a command run with less than was asked for
@@ -2085,8 +2067,8 @@ def sandbox_ruleset(cfg):
     rights = ALL_RIGHTS[min(abi, 5)] - 1 if mode else 0
     scoped = 3 if abi >= 6 else 0   # abstract Unix sockets and signals out of the sandbox
     attr = struct.pack("QQQ", rights, 3 * closed, scoped)   # fs, net, scoped (older ABIs: 0)
-    ruleset = landlock(0, attr, len(attr), 0)
-    add = lambda fd, allowed: landlock(1, ruleset, 1, struct.pack("=Qi", allowed, fd), 0)
+    ruleset = libc("syscall", 444, attr, len(attr), 0)   # (444: create_ruleset, 445: add_rule)
+    add = lambda fd, allowed: libc("syscall", 445, ruleset, 1, struct.pack("=Qi", allowed, fd), 0)
     try:   # LANDLOCK_RULE_PATH_BENEATH {allowed_access, parent_fd}
         if mode:
             roots, hidden = sandbox_roots(cfg)
@@ -2115,8 +2097,7 @@ def allow(add, path, rights, hidden):
     os.close(fd)   # (an error above ends the ruleset anyway)
 
 def socket_filter():
-    """(a seccomp program under which socket(), io_uring_setup() and a socketpair() other than
-    a stream's (a datagram can be sent to any address) fail; its sock_fprog)."""
+    """(a seccomp program failing socket(), io_uring_setup(), a datagram socketpair(); fprog)."""
     import ctypes
     import struct
     arch, socket_call, pair_call = SECCOMP_ARCH[os.uname().machine]
@@ -2132,105 +2113,80 @@ def socket_filter():
     return program, struct.pack("HP", len(steps), ctypes.addressof(program))   # struct sock_fprog
 
 def check_sandbox(cfg, start=False):
-    """Stop (ConfigError: exit 2) before any request when cfg's sandbox cannot be had here; at
-    start, say so when it is Landlock's alone (no mount namespace to make the rest read-only)."""
-    ruleset = sandbox_ruleset(cfg)
-    if ruleset is not None:
-        os.close(ruleset)
-    if ruleset is not None and sandbox_of(cfg)[0] and "mounts" not in LEARNED:
+    """Is cfg's sandbox on? ConfigError if it cannot be had; at start, said if Landlock's alone."""
+    ruleset, mode = sandbox_ruleset(cfg), sandbox_of(cfg)[0]
+    if ruleset is None:
+        return False
+    os.close(ruleset)
+    if mode and "mounts" not in LEARNED:
         LEARNED["mounts"] = mounts_here(cfg)   # (a fact of this machine: learned once)
-    if start and sandbox_of(cfg)[0] and LEARNED.get("mounts") not in (None, True):
-        note(cfg, "sandbox=%s: Landlock alone (no mount namespace here: %s): modes, owners, times "
-             "and extended attributes outside the folder are not protected" % (
-                 sandbox_of(cfg)[0], LEARNED["mounts"]), "warning")
+    if start and mode and not LEARNED["mounts"]:
+        note(cfg, "sandbox=%s: Landlock alone (no mount namespace here): modes, owners, times and "
+             "extended attributes outside the folder are not protected" % mode, "warning")
+    return True
 
 def mounts_here(cfg):
-    """True if a child can make its mounts read-only (private_mounts), else why not."""
-    reading, writing = os.pipe()
+    """Can a child make its mounts read-only (private_mounts)?"""
     pid = os.fork()
-    if not pid:   # the child: tried, and said
+    if not pid:   # the child: tried, and said by its exit status
         try:
             private_mounts(cfg)
             os._exit(0)
-        except BaseException as e:
-            os.write(writing, str(e).encode("utf-8", "replace"))
+        finally:
             os._exit(1)
-    os.close(writing)
-    with os.fdopen(reading, "rb") as f:
-        why = f.read().decode("utf-8", "replace")
-    return os.waitpid(pid, 0)[1] == 0 or why or "it failed"
+    return os.waitpid(pid, 0)[1] == 0
 
 def private_mounts(cfg):
-    """In the child: a mount namespace of its own (in a user namespace unless root) where every
-    mount but the writable folders is read-only, since Landlock has no right for modes, owners,
-    times and extended attributes. ~/.bantam stays read-only even inside them. OSError."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def mount(target, flags, source=None):
-        if libc.mount(source, os.fsencode(target), None, ctypes.c_ulong(flags), None):
-            raise OSError(ctypes.get_errno(), "mount %s: %s" % (target, os.strerror(
-                ctypes.get_errno())))
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(0x20000 | (0x10000000 if uid else 0)):   # CLONE_NEWNS, CLONE_NEWUSER
-        raise OSError(ctypes.get_errno(), "unshare: " + os.strerror(ctypes.get_errno()))
+    """In the child: mounts read-only but the writable folders' (Landlock allows chmod); OSError."""
+    uid, gid = os.getuid(), os.getgid()   # (a user namespace, unless root)
+    libc("unshare", 0x20000 | (0x10000000 if uid else 0))   # CLONE_NEWNS, CLONE_NEWUSER
     if uid:   # (bantam is not dumpable: its /proc files would be root's; exec ends this)
-        libc.prctl(4, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+        libc("prctl", 4, 1, 0, 0, 0)
     for name, text in [("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
                        ("gid_map", "%d %d 1" % (gid, gid))] if uid else []:
         with open("/proc/self/" + name, "w") as f:   # (the same ids: no root inside)
             f.write(text)
-    mount("/", 1 << 14 | 1 << 18)   # MS_REC | MS_PRIVATE: no change goes back out
+    libc("mount", None, b"/", None, 1 << 14 | 1 << 18, None)   # MS_REC | MS_PRIVATE: not shared
     roots, hidden = sandbox_roots(cfg)
     for path in roots + [h for h in hidden if within(h, roots) and os.path.exists(h)]:
-        mount(path, 1 << 12 | 1 << 14, os.fsencode(path))   # MS_BIND | MS_REC: its own mount
+        path = os.fsencode(path)   # MS_BIND | MS_REC: a mount of its own (~/.bantam: read-only)
+        libc("mount", path, path, None, 1 << 12 | 1 << 14, None)
     os.chdir(os.getcwd())   # the working folder through its new mount
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        points = [line.split()[4:6] for line in f]
-    for point, options in points:
+        points = [line.split()[4] for line in f]
+    read_only = (1).to_bytes(8, sys.byteorder) + bytes(24)   # mount_attr: attr_set RDONLY
+    for point in points:
         point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
-        flags = 1 << 12 | 32 | 1   # MS_BIND | MS_REMOUNT | MS_RDONLY, and the flags it had:
-        for option in options.split(","):
-            flags |= MOUNT_FLAGS.get(option, 0)
-        try:
+        try:   # mount_setattr(AT_FDCWD, point, 0, ...): its other flags stay as they were
             if not within(point, roots) or within(point, hidden):
-                mount(point, flags)
+                libc("syscall", 442, -100, os.fsencode(point), 0, read_only, len(read_only))
         except OSError as e:   # (one we cannot reach is out of its command's reach too)
             if e.errno not in (13, 2):   # EACCES, ENOENT
                 raise
 
-def drop_capabilities(libc):
-    """As root: the capabilities a command has no use for left out of what it can get."""
-    import ctypes
-    for capability in range(64):   # PR_CAPBSET_DROP (EINVAL past the last one: fine)
-        if not KEPT_CAPABILITIES >> capability & 1:
-            libc.prctl(24, ctypes.c_ulong(capability), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0))
-
 def sandboxed(cfg, options):
     """The spawn hook of the sandbox: confined in the child after the fork (no other thread)."""
-    if not any(sandbox_of(cfg)):
-        return options
-    check_sandbox(cfg)   # a sandbox switched on mid-run that cannot be had: the command is refused
-    def confine():
-        import ctypes
-        try:
-            if LEARNED.get("mounts") is True and sandbox_of(cfg)[0]:
-                private_mounts(cfg)
-            ruleset, libc = sandbox_ruleset(cfg), ctypes.CDLL(None, use_errno=True)
-            if os.geteuid() == 0:
-                drop_capabilities(libc)
-            program, fprog = socket_filter() if sandbox_of(cfg)[1] else (None, None)
-            u = ctypes.c_ulong   # prctl 38: NO_NEW_PRIVS, 22: SECCOMP
-            failed = libc.prctl(38, u(1), u(0), u(0), u(0)) or landlock(2, ruleset, 0) or (
-                program is not None and libc.prctl(22, u(2), fprog, u(0), u(0)))
-        except Exception:
-            failed = True
-        if failed:
-            os.write(2, b"bantam: the sandbox could not be enforced: the command did not run\n")
-            os._exit(126)
-    options["preexec_fn"] = confine
+    if check_sandbox(cfg):   # one switched on mid-run that cannot be had: the command is refused
+        options["preexec_fn"] = lambda: confine(cfg)
     return options
+
+def confine(cfg):
+    """In the child, before exec: cfg's sandbox for good, or the command does not run (126)."""
+    try:
+        if sandbox_of(cfg)[0] and LEARNED["mounts"]:
+            private_mounts(cfg)
+        ruleset, seccomp = sandbox_ruleset(cfg), socket_filter() if sandbox_of(cfg)[1] else None
+        if os.geteuid() == 0:   # every capability but 0-5: CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH,
+            with open("/proc/sys/kernel/cap_last_cap") as f:   # FOWNER, FSETID, KILL
+                for capability in range(6, int(f.read()) + 1):   # PR_CAPBSET_DROP
+                    libc("prctl", 24, capability, 0, 0, 0)   # (failing: the command is not run)
+        libc("prctl", 38, 1, 0, 0, 0)   # PR_SET_NO_NEW_PRIVS: nothing gained through set-uid
+        libc("syscall", 446, ruleset, 0)   # landlock_restrict_self
+        if seccomp:
+            libc("prctl", 22, 2, seccomp[1], 0, 0)   # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    except Exception:
+        os.write(2, b"bantam: the sandbox could not be enforced: the command did not run\n")
+        os._exit(126)
 
 def sandbox_refusal(cfg, args):
     """Why the sandbox keeps the write tool (TOOLS asks first) from args' path, or ''."""
@@ -2238,10 +2194,9 @@ def sandbox_refusal(cfg, args):
     if not mode or not isinstance(path, str):   # (the tool says what is wrong with its arguments)
         return ""
     roots, hidden = sandbox_roots(cfg)
-    path = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
-    refused = within(path, hidden) or not within(path, roots)
-    why = "writes outside %s are refused" % ", ".join(roots)
-    return "error: sandbox=%s: %s: %s" % (mode, why, path) if refused else ""
+    path = os.path.realpath(os.path.expanduser(path))
+    why = "error: sandbox=%s: writes outside %s are refused: %s" % (mode, ", ".join(roots), path)
+    return why if within(path, hidden) or not within(path, roots) else ""
 
 HOOKS["spawn"].append(sandboxed)
 

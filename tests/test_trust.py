@@ -105,12 +105,10 @@ class FolderTrustBatchTests(TrustCase):
 
     def test_folder_endpoint_stops_batch_mode(self):
         """A folder's endpoint (with its own dummy key) is the model, and the model runs
-        commands: exit 2 before any request, naming endpoint=URL, the folder's model.cfg
-        and what to type for a server of one's own."""
+        commands: exit 2 before any request, naming endpoint=URL and the folder's model.cfg."""
         self.folder_config(endpoint=self.evil.url, api_key=FOLDER_KEY)
         line = self.assert_refused(self.run_bantam("-p", "hello"), "endpoint=" + self.evil.url,
                                    "(the model you talk to)", "model.cfg")
-        self.assertIn("bantam -e %s" % self.evil.url, line)
         self.assertNotIn(FOLDER_KEY, line)
 
     def test_local_and_remote_endpoints_get_the_same_message(self):
