@@ -758,11 +758,6 @@ def tool_definitions(cfg):
     return [{"type": "function", "function": dict(TOOLS[name][0], name=name)}
             for name in enabled_tools(cfg)]
 
-def tool_function(cfg, name):
-    """The function of an enabled tool called name (or by another name of it), else None."""
-    function = TOOLS.get(name, (None, None))[1]
-    return function if any(TOOLS[n][1] is function for n in enabled_tools(cfg)) else None
-
 def check_calls(reply):
     """Each tool call's arguments (a dict), or an error text; invalid JSON stays "{}"."""
     parsed = []
@@ -783,8 +778,8 @@ def run_tool_call(cfg, call, args):
     """Trace and run one tool call (args: a dict, or an error text): its tool message."""
     name = call["function"]["name"]
     emit(cfg, "tool_call", id=call["id"], name=name, arguments=call["function"]["arguments"])
-    function = tool_function(cfg, name)
-    if function is None and not isinstance(args, str):
+    function = TOOLS.get(name, (None, None))[1]   # (an alias's: its enabled tool's)
+    if not any(TOOLS[n][1] is function for n in enabled_tools(cfg)) and not isinstance(args, str):
         args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
     for hook in HOOKS["tool"]:   # before: the first refusal (a text) is the result
         args = args if isinstance(args, str) else hook(cfg, call, args)
@@ -806,7 +801,12 @@ def run_tool_call(cfg, call, args):
 
 def AL(cfg, messages, on_event=None):
     """The agentic loop: ask, run the tool calls, again until none; messages (events: on_event)."""
-    cfg = enter_run(cfg, on_event)
+    parent = cfg.get("run") or {}   # this run's own cfg: its event sink, its subagent depth
+    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True,
+               partial=None, own={})
+    if not parent or on_event:
+        run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
+    cfg = dict(cfg, run=run)
     emit(cfg, "turn_start", messages=len(messages))
     try:
         for _ in range(cfg["max_al_iterations"]):
@@ -835,15 +835,6 @@ def AL(cfg, messages, on_event=None):
         return messages
     finally:
         leave_run(cfg, messages, sys.exc_info()[1])
-
-def enter_run(cfg, on_event=None):
-    """A copy of cfg for one AL run, whose "run" has the event sink and the subagent depth."""
-    parent = cfg.get("run") or {}
-    loop = parent.get("loop")
-    run = dict(parent, depth=parent["depth"] + 1 if loop else 0, loop=True, partial=None, own={})
-    if not parent or on_event:
-        run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
-    return dict(cfg, run=run)
 
 def leave_run(cfg, messages, stop):
     """The run is over: a reply that stop cut keeps the text shown (marked so); say how."""
