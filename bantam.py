@@ -431,8 +431,7 @@ def exchange(cfg, body, quiet):
     reply = {"content": [], "reasoning": [], "calls": {}, "quiet": quiet, "finish": None,
              "extra": {}, "first": None, "pending": [], "ended": False, "asked": now, "size": 0,
              "sent": len(payload), "chunk": {}}
-    if cfg.get("run") is not None:
-        cfg["run"]["reply"] = reply
+    (cfg.get("run") or {})["reply"] = reply   # (the run's: what an interrupt leaves shown)
     try:
         if not quiet:
             emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
