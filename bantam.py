@@ -622,6 +622,9 @@ def finish_reply(reply):
 # The tools: each takes cfg and a dict of arguments and returns a string (TOOLS)
 # ----------------------------------------------------------------------------------------
 
+SHELL = next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")   # bash, else sh
+              if os.access(p, os.X_OK)), "/bin/sh")
+
 def shell_exec(cfg, args):
     """Run args["command"] in bash, its own process group, no stdin or pager: output, exit code."""
     import signal
@@ -634,7 +637,7 @@ def shell_exec(cfg, args):
     try:   # (a spawn hook refuses with a BantamError: a sandbox that cannot be had)
         options = hooked("spawn", dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
                                        stderr=subprocess.STDOUT, start_new_session=True), cfg)
-        proc = subprocess.Popen([shell_path(), "-c", command], **options)
+        proc = subprocess.Popen([SHELL, "-c", command], **options)
     except (OSError, ValueError, BantamError) as e:
         return "error: cannot start the shell: %s" % e
     limit, why = (cfg.get("run") or {}).get("time_left") or (   # (Part II's: the turn's)
@@ -660,11 +663,6 @@ def shell_exec(cfg, args):
         proc.stdout.close()
         output.add(cfg, b"", final=True)
     return output.text() + remark + "\n\nexit: " + str(proc.wait())
-
-def shell_path():
-    """bash if installed, else /bin/sh."""
-    return next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")
-                 if os.access(p, os.X_OK)), "/bin/sh")
 
 def pump_output(cfg, proc, output, until):
     """Read the output until it closes, DRAIN_SECONDS after the shell exits, or until."""
@@ -3454,7 +3452,7 @@ def run_direct(cfg, command, own_stdin=True):
     sys.stdout.flush()
     previous = signal.signal(signal.SIGINT, lambda *_: None)   # (SIG_IGN would be inherited)
     try:   # Ctrl+C reaches the command, not bantam
-        code = subprocess.call([shell_path(), "-c", command], env=command_env(cfg),
+        code = subprocess.call([SHELL, "-c", command], env=command_env(cfg),
                                stdin=None if own_stdin else subprocess.DEVNULL)
     finally:
         signal.signal(signal.SIGINT, previous)
