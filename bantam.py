@@ -431,8 +431,7 @@ def exchange(cfg, body, quiet):
     reply = {"content": [], "reasoning": [], "calls": {}, "quiet": quiet, "finish": None,
              "extra": {}, "first": None, "pending": [], "ended": False, "asked": now, "size": 0,
              "sent": len(payload), "chunk": {}}
-    if cfg.get("run") is not None:
-        cfg["run"]["reply"] = reply
+    (cfg.get("run") or {})["reply"] = reply   # (the run's: what an interrupt leaves shown)
     try:
         if not quiet:
             emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
@@ -623,6 +622,9 @@ def finish_reply(reply):
 # The tools: each takes cfg and a dict of arguments and returns a string (TOOLS)
 # ----------------------------------------------------------------------------------------
 
+SHELL = next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")   # bash, else sh
+              if os.access(p, os.X_OK)), "/bin/sh")
+
 def shell_exec(cfg, args):
     """Run args["command"] in bash, its own process group, no stdin or pager: output, exit code."""
     import signal
@@ -635,7 +637,7 @@ def shell_exec(cfg, args):
     try:   # (a spawn hook refuses with a BantamError: a sandbox that cannot be had)
         options = hooked("spawn", dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
                                        stderr=subprocess.STDOUT, start_new_session=True), cfg)
-        proc = subprocess.Popen([shell_path(), "-c", command], **options)
+        proc = subprocess.Popen([SHELL, "-c", command], **options)
     except (OSError, ValueError, BantamError) as e:
         return "error: cannot start the shell: %s" % e
     limit, why = (cfg.get("run") or {}).get("time_left") or (   # (Part II's: the turn's)
@@ -661,11 +663,6 @@ def shell_exec(cfg, args):
         proc.stdout.close()
         output.add(cfg, b"", final=True)
     return output.text() + remark + "\n\nexit: " + str(proc.wait())
-
-def shell_path():
-    """bash if installed, else /bin/sh."""
-    return next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")
-                 if os.access(p, os.X_OK)), "/bin/sh")
 
 def pump_output(cfg, proc, output, until):
     """Read the output until it closes, DRAIN_SECONDS after the shell exits, or until."""
@@ -758,11 +755,6 @@ def tool_definitions(cfg):
     return [{"type": "function", "function": dict(TOOLS[name][0], name=name)}
             for name in enabled_tools(cfg)]
 
-def tool_function(cfg, name):
-    """The function of an enabled tool called name (or by another name of it), else None."""
-    function = TOOLS.get(name, (None, None))[1]
-    return function if any(TOOLS[n][1] is function for n in enabled_tools(cfg)) else None
-
 def check_calls(reply):
     """Each tool call's arguments (a dict), or an error text; invalid JSON stays "{}"."""
     parsed = []
@@ -783,8 +775,8 @@ def run_tool_call(cfg, call, args):
     """Trace and run one tool call (args: a dict, or an error text): its tool message."""
     name = call["function"]["name"]
     emit(cfg, "tool_call", id=call["id"], name=name, arguments=call["function"]["arguments"])
-    function = tool_function(cfg, name)
-    if function is None and not isinstance(args, str):
+    function = TOOLS.get(name, (None, None))[1]   # (an alias's: its enabled tool's)
+    if not any(TOOLS[n][1] is function for n in enabled_tools(cfg)) and not isinstance(args, str):
         args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
     for hook in HOOKS["tool"]:   # before: the first refusal (a text) is the result
         args = args if isinstance(args, str) else hook(cfg, call, args)
@@ -806,7 +798,12 @@ def run_tool_call(cfg, call, args):
 
 def AL(cfg, messages, on_event=None):
     """The agentic loop: ask, run the tool calls, again until none; messages (events: on_event)."""
-    cfg = enter_run(cfg, on_event)
+    parent = cfg.get("run") or {}   # this run's own cfg: its event sink, its subagent depth
+    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True,
+               partial=None, own={})
+    if not parent or on_event:
+        run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
+    cfg = dict(cfg, run=run)
     emit(cfg, "turn_start", messages=len(messages))
     try:
         for _ in range(cfg["max_al_iterations"]):
@@ -835,15 +832,6 @@ def AL(cfg, messages, on_event=None):
         return messages
     finally:
         leave_run(cfg, messages, sys.exc_info()[1])
-
-def enter_run(cfg, on_event=None):
-    """A copy of cfg for one AL run, whose "run" has the event sink and the subagent depth."""
-    parent = cfg.get("run") or {}
-    loop = parent.get("loop")
-    run = dict(parent, depth=parent["depth"] + 1 if loop else 0, loop=True, partial=None, own={})
-    if not parent or on_event:
-        run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
-    return dict(cfg, run=run)
 
 def leave_run(cfg, messages, stop):
     """The run is over: a reply that stop cut keeps the text shown (marked so); say how."""
@@ -3419,7 +3407,7 @@ def run_direct(cfg, command, own_stdin=True):
     sys.stdout.flush()
     previous = signal.signal(signal.SIGINT, lambda *_: None)   # (SIG_IGN would be inherited)
     try:   # Ctrl+C reaches the command, not bantam
-        code = subprocess.call([shell_path(), "-c", command], env=command_env(cfg),
+        code = subprocess.call([SHELL, "-c", command], env=command_env(cfg),
                                stdin=None if own_stdin else subprocess.DEVNULL)
     finally:
         signal.signal(signal.SIGINT, previous)
