@@ -3025,7 +3025,7 @@ def md_end(state):
     return out
 
 def md_line(state, line):
-    """One complete source line rendered (tables, quotes and inline marks as written)."""
+    """A complete source line rendered, indented as written (tables, quotes, inline marks kept)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
         char, size, indent, pad, lang = state["fence"]
         if re.match(r"[ \t]*%s{%d,}[ \t]*$" % (re.escape(char), size), line):   # ``` or longer
@@ -3034,11 +3034,6 @@ def md_line(state, line):
         body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
         style = state["styles"][body[:1] if lang == "diff" and body[:1] in "+-" else "code"]
         return pad + "    " + styled(body, style) + "\n" if body else "\n"
-    return md_block(state, line)
-
-def md_block(state, line):
-    """One source line outside code blocks as terminal lines, indented as written (a list in a
-    list)."""
     line, st, width = line.expandtabs(4), state["styles"], state["width"]
     text = line.strip()
     if not text:
@@ -3330,14 +3325,13 @@ def term_tool_result(state, event):
     state["tool"] = None
     state["out"].flush()
 
-def show_wrapped(state, event):
-    """A command's output (/help, /list, /cfg) wrapped at spaces to the terminal's width."""
-    columns = screen_size(state)[0]
-    text = "\n".join("\n".join(wrap_words(line, columns)) for line in event["text"].split("\n"))
-    show_output(state, dict(event, text=text))
+def wrapped(text):
+    """Text (a command's output: /help, /list, /cfg; a note) wrapped at the terminal's width."""
+    columns = screen_size(None)[0]
+    return "\n".join("\n".join(wrap_words(line, columns)) for line in text.split("\n"))
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
-                output=show_wrapped,
+                output=lambda s, e: show_output(s, dict(e, text=wrapped(e["text"]))),
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status,   # a command stopped (Ctrl+C): its last lines stay
@@ -3345,8 +3339,7 @@ TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_
                     "turn_end"](s, e),
                 approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
 VIEWS.update(terminal=lambda cfg: VIEWS["plain"](   # a person's: notes wrapped at spaces too
-    cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0,
-    wrap=lambda text: "\n".join(wrap_words(text, screen_size(None)[0]))))
+    cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0, wrap=wrapped))
 
 
 # ----------------------------------------------------------------------------------------
