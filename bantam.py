@@ -3658,12 +3658,7 @@ def setting_flag(key, value=None):
 
 def more_flags(parser):
     """Part II's flags (made when the command line is read: argparse loads only then)."""
-    import argparse
     add, setting = parser.add_argument, setting_flag
-
-    class NoTrust(argparse.Action):   # as BANTAM_TRUST=0, which settle and trust_folder read
-        def __call__(self, *_):
-            os.environ["BANTAM_TRUST"] = "0"
     add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt (+ piped stdin)")
     add("-m", "--model", action=setting("model"), help="the model (config key model)")
     add("-e", "--endpoint", metavar="URL", action=setting("endpoint"), help="the API's base URL")
@@ -3683,7 +3678,7 @@ def more_flags(parser):
     trusting = parser.add_mutually_exclusive_group()
     trusting.add_argument("--trust", action="store_true", help="trust this folder: its "
                           "model.cfg may steer bantam")
-    trusting.add_argument("--no-trust", nargs=0, action=NoTrust, help="an untrusted folder: "
+    trusting.add_argument("--no-trust", action="store_true", help="an untrusted folder: "
                           "your own settings, without asking (BANTAM_TRUST=0)")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
 
@@ -3729,8 +3724,7 @@ def show_config(cfg):
     rows += unused_settings(cfg)
     rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
                  "kept from commands"))
-    for row in rows:
-        show(cfg, "%-20s %-40s %s\n" % row)
+    show(cfg, "".join("%-20s %-40s %s\n" % row for row in rows))
 
 def keyless(cfg):
     """Why no prompt may go out (the default endpoint, never set up, has no key), else None."""
@@ -3763,6 +3757,8 @@ def start(convo, args):
     if args.delete:
         return cmd_delete(None, args.delete) or 0
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
+    if args.no_trust:   # as BANTAM_TRUST=0, which settle and trust_folder read
+        os.environ["BANTAM_TRUST"] = "0"
     settle(cfg)
     hide_secrets(cfg)
     if args.show_config:
