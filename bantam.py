@@ -3217,10 +3217,7 @@ def md_flush(state, depth):
 
 def term_tool_call(state, event):
     """A command or a subagent's prompt in words ("$ ls"); a write's diff taken before it."""
-    try:
-        args = dict(json.loads(event["arguments"]))
-    except (ValueError, TypeError):
-        args = {}
+    args = json.loads(event["arguments"], strict=False)   # (check_calls: an object, or "{}")
     name = TOOL_ALIASES.get(event["name"], event["name"])
     words = {"shell_exec": ("$ ", "command"), "run_subagent": ("\u00bb subagent: ", "prompt")}
     mark, key = words.get(name, ("", None))
