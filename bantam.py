@@ -3224,9 +3224,9 @@ def term_tool_call(state, event):
     text = args.get(key)
     show_call(state, event, mark + text.rstrip("\n") if mark and isinstance(text, str) else None)
     rows = screen_size(state)[1]   # (a window taller than the screen could not be redrawn)
-    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "head": [],
-                     "tail": [], "drawn": 0.0, "limit": max(4, min(state["tool_lines"] or rows,
-                                                                     rows - 4))}
+    limit = max(4, min(state["tool_lines"] or rows, rows - 4))
+    state["tool"] = {"name": name, "lines": 0, "partial": "", "started": time.monotonic(),
+                     "head": [], "tail": [], "drawn": 0.0, "limit": limit}
     if name == "write" and isinstance(args.get("filePath"), str) and args["filePath"].strip():
         diff = write_preview(os.path.abspath(path_argument(args)), args, None).partition("\n")[2]
         state["tool"]["diff"] = diff or "(no change)"
@@ -3303,8 +3303,7 @@ def term_tool_result(state, event):
     end_line(state, depth)   # (a command's output: its lines are whole)
     end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
-    if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
-            "shell_exec":
+    if event["ok"] and tool and end and tool["name"] == "shell_exec":
         settle_output(state, depth)
         summary = "exit %s \u00b7 %.1f s" % (end.group(2), time.monotonic() - tool["started"])
         summary += " \u00b7 " + end.group(1) if end.group(1) else ""
@@ -3672,11 +3671,10 @@ def more_flags(parser):
     leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"), help="never ask")
     add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"], action=setting("sandbox"),
         help="off, workspace or read-only: where commands may write")
-    trusting = parser.add_mutually_exclusive_group()
-    trusting.add_argument("--trust", action="store_true", help="trust this folder: its "
-                          "model.cfg may steer bantam")
-    trusting.add_argument("--no-trust", action="store_true", help="an untrusted folder: "
-                          "your own settings, without asking (BANTAM_TRUST=0)")
+    trust = parser.add_mutually_exclusive_group().add_argument
+    trust("--trust", action="store_true", help="trust this folder: its model.cfg may steer bantam")
+    trust("--no-trust", action="store_true", help="an untrusted folder: your own settings, "
+          "without asking (BANTAM_TRUST=0)")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
 
 FLAGS.insert(1, more_flags)
