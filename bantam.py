@@ -2968,7 +2968,7 @@ def md_end(state):
     return out
 
 def md_line(state, line):
-    """One complete source line rendered (tables, quotes and inline marks as written)."""
+    """A complete source line rendered, indented as written (tables, quotes, inline marks kept)."""
     if state["fence"] is not None:   # in a code block: verbatim and unwrapped, or its end
         char, size, indent, pad, lang = state["fence"]
         if re.match(r"[ \t]*%s{%d,}[ \t]*$" % (re.escape(char), size), line):   # ``` or longer
@@ -2977,11 +2977,6 @@ def md_line(state, line):
         body = line[min(indent, len(line) - len(line.lstrip(" "))):]   # less the fence's indent
         style = state["styles"][body[:1] if lang == "diff" and body[:1] in "+-" else "code"]
         return pad + "    " + styled(body, style) + "\n" if body else "\n"
-    return md_block(state, line)
-
-def md_block(state, line):
-    """One source line outside code blocks as terminal lines, indented as written (a list in a
-    list)."""
     line, st, width = line.expandtabs(4), state["styles"], state["width"]
     text = line.strip()
     if not text:
@@ -3165,19 +3160,16 @@ def md_flush(state, depth):
 
 def term_tool_call(state, event):
     """A command or a subagent's prompt in words ("$ ls"); a write's diff taken before it."""
-    try:
-        args = dict(json.loads(event["arguments"]))
-    except (ValueError, TypeError):
-        args = {}
+    args = json.loads(event["arguments"], strict=False)   # (check_calls: an object, or "{}")
     name = TOOL_ALIASES.get(event["name"], event["name"])
     words = {"shell_exec": ("$ ", "command"), "run_subagent": ("\u00bb subagent: ", "prompt")}
     mark, key = words.get(name, ("", None))
     text = args.get(key)
     show_call(state, event, mark + text.rstrip("\n") if mark and isinstance(text, str) else None)
     rows = screen_size(state)[1]   # (a window taller than the screen could not be redrawn)
-    state["tool"] = {"lines": 0, "partial": "", "started": time.monotonic(), "head": [],
-                     "tail": [], "drawn": 0.0, "limit": max(4, min(state["tool_lines"] or rows,
-                                                                     rows - 4))}
+    limit = max(4, min(state["tool_lines"] or rows, rows - 4))
+    state["tool"] = {"name": name, "lines": 0, "partial": "", "started": time.monotonic(),
+                     "head": [], "tail": [], "drawn": 0.0, "limit": limit}
     if name == "write" and isinstance(args.get("filePath"), str) and args["filePath"].strip():
         diff = write_preview(os.path.abspath(path_argument(args)), args, None).partition("\n")[2]
         state["tool"]["diff"] = diff or "(no change)"
@@ -3254,8 +3246,7 @@ def term_tool_result(state, event):
     end_line(state, depth)   # (a command's output: its lines are whole)
     end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
-    if event["ok"] and tool and end and TOOL_ALIASES.get(event["name"], event["name"]) == \
-            "shell_exec":
+    if event["ok"] and tool and end and tool["name"] == "shell_exec":
         settle_output(state, depth)
         summary = "exit %s \u00b7 %.1f s" % (end.group(2), time.monotonic() - tool["started"])
         summary += " \u00b7 " + end.group(1) if end.group(1) else ""
@@ -3273,14 +3264,13 @@ def term_tool_result(state, event):
     state["tool"] = None
     state["out"].flush()
 
-def show_wrapped(state, event):
-    """A command's output (/help, /list, /cfg) wrapped at spaces to the terminal's width."""
-    columns = screen_size(state)[0]
-    text = "\n".join("\n".join(wrap_words(line, columns)) for line in event["text"].split("\n"))
-    show_output(state, dict(event, text=text))
+def wrapped(text):
+    """Text (a command's output: /help, /list, /cfg; a note) wrapped at the terminal's width."""
+    columns = screen_size(None)[0]
+    return "\n".join("\n".join(wrap_words(line, columns)) for line in text.split("\n"))
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
-                output=show_wrapped,
+                output=lambda s, e: show_output(s, dict(e, text=wrapped(e["text"]))),
                 reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status,   # a command stopped (Ctrl+C): its last lines stay
@@ -3288,8 +3278,7 @@ TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_
                     "turn_end"](s, e),
                 approval=lambda s, e: e["rule"] == "asked" or show_approval(s, e))   # not echoed
 VIEWS.update(terminal=lambda cfg: VIEWS["plain"](   # a person's: notes wrapped at spaces too
-    cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0,
-    wrap=lambda text: "\n".join(wrap_words(text, screen_size(None)[0]))))
+    cfg, TERMINAL, md=None, tool=None, tool_lines=cfg.get("tool_lines") or 0, wrap=wrapped))
 
 
 # ----------------------------------------------------------------------------------------
@@ -3608,12 +3597,7 @@ def setting_flag(key, value=None):
 
 def more_flags(parser):
     """Part II's flags (made when the command line is read: argparse loads only then)."""
-    import argparse
     add, setting = parser.add_argument, setting_flag
-
-    class NoTrust(argparse.Action):   # as BANTAM_TRUST=0, which settle and trust_folder read
-        def __call__(self, *_):
-            os.environ["BANTAM_TRUST"] = "0"
     add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt (+ piped stdin)")
     add("-m", "--model", action=setting("model"), help="the model (config key model)")
     add("-e", "--endpoint", metavar="URL", action=setting("endpoint"), help="the API's base URL")
@@ -3630,11 +3614,10 @@ def more_flags(parser):
     leash.add_argument("--yolo", nargs=0, action=setting("approve", "auto"), help="never ask")
     add("--sandbox", metavar="MODE", choices=CHOICES["sandbox"], action=setting("sandbox"),
         help="off, workspace or read-only: where commands may write")
-    trusting = parser.add_mutually_exclusive_group()
-    trusting.add_argument("--trust", action="store_true", help="trust this folder: its "
-                          "model.cfg may steer bantam")
-    trusting.add_argument("--no-trust", nargs=0, action=NoTrust, help="an untrusted folder: "
-                          "your own settings, without asking (BANTAM_TRUST=0)")
+    trust = parser.add_mutually_exclusive_group().add_argument
+    trust("--trust", action="store_true", help="trust this folder: its model.cfg may steer bantam")
+    trust("--no-trust", action="store_true", help="an untrusted folder: your own settings, "
+          "without asking (BANTAM_TRUST=0)")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
 
 FLAGS.insert(1, more_flags)
@@ -3679,8 +3662,7 @@ def show_config(cfg):
     rows += unused_settings(cfg)
     rows.append(("withheld_env", ", ".join(withheld_variables(cfg)) or "(none)",
                  "kept from commands"))
-    for row in rows:
-        show(cfg, "%-20s %-40s %s\n" % row)
+    show(cfg, "".join("%-20s %-40s %s\n" % row for row in rows))
 
 def keyless(cfg):
     """Why no prompt may go out (the default endpoint, never set up, has no key), else None."""
@@ -3713,6 +3695,8 @@ def start(convo, args):
     if args.delete:
         return cmd_delete(None, args.delete) or 0
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
+    if args.no_trust:   # as BANTAM_TRUST=0, which settle and trust_folder read
+        os.environ["BANTAM_TRUST"] = "0"
     settle(cfg)
     hide_secrets(cfg)
     if args.show_config:
