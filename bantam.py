@@ -1385,7 +1385,14 @@ def shape_request(cfg, messages, body, error=None):
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
     body = {key: value for key, value in body.items() if "drop " + key not in fixes}
-    body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
+    body["messages"] = [{k: v for k, v in m.items() if "drop " + k not in fixes}
+                        for m in body["messages"]]
+    for m in body["messages"]:   # (copies: the conversation's messages stay as they are)
+        if m.get("tool_calls") and m["role"] == "assistant":
+            if "reasoning_content" in fixes:
+                m.setdefault("reasoning_content", "")
+            if "null_content" in fixes and not str(m.get("content") or "").strip():
+                m["content"] = None
     return body
 
 def learn_from(cfg, messages, body, error):
@@ -1439,16 +1446,6 @@ def classify(cfg, error):
     if kind == "retry" and (wait or 0) > 60 and cfg["backoff"]:   # (a longer wait: give up)
         raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (
             error, wait), "retry", status)
-
-def fixed_message(message, fixes):
-    """A message as this server takes it (the same dict when no fix changes it)."""
-    fixed = {k: v for k, v in message.items() if "drop " + k not in fixes}
-    if message.get("tool_calls") and message["role"] == "assistant":
-        if "reasoning_content" in fixes:
-            fixed.setdefault("reasoning_content", "")
-        if "null_content" in fixes and not str(fixed.get("content") or "").strip():
-            fixed["content"] = None
-    return message if fixed == message else fixed
 
 def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
