@@ -1427,8 +1427,8 @@ def classify(cfg, error):
     if error.__cause__ is not None:   # a failed connection or read
         return network_error(cfg, error)
     text, status, headers = error.body or "", error.status, error.headers
-    waits = [float(headers[key]) / unit for key, unit in (("retry-after-ms", 1000), (
-        "retry-after", 1)) if re.match(r"\s*\d+(\.\d*)?\s*$", headers.get(key, ""))]
+    waits = [float(headers[key]) / unit for key, unit in [("retry-after-ms", 1000),
+             ("retry-after", 1)] if re.match(r"\s*\d+(\.\d*)?\s*$", headers.get(key, ""))]
     kind, hint, wait = error.kind, "", (waits + [None])[0]   # (an HTTP date: no wait)
     if status == 413 or status in (None, 400, 422, 429, 500) and re.search(OVERFLOW_PATTERNS, text):
         kind = "overflow"
