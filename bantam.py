@@ -1319,17 +1319,6 @@ def note_once(cfg, key, text, level="warning"):
         said.add(key)
         note(cfg, text, level)
 
-def spend(cfg, reply):
-    """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
-    prompt, cached, completion, _ = reply["tokens"]
-    cached, reply["cost"], turn = cached or 0, None, turn_tally(cfg)
-    if cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]:
-        reply["cost"] = ((prompt - cached) * cfg["price_in"] + completion * cfg["price_out"]
-                         + cached * (cfg["price_cached"] or cfg["price_in"])) / 1e6
-    if turn:   # (calls outside AL have none)
-        turn["tokens"] += prompt + completion
-        turn["cost"] += reply["cost"] or 0.0
-
 def time_up(cfg):
     """(key, used) when the turn has used up its max_turn_seconds, else None."""
     turn, limit = turn_tally(cfg), cfg.get("max_turn_seconds")
@@ -1454,18 +1443,8 @@ def shape_delta(cfg, reply, delta):
     choice = (reply["chunk"].get("choices") or [{}])[0]   # usage: beside it or in it (Moonshot)
     usage = reply["chunk"].get("usage") or isinstance(choice, dict) and choice.get("usage")
     reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")   # the last said
-    if delta is None:   # the reply ended: the cuts said, its tokens counted
-        for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
-            if cut in CUTS:
-                note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-        reply["tokens"] = count_tokens(reply)
-        spend(cfg, reply)
-        prompt, cached, completion, estimated = reply["tokens"]
-        emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
-             completion_tokens=completion, estimated=estimated, quiet=reply["quiet"],
-             cost=reply["cost"], seconds=round(time.monotonic() - reply["asked"], 3),
-             first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
-        return None
+    if delta is None:
+        return reply_ended(cfg, reply)   # (None)
     if not delta:   # a network read: output, or only keep-alives for too long?
         stalled(cfg, reply)
         return delta
@@ -1493,6 +1472,24 @@ def shape_delta(cfg, reply, delta):
         reply["echo"][:] = ["".join(reply["echo"])]
         reply["extra"]["reasoning_content"] = reply["echo"][0]
     return delta
+
+def reply_ended(cfg, reply):
+    """At a reply's end: its cuts said; its tokens and cost counted, the turn's too (usage)."""
+    for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
+        if cut in CUTS:
+            note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
+    prompt, cached, completion, estimated = count_tokens(reply)
+    cost, turn = None, turn_tally(cfg)
+    if cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]:
+        cost = ((prompt - (cached or 0)) * cfg["price_in"] + completion * cfg["price_out"]
+                + (cached or 0) * (cfg["price_cached"] or cfg["price_in"])) / 1e6
+    if turn:   # (calls outside AL have none)
+        turn["tokens"] += prompt + completion
+        turn["cost"] += cost or 0.0
+    emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
+         completion_tokens=completion, estimated=estimated, quiet=reply["quiet"], cost=cost,
+         seconds=round(time.monotonic() - reply["asked"], 3),
+         first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
 
 def fragment_quirks(reply, fragment, position):
     """A tool-call fragment made fit to merge (Ollama's new id at an index: a new call)."""
