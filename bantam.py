@@ -1307,17 +1307,6 @@ def note_once(cfg, key, text, level="warning"):
         said.add(key)
         note(cfg, text, level)
 
-def spend(cfg, reply):
-    """Set reply["cost"] (None when no price is set); add its tokens and cost to the turn's."""
-    prompt, cached, completion, _ = reply["tokens"]
-    cached, reply["cost"], turn = cached or 0, None, turn_tally(cfg)
-    if cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]:
-        reply["cost"] = ((prompt - cached) * cfg["price_in"] + completion * cfg["price_out"]
-                         + cached * (cfg["price_cached"] or cfg["price_in"])) / 1e6
-    if turn:   # (calls outside AL have none)
-        turn["tokens"] += prompt + completion
-        turn["cost"] += reply["cost"] or 0.0
-
 def time_up(cfg):
     """(key, used) when the turn has used up its max_turn_seconds, else None."""
     turn, limit = turn_tally(cfg), cfg.get("max_turn_seconds")
@@ -1356,7 +1345,6 @@ REFUSED_FIELD = (r"(?i)unsupported|not supported|does not support|deprecated|ext
                  r"|not permitted|unrecognized|unknown (?:field|parameter|name)|not allowed"
                  r"|only [\d.]+ is allowed")
 
-MAX_SERVER_WAIT = 60.0   # a longer wait asked for by the server (Retry-After) fails the turn
 CUTS = {   # what was cut of a reply: by its finish_reason, by a bound of bantam's
     "length": "[the reply was cut: it reached the output token limit (finish_reason: length)]",
     "content_filter": "[the reply was cut by a content filter (finish_reason: content_filter)]",
@@ -1374,7 +1362,14 @@ def shape_request(cfg, messages, body, error=None):
     if cfg["reasoning_effort"]:
         body["reasoning_effort"] = cfg["reasoning_effort"]
     body = {key: value for key, value in body.items() if "drop " + key not in fixes}
-    body["messages"] = [fixed_message(m, fixes) for m in body["messages"]]
+    body["messages"] = [{k: v for k, v in m.items() if "drop " + k not in fixes}
+                        for m in body["messages"]]
+    for m in body["messages"]:   # (copies: the conversation's messages stay as they are)
+        if m.get("tool_calls") and m["role"] == "assistant":
+            if "reasoning_content" in fixes:
+                m.setdefault("reasoning_content", "")
+            if "null_content" in fixes and not str(m.get("content") or "").strip():
+                m["content"] = None
     return body
 
 def learn_from(cfg, messages, body, error):
@@ -1409,7 +1404,9 @@ def classify(cfg, error):
     if error.__cause__ is not None:   # a failed connection or read
         return network_error(cfg, error)
     text, status, headers = error.body or "", error.status, error.headers
-    kind, hint, wait = error.kind, "", server_wait(headers)
+    waits = [float(headers[key]) / unit for key, unit in [("retry-after-ms", 1000),
+             ("retry-after", 1)] if re.match(r"\s*\d+(\.\d*)?\s*$", headers.get(key, ""))]
+    kind, hint, wait = error.kind, "", (waits + [None])[0]   # (an HTTP date: no wait)
     if status == 413 or status in (None, 400, 422, 429, 500) and re.search(OVERFLOW_PATTERNS, text):
         kind = "overflow"
     elif status == 402 or status in (400, 403, 429) and re.search(QUOTA_PATTERNS, text) and not (
@@ -1423,43 +1420,19 @@ def classify(cfg, error):
     elif status == 401:
         hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
     error.args, error.kind, error.wait = (str(error) + hint,), kind, wait
-    if kind == "retry" and (wait or 0) > MAX_SERVER_WAIT and cfg["backoff"]:
+    if kind == "retry" and (wait or 0) > 60 and cfg["backoff"]:   # (a longer wait: give up)
         raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (
             error, wait), "retry", status)
-
-def fixed_message(message, fixes):
-    """A message as this server takes it (the same dict when no fix changes it)."""
-    fixed = {k: v for k, v in message.items() if "drop " + k not in fixes}
-    if message.get("tool_calls") and message["role"] == "assistant":
-        if "reasoning_content" in fixes:
-            fixed.setdefault("reasoning_content", "")
-        if "null_content" in fixes and not str(fixed.get("content") or "").strip():
-            fixed["content"] = None
-    return message if fixed == message else fixed
-
-def server_wait(headers):
-    """Seconds the server asks us to wait (its headers say), or None (an HTTP date: none)."""
-    for key, unit in (("retry-after-ms", 1000), ("retry-after", 1)):
-        if re.match(r"\s*\d+(\.\d*)?\s*$", headers.get(key, "")):
-            return float(headers[key]) / unit
 
 def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
     reply.setdefault("room", {"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS})
     reply.setdefault("cut", [])   # (room: what the reply may still keep, see room_for)
-    keep_usage(reply)
-    if delta is None:   # the reply ended: the cuts said, its tokens counted
-        for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
-            if cut in CUTS:
-                note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
-        reply["tokens"] = count_tokens(reply)
-        spend(cfg, reply)
-        prompt, cached, completion, estimated = reply["tokens"]
-        emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
-             completion_tokens=completion, estimated=estimated, quiet=reply["quiet"],
-             cost=reply["cost"], seconds=round(time.monotonic() - reply["asked"], 3),
-             first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
-        return None
+    choice = (reply["chunk"].get("choices") or [{}])[0]   # usage: beside it or in it (Moonshot)
+    usage = reply["chunk"].get("usage") or isinstance(choice, dict) and choice.get("usage")
+    reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")   # the last said
+    if delta is None:
+        return reply_ended(cfg, reply)   # (None)
     if not delta:   # a network read: output, or only keep-alives for too long?
         stalled(cfg, reply)
         return delta
@@ -1488,6 +1461,24 @@ def shape_delta(cfg, reply, delta):
         reply["extra"]["reasoning_content"] = reply["echo"][0]
     return delta
 
+def reply_ended(cfg, reply):
+    """At a reply's end: its cuts said; its tokens and cost counted, the turn's too (usage)."""
+    for cut in [] if reply["quiet"] else reply["cut"] + [reply["finish"]]:
+        if cut in CUTS:
+            note(cfg, CUTS[cut] % dict(cfg, limit=MAX_ARGUMENTS), "warning")
+    prompt, cached, completion, estimated = count_tokens(reply)
+    cost, turn = None, turn_tally(cfg)
+    if cfg["price_in"] or cfg["price_out"] or cfg["price_cached"]:
+        cost = ((prompt - (cached or 0)) * cfg["price_in"] + completion * cfg["price_out"]
+                + (cached or 0) * (cfg["price_cached"] or cfg["price_in"])) / 1e6
+    if turn:   # (calls outside AL have none)
+        turn["tokens"] += prompt + completion
+        turn["cost"] += cost or 0.0
+    emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
+         completion_tokens=completion, estimated=estimated, quiet=reply["quiet"], cost=cost,
+         seconds=round(time.monotonic() - reply["asked"], 3),
+         first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
+
 def fragment_quirks(reply, fragment, position):
     """A tool-call fragment made fit to merge (Ollama's new id at an index: a new call)."""
     calls, function = reply["calls"], fragment.get("function")
@@ -1504,12 +1495,6 @@ def fragment_quirks(reply, fragment, position):
     fragment["index"], pieces = index, call and call["function"]["arguments"]
     if pieces and arguments.startswith(pieces[0]) and arguments.startswith("".join(pieces)):
         del pieces[:]   # all so far, sent again: replaced
-
-def keep_usage(reply):
-    """reply["usage"]: the last the chunks said, beside the choices or in the first (Moonshot)."""
-    choice = (reply["chunk"].get("choices") or [{}])[0]
-    usage = reply["chunk"].get("usage") or isinstance(choice, dict) and choice.get("usage")
-    reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")
 
 def count_tokens(reply):
     """The reply's (prompt, cached, completion, estimated) tokens (estimated: 4 bytes a token)."""
@@ -3418,7 +3403,6 @@ HOOKS["turn"].append(pasted)
 
 DEFAULTS["snapshots"] = True   # keep the work tree around each turn for /diff and /undo
 EVENTS.update(changes="files", diff="text")
-SLOW_SNAPSHOT = 1.0   # seconds: a slower snapshot is said once, with how to turn it off
 
 def git_out(top, args, index=None):
     """git's output for args in folder top (with a temporary index file: never the user's),
@@ -3454,7 +3438,7 @@ def snapshot(cfg):
     started, top = time.monotonic(), git_out(".", ["rev-parse", "--show-toplevel"])
     real = top and git_out(".", ["rev-parse", "--git-path", "index"])
     tree = real and with_index(top.strip(), [["add", "-A"], ["write-tree"]], real.strip())
-    if time.monotonic() - started > SLOW_SNAPSHOT and not LEARNED.get("slow_snapshot"):
+    if time.monotonic() - started > 1.0 and not LEARNED.get("slow_snapshot"):   # (over 1 s)
         LEARNED["slow_snapshot"] = True   # (said once a process)
         note(cfg, "[the work tree's snapshot took %.1f s: snapshots=false in model.cfg turns "
              "it off, and /undo with it]" % (time.monotonic() - started), "info")
@@ -3517,17 +3501,14 @@ def show_diff(state, event):
         write(state, line, {"+": "result", "-": "error", "@": "marker"}.get(head))
     state["out"].flush()
 
-def diff_text(entry):
-    """The unified diff of a turn's changes."""
-    return git_out(entry["top"], ["diff", "--no-color", "--no-renames", entry["before"],
-                                  entry["after"]]) or ""
-
 def cmd_diff(convo, arg):
     """/diff [N]: the changes of the last turn (of the last N turns)."""
     if arg and not (arg.isdigit() and int(arg) > 0):
         raise BantamError("usage: /diff [N]: the changes of the last N turns")
     chosen = changed_turns(convo, "/diff", "no turn of this conversation has changed files yet")
-    emit(convo["cfg"], "diff", text="".join(map(diff_text, chosen[-int(arg or 1):])))
+    emit(convo["cfg"], "diff", text="".join(git_out(t["top"], [
+        "diff", "--no-color", "--no-renames", t["before"], t["after"]]) or "" for t in chosen[
+        -int(arg or 1):]))
 
 def cmd_undo(convo, arg):
     """/undo [all]: put the files back as they were before the last turn that changed them."""
@@ -3543,27 +3524,22 @@ def cmd_undo(convo, arg):
         terminal_safe(path) for path in kept))
     if read_answer("Undo the last turn's changes? [y/N] ").strip().lower() not in ("y", "yes"):
         return show(cfg, "[nothing undone]\n")
-    try:
-        restore_files(entry, todo)
+    try:   # what the turn created removed, the rest as before the turn
+        for f in todo:
+            if f["status"] == "new" and os.path.lexists(os.path.join(entry["top"], f["path"])):
+                os.unlink(os.path.join(entry["top"], f["path"]))
     except OSError as e:
         raise BantamError("cannot put the files back: %s" % e)
+    back = [f["path"] for f in todo if f["status"] != "new"]
+    if back and with_index(entry["top"], [["read-tree", entry["before"]], [
+            "checkout-index", "-f", "--"] + back]) is None:
+        raise BantamError("git could not restore %s" % ", ".join(back))
     done.pop()
     append_user(convo["messages"], "[the user undid the changes of the last turn: %s]" % ", ".join(
         f["path"] for f in todo))
     convo["session"]["written"] = None
     save_session(cfg, convo["session"], convo["messages"])
     show(cfg, "[undone: %d file%s as before the turn]\n" % (len(todo), "s" * (len(todo) != 1)))
-
-def restore_files(entry, files):
-    """Give files their content from before the turn back; remove those it created."""
-    for f in files:
-        path = os.path.join(entry["top"], f["path"])
-        if f["status"] == "new" and os.path.lexists(path):
-            os.unlink(path)
-    back = [f["path"] for f in files if f["status"] != "new"]
-    if back and with_index(entry["top"], [["read-tree", entry["before"]], [
-            "checkout-index", "-f", "--"] + back]) is None:
-        raise BantamError("git could not restore %s" % ", ".join(back))
 
 PLAIN.update(changes=show_changes, diff=show_diff)
 TERMINAL.update(changes=show_changes, diff=show_diff)
