@@ -28,8 +28,9 @@ def part_two_banners(text):
     return [start + m.start() for m in re.finditer(r"^# -{20,}\n# [A-Z]", text[start:], re.M)]
 
 
-# The whole file's budget (issue 28): a feature pays for its lines, with a cut elsewhere.
-BUDGET = 4000
+# The whole file's budget (issue 28: 3,700 is the goal): a feature pays for its lines with a cut
+# elsewhere; lowered as the file shrinks, never raised.
+BUDGET = 3744
 # Part I's (issue 29: 800 is the goal): lowered as hardening moves to Part II, never raised.
 PART_ONE_BUDGET = 1230
 # Part II's "Approvals and budgets", its banner to the next section's (issue 28): the leash
