@@ -3506,9 +3506,9 @@ def cmd_diff(convo, arg):
     if arg and not (arg.isdigit() and int(arg) > 0):
         raise BantamError("usage: /diff [N]: the changes of the last N turns")
     chosen = changed_turns(convo, "/diff", "no turn of this conversation has changed files yet")
-    emit(convo["cfg"], "diff", text="".join(git_out(t["top"], [
-        "diff", "--no-color", "--no-renames", t["before"], t["after"]]) or "" for t in chosen[
-        -int(arg or 1):]))
+    diffs = [git_out(t["top"], ["diff", "--no-color", "--no-renames", t["before"], t["after"]])
+             for t in chosen[-int(arg or 1):]]
+    emit(convo["cfg"], "diff", text="".join(d or "" for d in diffs))
 
 def cmd_undo(convo, arg):
     """/undo [all]: put the files back as they were before the last turn that changed them."""
