@@ -1230,7 +1230,8 @@ def main(argv=None):
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
-import stat          # (Part II's own module)
+import shutil        # (Part II's own modules)
+import stat
 
 # Part II adds keys, views, tools, commands, flags to Part I's tables; fills hooks; lists events.
 
@@ -1276,9 +1277,9 @@ EVENTS = {   # every type of event and its fields, Part I's first: the README's 
     "id name content ok", "retry": "error attempt of wait", "note": "text level", "output":
     "text", "error": "message", "turn_end": "status error", "compaction": "before after",
     "usage": "model prompt_tokens cached_tokens completion_tokens estimated quiet seconds "
-    "first_output cost", "waiting": "seconds", "context": "model prompt_tokens cached_tokens "
-    "completion_tokens estimated window share cost session_cost", "approval": "id tool command "
-    "path decision rule reason edited", "budget_stop": "reason limit used"}
+    "first_output cost", "context": "model prompt_tokens cached_tokens completion_tokens "
+    "estimated window share cost session_cost", "approval": "id tool command path decision "
+    "rule reason edited", "budget_stop": "reason limit used"}
 MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (then: cut)
 COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
@@ -1545,8 +1546,8 @@ HOOKS["delta"].append(shape_delta)
 
 
 # ----------------------------------------------------------------------------------------
-# The transport: HTTP(S)_PROXY (a CONNECT tunnel), the wait for a reply counted in seconds
-# ("waiting" events), and network errors said plainly
+# The transport: a kept-alive connection, HTTP(S)_PROXY (a CONNECT tunnel), and network errors
+# said plainly
 # ----------------------------------------------------------------------------------------
 
 def route(cfg):
@@ -1602,41 +1603,17 @@ def connect_endpoint(cfg):
     (cfg.get("run") or {})["conn"] = conn   # the run's: its failure and its reply's rest
     return conn
 
-def count_wait(cfg, messages, body, error=None):
-    """The request hook: "waiting" each second; True again for a kept connection gone stale."""
-    import atexit
-    import signal   # (SIGALRM)
-    import threading
-    import traceback
-    if error is not None:   # (once: the connection sent on next is a new one)
-        conn = (cfg.get("run") or {}).get("conn")   # (a close unanswered: RemoteDisconnected)
-        return bool(conn and conn.reused and conn.response is None and isinstance(
-            error.__cause__, ConnectionError))
-    host = route(cfg)[0].netloc.rpartition("@")[2]   # (no credentials)
+def resend_stale(cfg, messages, body, error=None):
+    """The request hook: after a failure, True (send again) for a kept connection gone stale."""
+    if error is None:
+        return body
+    conn = (cfg.get("run") or {}).get("conn")   # (a close unanswered: RemoteDisconnected)
+    return bool(conn and conn.reused and conn.response is None and isinstance(
+        error.__cause__, ConnectionError))   # (once: the connection sent on next is a new one)
 
-    def tick(signum, frame):   # (stopped in emit, a write is under way: the next tick says it)
-        reply = (cfg.get("run") or {}).get("reply") or {}
-        if reply.get("quiet", True) or reply["ended"] or reply["size"]:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        elif not any(f.f_code is emit.__code__ for f, _ in traceback.walk_stack(frame)):
-            waited, limit = round(time.monotonic() - reply["asked"]), cfg["first_byte_timeout"]
-            emit(cfg, "waiting", seconds=waited)
-            if waited >= min(30, limit / 2) and not reply.get("said"):   # once, naming the host
-                reply["said"] = True
-                note(cfg, "[no first byte from %s after %d s; waiting up to %g s "
-                     "(first_byte_timeout)]" % (host, waited, limit), "info")
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGALRM, tick)
-        signal.setitimer(signal.ITIMER_REAL, 1, 1)
-        atexit.unregister(signal.setitimer)   # (a tick once Python exits would kill it)
-        atexit.register(signal.setitimer, signal.ITIMER_REAL, 0)
-    return body
-
-def stop_count(cfg, reply, delta):
-    """The delta hook at a reply's end: the count stopped, the rest read (the connection kept)."""
+def read_rest(cfg, reply, delta):
+    """The delta hook at a reply's end: the rest read (the connection kept)."""
     if delta is None:
-        import signal
-        signal.setitimer(signal.ITIMER_REAL, 0)
         conn = (cfg.get("run") or {}).get("conn")
         try:   # (none kept: the server closes after the reply; a rest that fails: closed)
             conn.sock.settimeout(2.0)
@@ -1669,11 +1646,9 @@ def network_error(cfg, error):
     error.args, error.kind = ("network error: " + text,), "fatal" if fatal else "retry"
     return silent
 
-PLAIN["waiting"] = lambda s, e: show_status(s, e, "...requesting..." + (   # 11 s of 300
-    " %d s of %g" % (e["seconds"], s["cfg"]["first_byte_timeout"])) * (e["seconds"] >= 2))
 HOOKS["connect"].append(connect_endpoint)
-HOOKS["request"].append(count_wait)
-HOOKS["delta"].append(stop_count)
+HOOKS["request"].append(resend_stale)
+HOOKS["delta"].append(read_rest)
 
 
 # ----------------------------------------------------------------------------------------
@@ -2674,7 +2649,13 @@ def token_line(convo, prompt, go):
         convo.pop("declined", None)
     elif share >= convo.get("declined", -1.0) + 0.1 and convo.get("take_back") and (
             sys.stdin.isatty()):   # once declined, asked again only 10 points further on
-        if confirm("Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (share * 100)):
+        try:
+            answer = read_answer("Context usage is at %.1f%%. Compact conversation? [Y/n]: " % (
+                share * 100))
+        except KeyboardInterrupt:   # (a no)
+            show(cfg, "\n")
+            answer = "n"
+        if answer.strip().lower() in ("", "y", "yes"):
             cmd_compact(convo, "")
         else:
             convo["declined"] = share
@@ -3053,7 +3034,7 @@ def show_call(state, event, text=None):
     """A tool call's trace, [tool call: name(args)], or text; at a terminal, cut to a screen."""
     close_block(state, event)
     end_line(state, event["depth"])
-    columns, rows = screen_size(state)
+    columns, rows = shutil.get_terminal_size()
     cut = state["tty"] or text
     text = text or "[tool call: %s(%s)]" % (event["name"], event["arguments"])
     text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"])) if cut else text
@@ -3111,18 +3092,14 @@ def jsonl_view(stream, cfg):
                  % getattr(stream, "name", "the event stream"), "warning")
     return view
 
-def screen_size(state):
-    """(columns, rows) of the terminal (COLUMNS and LINES first, 80x24 when it is none)."""
-    import shutil
-    return tuple(shutil.get_terminal_size())
-
 def term_text(state, event):
     """A piece of the answer or reasoning rendered, the line in progress previewed (3 rows)."""
     kind, depth = event["type"], event["depth"]
     if state["block"] != kind:
         md_flush(state, depth)
         show_piece(state, dict(event, text=""))   # the block opened (reasoning: its marker)
-        state["md"] = md_start(screen_size(state)[0] - 4 * depth, state["color"] and kind == "text")
+        width = shutil.get_terminal_size()[0] - 4 * depth
+        state["md"] = md_start(width, state["color"] and kind == "text")
     rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
         write(state, rendered, "reasoning" if kind == "reasoning" else None, depth, raw=True)
@@ -3151,7 +3128,7 @@ def term_tool_call(state, event):
     mark, key = words.get(name, ("", None))
     text = args.get(key)
     show_call(state, event, mark + text.rstrip("\n") if mark and isinstance(text, str) else None)
-    rows = screen_size(state)[1]   # (a window taller than the screen could not be redrawn)
+    rows = shutil.get_terminal_size()[1]   # (a window taller than the screen could not be redrawn)
     limit = max(4, min(state["tool_lines"] or rows, rows - 4))
     state["tool"] = {"name": name, "lines": 0, "partial": "", "started": time.monotonic(),
                      "head": [], "tail": [], "drawn": 0.0, "limit": limit}
@@ -3190,7 +3167,7 @@ def term_tool_output(state, event):
 
 def screen_line(state, line, depth):
     """A line of output (its last state after \\r) on one row: its start and its longer end."""
-    line, room = overwritten(line), max(screen_size(state)[0] - 4 * depth, 10)
+    line, room = overwritten(line), max(shutil.get_terminal_size()[0] - 4 * depth, 10)
     if display_width(line) <= room:   # (cut as if each character took one column)
         return line
     return line[:room // 3] + "\u2026" + line[len(line) - room + room // 3 + 1:]
@@ -3240,7 +3217,7 @@ def term_tool_result(state, event):
           and not event["content"].startswith(("error:", "("))):
         write(state, "\u00bb subagent done\n", "dim", depth)
     else:
-        width = max(20, screen_size(state)[0] - 4 * depth)
+        width = max(20, shutil.get_terminal_size()[0] - 4 * depth)
         text = bounded(event["content"].rstrip("\n"), tool["limit"] if tool else 20, width)
         write(state, text + "\n", "body" if event["ok"] else "error", depth)
         diff = event["ok"] and (tool or {}).get("diff")
@@ -3251,7 +3228,7 @@ def term_tool_result(state, event):
 
 def wrapped(text):
     """Text (a command's output: /help, /list, /cfg; a note) wrapped at the terminal's width."""
-    columns = screen_size(None)[0]
+    columns = shutil.get_terminal_size()[0]
     return "\n".join("\n".join(wrap_words(line, columns)) for line in text.split("\n"))
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
@@ -3319,7 +3296,7 @@ def setup_terminal(convo):
     mode, closed = sandbox_of(cfg)
     parts += ["sandbox " + mode] * bool(mode) + ["no network"] * closed + [
         "approve " + cfg["approve"]] * (cfg["approve"] != "auto") + ["/help for commands"]
-    if len(" \u00b7 ".join(parts)) > screen_size(None)[0]:
+    if len(" \u00b7 ".join(parts)) > shutil.get_terminal_size()[0]:
         parts = parts[1:-1] + ["/help"]   # shorter when narrow
     note(cfg, " \u00b7 ".join(parts), "info")
 
@@ -3342,17 +3319,9 @@ def terminal_approver(convo):
     HOOKS["step"].insert(0, quit_asked)
     return approver
 
-def confirm(question):
-    """A yes/no question at the terminal, Enter for yes; the answer stays out of the history."""
-    try:
-        return read_answer(question).strip().lower() in ("", "y", "yes")
-    except KeyboardInterrupt:
-        show({}, "\n")
-        return False
-
 def read_answer(question, text=""):
     """The answer typed to question ("" at the input's end), text ready to edit; no history."""
-    readline, columns = sys.modules.get("readline"), screen_size(None)[0]
+    readline, columns = sys.modules.get("readline"), shutil.get_terminal_size()[0]
     if display_width(question) >= columns:   # wrapped at spaces (a terminal breaks words)
         *lines, last = wrap_words(question, columns - 1)
         show({}, "\n".join(lines) + "\n")

@@ -65,12 +65,9 @@ class FirstByteTests(BantamTestCase):
         self.assertIn("in time", result.stdout)
 
     def test_a_silent_server_is_said_and_retried_once(self):
-        """A server that accepts the connection and never answers: once the wait passes 30 s
-        (here half of first_byte_timeout=2) a note names the host and the limit, unless -q;
-        retried once only, then exit 1 (issue 30; 1.2.0 waited six times in silence)."""
+        """A server that accepts the connection and never answers: retried once only, then
+        exit 1, naming first_byte_timeout (issue 30; 1.2.0 waited six times in silence)."""
         self.ws.write_config(self.server, timeout=1, first_byte_timeout=2, backoff="0.01,0.01,0.01")
-        said = "[no first byte from 127.0.0.1:%d after 1 s; waiting up to 2 s (first_byte_timeout)]" % (
-            self.server.port)
         for args in ((), ("-q",)):
             with self.subTest(args=args):
                 before = len(self.server.posts)
@@ -79,7 +76,7 @@ class FirstByteTests(BantamTestCase):
                 self.assertEqual(result.returncode, 1, result.stderr)
                 self.assertEqual(len(self.server.posts) - before, 2)
                 self.assertIn("gave up after 1 retry", result.stderr)
-                self.assertEqual(said in result.stderr, not args, result.stderr)
+                self.assertIn("no answer within 2 s (first_byte_timeout)", result.stderr)
 
     def test_slow_summary_for_compact(self):
         """/compact's summary is not streamed; a summary that takes longer than timeout to

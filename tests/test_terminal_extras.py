@@ -1,7 +1,7 @@
 """What a new user trips on at the terminal (issue 20), on a real pseudo-terminal 40 rows high,
 40 and 100 columns wide where the width matters: long output keeps its command on the screen
 and a wide line its end; Ctrl+C quits only twice on an empty prompt; the cycle guard lets a model poll;
-...requesting... counts the seconds; /help names !cmd.
+/help names !cmd.
 
 bantam.py runs on a Pty against the scripted FakeServer; the tests type like a user and check
 the screen, what the server got and what was saved.
@@ -193,40 +193,7 @@ class CycleGuardTests(ExtrasCase):
 
 
 class StatusTests(ExtrasCase):
-    """The ...requesting... line and /help."""
-
-    def test_requesting_shows_the_seconds_after_two(self):
-        """A reply that takes 2.6 s (before its headers, between the headers and the body, or
-        after a first empty chunk) shows "...requesting... 2 s"; in --jsonl the wait is
-        "waiting" events with the seconds."""
-        first = chunk({"role": "assistant", "content": ""})
-        for where in ("head_delay", "first_delay", "delay"):
-            with self.subTest(where=where):
-                self.push(sse([first, chunk({"content": "late answer"})], done=False, **{where: 2.6}))
-                term = self.start(color="always")
-                shown = strip_ansi(self.type_line(term, "slow one", "late answer"))
-                self.assertIn("...requesting... 2 s", shown)
-                self.assertNotRegex(shown, r"requesting\.\.\. [01] s")
-                self.leave(term)
-        self.push(sse([chunk({"content": "late answer"})], head_delay=2.6))
-        result = self.run_bantam("--jsonl", "-p", "slow one")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        events = [json.loads(line) for line in result.stdout.splitlines()]
-        waiting = [e for e in events if e["type"] == "waiting"]
-        seconds = [e["seconds"] for e in waiting]
-        self.assertTrue(seconds and seconds == sorted(seconds) and 1 <= seconds[0] <= seconds[-1] <= 3, seconds)
-        kinds = [e["type"] for e in events]
-        self.assertLess(kinds.index("request"), kinds.index("waiting"))
-        self.assertLess(kinds.index("waiting"), kinds.index("text"))
-
-    def test_requesting_shows_the_limit(self):
-        """The counter names the wait's limit, first_byte_timeout: "...requesting... 2 s of 300"
-        (issue 30)."""
-        self.push(text_stream("late answer", head_delay=2.6))
-        term = self.start(color="always")
-        shown = strip_ansi(self.type_line(term, "slow one", "late answer"))
-        self.assertIn("...requesting... 2 s of 300", shown)
-        self.leave(term)
+    """The first line and /help."""
 
     def test_the_first_line_fits_a_narrow_terminal(self):
         """At 40 columns the REPL's first line is cut to fit (no version, /help short), not
