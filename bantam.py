@@ -427,9 +427,9 @@ def chat(cfg, messages, tools=True, quiet=False):
 def exchange(cfg, body, quiet):
     """One request: the assistant message; a network fault is a retryable ApiError."""
     import http.client
-    payload, now, response = json.dumps(body).encode(), time.monotonic(), None
+    payload, response = json.dumps(body).encode(), None
     reply = {"content": [], "reasoning": [], "calls": {}, "quiet": quiet, "finish": None,
-             "extra": {}, "first": None, "pending": [], "ended": False, "asked": now, "size": 0,
+             "extra": {}, "first": None, "ended": False, "asked": time.monotonic(), "size": 0,
              "sent": len(payload), "chunk": {}}
     (cfg.get("run") or {})["reply"] = reply   # (the run's: what an interrupt leaves shown)
     try:
@@ -462,7 +462,7 @@ def exchange(cfg, body, quiet):
 
 def error_from_response(response):
     """The ApiError for a non-200 response: retried for 408, 409, 429 and 5xx, else final."""
-    text = response.read(1 << 20).decode("utf-8", "replace")
+    text, status = response.read(1 << 20).decode("utf-8", "replace"), response.status
     message = text.strip()[:300] or response.reason
     try:   # {"error": {"message": "..."}}, {"error": "..."}, or a list of those (Gemini)
         error = json.loads(text)
@@ -471,63 +471,53 @@ def error_from_response(response):
         message = error if isinstance(error, str) and error else message
     except (ValueError, LookupError, AttributeError, RecursionError):
         pass
-    status = response.status
     return ApiError("HTTP %d: %s" % (status, " ".join(message.split())),
                     "retry" if status in RETRY_STATUSES or status >= 500 else "fatal", status,
                     text[:4000], {k.lower(): v for k, v in response.getheaders()})
 
-def sse_events(read):
-    """Yield, after each network read, the data (bytes) of the events it completed."""
+def read_stream(cfg, response, reply):
+    """Merge a streamed reply (SSE) into reply till [DONE] or its end; each read to the hook."""
     # data: {"choices":[...]}   : keep-alive   event: name   (a blank line ends an event)
-    partial, data, ended = b"", [], False
-    while not ended:
-        block = read(65536)
-        ended = not block   # the end also ends a last line and event that lacked theirs
+    partial, data, block, done = b"", [], True, False
+    while block and not done:
+        block = response.read1(65536)   # (b"": the end, which ends a last line and event too)
         lines = (partial + (block or b"\n\n")).split(b"\n")
-        partial, events = lines.pop(), []
+        partial = lines.pop()
         if len(partial) + sum(map(len, data)) > MAX_EVENT:
             raise ApiError("the server sent a stream event over %d MB" % (MAX_EVENT >> 20))
-        for line in lines:
-            line = line.rstrip(b"\r")
-            if not line and data:
-                events.append(b"\n".join(data))
-                data = []
-            elif line[:5] == b"data:":
+        for line in (line.rstrip(b"\r") for line in lines):
+            if line[:5] == b"data:":
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line[:1] == b"{" or line[:6] == b"error:":
-                events.append(b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line)
-        yield events
-
-def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply until [DONE] or its end; each read to the delta hook."""
-    for events in sse_events(response.read1):
-        for data in events:
-            if data[:6] == b"[DONE]":
-                return check_not_empty(reply)
-            try:
-                chunk = json.loads(data)
-            except (ValueError, RecursionError):
-                if not reply.get("skipped"):   # (said once a reply)
-                    note(cfg, "warning: skipped data that is not JSON: %r" % data[:80], "warning")
-                reply["skipped"] = True
-                continue
-            if isinstance(chunk, dict):   # (not a relay's `data: null`)
-                merge_chunk(cfg, reply, chunk)
-        pass_on(cfg, reply)
+            elif line[:1] == b"{" or line[:6] == b"error:":   # an event alone (llama.cpp)
+                data = [b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line]
+                line = b""
+            if not line and data and not done:
+                event, data = b"\n".join(data), []
+                done = event[:6] == b"[DONE]"
+                if not done:
+                    merge_event(cfg, reply, event)
         if reply["size"] and not reply["first"]:   # output has begun: a gap of timeout stalls
             reply["first"] = time.monotonic()
             response.sock.settimeout(cfg["timeout"])
         hooked("delta", {}, cfg, reply)
-    check_not_empty(reply)
-    if response.length or response.length is None and not (reply["finish"] or response.chunked):
-        # (read1() returns b"" on a short Content-Length body; a chunked one cut short raises)
-        raise ApiError("the connection closed in the middle of the reply", "retry")
-
-def check_not_empty(reply):
-    """A stream that ended ([DONE] or not) having sent nothing at all failed: retried."""
     if not (reply["finish"] or reply["size"]):
         raise ApiError("the server ended the reply without sending anything", "retry",
                        body="empty stream")
+    if not done and (response.length or response.length is None and not (
+            reply["finish"] or response.chunked)):   # (a chunked body cut short raises)
+        raise ApiError("the connection closed in the middle of the reply", "retry")
+
+def merge_event(cfg, reply, data):
+    """Merge one event's data, a JSON chunk (else skipped, said once a reply)."""
+    try:
+        chunk = json.loads(data)
+    except (ValueError, RecursionError):
+        if not reply.get("skipped"):
+            note(cfg, "warning: skipped data that is not JSON: %r" % data[:80], "warning")
+        reply["skipped"] = True
+        return
+    if isinstance(chunk, dict):   # (not a relay's `data: null`)
+        merge_chunk(cfg, reply, chunk)
 
 def merge_chunk(cfg, reply, chunk, whole=False):
     """Merge one chunk (whole: a non-streamed response) into reply via the delta hook."""
@@ -540,44 +530,32 @@ def merge_chunk(cfg, reply, chunk, whole=False):
                        body=json.dumps(error)[:4000])
     if whole and not chunk.get("choices"):
         raise ApiError("the server sent a reply with no choices", "retry")
-    for choice in chunk.get("choices") or ():
-        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            continue
-        delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
-        reply["finish"] = choice.get("finish_reason") or reply["finish"]
-        delta = hooked("delta", delta, cfg, reply)
-        thought = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(thought, str) and thought:
-            add_piece(reply, "reasoning", thought)
-        if isinstance(delta.get("content"), str) and delta["content"]:
-            add_piece(reply, "text", delta["content"])
-        for position, fragment in enumerate(delta.get("tool_calls") or ()):
-            merge_tool_call(reply, fragment, position)
+    choice = (chunk.get("choices") or [{}])[0]   # (Part II skips another index's)
+    delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
+    reply["finish"] = choice.get("finish_reason") or reply["finish"]
+    delta = hooked("delta", delta, cfg, reply)
+    thought = delta.get("reasoning_content") or delta.get("reasoning")
+    if isinstance(thought, str) and thought:
+        add_piece(cfg, reply, "reasoning", thought)
+    if isinstance(delta.get("content"), str) and delta["content"]:
+        add_piece(cfg, reply, "text", delta["content"])
+    for position, fragment in enumerate(delta.get("tool_calls") or ()):
+        merge_tool_call(reply, fragment, position)
 
-def add_piece(reply, kind, text):
-    """Record a piece of the answer (kind text) or of reasoning; queue it to pass on (joined)."""
+def add_piece(cfg, reply, kind, text):
+    """Record a piece of the answer (kind text) or of reasoning, and show it."""
     reply["content" if kind == "text" else "reasoning"].append(text)
     reply["size"] += len(text)
-    if reply["pending"] and reply["pending"][-1][0] == kind:
-        reply["pending"][-1][1].append(text)
-    elif not reply["quiet"]:
-        reply["pending"].append((kind, [text]))
-
-def pass_on(cfg, reply, final=False):
-    """Emit what is queued, in order; unless final, a lone UTF-16 half at its end waits."""
-    pending, reply["pending"] = reply["pending"], []
-    for n, (kind, pieces) in enumerate(pending):
-        text = "".join(pieces)
-        if not final and n == len(pending) - 1 and "\ud800" <= text[-1:] <= "\udbff":
-            text, reply["pending"] = text[:-1], [(kind, [text[-1]])]   # (an emoji's first half)
-        if text:
-            emit(cfg, kind, text=join_surrogates(text))
+    text = reply.pop("half", "") + text
+    if "\ud800" <= text[-1:] <= "\udbff":   # an emoji's first UTF-16 half: shown with its second
+        text, reply["half"] = text[:-1], text[-1]
+    if text and not reply["quiet"]:
+        emit(cfg, kind, text=join_surrogates(text))
 
 def end_reply(cfg, reply):
-    """The reply is over (whole, failed or abandoned): pass on what is left, once."""
+    """The reply is over (whole, failed or abandoned): say so, once."""
     if not reply["quiet"] and not reply["ended"]:
         reply["ended"] = True
-        pass_on(cfg, reply, final=True)
         emit(cfg, "reply_end", finish=reply["finish"])
 
 def join_surrogates(text):
@@ -605,18 +583,14 @@ def finish_reply(reply):
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
     calls = [reply["calls"][i] for i in sorted(reply["calls"])   # by index: as the model meant
              if reply["calls"][i]["function"]["name"]]
-    ids = set()
-    for call in calls:   # each call its own id: one given twice would get two tool messages
-        if not call["id"] or call["id"] in ids:
-            call["id"] = "call_" + os.urandom(12).hex()
-        ids.add(call["id"])
+    for call in calls:   # (Part II makes an id given twice two)
+        call["id"] = call["id"] or "call_" + os.urandom(12).hex()
         call["function"]["arguments"] = join_surrogates("".join(call["function"]["arguments"]))
         call["function"]["arguments"] = call["function"]["arguments"] or "{}"
     if calls:
         message["tool_calls"] = calls
     message.update(reply["extra"])
     return message
-
 
 # ----------------------------------------------------------------------------------------
 # The tools: each takes cfg and a dict of arguments and returns a string (TOOLS)
@@ -1444,12 +1418,11 @@ def shape_delta(cfg, reply, delta):
     if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
         reply["extra"].setdefault("extra_content", {}).update(delta["extra_content"])
     named, thought = delta.pop("reasoning_content", None), delta.pop("reasoning", None)
-    thought = named or thought   # (bounded here, merged by Part I)
-    if isinstance(thought, str) and thought:
-        size = room_for(reply, "reasoning", len(thought))
-        delta["reasoning_content" if thought is named else "reasoning"] = thought[:size]
-        if thought is named:   # DeepSeek's thinking mode wants it back during tool use
-            reply.setdefault("echo", []).append(thought[:size])
+    key, thought = "reasoning_content" if named else "reasoning", named or thought
+    if isinstance(thought, str) and thought:   # (bounded here, merged by Part I)
+        delta[key] = thought[:room_for(reply, "reasoning", len(thought))]
+        if named:   # DeepSeek's thinking mode wants it back during tool use
+            reply.setdefault("echo", []).append(delta[key])
     if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back
         merge_details(reply, delta["reasoning_details"])
     calls = delta.get("tool_calls") if isinstance(delta.get("tool_calls"), list) else []
@@ -1488,6 +1461,8 @@ def fragment_quirks(reply, fragment, position):
     arguments = function["arguments"] = arguments[:room_for(reply, "arguments", len(arguments))]
     index = fragment["index"] if isinstance(fragment.get("index"), int) else position
     call, new_id = calls.get(index), str(fragment.get("id") or "")
+    if new_id and any(c["id"] == new_id for i, c in calls.items() if i != index):
+        fragment["id"] = new_id = ""   # an id sent twice: this call gets its own (finish_reply)
     if call and call["id"] and new_id and new_id != call["id"] and (
             function.get("name") or not isinstance(fragment.get("index"), int)):
         calls[len(calls) - (1 << 30)] = calls.pop(index)   # the one before: kept, in order
