@@ -381,22 +381,16 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream",
-               "Content-Type": "application/json", "Authorization": "Bearer " + cfg["api_key"]}
-    extra = cfg.get("headers") or {}   # (Part II's key: an Azure api-key replaces the Bearer)
-    names = {k.lower() for k in extra}
-    names |= {"authorization"} if "api-key" in names or not cfg["api_key"] else set()
-    headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
+               "Content-Type": "application/json"}
+    if cfg["api_key"]:
+        headers["Authorization"] = "Bearer " + cfg["api_key"]
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     kind = http.client.HTTPConnection if url.scheme == "http" else http.client.HTTPSConnection
     conn = first("connect", cfg) or kind(url.netloc.rpartition("@")[2], timeout=cfg["timeout"])
-    try:
-        conn.request(method, target, body, headers)
-        sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
-        sock.settimeout(wait or cfg["timeout"])
-        response = conn.getresponse()
-    except BaseException:
-        conn.close()
-        raise
+    conn.request(method, target, body, headers)
+    sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
+    sock.settimeout(wait or cfg["timeout"])
+    response = conn.getresponse()
     response.conn, response.sock = conn, sock
     return response
 
@@ -429,8 +423,8 @@ def exchange(cfg, body, quiet):
     import http.client
     payload, response = json.dumps(body).encode(), None
     reply = {"content": [], "reasoning": [], "calls": {}, "quiet": quiet, "finish": None,
-             "extra": {}, "first": None, "ended": False, "asked": time.monotonic(), "size": 0,
-             "sent": len(payload), "chunk": {}}
+             "extra": {}, "first": None, "pending": [], "ended": False, "size": 0,
+             "asked": time.monotonic(), "sent": len(payload), "chunk": {}}
     (cfg.get("run") or {})["reply"] = reply   # (the run's: what an interrupt leaves shown)
     try:
         if not quiet:
@@ -463,14 +457,10 @@ def exchange(cfg, body, quiet):
 def error_from_response(response):
     """The ApiError for a non-200 response: retried for 408, 409, 429 and 5xx, else final."""
     text, status = response.read(1 << 20).decode("utf-8", "replace"), response.status
-    message = text.strip()[:300] or response.reason
-    try:   # {"error": {"message": "..."}}, {"error": "..."}, or a list of those (Gemini)
-        error = json.loads(text)
-        error = (error[0] if isinstance(error, list) else error).get("error", error)
-        error = error.get("message") if isinstance(error, dict) else error
-        message = error if isinstance(error, str) and error else message
-    except (ValueError, LookupError, AttributeError, RecursionError):
-        pass
+    try:   # {"error": {"message": "..."}} (Part II reads other shapes: see said_in)
+        message = str(json.loads(text)["error"]["message"])
+    except (ValueError, LookupError, TypeError, RecursionError):
+        message = text.strip()[:300] or response.reason
     return ApiError("HTTP %d: %s" % (status, " ".join(message.split())),
                     "retry" if status in RETRY_STATUSES or status >= 500 else "fatal", status,
                     text[:4000], {k.lower(): v for k, v in response.getheaders()})
@@ -496,6 +486,7 @@ def read_stream(cfg, response, reply):
                 done = event[:6] == b"[DONE]"
                 if not done:
                     merge_event(cfg, reply, event)
+        pass_on(cfg, reply)
         if reply["size"] and not reply["first"]:   # output has begun: a gap of timeout stalls
             reply["first"] = time.monotonic()
             response.sock.settimeout(cfg["timeout"])
@@ -543,19 +534,28 @@ def merge_chunk(cfg, reply, chunk, whole=False):
         merge_tool_call(reply, fragment, position)
 
 def add_piece(cfg, reply, kind, text):
-    """Record a piece of the answer (kind text) or of reasoning, and show it."""
+    """Record a piece of the answer (kind text) or of reasoning, shown after the read (pass_on)."""
     reply["content" if kind == "text" else "reasoning"].append(text)
     reply["size"] += len(text)
-    text = reply.pop("half", "") + text
-    if "\ud800" <= text[-1:] <= "\udbff":   # an emoji's first UTF-16 half: shown with its second
-        text, reply["half"] = text[:-1], text[-1]
-    if text and not reply["quiet"]:
-        emit(cfg, kind, text=join_surrogates(text))
+    if not reply["quiet"]:
+        reply["pending"].append((kind, text))
+
+def pass_on(cfg, reply):
+    """Show the pieces read, a run of one kind in one event (a burst is not a write a piece)."""
+    import itertools
+    pending, reply["pending"] = reply["pending"], []
+    for kind, pieces in itertools.groupby(pending, lambda piece: piece[0]):
+        text = reply.pop("half", "") + "".join(text for _, text in pieces)
+        if "\ud800" <= text[-1:] <= "\udbff":   # an emoji's first half: shown with its second
+            text, reply["half"] = text[:-1], text[-1]
+        if text:
+            emit(cfg, kind, text=join_surrogates(text))
 
 def end_reply(cfg, reply):
-    """The reply is over (whole, failed or abandoned): say so, once."""
+    """The reply is over (whole, failed or abandoned): pass on what is left, once."""
     if not reply["quiet"] and not reply["ended"]:
         reply["ended"] = True
+        pass_on(cfg, reply)
         emit(cfg, "reply_end", finish=reply["finish"])
 
 def join_surrogates(text):
@@ -572,9 +572,8 @@ def merge_tool_call(reply, fragment, position):
     call["id"] = call["id"] or str(fragment.get("id") or "")
     reply["size"] += bool(function.get("name") and not call["function"]["name"])
     call["function"]["name"] = call["function"]["name"] or function.get("name") or ""
-    if function.get("arguments"):   # (pieces, joined at the end)
-        call["function"]["arguments"].append(function["arguments"])
-        reply["size"] += len(function["arguments"])
+    call["function"]["arguments"].append(function.get("arguments") or "")   # (joined at the end)
+    reply["size"] += len(call["function"]["arguments"][-1])
     call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
 
 def finish_reply(reply):
@@ -1393,10 +1392,22 @@ def classify(cfg, error):
         kind, hint = "retry", " (a malformed tool call from the model)"
     elif status == 401:
         hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
+    said = status and said_in(text)   # (a message in another shape than Part I reads)
+    error.args = ("HTTP %d: %s" % (status, said),) if said else error.args
     error.args, error.kind, error.wait = (str(error) + hint,), kind, wait
     if kind == "retry" and (wait or 0) > 60 and cfg["backoff"]:   # (a longer wait: give up)
         raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (
             error, wait), "retry", status)
+
+def said_in(text):
+    """An error body's message: {"message"}, {"error": "..."}, or a list of those (Gemini)."""
+    try:
+        said = json.loads(text)
+        said = (said[0] if isinstance(said, list) else said).get("error", said)
+        said = said.get("message") if isinstance(said, dict) else said
+        return " ".join(said.split()) if isinstance(said, str) and said else None
+    except (ValueError, LookupError, AttributeError, RecursionError):
+        return None
 
 def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
@@ -1547,6 +1558,12 @@ def kept(kind, endpoint):
     class Kept(kind):   # taken out of IDLE by a request, put back by its close()
         reused = response = None
 
+        def request(self, method, url, body, headers, **more):   # (headers: the key's too)
+            names = {k.lower() for k in self.extra}
+            names |= {"authorization"} if "api-key" in names else set()   # (Azure: no Bearer)
+            headers = {k: v for k, v in headers.items() if k.lower() not in names}
+            kind.request(self, method, url, body, dict(headers, **self.extra), **more)
+
         def getresponse(self):
             self.response = kind.getresponse(self)   # (None till then: a close() in it closes)
             return self.response
@@ -1574,6 +1591,7 @@ def connect_endpoint(cfg):
             login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
             auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
             conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
+    conn.extra = cfg["headers"]   # (sent by its request())
     (cfg.get("run") or {})["conn"] = conn   # the run's: its failure and its reply's rest
     return conn
 
