@@ -482,10 +482,7 @@ def read_stream(cfg, response, reply):
                 data = [b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line]
                 line = b""
             if not line and data and not done:
-                event, data = b"\n".join(data), []
-                done = event[:6] == b"[DONE]"
-                if not done:
-                    merge_event(cfg, reply, event)
+                done, data = merge_event(cfg, reply, b"\n".join(data)), []
         pass_on(cfg, reply)
         if reply["size"] and not reply["first"]:   # output has begun: a gap of timeout stalls
             reply["first"] = time.monotonic()
@@ -499,7 +496,9 @@ def read_stream(cfg, response, reply):
         raise ApiError("the connection closed in the middle of the reply", "retry")
 
 def merge_event(cfg, reply, data):
-    """Merge one event's data, a JSON chunk (else skipped, said once a reply)."""
+    """Merge one event's data, a JSON chunk (else skipped, said once a reply); True: [DONE]."""
+    if data[:6] == b"[DONE]":
+        return True
     try:
         chunk = json.loads(data)
     except (ValueError, RecursionError):
@@ -514,11 +513,9 @@ def merge_chunk(cfg, reply, chunk, whole=False):
     """Merge one chunk (whole: a non-streamed response) into reply via the delta hook."""
     # {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[...]}}],"usage":{...}}
     reply["chunk"] = chunk
-    error = chunk.get("error")   # (beside the choices too: OpenRouter)
-    if error:   # retried: it may be a slip
-        message = error.get("message") if isinstance(error, dict) else str(error)
-        raise ApiError("error in stream: %s" % " ".join(str(message).split()), "retry",
-                       body=json.dumps(error)[:4000])
+    if chunk.get("error"):   # retried: it may be a slip (beside the choices too: OpenRouter)
+        error = json.dumps(chunk["error"])   # (Part II says its message: see said_in)
+        raise ApiError("error in stream: %s" % error[:300], "retry", body=error[:4000])
     if whole and not chunk.get("choices"):
         raise ApiError("the server sent a reply with no choices", "retry")
     choice = (chunk.get("choices") or [{}])[0]   # (Part II skips another index's)
@@ -560,8 +557,6 @@ def end_reply(cfg, reply):
 
 def join_surrogates(text):
     """Text with UTF-16 halves joined (an emoji split across chunks); a lone one U+FFFD."""
-    if not re.search("[\ud800-\udfff]", text):
-        return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 def merge_tool_call(reply, fragment, position):
@@ -1392,8 +1387,9 @@ def classify(cfg, error):
         kind, hint = "retry", " (a malformed tool call from the model)"
     elif status == 401:
         hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
-    said = status and said_in(text)   # (a message in another shape than Part I reads)
-    error.args = ("HTTP %d: %s" % (status, said),) if said else error.args
+    said = said_in(text)   # (a message in another shape than Part I reads)
+    if said:
+        error.args = ("HTTP %d: %s" % (status, said) if status else "error in stream: " + said,)
     error.args, error.kind, error.wait = (str(error) + hint,), kind, wait
     if kind == "retry" and (wait or 0) > 60 and cfg["backoff"]:   # (a longer wait: give up)
         raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (
