@@ -40,7 +40,6 @@ POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout"
 PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
-MAX_EVENT = 16 << 20               # bytes of one stream event at most
 MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
@@ -423,8 +422,8 @@ def exchange(cfg, body, quiet):
     import http.client
     payload, response = json.dumps(body).encode(), None
     reply = {"content": [], "reasoning": [], "calls": {}, "quiet": quiet, "finish": None,
-             "extra": {}, "first": None, "pending": [], "ended": False, "size": 0,
-             "asked": time.monotonic(), "sent": len(payload), "chunk": {}}
+             "extra": {}, "first": None, "pending": [], "ended": False, "size": 0, "line": b"",
+             "data": [], "asked": time.monotonic(), "sent": len(payload), "chunk": {}}
     (cfg.get("run") or {})["reply"] = reply   # (the run's: what an interrupt leaves shown)
     try:
         if not quiet:
@@ -468,21 +467,20 @@ def error_from_response(response):
 def read_stream(cfg, response, reply):
     """Merge a streamed reply (SSE) into reply till [DONE] or its end; each read to the hook."""
     # data: {"choices":[...]}   : keep-alive   event: name   (a blank line ends an event)
-    partial, data, block, done = b"", [], True, False
+    block, done, data = True, False, reply["data"]   # (reply's line and data: Part II bounds them)
     while block and not done:
         block = response.read1(65536)   # (b"": the end, which ends a last line and event too)
-        lines = (partial + (block or b"\n\n")).split(b"\n")
-        partial = lines.pop()
-        if len(partial) + sum(map(len, data)) > MAX_EVENT:
-            raise ApiError("the server sent a stream event over %d MB" % (MAX_EVENT >> 20))
+        lines = (reply["line"] + (block or b"\n\n")).split(b"\n")
+        reply["line"] = lines.pop()
         for line in (line.rstrip(b"\r") for line in lines):
             if line[:5] == b"data:":
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif line[:1] == b"{" or line[:6] == b"error:":   # an event alone (llama.cpp)
-                data = [b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line]
+                data[:] = [b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line]
                 line = b""
             if not line and data and not done:
-                done, data = merge_event(cfg, reply, b"\n".join(data)), []
+                done = merge_event(cfg, reply, b"\n".join(data))
+                del data[:]
         pass_on(cfg, reply)
         if reply["size"] and not reply["first"]:   # output has begun: a gap of timeout stalls
             reply["first"] = time.monotonic()
@@ -1248,6 +1246,7 @@ EVENTS = {   # every type of event and its fields, Part I's first: the README's 
     "completion_tokens estimated window share cost session_cost", "approval": "id tool command "
     "path decision rule reason edited", "budget_stop": "reason limit used"}
 MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (then: cut)
+MAX_EVENT = 16 << 20      # bytes of one stream event at most
 COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
 # Facts about the servers, learned by this process and shared by its runs: context windows by
@@ -1489,9 +1488,11 @@ def count_tokens(reply):
     return usage.get("prompt_tokens") or 0, cached, usage.get("completion_tokens") or 0, False
 
 def stalled(cfg, reply):
-    """After a network read: the turn's time, and keep-alives alone too long, fail the reply."""
+    """After a read: the turn's time, an event over MAX_EVENT, keep-alives alone too long: fail."""
     if time_up(cfg) and not reply["quiet"]:
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
+    if len(reply["line"]) + sum(map(len, reply["data"])) > MAX_EVENT:   # (in bounded memory)
+        raise ApiError("the server sent a stream event over %d MB" % (MAX_EVENT >> 20))
     key, now = "timeout" if reply["first"] else "first_byte_timeout", time.monotonic()
     if reply["size"] != reply.setdefault("seen", 0):
         reply["seen"], reply["progress"] = reply["size"], now
