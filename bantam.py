@@ -522,13 +522,13 @@ def merge_chunk(cfg, reply, chunk, whole=False):
     delta = hooked("delta", delta, cfg, reply)
     thought = delta.get("reasoning_content") or delta.get("reasoning")
     if isinstance(thought, str) and thought:
-        add_piece(cfg, reply, "reasoning", thought)
+        add_piece(reply, "reasoning", thought)
     if isinstance(delta.get("content"), str) and delta["content"]:
-        add_piece(cfg, reply, "text", delta["content"])
+        add_piece(reply, "text", delta["content"])
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
         merge_tool_call(reply, fragment, position)
 
-def add_piece(cfg, reply, kind, text):
+def add_piece(reply, kind, text):
     """Record a piece of the answer (kind text) or of reasoning, shown after the read (pass_on)."""
     reply["content" if kind == "text" else "reasoning"].append(text)
     reply["size"] += len(text)
