@@ -40,7 +40,6 @@ POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout"
 PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
-MAX_EVENT = 16 << 20               # bytes of one stream event at most
 MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
@@ -381,22 +380,16 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream",
-               "Content-Type": "application/json", "Authorization": "Bearer " + cfg["api_key"]}
-    extra = cfg.get("headers") or {}   # (Part II's key: an Azure api-key replaces the Bearer)
-    names = {k.lower() for k in extra}
-    names |= {"authorization"} if "api-key" in names or not cfg["api_key"] else set()
-    headers = dict({k: v for k, v in headers.items() if k.lower() not in names}, **extra)
+               "Content-Type": "application/json"}
+    if cfg["api_key"]:
+        headers["Authorization"] = "Bearer " + cfg["api_key"]
     target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     kind = http.client.HTTPConnection if url.scheme == "http" else http.client.HTTPSConnection
     conn = first("connect", cfg) or kind(url.netloc.rpartition("@")[2], timeout=cfg["timeout"])
-    try:
-        conn.request(method, target, body, headers)
-        sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
-        sock.settimeout(wait or cfg["timeout"])
-        response = conn.getresponse()
-    except BaseException:
-        conn.close()
-        raise
+    conn.request(method, target, body, headers)
+    sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
+    sock.settimeout(wait or cfg["timeout"])
+    response = conn.getresponse()
     response.conn, response.sock = conn, sock
     return response
 
@@ -427,10 +420,10 @@ def chat(cfg, messages, tools=True, quiet=False):
 def exchange(cfg, body, quiet):
     """One request: the assistant message; a network fault is a retryable ApiError."""
     import http.client
-    payload, now, response = json.dumps(body).encode(), time.monotonic(), None
+    payload, response = json.dumps(body).encode(), None
     reply = {"content": [], "reasoning": [], "calls": {}, "quiet": quiet, "finish": None,
-             "extra": {}, "first": None, "pending": [], "ended": False, "asked": now, "size": 0,
-             "sent": len(payload), "chunk": {}}
+             "extra": {}, "first": None, "pending": [], "ended": False, "size": 0, "line": b"",
+             "data": [], "asked": time.monotonic(), "sent": len(payload), "chunk": {}}
     (cfg.get("run") or {})["reply"] = reply   # (the run's: what an interrupt leaves shown)
     try:
         if not quiet:
@@ -462,114 +455,94 @@ def exchange(cfg, body, quiet):
 
 def error_from_response(response):
     """The ApiError for a non-200 response: retried for 408, 409, 429 and 5xx, else final."""
-    text = response.read(1 << 20).decode("utf-8", "replace")
-    message = text.strip()[:300] or response.reason
-    try:   # {"error": {"message": "..."}}, {"error": "..."}, or a list of those (Gemini)
-        error = json.loads(text)
-        error = (error[0] if isinstance(error, list) else error).get("error", error)
-        error = error.get("message") if isinstance(error, dict) else error
-        message = error if isinstance(error, str) and error else message
-    except (ValueError, LookupError, AttributeError, RecursionError):
-        pass
-    status = response.status
+    text, status = response.read(1 << 20).decode("utf-8", "replace"), response.status
+    try:   # {"error": {"message": "..."}} (Part II reads other shapes: see said_in)
+        message = str(json.loads(text)["error"]["message"])
+    except (ValueError, LookupError, TypeError, RecursionError):
+        message = text.strip()[:300] or response.reason
     return ApiError("HTTP %d: %s" % (status, " ".join(message.split())),
                     "retry" if status in RETRY_STATUSES or status >= 500 else "fatal", status,
                     text[:4000], {k.lower(): v for k, v in response.getheaders()})
 
-def sse_events(read):
-    """Yield, after each network read, the data (bytes) of the events it completed."""
-    # data: {"choices":[...]}   : keep-alive   event: name   (a blank line ends an event)
-    partial, data, ended = b"", [], False
-    while not ended:
-        block = read(65536)
-        ended = not block   # the end also ends a last line and event that lacked theirs
-        lines = (partial + (block or b"\n\n")).split(b"\n")
-        partial, events = lines.pop(), []
-        if len(partial) + sum(map(len, data)) > MAX_EVENT:
-            raise ApiError("the server sent a stream event over %d MB" % (MAX_EVENT >> 20))
-        for line in lines:
-            line = line.rstrip(b"\r")
-            if not line and data:
-                events.append(b"\n".join(data))
-                data = []
-            elif line[:5] == b"data:":
-                data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line[:1] == b"{" or line[:6] == b"error:":
-                events.append(b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line)
-        yield events
-
 def read_stream(cfg, response, reply):
-    """Merge a streamed reply into reply until [DONE] or its end; each read to the delta hook."""
-    for events in sse_events(response.read1):
-        for data in events:
-            if data[:6] == b"[DONE]":
-                return check_not_empty(reply)
-            try:
-                chunk = json.loads(data)
-            except (ValueError, RecursionError):
-                if not reply.get("skipped"):   # (said once a reply)
-                    note(cfg, "warning: skipped data that is not JSON: %r" % data[:80], "warning")
-                reply["skipped"] = True
-                continue
-            if isinstance(chunk, dict):   # (not a relay's `data: null`)
-                merge_chunk(cfg, reply, chunk)
+    """Merge a streamed reply (SSE) into reply till [DONE] or its end; each read to the hook."""
+    # data: {"choices":[...]}   : keep-alive   event: name   (a blank line ends an event)
+    block, done, data = True, False, reply["data"]   # (reply's line and data: Part II bounds them)
+    while block and not done:
+        block = response.read1(65536)   # (b"": the end, which ends a last line and event too)
+        lines = (reply["line"] + (block or b"\n\n")).split(b"\n")
+        reply["line"] = lines.pop()
+        for line in (line.rstrip(b"\r") for line in lines):
+            if line[:5] == b"data:":
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line[:1] == b"{" or line[:6] == b"error:":   # an event alone (llama.cpp)
+                data[:] = [b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line]
+                line = b""
+            if not line and data and not done:
+                done = merge_event(cfg, reply, b"\n".join(data))
+                del data[:]
         pass_on(cfg, reply)
         if reply["size"] and not reply["first"]:   # output has begun: a gap of timeout stalls
             reply["first"] = time.monotonic()
             response.sock.settimeout(cfg["timeout"])
         hooked("delta", {}, cfg, reply)
-    check_not_empty(reply)
-    if response.length or response.length is None and not (reply["finish"] or response.chunked):
-        # (read1() returns b"" on a short Content-Length body; a chunked one cut short raises)
-        raise ApiError("the connection closed in the middle of the reply", "retry")
-
-def check_not_empty(reply):
-    """A stream that ended ([DONE] or not) having sent nothing at all failed: retried."""
     if not (reply["finish"] or reply["size"]):
         raise ApiError("the server ended the reply without sending anything", "retry",
                        body="empty stream")
+    if not done and (response.length or response.length is None and not (
+            reply["finish"] or response.chunked)):   # (a chunked body cut short raises)
+        raise ApiError("the connection closed in the middle of the reply", "retry")
+
+def merge_event(cfg, reply, data):
+    """Merge one event's data, a JSON chunk (else skipped, said once a reply); True: [DONE]."""
+    if data[:6] == b"[DONE]":
+        return True
+    try:
+        chunk = json.loads(data)
+    except (ValueError, RecursionError):
+        if not reply.get("skipped"):
+            note(cfg, "warning: skipped data that is not JSON: %r" % data[:80], "warning")
+        reply["skipped"] = True
+        return
+    if isinstance(chunk, dict):   # (not a relay's `data: null`)
+        merge_chunk(cfg, reply, chunk)
 
 def merge_chunk(cfg, reply, chunk, whole=False):
     """Merge one chunk (whole: a non-streamed response) into reply via the delta hook."""
     # {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[...]}}],"usage":{...}}
     reply["chunk"] = chunk
-    error = chunk.get("error")   # (beside the choices too: OpenRouter)
-    if error:   # retried: it may be a slip
-        message = error.get("message") if isinstance(error, dict) else str(error)
-        raise ApiError("error in stream: %s" % " ".join(str(message).split()), "retry",
-                       body=json.dumps(error)[:4000])
+    if chunk.get("error"):   # retried: it may be a slip (beside the choices too: OpenRouter)
+        error = json.dumps(chunk["error"])   # (Part II says its message: see said_in)
+        raise ApiError("error in stream: %s" % error[:300], "retry", body=error[:4000])
     if whole and not chunk.get("choices"):
         raise ApiError("the server sent a reply with no choices", "retry")
-    for choice in chunk.get("choices") or ():
-        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            continue
-        delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
-        reply["finish"] = choice.get("finish_reason") or reply["finish"]
-        delta = hooked("delta", delta, cfg, reply)
-        thought = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(thought, str) and thought:
-            add_piece(reply, "reasoning", thought)
-        if isinstance(delta.get("content"), str) and delta["content"]:
-            add_piece(reply, "text", delta["content"])
-        for position, fragment in enumerate(delta.get("tool_calls") or ()):
-            merge_tool_call(reply, fragment, position)
+    choice = (chunk.get("choices") or [{}])[0]   # (Part II skips another index's)
+    delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
+    reply["finish"] = choice.get("finish_reason") or reply["finish"]
+    delta = hooked("delta", delta, cfg, reply)
+    thought = delta.get("reasoning_content") or delta.get("reasoning")
+    if isinstance(thought, str) and thought:
+        add_piece(reply, "reasoning", thought)
+    if isinstance(delta.get("content"), str) and delta["content"]:
+        add_piece(reply, "text", delta["content"])
+    for position, fragment in enumerate(delta.get("tool_calls") or ()):
+        merge_tool_call(reply, fragment, position)
 
 def add_piece(reply, kind, text):
-    """Record a piece of the answer (kind text) or of reasoning; queue it to pass on (joined)."""
+    """Record a piece of the answer (kind text) or of reasoning, shown after the read (pass_on)."""
     reply["content" if kind == "text" else "reasoning"].append(text)
     reply["size"] += len(text)
-    if reply["pending"] and reply["pending"][-1][0] == kind:
-        reply["pending"][-1][1].append(text)
-    elif not reply["quiet"]:
-        reply["pending"].append((kind, [text]))
+    if not reply["quiet"]:
+        reply["pending"].append((kind, text))
 
-def pass_on(cfg, reply, final=False):
-    """Emit what is queued, in order; unless final, a lone UTF-16 half at its end waits."""
+def pass_on(cfg, reply):
+    """Show the pieces read, a run of one kind in one event (a burst is not a write a piece)."""
+    import itertools
     pending, reply["pending"] = reply["pending"], []
-    for n, (kind, pieces) in enumerate(pending):
-        text = "".join(pieces)
-        if not final and n == len(pending) - 1 and "\ud800" <= text[-1:] <= "\udbff":
-            text, reply["pending"] = text[:-1], [(kind, [text[-1]])]   # (an emoji's first half)
+    for kind, pieces in itertools.groupby(pending, lambda piece: piece[0]):
+        text = reply.pop("half", "") + "".join(text for _, text in pieces)
+        if "\ud800" <= text[-1:] <= "\udbff":   # an emoji's first half: shown with its second
+            text, reply["half"] = text[:-1], text[-1]
         if text:
             emit(cfg, kind, text=join_surrogates(text))
 
@@ -577,13 +550,11 @@ def end_reply(cfg, reply):
     """The reply is over (whole, failed or abandoned): pass on what is left, once."""
     if not reply["quiet"] and not reply["ended"]:
         reply["ended"] = True
-        pass_on(cfg, reply, final=True)
+        pass_on(cfg, reply)
         emit(cfg, "reply_end", finish=reply["finish"])
 
 def join_surrogates(text):
     """Text with UTF-16 halves joined (an emoji split across chunks); a lone one U+FFFD."""
-    if not re.search("[\ud800-\udfff]", text):
-        return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 def merge_tool_call(reply, fragment, position):
@@ -594,9 +565,8 @@ def merge_tool_call(reply, fragment, position):
     call["id"] = call["id"] or str(fragment.get("id") or "")
     reply["size"] += bool(function.get("name") and not call["function"]["name"])
     call["function"]["name"] = call["function"]["name"] or function.get("name") or ""
-    if function.get("arguments"):   # (pieces, joined at the end)
-        call["function"]["arguments"].append(function["arguments"])
-        reply["size"] += len(function["arguments"])
+    call["function"]["arguments"].append(function.get("arguments") or "")   # (joined at the end)
+    reply["size"] += len(call["function"]["arguments"][-1])
     call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
 
 def finish_reply(reply):
@@ -605,18 +575,14 @@ def finish_reply(reply):
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
     calls = [reply["calls"][i] for i in sorted(reply["calls"])   # by index: as the model meant
              if reply["calls"][i]["function"]["name"]]
-    ids = set()
-    for call in calls:   # each call its own id: one given twice would get two tool messages
-        if not call["id"] or call["id"] in ids:
-            call["id"] = "call_" + os.urandom(12).hex()
-        ids.add(call["id"])
+    for call in calls:   # (Part II makes an id given twice two)
+        call["id"] = call["id"] or "call_" + os.urandom(12).hex()
         call["function"]["arguments"] = join_surrogates("".join(call["function"]["arguments"]))
         call["function"]["arguments"] = call["function"]["arguments"] or "{}"
     if calls:
         message["tool_calls"] = calls
     message.update(reply["extra"])
     return message
-
 
 # ----------------------------------------------------------------------------------------
 # The tools: each takes cfg and a dict of arguments and returns a string (TOOLS)
@@ -1281,6 +1247,7 @@ EVENTS = {   # every type of event and its fields, Part I's first: the README's 
     "estimated window share cost session_cost", "approval": "id tool command path decision "
     "rule reason edited", "budget_stop": "reason limit used"}
 MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (then: cut)
+MAX_EVENT = 16 << 20      # bytes of one stream event at most
 COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
 # Facts about the servers, learned by this process and shared by its runs: context windows by
@@ -1420,10 +1387,23 @@ def classify(cfg, error):
         kind, hint = "retry", " (a malformed tool call from the model)"
     elif status == 401:
         hint = " (check api_key in model.cfg, or BANTAM_API_KEY / OPENAI_API_KEY)"
+    said = said_in(text)   # (a message in another shape than Part I reads)
+    if said:
+        error.args = ("HTTP %d: %s" % (status, said) if status else "error in stream: " + said,)
     error.args, error.kind, error.wait = (str(error) + hint,), kind, wait
     if kind == "retry" and (wait or 0) > 60 and cfg["backoff"]:   # (a longer wait: give up)
         raise ApiError("%s; the server asks to wait %.0f s, so giving up (try again later)" % (
             error, wait), "retry", status)
+
+def said_in(text):
+    """An error body's message: {"message"}, {"error": "..."}, or a list of those (Gemini)."""
+    try:
+        said = json.loads(text)
+        said = (said[0] if isinstance(said, list) else said).get("error", said)
+        said = said.get("message") if isinstance(said, dict) else said
+        return " ".join(said.split()) if isinstance(said, str) and said else None
+    except (ValueError, LookupError, AttributeError, RecursionError):
+        return None
 
 def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
@@ -1445,12 +1425,11 @@ def shape_delta(cfg, reply, delta):
     if isinstance(delta.get("extra_content"), dict):   # Gemini's thought signature on text
         reply["extra"].setdefault("extra_content", {}).update(delta["extra_content"])
     named, thought = delta.pop("reasoning_content", None), delta.pop("reasoning", None)
-    thought = named or thought   # (bounded here, merged by Part I)
-    if isinstance(thought, str) and thought:
-        size = room_for(reply, "reasoning", len(thought))
-        delta["reasoning_content" if thought is named else "reasoning"] = thought[:size]
-        if thought is named:   # DeepSeek's thinking mode wants it back during tool use
-            reply.setdefault("echo", []).append(thought[:size])
+    key, thought = "reasoning_content" if named else "reasoning", named or thought
+    if isinstance(thought, str) and thought:   # (bounded here, merged by Part I)
+        delta[key] = thought[:room_for(reply, "reasoning", len(thought))]
+        if named:   # DeepSeek's thinking mode wants it back during tool use
+            reply.setdefault("echo", []).append(delta[key])
     if isinstance(delta.get("reasoning_details"), list):   # OpenRouter's, sent back
         merge_details(reply, delta["reasoning_details"])
     calls = delta.get("tool_calls") if isinstance(delta.get("tool_calls"), list) else []
@@ -1489,6 +1468,8 @@ def fragment_quirks(reply, fragment, position):
     arguments = function["arguments"] = arguments[:room_for(reply, "arguments", len(arguments))]
     index = fragment["index"] if isinstance(fragment.get("index"), int) else position
     call, new_id = calls.get(index), str(fragment.get("id") or "")
+    if new_id and any(c["id"] == new_id for i, c in calls.items() if i != index):
+        fragment["id"] = new_id = ""   # an id sent twice: this call gets its own (finish_reply)
     if call and call["id"] and new_id and new_id != call["id"] and (
             function.get("name") or not isinstance(fragment.get("index"), int)):
         calls[len(calls) - (1 << 30)] = calls.pop(index)   # the one before: kept, in order
@@ -1508,9 +1489,11 @@ def count_tokens(reply):
     return usage.get("prompt_tokens") or 0, cached, usage.get("completion_tokens") or 0, False
 
 def stalled(cfg, reply):
-    """After a network read: the turn's time, and keep-alives alone too long, fail the reply."""
+    """After a read: the turn's time, an event over MAX_EVENT, keep-alives alone too long: fail."""
     if time_up(cfg) and not reply["quiet"]:
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
+    if len(reply["line"]) + sum(map(len, reply["data"])) > MAX_EVENT:   # (in bounded memory)
+        raise ApiError("the server sent a stream event over %d MB" % (MAX_EVENT >> 20))
     key, now = "timeout" if reply["first"] else "first_byte_timeout", time.monotonic()
     if reply["size"] != reply.setdefault("seen", 0):
         reply["seen"], reply["progress"] = reply["size"], now
@@ -1573,6 +1556,12 @@ def kept(kind, endpoint):
     class Kept(kind):   # taken out of IDLE by a request, put back by its close()
         reused = response = None
 
+        def request(self, method, url, body, headers, **more):   # (headers: the key's too)
+            names = {k.lower() for k in self.extra}
+            names |= {"authorization"} if "api-key" in names else set()   # (Azure: no Bearer)
+            headers = {k: v for k, v in headers.items() if k.lower() not in names}
+            kind.request(self, method, url, body, dict(headers, **self.extra), **more)
+
         def getresponse(self):
             self.response = kind.getresponse(self)   # (None till then: a close() in it closes)
             return self.response
@@ -1600,6 +1589,7 @@ def connect_endpoint(cfg):
             login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
             auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
             conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
+    conn.extra = cfg["headers"]   # (sent by its request())
     (cfg.get("run") or {})["conn"] = conn   # the run's: its failure and its reply's rest
     return conn
 
