@@ -71,8 +71,8 @@ HOOKS = {
     "tool": [],     # tool(cfg, call, args, result=None): before a tool runs, the args or a
                     #   refusal text; after (result: its text or an error), what the model reads
     "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
-    "step": [],     # step(cfg, messages, calls): after a step (calls None: at max_al_iterations;
-                    #   an exception: what stopped the run); True stops AL (it returns)
+    "step": [],     # step(cfg, messages, calls): after a step that ran tool calls, or with
+                    #   the exception that stops the run; True stops AL (it returns)
     "event": [],    # event(cfg, event): the event to pass to the run's sink (None: none)
     "load": [],     # load(session, messages): a session file's messages, put right for the API
 }
@@ -815,8 +815,6 @@ def AL(cfg, messages, on_event=None):
                 answer_unanswered(cfg, messages, calls)
             if first("step", cfg, messages, calls):
                 break
-        else:
-            first("step", cfg, messages, None)
     except BaseException as stop:   # (Part II may end the run another way: a budget's answer)
         if not first("step", cfg, messages, stop):
             end_run(cfg, stop)
@@ -2262,7 +2260,7 @@ BUDGETS = {   # key: how its use is said, what the turn used (t: its tally, n: r
     "max_turn_seconds": ("%s s this turn", lambda t, n: round(time.monotonic() - t["started"], 1)),
     "max_cost": ("$%s this turn", lambda t, n: round(t["cost"], 6)),
     "max_identical_calls": ("the same tool call %s times in a row", lambda t, n: n),
-    "max_al_iterations": ("%s model calls", None)}   # (counted by AL)
+    "max_al_iterations": ("%s model calls", None)}   # (counted by the run: its steps)
 
 def leash(cfg, call, args, result=None):
     """The tool hook: the turn's time limit, then approval; the user's edit first."""
@@ -2278,12 +2276,11 @@ def leash(cfg, call, args, result=None):
     return args
 
 def budgets(cfg, messages, calls):
-    """The step hook: a used-up budget stops the loop (calls None: max_al_iterations)."""
+    """The step hook: a used-up budget stops the loop (max_al_iterations: at the last step)."""
     if isinstance(calls, BaseException):   # (a budget's error; or Ctrl+C, a signal: none)
         return getattr(calls, "kind", "") == "budget" and final_answer(cfg, messages, *time_up(cfg))
-    if calls is None:
-        return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"])
     turn, mine = turn_tally(cfg), own(cfg)
+    mine["steps"] = mine.get("steps", 0) + 1
     last, count = mine.get("streak", (None, 0))
     results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
     for call in calls:   # a repeat: the same call and result
@@ -2291,7 +2288,8 @@ def budgets(cfg, messages, calls):
         last, count = key, (count + 1 if key == last else 1)
     mine["streak"] = (last, count)
     spent = next(((key, used(turn, count)) for key, (_, used) in BUDGETS.items()
-                  if used and cfg[key] and used(turn, count) >= cfg[key]), None)
+                  if used and cfg[key] and used(turn, count) >= cfg[key]), None) or (
+        mine["steps"] >= cfg["max_al_iterations"] and ("max_al_iterations", mine["steps"]))
     return bool(spent) and final_answer(cfg, messages, *spent)
 
 def final_answer(cfg, messages, key, used):
