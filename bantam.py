@@ -659,20 +659,17 @@ def shell_exec(cfg, args):
         if not isinstance(stop, subprocess.TimeoutExpired):
             cfg["run"]["partial"] = output.text() + remark + "\n\nexit: %d" % proc.wait()
             raise
-    finally:
-        proc.stdout.close()
     return output.text() + remark + "\n\nexit: %d" % proc.wait()
 
 def pump_output(cfg, proc, output, until):
     """Read the output until it closes, DRAIN_SECONDS after the shell exits, or until; each
     second, say how long the command has run."""
     import select
-    started = ticked = time.monotonic()
-    exited = None
+    started, seconds, exited = time.monotonic(), 0, None
     while time.monotonic() < until and not (exited and time.monotonic() > exited + DRAIN_SECONDS):
-        if time.monotonic() >= ticked + 1:
-            ticked += 1
-            emit(cfg, "tool_progress", seconds=round(ticked - started))
+        if time.monotonic() >= started + seconds + 1:
+            seconds += 1
+            emit(cfg, "tool_progress", seconds=seconds)
         exited = exited or proc.poll() is not None and time.monotonic()
         if select.select([proc.stdout], [], [], 0.1)[0]:
             data = os.read(proc.stdout.fileno(), 1 << 16)
