@@ -693,9 +693,7 @@ class BoundedOutput:
         self.newlines += data.count(b"\n")
         self.tail = (self.tail + data)[-self.keep:]
         self.head += data[:max(0, self.limit - len(self.head))]
-        text = self.decoder.decode(data)
-        if text:
-            emit(cfg, "tool_output", text=text)
+        emit(cfg, "tool_output", text=self.decoder.decode(data))   # (Part II drops "")
 
     def text(self):
         """What the model gets: the output, or its head and tail."""
