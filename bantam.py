@@ -788,8 +788,7 @@ def AL(cfg, messages, on_event=None):
     parent = cfg.get("run") or {}   # this run's own cfg: its event sink, its subagent depth
     run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True,
                partial=None, own={})
-    if not parent or on_event:
-        run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
+    run["emit"] = on_event or parent.get("emit") or plain_view(cfg)
     cfg = dict(cfg, run=run)
     emit(cfg, "turn_start", messages=len(messages))
     try:
@@ -810,7 +809,7 @@ def AL(cfg, messages, on_event=None):
                 answer_unanswered(cfg, messages, calls)
             if first("step", cfg, messages, calls):
                 break
-    except BaseException as stop:   # (Part II may end the run another way: a budget's answer)
+    except BaseException as stop:   # (Part II: a budget's final answer; a cut reply's text)
         if not first("step", cfg, messages, stop):
             end_run(cfg, stop)
             raise
@@ -3133,7 +3132,7 @@ def md_flush(state, depth):
 
 def term_tool_call(state, event):
     """A command or a subagent's prompt in words ("$ ls"); a write's diff taken before it."""
-    args = json.loads(event["arguments"], strict=False)   # (check_calls: an object, or "{}")
+    args = json.loads(event["arguments"], strict=False)   # (parse_arguments: an object, or "{}")
     name = TOOL_ALIASES.get(event["name"], event["name"])
     words = {"shell_exec": ("$ ", "command"), "run_subagent": ("\u00bb subagent: ", "prompt")}
     mark, key = words.get(name, ("", None))
