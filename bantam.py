@@ -69,7 +69,7 @@ HOOKS = {
     "delta": [],    # delta(cfg, reply, delta): a delta before it is merged, {} after a read
                     #   without output, None when the reply ended
     "tool": [],     # tool(cfg, call, args, result=None): before a tool runs, the args or a
-                    #   refusal text; after (result: its text or an error), what the model reads
+                    #   refusal (a text: passed on); after (result), the text the model reads
     "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
     "step": [],     # step(cfg, messages, calls): after a step that ran tool calls, or with
                     #   the exception that stops the run; True stops AL (it returns)
@@ -765,8 +765,7 @@ def run_tool_call(cfg, call, args):
     offered = [tool["function"]["name"] for tool in tool_definitions(cfg)]
     if not any(TOOLS[n][1] is function for n in offered) and not isinstance(args, str):
         args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(offered))
-    for hook in HOOKS["tool"]:   # before: the first refusal (a text) is the result
-        args = args if isinstance(args, str) else hook(cfg, call, args)
+    args = hooked("tool", args, cfg, call)   # before: the args, or a refusal (a text)
     result = args   # (a text: an error or a refusal)
     if not isinstance(args, str):
         try:
@@ -786,8 +785,7 @@ def run_tool_call(cfg, call, args):
 def AL(cfg, messages, on_event=None):
     """The agentic loop: ask, run the tool calls, again until none; messages (events: on_event)."""
     parent = cfg.get("run") or {}   # this run's own cfg: its event sink, its subagent depth
-    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True,
-               partial=None, own={})
+    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True, own={})
     run["emit"] = on_event or parent.get("emit") or plain_view(cfg)
     cfg = dict(cfg, run=run)
     emit(cfg, "turn_start", messages=len(messages))
@@ -2258,8 +2256,8 @@ BUDGETS = {   # key: how its use is said, what the turn used (t: its tally, n: r
 
 def leash(cfg, call, args, result=None):
     """The tool hook: the turn's time limit, then approval; the user's edit first."""
-    if result is not None:
-        return cfg["run"].pop("told", "") + result
+    if result is not None or isinstance(args, str):   # (after it ran; or refused already)
+        return args if result is None else cfg["run"].pop("told", "") + result
     why = "the turn's time ran out (max_turn_seconds=%g)" % cfg["max_turn_seconds"]
     if time_up(cfg):   # a command may run only as long as the turn has left
         return "error: not run: " + why
