@@ -68,10 +68,10 @@ HOOKS = {
     "delta": [],    # delta(cfg, reply, delta): a delta before it is merged, {} after a read
                     #   without output, None when the reply ended
     "tool": [],     # tool(cfg, call, args, result=None): before a tool runs, the args or a
-                    #   refusal text; after (result: its text or an error), what the model reads
+                    #   refusal (a text: passed on); after (result), the text the model reads
     "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
-    "step": [],     # step(cfg, messages, calls): after a step (calls None: at
-                    #   max_al_iterations; an ApiError: the reply failed); True stops AL
+    "step": [],     # step(cfg, messages, calls): after a step that ran tool calls, or with
+                    #   the exception that stops the run; True stops AL (it returns)
     "event": [],    # event(cfg, event): the event to pass to the run's sink (None: none)
     "load": [],     # load(session, messages): a session file's messages, put right for the API
 }
@@ -617,34 +617,28 @@ def shell_exec(cfg, args):
             os.killpg(proc.pid, signal.SIGKILL)   # the shell and all it started
         except OSError:   # (none of it is left)
             pass
+        pump_output(cfg, proc, output, time.monotonic() + DRAIN_SECONDS)   # what it printed last
+        if not isinstance(stop, subprocess.TimeoutExpired):   # the run stops: its tool message
+            why = "%s after %.1f s" % ("interrupted by the user" if isinstance(
+                stop, KeyboardInterrupt) else "bantam was stopped", time.monotonic() - started)
         remark = "\n[%s: the command's process group was killed]" % why
         if not isinstance(stop, subprocess.TimeoutExpired):
-            pump_output(cfg, proc, output, time.monotonic() + DRAIN_SECONDS)   # shown before
-            cfg["run"]["partial"] = "%s\n[%s after %.1f s: the command's process group was " \
-                "killed]\n\nexit: %s" % (output.text(), "interrupted by the user" if isinstance(
-                    stop, KeyboardInterrupt) else "bantam was stopped",
-                    time.monotonic() - started, proc.wait())
+            cfg["run"]["partial"] = output.text() + remark + "\n\nexit: %d" % proc.wait()
             raise
-    finally:
-        proc.stdout.close()
-        output.add(cfg, b"", final=True)
-    return output.text() + remark + "\n\nexit: " + str(proc.wait())
+    return output.text() + remark + "\n\nexit: %d" % proc.wait()
 
 def pump_output(cfg, proc, output, until):
-    """Read the output until it closes, DRAIN_SECONDS after the shell exits, or until."""
+    """Read the output until it closes, DRAIN_SECONDS after the shell exits, or until; each
+    second, say how long the command has run."""
     import select
-    fd, started = proc.stdout.fileno(), time.monotonic()
-    ticked, exited = started, None
-    while time.monotonic() < until:
-        now = time.monotonic()
-        if now - ticked >= 1:
-            ticked = now
-            emit(cfg, "tool_progress", seconds=round(now - started, 1))
-        exited = exited or (proc.poll() is not None and now)
-        if exited and now - exited >= DRAIN_SECONDS:
-            return
-        if select.select([fd], [], [], 0.1)[0]:
-            data = os.read(fd, 1 << 16)
+    started, seconds, exited = time.monotonic(), 0, None
+    while time.monotonic() < until and not (exited and time.monotonic() > exited + DRAIN_SECONDS):
+        if time.monotonic() >= started + seconds + 1:
+            seconds += 1
+            emit(cfg, "tool_progress", seconds=seconds)
+        exited = exited or proc.poll() is not None and time.monotonic()
+        if select.select([proc.stdout], [], [], 0.1)[0]:
+            data = os.read(proc.stdout.fileno(), 1 << 16)
             if not data:
                 return
             output.add(cfg, data)
@@ -659,15 +653,13 @@ class BoundedOutput:
         self.size = self.newlines = 0
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
-    def add(self, cfg, data, final=False):
-        """Take a piece of output and show it (a split character waits, unless final)."""
+    def add(self, cfg, data):
+        """Take a piece of output and show it (a character split between pieces: whole)."""
         self.size += len(data)
         self.newlines += data.count(b"\n")
         self.tail = (self.tail + data)[-self.keep:]
         self.head += data[:max(0, self.limit - len(self.head))]
-        text = self.decoder.decode(data, final)
-        if text:
-            emit(cfg, "tool_output", text=text)
+        emit(cfg, "tool_output", text=self.decoder.decode(data))   # (Part II drops "")
 
     def text(self):
         """What the model gets: the output, or its head and tail."""
@@ -711,41 +703,35 @@ TOOLS = {
             "required": ["prompt"]}}, run_subagent),
 }
 
-def enabled_tools(cfg):
-    """The tools offered to the model: those the tools key names (Part II's; all without it)."""
-    wanted = (cfg.get("tools") or DEFAULTS.get("tools") or ",".join(TOOLS)).split(",")
-    return [name for name, (schema, _) in TOOLS.items() if schema and name in wanted]
-
 def tool_definitions(cfg):
-    """The tools part of a request."""
-    return [{"type": "function", "function": dict(TOOLS[name][0], name=name)}
-            for name in enabled_tools(cfg)]
+    """The tools part of a request: those the tools key names (Part II's; without it, all)."""
+    wanted = (cfg.get("tools") or DEFAULTS.get("tools") or ",".join(TOOLS)).split(",")
+    return [{"type": "function", "function": dict(schema, name=name)}
+            for name, (schema, _) in TOOLS.items() if schema and name in wanted]
 
-def check_calls(reply):
-    """Each tool call's arguments (a dict), or an error text; invalid JSON stays "{}"."""
-    parsed = []
-    for call in reply.get("tool_calls") or ():
-        function = call["function"]
-        try:
-            args = json.loads(function["arguments"], strict=False)   # a raw newline is fine
-            if not isinstance(args, dict):
-                raise ValueError("expected a JSON object")
-            parsed.append(args)
-        except (ValueError, RecursionError) as e:
-            parsed.append("error: the arguments of %s are not a valid JSON object (%s): %s" % (
-                function["name"], e, function["arguments"][:500]))
-            function["arguments"] = "{}"
-    return parsed
+def parse_arguments(call):
+    """A call's arguments as a dict, or the error the model reads (they are then stored "{}")."""
+    function = call["function"]
+    try:
+        args = json.loads(function["arguments"], strict=False)   # a raw newline is fine
+        if isinstance(args, dict):
+            return args
+        raise ValueError("expected a JSON object")
+    except (ValueError, RecursionError) as e:
+        error = "error: the arguments of %s are not a valid JSON object (%s): %s" % (
+            function["name"], e, function["arguments"][:500])
+    function["arguments"] = "{}"
+    return error
 
 def run_tool_call(cfg, call, args):
     """Trace and run one tool call (args: a dict, or an error text): its tool message."""
     name = call["function"]["name"]
     emit(cfg, "tool_call", id=call["id"], name=name, arguments=call["function"]["arguments"])
     function = TOOLS.get(name, (None, None))[1]   # (an alias's: its enabled tool's)
-    if not any(TOOLS[n][1] is function for n in enabled_tools(cfg)) and not isinstance(args, str):
-        args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(enabled_tools(cfg)))
-    for hook in HOOKS["tool"]:   # before: the first refusal (a text) is the result
-        args = args if isinstance(args, str) else hook(cfg, call, args)
+    offered = [tool["function"]["name"] for tool in tool_definitions(cfg)]
+    if not any(TOOLS[n][1] is function for n in offered) and not isinstance(args, str):
+        args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(offered))
+    args = hooked("tool", args, cfg, call)   # before: the args, or a refusal (a text)
     result = args   # (a text: an error or a refusal)
     if not isinstance(args, str):
         try:
@@ -765,47 +751,37 @@ def run_tool_call(cfg, call, args):
 def AL(cfg, messages, on_event=None):
     """The agentic loop: ask, run the tool calls, again until none; messages (events: on_event)."""
     parent = cfg.get("run") or {}   # this run's own cfg: its event sink, its subagent depth
-    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True,
-               partial=None, own={})
-    if not parent or on_event:
-        run.update(emit=on_event or parent.get("emit") or plain_view(cfg))
+    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True, own={})
+    run["emit"] = on_event or parent.get("emit") or plain_view(cfg)
     cfg = dict(cfg, run=run)
     emit(cfg, "turn_start", messages=len(messages))
     try:
         for _ in range(cfg["max_al_iterations"]):
-            try:
-                reply = chat(cfg, messages)
-            except ApiError as e:   # (Part II may end the turn another way: its budgets)
-                if first("step", cfg, messages, e):
-                    return messages
-                raise
+            reply = chat(cfg, messages)
             if not reply["content"] and not reply.get("tool_calls"):
                 note(cfg, "[the model sent an empty reply]")
-                return messages                         # never store an empty assistant message
-            args = check_calls(reply)
+                break                                   # never store an empty assistant message
+            args = [parse_arguments(call) for call in reply.get("tool_calls") or ()]
             add_message(cfg, messages, reply)
             calls = reply.get("tool_calls")
             if not calls:
-                return messages
+                break
             try:
                 for call, arg in zip(calls, args):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
             finally:                                    # one tool message per call id, always
                 answer_unanswered(cfg, messages, calls)
             if first("step", cfg, messages, calls):
-                return messages
-        first("step", cfg, messages, None)
-        return messages
-    finally:
-        leave_run(cfg, messages, sys.exc_info()[1])
+                break
+    except BaseException as stop:   # (Part II: a budget's final answer; a cut reply's text)
+        if not first("step", cfg, messages, stop):
+            end_run(cfg, stop)
+            raise
+    end_run(cfg, None)
+    return messages
 
-def leave_run(cfg, messages, stop):
-    """The run is over: a reply that stop cut keeps the text shown (marked so); say how."""
-    reply = cfg["run"].get("reply") or {"quiet": True}   # (a summary's is no answer)
-    text = "" if reply["quiet"] or "message" in reply else "".join(reply["content"])
-    if isinstance(stop, (KeyboardInterrupt, SystemExit)) and text.strip():   # (signals: exit)
-        add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
-            INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
+def end_run(cfg, stop):
+    """Say how the run ended (stop: the exception that ended it, or None)."""
     status = (cfg["run"]["own"].get("status", "done") if stop is None else "interrupted" if
               isinstance(stop, KeyboardInterrupt) else "failed" if isinstance(stop, BantamError)
               else "stopped")
@@ -2241,12 +2217,12 @@ BUDGETS = {   # key: how its use is said, what the turn used (t: its tally, n: r
     "max_turn_seconds": ("%s s this turn", lambda t, n: round(time.monotonic() - t["started"], 1)),
     "max_cost": ("$%s this turn", lambda t, n: round(t["cost"], 6)),
     "max_identical_calls": ("the same tool call %s times in a row", lambda t, n: n),
-    "max_al_iterations": ("%s model calls", None)}   # (counted by AL)
+    "max_al_iterations": ("%s model calls", None)}   # (counted by the run: its steps)
 
 def leash(cfg, call, args, result=None):
     """The tool hook: the turn's time limit, then approval; the user's edit first."""
-    if result is not None:
-        return cfg["run"].pop("told", "") + result
+    if result is not None or isinstance(args, str):   # (after it ran; or refused already)
+        return args if result is None else cfg["run"].pop("told", "") + result
     why = "the turn's time ran out (max_turn_seconds=%g)" % cfg["max_turn_seconds"]
     if time_up(cfg):   # a command may run only as long as the turn has left
         return "error: not run: " + why
@@ -2257,12 +2233,11 @@ def leash(cfg, call, args, result=None):
     return args
 
 def budgets(cfg, messages, calls):
-    """The step hook: a used-up budget stops the loop (calls None: max_al_iterations)."""
-    if isinstance(calls, ApiError):
-        return calls.kind == "budget" and final_answer(cfg, messages, *time_up(cfg))
-    if calls is None:
-        return final_answer(cfg, messages, "max_al_iterations", cfg["max_al_iterations"])
+    """The step hook: a used-up budget stops the loop (max_al_iterations: at the last step)."""
+    if isinstance(calls, BaseException):   # (a budget's error; or Ctrl+C, a signal: none)
+        return getattr(calls, "kind", "") == "budget" and final_answer(cfg, messages, *time_up(cfg))
     turn, mine = turn_tally(cfg), own(cfg)
+    mine["steps"] = mine.get("steps", 0) + 1
     last, count = mine.get("streak", (None, 0))
     results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
     for call in calls:   # a repeat: the same call and result
@@ -2270,7 +2245,8 @@ def budgets(cfg, messages, calls):
         last, count = key, (count + 1 if key == last else 1)
     mine["streak"] = (last, count)
     spent = next(((key, used(turn, count)) for key, (_, used) in BUDGETS.items()
-                  if used and cfg[key] and used(turn, count) >= cfg[key]), None)
+                  if used and cfg[key] and used(turn, count) >= cfg[key]), None) or (
+        mine["steps"] >= cfg["max_al_iterations"] and ("max_al_iterations", mine["steps"]))
     return bool(spent) and final_answer(cfg, messages, *spent)
 
 def final_answer(cfg, messages, key, used):
@@ -2693,6 +2669,14 @@ def repair(session, messages):
             fixed.append(m)   # (a blank reply is dropped: strict servers refuse it)
     return fixed
 
+def keep_shown_text(cfg, messages, stop):
+    """The step hook: a reply cut by Ctrl+C or a signal keeps the text shown, marked so."""
+    reply = cfg["run"].get("reply") or {"quiet": True}   # (a summary's is no answer)
+    text = "" if reply["quiet"] or "message" in reply else "".join(reply["content"])
+    if isinstance(stop, (KeyboardInterrupt, SystemExit)) and text.strip():   # (signals: exit)
+        add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
+            INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
+
 def step_saver(convo):
     """A view saving at each reply and step; a compaction keeps the typed prompt in the head."""
     last = {}   # the id of the last call of the latest reply
@@ -2754,6 +2738,7 @@ PLAIN["resumed"] = lambda s, e: show_output(s, dict(e, text="[continuing %s: %d 
     % (e["session"], e["messages"], e["ago"], "you: %s\n" % e["prompt"] if e["prompt"] else "",
        e["answer"] + "\n" if e["answer"] else "")))
 HOOKS["load"].append(repair)
+HOOKS["step"].append(keep_shown_text)
 HOOKS["start"].append(lambda convo, args: convo["views"].append(step_saver(convo)))
 
 def latest_in_folder():
@@ -3112,7 +3097,7 @@ def md_flush(state, depth):
 
 def term_tool_call(state, event):
     """A command or a subagent's prompt in words ("$ ls"); a write's diff taken before it."""
-    args = json.loads(event["arguments"], strict=False)   # (check_calls: an object, or "{}")
+    args = json.loads(event["arguments"], strict=False)   # (parse_arguments: an object, or "{}")
     name = TOOL_ALIASES.get(event["name"], event["name"])
     words = {"shell_exec": ("$ ", "command"), "run_subagent": ("\u00bb subagent: ", "prompt")}
     mark, key = words.get(name, ("", None))
@@ -3305,7 +3290,8 @@ def terminal_approver(convo):
         return "n the user ended the turn" if convo["quit"] else answer
 
     def quit_asked(cfg, messages, calls):   # the step hook: a /quit ends the turn
-        return cfg["run"].get("approver") is approver and convo.get("quit")
+        return cfg["run"].get("approver") is approver and convo.get("quit") and not isinstance(
+            calls, BaseException)   # (Ctrl+C, a signal: not swallowed)
     HOOKS["step"].insert(0, quit_asked)
     return approver
 
