@@ -257,20 +257,17 @@ def bantam_home(*parts):
     """A path under ~/.bantam."""
     return os.path.join(os.path.expanduser("~"), ".bantam", *parts)
 
-def write_private_file(path, data, exclusive=False, keep_mode=False):
-    """path replaced at once by data (text or bytes), 0600 or keep_mode; exclusive: a new file."""
+def write_private_file(path, data, exclusive=False):
+    """path replaced at once by data (text), mode 0600; exclusive: only as a new file."""
     folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    mode = os.stat(path).st_mode & 0o7777 if keep_mode and os.path.exists(path) else None
     temp = os.path.join(folder, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if keep_mode else 0o600)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8", "replace") if isinstance(data, str) else data)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())   # on disk before the name points at it: never a torn file
-        if mode is not None:
-            os.chmod(temp, mode)
         os.link(temp, path) if exclusive else os.replace(temp, path)   # link: fails if it exists
     finally:
         if os.path.exists(temp):
@@ -1058,6 +1055,7 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
     "/help": (cmd_help, "show this help"),
     "/quit": (lambda convo, arg: QUIT, "exit (also /exit, or Ctrl+D on an empty line)"),
     "/exit": (lambda convo, arg: QUIT, None),
+    "\x03": (lambda convo, arg: show(convo["cfg"], "\n"), None),   # Ctrl+C: the line dropped
 }
 
 
@@ -1078,7 +1076,7 @@ def run_turn(convo, prompt):
         save_session(cfg, session, messages)
 
 def history_path():
-    """The readline history file: an entry a line, \\n a line break, \\\\ a backslash."""
+    """The readline history file."""
     return os.path.join(os.path.expanduser("~"), ".bantam_history")
 
 def setup_readline(convo):
@@ -1089,44 +1087,31 @@ def setup_readline(convo):
         return None
     readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
     try:
-        with open(history_path(), encoding="utf-8", errors="replace") as f:
-            for line in f.read().split("\n")[:-1]:
-                readline.add_history(re.sub(r"\\[n\\]", lambda m: "\n" if m.group() == "\\n"
-                                            else "\\", line))
+        readline.read_history_file(history_path())
     except OSError:   # (no history yet)
         pass
     return readline
 
 def repl(convo):
-    """Read prompts and commands until /quit, end of input or Ctrl+C twice at an empty line."""
+    """Read prompts and commands until /quit or end of input."""
     cfg = convo["cfg"]
     readline = convo.get("readline") or (setup_readline(convo) if sys.stdin.isatty() else None)
-    last_interrupt = 0.0
     try:
         while True:
             try:
                 line = input("> ")
-            except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
-                show(cfg, "\n")
-                empty = not (readline and readline.get_line_buffer())
-                if empty and time.monotonic() - last_interrupt < 2:
-                    break
-                last_interrupt = time.monotonic() if empty else 0.0
-                if empty:
-                    note(cfg, "[Ctrl+C again within 2 s quits]", "info")
-                continue
+            except KeyboardInterrupt:   # Ctrl+C at the prompt: the command "\x03"
+                line = "\x03"
             except EOFError:
                 show(cfg, "\n")
                 break
             if line.strip() and do_line(convo, line) is QUIT:
                 break
     finally:
-        count = readline.get_current_history_length() if readline else 0   # the newest 1000
-        entries = [readline.get_history_item(i) for i in range(max(1, count - 999), count + 1)]
         try:
-            if readline:
-                write_private_file(history_path(), "".join(
-                    e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+            if readline:   # the newest 1000 entries (GNU readline writes the file 0600)
+                readline.set_history_length(1000)
+                readline.write_history_file(history_path())
         except OSError as e:
             note(cfg, "warning: cannot save history: %s" % e, "warning")
 
@@ -1185,8 +1170,6 @@ def main(argv=None):
     convo, cfg = None, {}
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
-        import signal   # (after --version, which needs nothing more)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved, like a Ctrl+C
         cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
@@ -1204,10 +1187,6 @@ def main(argv=None):
     except KeyboardInterrupt:
         note(cfg, "[interrupted]")
         return 130
-    except SystemExit as stop:   # SIGTERM (or Part II's SIGHUP): said, as a Ctrl+C is
-        if convo:
-            note(cfg, "[terminated]" if stop.code == 143 else "[hung up]")
-        raise
     except BantamError as e:
         if str(e):
             emit(cfg, "error", message=str(e))
@@ -2210,7 +2189,8 @@ def write_tool(cfg, args):
         if existed and not (stat.S_ISREG(os.stat(target).st_mode) and os.access(target, os.W_OK)):
             return "error: %s is not a regular file, or read-only: write does not replace it" % path
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        write_private_file(target, data, keep_mode=True)
+        with open(target, "wb") as f:   # (in place: its mode kept)
+            f.write(data)
         return "wrote %d bytes to %s (%d lines%s)" % (
             len(data), path, len(data.splitlines()), "" if existed else ", new file")
     except ValueError as e:
@@ -3289,6 +3269,16 @@ def pasted(convo, prompt, go):
         except termios.error:   # (the terminal is gone: a hang-up, said as one)
             pass
 
+def save_history(readline):
+    """At exit, the REPL's history again: an entry a line, \\n a line break, \\\\ a backslash."""
+    count = readline.get_current_history_length()   # the newest 1000
+    entries = [readline.get_history_item(i) for i in range(max(1, count - 999), count + 1)]
+    try:
+        write_private_file(history_path(), "".join(
+            e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+    except OSError:   # (said when the REPL wrote it)
+        pass
+
 def setup_terminal(convo):
     """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
     cfg = convo["cfg"]
@@ -3305,9 +3295,14 @@ def setup_terminal(convo):
                 str(m.get("id")) for m in list_models(cfg, quiet=True)]
         elif " " not in line:
             options = COMMANDS
-        options = [name for name in options if name.startswith(text)]
+        options = [name for name in options if name.startswith(text) and name.isprintable()]
         return options[state] + " " if state < len(options) else None
     if readline:
+        import atexit
+        for i in range(readline.get_current_history_length()):   # as save_history wrote them
+            readline.replace_history_item(i, re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(
+                m.group(1), m.group(1)), readline.get_history_item(i + 1)))
+        atexit.register(save_history, readline)
         readline.parse_and_bind("set enable-bracketed-paste on")
         readline.parse_and_bind("tab: complete")
         readline.set_completer_delims(" \t\n")
@@ -3390,6 +3385,18 @@ def run_direct(cfg, command, own_stdin=True):
         note(cfg, "[exit %d]" % code, "info")
     return code
 
+def ctrl_c(convo, arg):
+    """Ctrl+C at the prompt: the line dropped; twice within 2 s on an empty line quits."""
+    readline, last = convo.get("readline"), convo.get("ctrl_c", 0.0)
+    show(convo["cfg"], "\n")
+    empty = not (readline and readline.get_line_buffer())
+    convo["ctrl_c"] = time.monotonic() if empty else 0.0
+    if empty and convo["ctrl_c"] - last < 2:
+        return QUIT
+    if empty:
+        note(convo["cfg"], "[Ctrl+C again within 2 s quits]", "info")
+
+COMMANDS["\x03"] = (ctrl_c, None)
 COMMANDS["!"] = (lambda convo, command: run_direct(convo["cfg"], command, sys.stdin.isatty()),
                  "run cmd with bash here, outside the conversation")
 HOOKS["turn"].append(pasted)
@@ -3671,6 +3678,7 @@ def start(convo, args):
     if args.delete:
         return cmd_delete(None, args.delete) or 0
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved, like a Ctrl+C
     if args.no_trust:   # as BANTAM_TRUST=0, which settle and trust_folder read
         os.environ["BANTAM_TRUST"] = "0"
     settle(cfg)
@@ -3736,8 +3744,16 @@ def batch_answer(convo, prompt, go):
     if not answer:   # an empty stdout with exit 0 would read as an answer to a script
         note(cfg, "[no answer: the turn ended without one]")
 
+def said_stop(convo, prompt, go):
+    """The turn hook saying how a signal stopped the run (SIGTERM, SIGHUP: see start)."""
+    try:
+        go(prompt)
+    except SystemExit as stop:
+        note(convo["cfg"], "[terminated]" if stop.code == 143 else "[hung up]")
+        raise
+
 HOOKS["start"].append(start)
-HOOKS["turn"] += [batch_answer, refuse_keyless]
+HOOKS["turn"] += [batch_answer, refuse_keyless, said_stop]
 
 
 if __name__ == "__main__":
