@@ -273,18 +273,6 @@ def write_private_file(path, data, exclusive=False):
         if os.path.exists(temp):
             os.unlink(temp)
 
-def folder_file(name):
-    """The path of the file name here; None if none, or a symlink out of the folder (said)."""
-    path = os.path.abspath(name)
-    if not os.path.isfile(path):
-        return None
-    real, here = os.path.realpath(path), os.path.realpath(os.getcwd()).rstrip("/") + "/"
-    if real.startswith(here) and not real.startswith(os.path.realpath(bantam_home()) + "/"):
-        return path
-    note({}, "warning: %s is a symlink that leads outside this folder (to %s): not read"
-         % (path, real), "warning")
-    return None
-
 def read_text(path, what):
     """A text file's contents (a byte-order mark dropped); a ConfigError if it cannot be read."""
     try:
@@ -361,10 +349,10 @@ def load_config(overrides=None, config_file=None, env=None):
         cfg[key] = DEFAULTS[key] if raw is None else parse_value(key, raw, where) if isinstance(
             raw, str) else raw
         cfg["sources"][key] = where
-    path = folder_file("system.txt") or bantam_home("system.txt")
-    found = os.path.isfile(path)
-    cfg["system_prompt"] = read_text(path, "system prompt") if found else DEFAULT_SYSTEM
-    cfg["sources"]["system_prompt"] = path if found else "built-in"
+    path = next((p for p in (os.path.abspath("system.txt"), bantam_home("system.txt"))
+                 if os.path.isfile(p)), None)   # (the folder's, else the user's)
+    cfg["system_prompt"] = read_text(path, "system prompt") if path else DEFAULT_SYSTEM
+    cfg["sources"]["system_prompt"] = path or "built-in"
     return cfg
 
 
@@ -986,8 +974,7 @@ def cmd_save(convo, arg):
         title = ""
         note(cfg, "[summary: %s; using the first prompt]" % e, "info")
     session["summary"] = title[:120] or session["summary"]
-    copy = dict(new_session(), summary=session["summary"], head={
-        "copy_of": session["uid"]}, created_at=session["created_at"])
+    copy = dict(new_session(), summary=session["summary"], created_at=session["created_at"])
     save_session(cfg, copy, convo["messages"], link=False)
     show(cfg, "[saved session %s]\n" % copy["id"])
 
@@ -1159,8 +1146,8 @@ def parse_args(argv):
         row(parser) if callable(row) else parser.add_argument(*row[0], **row[1])
     return parser.parse_args(argv)
 
-def read_prompt(path, hint=None):
-    """The batch prompt: the file's text, or stdin's for '-' (hint: unused, Part II's)."""
+def read_prompt(path):
+    """The batch prompt: the file's text, or stdin's for '-'."""
     if path == "-":
         return sys.stdin.buffer.read().decode("utf-8-sig", "replace")
     return read_text(path, "prompt file")
@@ -1204,7 +1191,8 @@ def main(argv=None):
 #   secrets shown and saved as ***, and kept from commands; invisible characters removed;
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
-#   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
+#   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
+#   Ctrl+C twice to quit, multi-line history entries, SIGTERM and SIGHUP caught (said, saved);
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
@@ -1799,6 +1787,18 @@ def check_private(layer):
         if os.stat(path).st_mode & mask:
             raise ConfigError("%s holds a secret and others can read or replace it: chmod %s %s"
                               % (held[0], fix, path))
+
+def folder_file(name):
+    """The path of the file name here; None if none, or a symlink out of the folder (said)."""
+    path = os.path.abspath(name)
+    if not os.path.isfile(path):
+        return None
+    real, here = os.path.realpath(path), os.path.realpath(os.getcwd()).rstrip("/") + "/"
+    if real.startswith(here) and not real.startswith(os.path.realpath(bantam_home()) + "/"):
+        return path
+    note({}, "warning: %s is a symlink that leads outside this folder (to %s): not read"
+         % (path, real), "warning")
+    return None
 
 def add_prompt_extras(cfg):
     """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
@@ -3618,12 +3618,12 @@ def batch_prompt(args):
             len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
         args.prompt, args.prompt_file = text, None
     if args.prompt is None:
-        return read_prompt(args.prompt_file, not args.quiet)
+        return read_prompt(args.prompt_file)
     if args.prompt.startswith("!"):
         return args.prompt
     if args.prompt_file:
         raise ConfigError("give a prompt file or -p, not both")
-    piped = "" if sys.stdin.isatty() else read_prompt("-", not args.quiet)
+    piped = "" if sys.stdin.isatty() else read_prompt("-")
     return args.prompt + ("\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")) * bool(piped.strip())
 
 def unused_settings(cfg):
@@ -3681,6 +3681,9 @@ def start(convo, args):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved, like a Ctrl+C
     if args.no_trust:   # as BANTAM_TRUST=0, which settle and trust_folder read
         os.environ["BANTAM_TRUST"] = "0"
+    if cfg["sources"]["system_prompt"] == os.path.abspath("system.txt") and not folder_file(
+            "system.txt"):   # a symlink out of the folder (said): not its text
+        cfg["sources"]["system_prompt"], cfg["system_prompt"] = "built-in", DEFAULT_SYSTEM
     settle(cfg)
     hide_secrets(cfg)
     if args.show_config:
