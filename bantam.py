@@ -1181,10 +1181,6 @@ def main(argv=None):
     finally:
         if convo and len(convo["messages"]) > 1:
             save_session(convo["cfg"], convo["session"], convo["messages"])
-        try:
-            sys.stdout.flush()
-        except (OSError, AttributeError):   # (said already, a REPL's terminal gone, `>&-`)
-            pass
 
 # Here ends Part I: all of Bantam. Part II joins it only through its tables and HOOKS, and
 # never replaces a function of it. Part I alone does without:
@@ -3732,8 +3728,12 @@ def start(convo, args):
         resumed(convo)
 
 def batch_answer(convo, prompt, go):
-    """The turn hook of batch mode: -q prints the answer; the exit status."""
-    go(prompt)
+    """The turn hook: a signal said (see start); in batch mode, -q's answer, the exit status."""
+    try:
+        go(prompt)
+    except SystemExit as stop:
+        note(convo["cfg"], "[terminated]" if stop.code == 143 else "[hung up]")
+        raise
     if not convo.get("batch"):
         return
     messages, cfg = convo["messages"], convo["cfg"]
@@ -3747,16 +3747,8 @@ def batch_answer(convo, prompt, go):
     if not answer:   # an empty stdout with exit 0 would read as an answer to a script
         note(cfg, "[no answer: the turn ended without one]")
 
-def said_stop(convo, prompt, go):
-    """The turn hook saying how a signal stopped the run (SIGTERM, SIGHUP: see start)."""
-    try:
-        go(prompt)
-    except SystemExit as stop:
-        note(convo["cfg"], "[terminated]" if stop.code == 143 else "[hung up]")
-        raise
-
 HOOKS["start"].append(start)
-HOOKS["turn"] += [batch_answer, refuse_keyless, said_stop]
+HOOKS["turn"] += [batch_answer, refuse_keyless]
 
 
 if __name__ == "__main__":
