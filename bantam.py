@@ -993,8 +993,6 @@ def cmd_load(convo, arg):
 
 def switch_to(convo, session, messages):
     """Make session (with messages) the REPL's conversation; the one left stays in its file."""
-    if len(convo["messages"]) > 1:
-        save_session(convo["cfg"], convo["session"], convo["messages"])
     convo["session"], convo["messages"][:] = session, messages
     save_session(convo["cfg"], session, convo["messages"])   # autosave: the one taken up
 
@@ -1087,8 +1085,8 @@ def repl(convo):
         while True:
             try:
                 line = input("> ")
-            except KeyboardInterrupt:   # Ctrl+C at the prompt: the command "\x03"
-                line = "\x03"
+            except KeyboardInterrupt:   # Ctrl+C: the command "\x03" (its argument: the line)
+                line = "\x03 " + (readline.get_line_buffer() if readline else "")
             except EOFError:
                 show(cfg, "\n")
                 break
@@ -1132,16 +1130,12 @@ FLAGS = [   # the command line: (names, argparse options), or a function adding 
 HELP = []   # the paragraphs under --help's options (Part II's)
 
 def parse_args(argv):
-    """The command line as an argparse namespace; a bad option is a ConfigError (exit 2)."""
+    """The command line as an argparse namespace (a bad option: exit 2)."""
     import argparse
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):   # one line naming the option, not the whole usage text
-            raise ConfigError("%s (see bantam --help)" % message)
-    parser = Parser(prog="bantam", formatter_class=argparse.RawDescriptionHelpFormatter,
-                    description="A tiny command-line AI agent for any OpenAI-compatible API.\n"
-                                "Without a prompt: an interactive session (type /help there).",
-                    epilog="\n\n".join(HELP))
+    parser = argparse.ArgumentParser(prog="bantam", epilog="\n\n".join(HELP), description=(
+        "A tiny command-line AI agent for any OpenAI-compatible API.\n"
+        "Without a prompt: an interactive session (type /help there)."),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     for row in FLAGS:
         row(parser) if callable(row) else parser.add_argument(*row[0], **row[1])
     return parser.parse_args(argv)
@@ -3265,18 +3259,8 @@ def pasted(convo, prompt, go):
         except termios.error:   # (the terminal is gone: a hang-up, said as one)
             pass
 
-def save_history(readline):
-    """At exit, the REPL's history again: an entry a line, \\n a line break, \\\\ a backslash."""
-    count = readline.get_current_history_length()   # the newest 1000
-    entries = [readline.get_history_item(i) for i in range(max(1, count - 999), count + 1)]
-    try:
-        write_private_file(history_path(), "".join(
-            e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
-    except OSError:   # (said when the REPL wrote it)
-        pass
-
 def setup_terminal(convo):
-    """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
+    """The REPL at a terminal: readline (completion, paste, multi-line history), the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
     convo["take_back"] = True   # (the REPL at a terminal: the token line may offer /compact)
@@ -3293,12 +3277,20 @@ def setup_terminal(convo):
             options = COMMANDS
         options = [name for name in options if name.startswith(text) and name.isprintable()]
         return options[state] + " " if state < len(options) else None
+    def save_history():   # at exit, after the REPL's: an entry a line, \n a line break, \\ a \
+        count = readline.get_current_history_length()   # the newest 1000
+        entries = [readline.get_history_item(i) for i in range(max(1, count - 999), count + 1)]
+        try:
+            write_private_file(history_path(), "".join(
+                e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+        except OSError:   # (said when the REPL wrote it)
+            pass
     if readline:
         import atexit
         for i in range(readline.get_current_history_length()):   # as save_history wrote them
             readline.replace_history_item(i, re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(
                 m.group(1), m.group(1)), readline.get_history_item(i + 1)))
-        atexit.register(save_history, readline)
+        atexit.register(save_history)
         readline.parse_and_bind("set enable-bracketed-paste on")
         readline.parse_and_bind("tab: complete")
         readline.set_completer_delims(" \t\n")
@@ -3382,14 +3374,12 @@ def run_direct(cfg, command, own_stdin=True):
     return code
 
 def ctrl_c(convo, arg):
-    """Ctrl+C at the prompt: the line dropped; twice within 2 s on an empty line quits."""
-    readline, last = convo.get("readline"), convo.get("ctrl_c", 0.0)
+    """Ctrl+C at the prompt (arg: the line dropped); twice within 2 s on an empty line quits."""
+    last, convo["ctrl_c"] = convo.get("ctrl_c", 0.0), 0.0 if arg else time.monotonic()
     show(convo["cfg"], "\n")
-    empty = not (readline and readline.get_line_buffer())
-    convo["ctrl_c"] = time.monotonic() if empty else 0.0
-    if empty and convo["ctrl_c"] - last < 2:
+    if convo["ctrl_c"] and convo["ctrl_c"] - last < 2:
         return QUIT
-    if empty:
+    if convo["ctrl_c"]:
         note(convo["cfg"], "[Ctrl+C again within 2 s quits]", "info")
 
 COMMANDS["\x03"] = (ctrl_c, None)
@@ -3408,8 +3398,7 @@ DEFAULTS["snapshots"] = True   # keep the work tree around each turn for /diff a
 EVENTS.update(changes="files", diff="text")
 
 def git_out(top, args, index=None):
-    """git's output for args in folder top (with a temporary index file: never the user's),
-    or None when it fails. No fsmonitor: a folder's .git/config may name a program for it."""
+    """git's output for args in top, or None; never the user's index, nor an fsmonitor program."""
     import subprocess
     env = dict(os.environ, GIT_INDEX_FILE=index) if index else None
     try:
@@ -3421,8 +3410,7 @@ def git_out(top, args, index=None):
     return done.stdout.decode("utf-8", "surrogateescape") if done.returncode == 0 else None
 
 def with_index(top, steps, index_from=None):
-    """Run git steps [(args, ...)] with a temporary index (a copy of index_from): the last one's
-    output, or None as soon as one fails."""
+    """The last output of git steps [args] on a temporary copy of index_from; None if one fails."""
     import shutil
     import tempfile
     folder = tempfile.mkdtemp(prefix="bantam-git-")
@@ -3448,8 +3436,7 @@ def snapshot(cfg):
     return {"top": top.strip(), "tree": tree.strip()} if tree else None
 
 def changes_of(entry, after=None):
-    """[{"path", "status": changed, new or deleted}]: what a turn changed (after: from its end
-    to that tree, what changed since)."""
+    """[{"path", "status": changed, new or deleted}] of a turn (after: from its end to after)."""
     trees = [entry["after"], after] if after else [entry["before"], entry["after"]]
     names = (git_out(entry["top"], ["diff", "--no-renames", "--name-status", "-z"] + trees)
              or "").split("\0")
@@ -3473,8 +3460,7 @@ def keep_changes(convo, prompt, go):
             emit(cfg, "changes", files=files)
 
 def turns(convo):
-    """The conversation's turns that changed files, oldest first (kept in its session file's
-    head, so that -c and /load can still undo)."""
+    """The turns that changed files, oldest first (in the session file's head: -c, /load undo)."""
     head, sid = convo["session"].setdefault("head", {}), convo["session"]["id"]
     if "turns" not in head:
         head["turns"] = session_head(sid).get("turns", []) if sid else []
@@ -3482,8 +3468,7 @@ def turns(convo):
     return head["turns"]
 
 def changed_turns(convo, command, none):
-    """The conversation's turns that changed files; else an error: none, or that command needs
-    a git work tree."""
+    """turns(convo); if none, an error: the text none, or that command needs a git work tree."""
     if turns(convo):
         return turns(convo)
     if git_out(".", ["rev-parse", "--show-toplevel"]) is None:
@@ -3576,6 +3561,9 @@ def setting_flag(key, value=None):
 
 def more_flags(parser):
     """Part II's flags (made when the command line is read: argparse loads only then)."""
+    def error(message):   # one line naming the option, not the whole usage text (exit 2)
+        raise ConfigError("%s (see bantam --help)" % message)
+    parser.error = error
     add, setting = parser.add_argument, setting_flag
     add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt (+ piped stdin)")
     add("-m", "--model", action=setting("model"), help="the model (config key model)")
