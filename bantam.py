@@ -64,15 +64,11 @@ HOOKS = {
     "start": [],    # start(convo, args): before the first prompt; an exit status, or None
     "turn": [],     # turn(convo, prompt, go): around one user turn, which go(prompt) runs
     "connect": [],  # connect(cfg): the http.client connection to the endpoint, or None
-    "request": [],  # request(cfg, messages, body, error=None): the body to send; after a
-                    #   failure (error), True when dealt with (ask again now); kind put right
-    "delta": [],    # delta(cfg, reply, delta): a delta before it is merged, {} after a read
-                    #   without output, None when the reply ended
-    "tool": [],     # tool(cfg, call, args, result=None): before a tool runs, the args or a
-                    #   refusal text; after (result: its text or an error), what the model reads
+    "request": [],  # request(cfg, messages, body, error=None): the body; error: True if dealt with
+    "delta": [],    # delta(cfg, reply, delta): the delta to merge ({}: no output read; None: end)
+    "tool": [],     # tool(cfg, call, args, result=None): args or a refusal; result: what's read
     "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
-    "step": [],     # step(cfg, messages, calls): after a step (calls None: at
-                    #   max_al_iterations; an ApiError: the reply failed); True stops AL
+    "step": [],     # step(cfg, messages, calls): True stops AL (calls None: the limit; an error)
     "event": [],    # event(cfg, event): the event to pass to the run's sink (None: none)
     "load": [],     # load(session, messages): a session file's messages, put right for the API
 }
@@ -155,17 +151,12 @@ def plain_view(cfg, handlers=None, out=None, err=None, **more):
     return lambda event: handlers.get(event["type"], lambda *_: None)(state, event)
 
 def write(state, text, style=None, depth=0, raw=False):
-    """Text on out: terminal-safe (unless raw), colored, a subagent's behind a rail."""
+    """Text on out: terminal-safe (unless raw), colored; a subagent's as the view's rail has it."""
     if state["status"]:   # erase the status line (or a preview's rows: status is their count)
         rows, state["status"] = state["status"], 0
         state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
     text = text if raw else terminal_safe(text)
-    if text and depth != state["depth"]:
-        text, state["depth"] = ("" if state["bol"] else "\n") + text, depth
-    if text and depth:
-        pad = "  \u2502 " * depth
-        text = (pad if state["bol"] else "") + text.replace("\n", "\n" + pad)
-        text = text[:-len(pad)] if text.endswith(pad) else text
+    text = state["rail"](state, text, depth) if text and state.get("rail") else text
     if text:
         state["bol"] = text.endswith("\n")
         state["out"].write(COLORS[style] + text + RESET if style and state["color"] else text)
@@ -1182,7 +1173,7 @@ def main(argv=None):
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
-#   Ctrl+C twice to quit, multi-line history entries, SIGTERM and SIGHUP caught (said, saved);
+#   Ctrl+C twice to quit, multi-line history entries, SIGTERM, SIGHUP; a subagent's rail;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
@@ -3067,8 +3058,18 @@ class Guarded:
         """Flush; a failure as write's."""
         self.write("", True)
 
+def rail(state, text, depth):
+    """write's text of a subagent (depth > 0) on lines of its own, behind a rail per level."""
+    if depth != state["depth"]:
+        text, state["depth"] = ("" if state["bol"] else "\n") + text, depth
+    if depth:
+        pad = "  \u2502 " * depth
+        text = (pad if state["bol"] else "") + text.replace("\n", "\n" + pad)
+        text = text[:-len(pad)] if text.endswith(pad) else text
+    return text
+
 VIEWS["plain"] = lambda cfg, handlers=None, **more: plain_view(   # stdout and stderr Guarded
-    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr), **more)
+    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr), rail=rail, **more)
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed (a closed pipe stops the run)."""
