@@ -63,15 +63,11 @@ HOOKS = {
     "start": [],    # start(convo, args): before the first prompt; an exit status, or None
     "turn": [],     # turn(convo, prompt, go): around one user turn, which go(prompt) runs
     "connect": [],  # connect(cfg): the http.client connection to the endpoint, or None
-    "request": [],  # request(cfg, messages, body, error=None): the body to send; after a
-                    #   failure (error), True when dealt with (ask again now); kind put right
-    "delta": [],    # delta(cfg, reply, delta): a delta before it is merged, {} after a read
-                    #   without output, None when the reply ended
-    "tool": [],     # tool(cfg, call, args, result=None): before a tool runs, the args or a
-                    #   refusal (a text: passed on); after (result), the text the model reads
+    "request": [],  # request(cfg, messages, body, error=None): the body; error: True if dealt with
+    "delta": [],    # delta(cfg, reply, delta): the delta to merge ({}: no output read; None: end)
+    "tool": [],     # tool(cfg, call, args, result=None): args or a refusal text (passed on); result
     "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
-    "step": [],     # step(cfg, messages, calls): after a step that ran tool calls, or with
-                    #   the exception that stops the run; True stops AL (it returns)
+    "step": [],     # step(cfg, messages, calls): after tool calls or an exception; True: AL returns
     "event": [],    # event(cfg, event): the event to pass to the run's sink (None: none)
     "load": [],     # load(session, messages): a session file's messages, put right for the API
 }
@@ -154,17 +150,12 @@ def plain_view(cfg, handlers=None, out=None, err=None, **more):
     return lambda event: handlers.get(event["type"], lambda *_: None)(state, event)
 
 def write(state, text, style=None, depth=0, raw=False):
-    """Text on out: terminal-safe (unless raw), colored, a subagent's behind a rail."""
+    """Text on out: terminal-safe (unless raw), colored; a subagent's as the view's rail has it."""
     if state["status"]:   # erase the status line (or a preview's rows: status is their count)
         rows, state["status"] = state["status"], 0
         state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
     text = text if raw else terminal_safe(text)
-    if text and depth != state["depth"]:
-        text, state["depth"] = ("" if state["bol"] else "\n") + text, depth
-    if text and depth:
-        pad = "  \u2502 " * depth
-        text = (pad if state["bol"] else "") + text.replace("\n", "\n" + pad)
-        text = text[:-len(pad)] if text.endswith(pad) else text
+    text = state["rail"](state, text, depth) if text and state.get("rail") else text
     if text:
         state["bol"] = text.endswith("\n")
         state["out"].write(COLORS[style] + text + RESET if style and state["color"] else text)
@@ -256,36 +247,21 @@ def bantam_home(*parts):
     """A path under ~/.bantam."""
     return os.path.join(os.path.expanduser("~"), ".bantam", *parts)
 
-def write_private_file(path, data, exclusive=False, keep_mode=False):
-    """path replaced at once by data (text or bytes), 0600 or keep_mode; exclusive: a new file."""
+def write_private_file(path, data, exclusive=False):
+    """path replaced at once by data (text), mode 0600; exclusive: only as a new file."""
     folder, name = os.path.split(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    mode = os.stat(path).st_mode & 0o7777 if keep_mode and os.path.exists(path) else None
     temp = os.path.join(folder, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if keep_mode else 0o600)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8", "replace") if isinstance(data, str) else data)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())   # on disk before the name points at it: never a torn file
-        if mode is not None:
-            os.chmod(temp, mode)
         os.link(temp, path) if exclusive else os.replace(temp, path)   # link: fails if it exists
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
-
-def folder_file(name):
-    """The path of the file name here; None if none, or a symlink out of the folder (said)."""
-    path = os.path.abspath(name)
-    if not os.path.isfile(path):
-        return None
-    real, here = os.path.realpath(path), os.path.realpath(os.getcwd()).rstrip("/") + "/"
-    if real.startswith(here) and not real.startswith(os.path.realpath(bantam_home()) + "/"):
-        return path
-    note({}, "warning: %s is a symlink that leads outside this folder (to %s): not read"
-         % (path, real), "warning")
-    return None
 
 def read_text(path, what):
     """A text file's contents (a byte-order mark dropped); a ConfigError if it cannot be read."""
@@ -363,10 +339,10 @@ def load_config(overrides=None, config_file=None, env=None):
         cfg[key] = DEFAULTS[key] if raw is None else parse_value(key, raw, where) if isinstance(
             raw, str) else raw
         cfg["sources"][key] = where
-    path = folder_file("system.txt") or bantam_home("system.txt")
-    found = os.path.isfile(path)
-    cfg["system_prompt"] = read_text(path, "system prompt") if found else DEFAULT_SYSTEM
-    cfg["sources"]["system_prompt"] = path if found else "built-in"
+    path = next((p for p in (os.path.abspath("system.txt"), bantam_home("system.txt"))
+                 if os.path.isfile(p)), None)   # (the folder's, else the user's)
+    cfg["system_prompt"] = read_text(path, "system prompt") if path else DEFAULT_SYSTEM
+    cfg["sources"]["system_prompt"] = path or "built-in"
     return cfg
 
 
@@ -931,8 +907,7 @@ def cmd_save(convo, arg):
         title = ""
         note(cfg, "[summary: %s; using the first prompt]" % e, "info")
     session["summary"] = title[:120] or session["summary"]
-    copy = dict(new_session(), summary=session["summary"], head={
-        "copy_of": session["uid"]}, created_at=session["created_at"])
+    copy = dict(new_session(), summary=session["summary"], created_at=session["created_at"])
     save_session(cfg, copy, convo["messages"], link=False)
     show(cfg, "[saved session %s]\n" % copy["id"])
 
@@ -951,8 +926,6 @@ def cmd_load(convo, arg):
 
 def switch_to(convo, session, messages):
     """Make session (with messages) the REPL's conversation; the one left stays in its file."""
-    if len(convo["messages"]) > 1:
-        save_session(convo["cfg"], convo["session"], convo["messages"])
     convo["session"], convo["messages"][:] = session, messages
     save_session(convo["cfg"], session, convo["messages"])   # autosave: the one taken up
 
@@ -1000,6 +973,7 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
     "/help": (cmd_help, "show this help"),
     "/quit": (lambda convo, arg: QUIT, "exit (also /exit, or Ctrl+D on an empty line)"),
     "/exit": (lambda convo, arg: QUIT, None),
+    "\x03": (lambda convo, arg: show(convo["cfg"], "\n"), None),   # Ctrl+C: the line dropped
 }
 
 
@@ -1020,7 +994,7 @@ def run_turn(convo, prompt):
         save_session(cfg, session, messages)
 
 def history_path():
-    """The readline history file: an entry a line, \\n a line break, \\\\ a backslash."""
+    """The readline history file."""
     return os.path.join(os.path.expanduser("~"), ".bantam_history")
 
 def setup_readline(convo):
@@ -1031,44 +1005,31 @@ def setup_readline(convo):
         return None
     readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
     try:
-        with open(history_path(), encoding="utf-8", errors="replace") as f:
-            for line in f.read().split("\n")[:-1]:
-                readline.add_history(re.sub(r"\\[n\\]", lambda m: "\n" if m.group() == "\\n"
-                                            else "\\", line))
+        readline.read_history_file(history_path())
     except OSError:   # (no history yet)
         pass
     return readline
 
 def repl(convo):
-    """Read prompts and commands until /quit, end of input or Ctrl+C twice at an empty line."""
+    """Read prompts and commands until /quit or end of input."""
     cfg = convo["cfg"]
     readline = convo.get("readline") or (setup_readline(convo) if sys.stdin.isatty() else None)
-    last_interrupt = 0.0
     try:
         while True:
             try:
                 line = input("> ")
-            except KeyboardInterrupt:   # Ctrl+C clears the line; twice on an empty line quits
-                show(cfg, "\n")
-                empty = not (readline and readline.get_line_buffer())
-                if empty and time.monotonic() - last_interrupt < 2:
-                    break
-                last_interrupt = time.monotonic() if empty else 0.0
-                if empty:
-                    note(cfg, "[Ctrl+C again within 2 s quits]", "info")
-                continue
+            except KeyboardInterrupt:   # Ctrl+C: the command "\x03" (its argument: the line)
+                line = "\x03 " + (readline.get_line_buffer() if readline else "")
             except EOFError:
                 show(cfg, "\n")
                 break
             if line.strip() and do_line(convo, line) is QUIT:
                 break
     finally:
-        count = readline.get_current_history_length() if readline else 0   # the newest 1000
-        entries = [readline.get_history_item(i) for i in range(max(1, count - 999), count + 1)]
         try:
-            if readline:
-                write_private_file(history_path(), "".join(
-                    e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+            if readline:   # the newest 1000 entries (GNU readline writes the file 0600)
+                readline.set_history_length(1000)
+                readline.write_history_file(history_path())
         except OSError as e:
             note(cfg, "warning: cannot save history: %s" % e, "warning")
 
@@ -1102,22 +1063,18 @@ FLAGS = [   # the command line: (names, argparse options), or a function adding 
 HELP = []   # the paragraphs under --help's options (Part II's)
 
 def parse_args(argv):
-    """The command line as an argparse namespace; a bad option is a ConfigError (exit 2)."""
+    """The command line as an argparse namespace (a bad option: exit 2)."""
     import argparse
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):   # one line naming the option, not the whole usage text
-            raise ConfigError("%s (see bantam --help)" % message)
-    parser = Parser(prog="bantam", formatter_class=argparse.RawDescriptionHelpFormatter,
-                    description="A tiny command-line AI agent for any OpenAI-compatible API.\n"
-                                "Without a prompt: an interactive session (type /help there).",
-                    epilog="\n\n".join(HELP))
+    parser = argparse.ArgumentParser(prog="bantam", epilog="\n\n".join(HELP), description=(
+        "A tiny command-line AI agent for any OpenAI-compatible API.\n"
+        "Without a prompt: an interactive session (type /help there)."),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     for row in FLAGS:
         row(parser) if callable(row) else parser.add_argument(*row[0], **row[1])
     return parser.parse_args(argv)
 
-def read_prompt(path, hint=None):
-    """The batch prompt: the file's text, or stdin's for '-' (hint: unused, Part II's)."""
+def read_prompt(path):
+    """The batch prompt: the file's text, or stdin's for '-'."""
     if path == "-":
         return sys.stdin.buffer.read().decode("utf-8-sig", "replace")
     return read_text(path, "prompt file")
@@ -1127,8 +1084,6 @@ def main(argv=None):
     convo, cfg = None, {}
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
-        import signal   # (after --version, which needs nothing more)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved, like a Ctrl+C
         cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
@@ -1146,10 +1101,6 @@ def main(argv=None):
     except KeyboardInterrupt:
         note(cfg, "[interrupted]")
         return 130
-    except SystemExit as stop:   # SIGTERM (or Part II's SIGHUP): said, as a Ctrl+C is
-        if convo:
-            note(cfg, "[terminated]" if stop.code == 143 else "[hung up]")
-        raise
     except BantamError as e:
         if str(e):
             emit(cfg, "error", message=str(e))
@@ -1157,17 +1108,14 @@ def main(argv=None):
     finally:
         if convo and len(convo["messages"]) > 1:
             save_session(convo["cfg"], convo["session"], convo["messages"])
-        try:
-            sys.stdout.flush()
-        except (OSError, AttributeError):   # (said already, a REPL's terminal gone, `>&-`)
-            pass
 
 # Here ends Part I: all of Bantam. Part II joins it only through its tables and HOOKS, and
 # never replaces a function of it. Part I alone does without:
 #   secrets shown and saved as ***, and kept from commands; invisible characters removed;
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
-#   trust in a folder's model.cfg, approvals (deny, allow, ask) and the kernel sandbox;
+#   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
+#   Ctrl+C twice to quit, multi-line history entries, SIGTERM, SIGHUP; a subagent's rail;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
@@ -1762,6 +1710,18 @@ def check_private(layer):
             raise ConfigError("%s holds a secret and others can read or replace it: chmod %s %s"
                               % (held[0], fix, path))
 
+def folder_file(name):
+    """The path of the file name here; None if none, or a symlink out of the folder (said)."""
+    path = os.path.abspath(name)
+    if not os.path.isfile(path):
+        return None
+    real, here = os.path.realpath(path), os.path.realpath(os.getcwd()).rstrip("/") + "/"
+    if real.startswith(here) and not real.startswith(os.path.realpath(bantam_home()) + "/"):
+        return path
+    note({}, "warning: %s is a symlink that leads outside this folder (to %s): not read"
+         % (path, real), "warning")
+    return None
+
 def add_prompt_extras(cfg):
     """Set cfg["system_prompt"]: the base one, this session's tools and folders, AGENTS.md."""
     enabled, sources = cfg["tools"].split(","), cfg["sources"]
@@ -2151,7 +2111,8 @@ def write_tool(cfg, args):
         if existed and not (stat.S_ISREG(os.stat(target).st_mode) and os.access(target, os.W_OK)):
             return "error: %s is not a regular file, or read-only: write does not replace it" % path
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        write_private_file(target, data, keep_mode=True)
+        with open(target, "wb") as f:   # (in place: its mode kept)
+            f.write(data)
         return "wrote %d bytes to %s (%d lines%s)" % (
             len(data), path, len(data.splitlines()), "" if existed else ", new file")
     except ValueError as e:
@@ -3053,8 +3014,18 @@ class Guarded:
         """Flush; a failure as write's."""
         self.write("", True)
 
+def rail(state, text, depth):
+    """write's text of a subagent (depth > 0) on lines of its own, behind a rail per level."""
+    if depth != state["depth"]:
+        text, state["depth"] = ("" if state["bol"] else "\n") + text, depth
+    if depth:
+        pad = "  \u2502 " * depth
+        text = (pad if state["bol"] else "") + text.replace("\n", "\n" + pad)
+        text = text[:-len(pad)] if text.endswith(pad) else text
+    return text
+
 VIEWS["plain"] = lambda cfg, handlers=None, **more: plain_view(   # stdout and stderr Guarded
-    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr), **more)
+    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr), rail=rail, **more)
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed (a closed pipe stops the run)."""
@@ -3242,7 +3213,7 @@ def pasted(convo, prompt, go):
             pass
 
 def setup_terminal(convo):
-    """The REPL at a terminal: readline with completion and bracketed paste, the first line."""
+    """The REPL at a terminal: readline (completion, paste, multi-line history), the first line."""
     cfg = convo["cfg"]
     readline = convo["readline"] = setup_readline(convo)
     convo["take_back"] = True   # (the REPL at a terminal: the token line may offer /compact)
@@ -3257,9 +3228,22 @@ def setup_terminal(convo):
                 str(m.get("id")) for m in list_models(cfg, quiet=True)]
         elif " " not in line:
             options = COMMANDS
-        options = [name for name in options if name.startswith(text)]
+        options = [name for name in options if name.startswith(text) and name.isprintable()]
         return options[state] + " " if state < len(options) else None
+    def save_history():   # at exit, after the REPL's: an entry a line, \n a line break, \\ a \
+        count = readline.get_current_history_length()   # the newest 1000
+        entries = [readline.get_history_item(i) for i in range(max(1, count - 999), count + 1)]
+        try:
+            write_private_file(history_path(), "".join(
+                e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
+        except OSError:   # (said when the REPL wrote it)
+            pass
     if readline:
+        import atexit
+        for i in range(readline.get_current_history_length()):   # as save_history wrote them
+            readline.replace_history_item(i, re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(
+                m.group(1), m.group(1)), readline.get_history_item(i + 1)))
+        atexit.register(save_history)
         readline.parse_and_bind("set enable-bracketed-paste on")
         readline.parse_and_bind("tab: complete")
         readline.set_completer_delims(" \t\n")
@@ -3335,6 +3319,16 @@ def run_direct(cfg, command, own_stdin=True):
         note(cfg, "[exit %d]" % code, "info")
     return code
 
+def ctrl_c(convo, arg):
+    """Ctrl+C at the prompt (arg: the line dropped); twice within 2 s on an empty line quits."""
+    last, convo["ctrl_c"] = convo.get("ctrl_c", 0.0), 0.0 if arg else time.monotonic()
+    show(convo["cfg"], "\n")
+    if convo["ctrl_c"] and convo["ctrl_c"] - last < 2:
+        return QUIT
+    if convo["ctrl_c"]:
+        note(convo["cfg"], "[Ctrl+C again within 2 s quits]", "info")
+
+COMMANDS["\x03"] = (ctrl_c, None)
 COMMANDS["!"] = (lambda convo, command: run_direct(convo["cfg"], command, sys.stdin.isatty()),
                  "run cmd with bash here, outside the conversation")
 HOOKS["turn"].append(pasted)
@@ -3350,8 +3344,7 @@ DEFAULTS["snapshots"] = True   # keep the work tree around each turn for /diff a
 EVENTS.update(changes="files", diff="text")
 
 def git_out(top, args, index=None):
-    """git's output for args in folder top (with a temporary index file: never the user's),
-    or None when it fails. No fsmonitor: a folder's .git/config may name a program for it."""
+    """git's output for args in top, or None; never the user's index, nor an fsmonitor program."""
     import subprocess
     env = dict(os.environ, GIT_INDEX_FILE=index) if index else None
     try:
@@ -3363,8 +3356,7 @@ def git_out(top, args, index=None):
     return done.stdout.decode("utf-8", "surrogateescape") if done.returncode == 0 else None
 
 def with_index(top, steps, index_from=None):
-    """Run git steps [(args, ...)] with a temporary index (a copy of index_from): the last one's
-    output, or None as soon as one fails."""
+    """The last output of git steps [args] on a temporary copy of index_from; None if one fails."""
     import shutil
     import tempfile
     folder = tempfile.mkdtemp(prefix="bantam-git-")
@@ -3390,8 +3382,7 @@ def snapshot(cfg):
     return {"top": top.strip(), "tree": tree.strip()} if tree else None
 
 def changes_of(entry, after=None):
-    """[{"path", "status": changed, new or deleted}]: what a turn changed (after: from its end
-    to that tree, what changed since)."""
+    """[{"path", "status": changed, new or deleted}] of a turn (after: from its end to after)."""
     trees = [entry["after"], after] if after else [entry["before"], entry["after"]]
     names = (git_out(entry["top"], ["diff", "--no-renames", "--name-status", "-z"] + trees)
              or "").split("\0")
@@ -3415,8 +3406,7 @@ def keep_changes(convo, prompt, go):
             emit(cfg, "changes", files=files)
 
 def turns(convo):
-    """The conversation's turns that changed files, oldest first (kept in its session file's
-    head, so that -c and /load can still undo)."""
+    """The turns that changed files, oldest first (in the session file's head: -c, /load undo)."""
     head, sid = convo["session"].setdefault("head", {}), convo["session"]["id"]
     if "turns" not in head:
         head["turns"] = session_head(sid).get("turns", []) if sid else []
@@ -3424,8 +3414,7 @@ def turns(convo):
     return head["turns"]
 
 def changed_turns(convo, command, none):
-    """The conversation's turns that changed files; else an error: none, or that command needs
-    a git work tree."""
+    """turns(convo); if none, an error: the text none, or that command needs a git work tree."""
     if turns(convo):
         return turns(convo)
     if git_out(".", ["rev-parse", "--show-toplevel"]) is None:
@@ -3518,6 +3507,9 @@ def setting_flag(key, value=None):
 
 def more_flags(parser):
     """Part II's flags (made when the command line is read: argparse loads only then)."""
+    def error(message):   # one line naming the option, not the whole usage text (exit 2)
+        raise ConfigError("%s (see bantam --help)" % message)
+    parser.error = error
     add, setting = parser.add_argument, setting_flag
     add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt (+ piped stdin)")
     add("-m", "--model", action=setting("model"), help="the model (config key model)")
@@ -3556,12 +3548,12 @@ def batch_prompt(args):
             len(text.split()) > 1 or "/" not in text and not os.path.splitext(text)[1]):
         args.prompt, args.prompt_file = text, None
     if args.prompt is None:
-        return read_prompt(args.prompt_file, not args.quiet)
+        return read_prompt(args.prompt_file)
     if args.prompt.startswith("!"):
         return args.prompt
     if args.prompt_file:
         raise ConfigError("give a prompt file or -p, not both")
-    piped = "" if sys.stdin.isatty() else read_prompt("-", not args.quiet)
+    piped = "" if sys.stdin.isatty() else read_prompt("-")
     return args.prompt + ("\n\n<stdin>\n%s\n</stdin>" % piped.rstrip("\n")) * bool(piped.strip())
 
 def unused_settings(cfg):
@@ -3616,8 +3608,12 @@ def start(convo, args):
     if args.delete:
         return cmd_delete(None, args.delete) or 0
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # saved, like a Ctrl+C
     if args.no_trust:   # as BANTAM_TRUST=0, which settle and trust_folder read
         os.environ["BANTAM_TRUST"] = "0"
+    if cfg["sources"]["system_prompt"] == os.path.abspath("system.txt") and not folder_file(
+            "system.txt"):   # a symlink out of the folder (said): not its text
+        cfg["sources"]["system_prompt"], cfg["system_prompt"] = "built-in", DEFAULT_SYSTEM
     settle(cfg)
     hide_secrets(cfg)
     if args.show_config:
@@ -3666,8 +3662,12 @@ def start(convo, args):
         resumed(convo)
 
 def batch_answer(convo, prompt, go):
-    """The turn hook of batch mode: -q prints the answer; the exit status."""
-    go(prompt)
+    """The turn hook: a signal said (see start); in batch mode, -q's answer, the exit status."""
+    try:
+        go(prompt)
+    except SystemExit as stop:
+        note(convo["cfg"], "[terminated]" if stop.code == 143 else "[hung up]")
+        raise
     if not convo.get("batch"):
         return
     messages, cfg = convo["messages"], convo["cfg"]
