@@ -458,8 +458,8 @@ def read_stream(cfg, response, reply):
                 done = merge_event(cfg, reply, b"\n".join(data))
                 del data[:]
         pass_on(cfg, reply)
-        if reply["size"] and not reply["first"]:   # output has begun: a gap of timeout stalls
-            reply["first"] = time.monotonic()
+        reply["first"] = reply["first"] or reply["size"] and time.monotonic()   # output began:
+        if reply["first"] and not response.isclosed():   # a gap of timeout stalls (not at end)
             response.sock.settimeout(cfg["timeout"])
         hooked("delta", {}, cfg, reply)
     if not (reply["finish"] or reply["size"]):
