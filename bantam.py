@@ -2111,8 +2111,13 @@ def write_tool(cfg, args):
         if existed and not (stat.S_ISREG(os.stat(target).st_mode) and os.access(target, os.W_OK)):
             return "error: %s is not a regular file, or read-only: write does not replace it" % path
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "wb") as f:   # (in place: its mode kept)
-            f.write(data)
+        umask = os.umask(0o077)
+        os.umask(umask)
+        old = os.stat(target) if existed else None
+        write_private_file(target, content)   # a new file renamed over it: never a torn one
+        os.chmod(target, stat.S_IMODE(old.st_mode) if old else 0o666 & ~umask)
+        if old and os.getuid() == 0:   # (root writing another's file: still theirs)
+            os.chown(target, old.st_uid, old.st_gid)
         return "wrote %d bytes to %s (%d lines%s)" % (
             len(data), path, len(data.splitlines()), "" if existed else ", new file")
     except ValueError as e:

@@ -64,6 +64,32 @@ class WriteTest(Workspace):
         self.assertEqual(os.stat(self.file).st_mode & 0o777, 0o640)
         self.assertEqual(os.listdir(self.dir), ["f.txt"])
 
+    def test_a_write_that_fails_midway_leaves_the_old_file_whole(self):
+        """A file-size limit (as a full disk) stops the write after 64 KB: the old file stays
+        as it was, no temporary file is left, and the model reads the error."""
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, hard))   # (SIGXFSZ: ignored)
+        try:
+            result = self.write(filePath=self.file, content="x" * (1 << 18))
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        self.assertTrue(result.startswith("error: cannot write "), result)
+        self.assertEqual(self.content(self.file), b"a\nb\nc\nd\n")
+        self.assertEqual(os.listdir(self.dir), ["f.txt"])
+
+    @unittest.skipUnless(os.getuid() == 0, "root only")
+    def test_root_writing_another_users_file_leaves_it_theirs(self):
+        os.chown(self.file, 1234, 1235)
+        self.write(filePath=self.file, content="new\n")
+        self.assertEqual((os.stat(self.file).st_uid, os.stat(self.file).st_gid), (1234, 1235))
+
+    def test_a_new_file_gets_the_usual_mode(self):
+        old = os.umask(0o022)
+        self.addCleanup(os.umask, old)
+        self.write(filePath=self.path("new.txt"), content="x")
+        self.assertEqual(os.stat(self.path("new.txt")).st_mode & 0o777, 0o644)
+
     def test_write_through_a_symlink_keeps_the_link(self):
         link = self.path("link.txt")
         os.symlink(self.file, link)
