@@ -20,7 +20,7 @@ VERSION = "1.2.0"
 USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
 
 # The config schema, parsed by each default's type (Part II adds keys). CHOICES: the words a
-# key allows; POSITIVE: the numbers that must be above 0.
+# key allows.
 DEFAULTS = {
     "endpoint": "https://api.openai.com/v1",  # base URL of an OpenAI-compatible API
     "model": "gpt-4o",
@@ -36,7 +36,6 @@ DEFAULTS = {
     "max_tool_res": 65536,         # bytes of a command's output sent whole; more: head and tail
 }
 CHOICES = {"color": ("auto", "always", "never")}
-POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout", "shell_timeout"}
 PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
@@ -105,17 +104,14 @@ class ApiError(BantamError):
 
 
 # ----------------------------------------------------------------------------------------
-# Events and the plain view: all a run reports is one event, {"type", "t", "depth", ...},
+# Events and the plain view: all a run reports is one event, {"type", "depth", ...},
 # passed to the run's sink; a view turns events into output (the README's Events lists them).
 # ----------------------------------------------------------------------------------------
-
-STARTED = time.monotonic()   # events carry "t": seconds since the process started
 
 def emit(cfg, kind, **fields):
     """Pass one event, through the event hook, to the run's sink (outside a run: a plain view)."""
     run = cfg.get("run") or {}
-    event = hooked("event", dict(type=kind, t=round(time.monotonic() - STARTED, 3),
-                                 depth=run.get("depth", 0), **fields), cfg)
+    event = hooked("event", dict(type=kind, depth=run.get("depth", 0), **fields), cfg)
     if event is not None:
         (run.get("emit") or VIEWS["plain"](cfg))(event)
 
@@ -274,47 +270,34 @@ def read_text(path, what):
 INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of the value
 
 def read_key_values(path):
-    """The key=value lines of a config file: {key: (value, "path:line")}."""
+    """The key=value lines of a config file: {key: (value, "path:line")}, unknown keys too."""
     values = {}
     for number, line in enumerate(read_text(path, "config").splitlines(), 1):
         key, sep, value = line.strip().partition("=")
-        key, where = key.strip().lower(), "%s:%d" % (path, number)
-        if not line.strip() or line.strip().startswith("#"):
-            continue
-        if not sep or not key:
+        where = "%s:%d" % (path, number)
+        if sep and key.strip() and not key.startswith("#"):
+            values[key.strip().lower()] = (re.sub(INLINE_COMMENT, "", value).strip(), where)
+        elif line.strip() and not key.startswith("#"):
             raise ConfigError("%s: expected key=value, got %r" % (where, line.strip()[:60]))
-        if key not in DEFAULTS:
-            note({}, "%s: unknown config key %r (ignored)" % (where, key), "warning")
-            continue
-        values[key] = (re.sub(INLINE_COMMENT, "", value).strip(), where)
     return values
 
 def parse_value(key, raw, where):
-    """raw parsed by the type of DEFAULTS[key] and checked; else a ConfigError saying why."""
+    """raw parsed by the type of DEFAULTS[key], then by PARSERS[key]; else a ConfigError."""
     kind, value = type(DEFAULTS[key]), raw
     what = {bool: "true or false", int: "a whole number", float: "a number", list:
             "a comma-separated list of seconds", dict: "a JSON object of strings"}.get(kind)
+    if key in CHOICES:
+        what, value = "one of " + ", ".join(CHOICES[key]), raw.lower()
     try:
         if kind is bool:   # (another word: a KeyError)
             value = {"true": True, "1": True, "yes": True, "on": True, "false": False,
                      "0": False, "no": False, "off": False}[raw.lower()]
         elif kind in (int, float):
             value = kind(raw)
-            what += " above 0" if key in POSITIVE else " of 0 or more"
-            if not 0 <= value < float("inf") or key in POSITIVE and not value:   # (NaN too)
-                raise ValueError
         elif kind is list:
             value = [float(part) for part in raw.split(",") if part.strip()]
-            if not all(0 <= v < float("inf") for v in value):
-                raise ValueError
-        if key in CHOICES:
-            what, value = "one of " + ", ".join(CHOICES[key]), raw.lower()
-            if value not in CHOICES[key]:
-                raise ValueError
-        if key == "endpoint":
-            what, value = "an http:// or https:// URL", raw.rstrip("/")
-            if not re.match(r"https?://[^/]", raw):
-                raise ValueError
+        elif value not in CHOICES.get(key, [value]):
+            raise ValueError
         return PARSERS[key](value, where) if key in PARSERS else value
     except (ValueError, KeyError):
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
@@ -324,11 +307,9 @@ def load_config(overrides=None, config_file=None, env=None):
     env = os.environ if env is None else env
     own = config_file or bantam_home("model.cfg")
     files = [("folder", os.path.abspath("model.cfg"))] * (not config_file) + [("own", own)]
-    environ = {}
-    for key, name in [(key, key.upper() if key.startswith("bantam_") else "BANTAM_" +
-                       key.upper()) for key in DEFAULTS] + [("api_key", "OPENAI_API_KEY")]:
-        if env.get(name):
-            environ.setdefault(key, (env[name], name))   # (BANTAM_API_KEY over OPENAI_...)
+    names = [("api_key", "OPENAI_API_KEY")] + [
+        (key, "BANTAM_" + key.upper().replace("BANTAM_", "")) for key in DEFAULTS]
+    environ = {key: (env[name], name) for key, name in names if env.get(name)}   # (later wins)
     layers = [("flag", {k: (v, "flag") for k, v in (overrides or {}).items()})] + [
         (name, read_key_values(path)) for name, path in files
         if path == config_file or os.path.isfile(path)] + [("env", environ)]
@@ -1120,7 +1101,8 @@ def main(argv=None):
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
-import shutil        # (Part II's own modules)
+import functools     # (Part II's own modules)
+import shutil
 import stat
 
 # Part II adds keys, views, tools, commands, flags to Part I's tables; fills hooks; lists events.
@@ -1158,7 +1140,21 @@ DEFAULTS.update({
 })
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
-POSITIVE |= {"context_window"}
+POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout", "shell_timeout",
+            "context_window"}   # the numbers that must be above 0 (the others: 0 or more)
+
+def in_range(key, value, where):
+    """A number key's value (PARSERS): finite, 0 or more, a POSITIVE key's above 0."""
+    values = value if isinstance(value, list) else [value]
+    if all(0 <= v < float("inf") for v in values) and (value or key not in POSITIVE):
+        return value
+    what = "a comma-separated list of seconds" if values is value else "%s %s" % (
+        "a number" if isinstance(value, float) else "a whole number",
+        "above 0" if key in POSITIVE else "of 0 or more")
+    raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, value))
+
+PARSERS.update({key: functools.partial(in_range, key) for key, value in DEFAULTS.items()
+                if type(value) in (int, float, list)})
 EVENTS = {   # every type of event and its fields, Part I's first: the README's schema
     "start": "version model mode session time", "prompt": "text session", "turn_start":
     "messages", "request": "model messages stream", "reasoning": "text", "text": "text",
@@ -1604,7 +1600,13 @@ def redact_event(cfg, event):
     event["text"] = text[:cut]
     return event if event["text"] else None
 
-HOOKS["event"].append(redact_event)
+STARTED = time.monotonic()   # events carry "t": seconds since the process started
+
+def stamped(cfg, event):
+    """The event hook: the event with "t" (seconds since bantam started) after its type."""
+    return {"type": event["type"], "t": round(time.monotonic() - STARTED, 3), **event}
+
+HOOKS["event"] += [stamped, redact_event]
 HOOKS["turn"].append(lambda convo, text, go: go(redact(convo["cfg"], text)))   # pasted keys: ***
 
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
@@ -1638,7 +1640,8 @@ def looser(cfg, key, value, than):
 
 def normal_endpoint(url, where):
     """The endpoint without /chat/completions (bantam adds it); ConfigError if not http(s)."""
-    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)   # (parse_value cut the /)
+    url = url.rstrip("/")
+    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)
     if cut != url:
         note({}, "%s: endpoint: using %s (bantam adds /chat/completions)" % (where, cut), "warning")
     if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
@@ -3605,6 +3608,9 @@ def start(convo, args):
     if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
         sys.stdout.reconfigure(errors="replace")
     cfg = convo["cfg"]
+    for key, (_, where) in [kv for _, layer in cfg["sources"]["layers"] for kv in layer.items()]:
+        if key not in DEFAULTS:   # (a config file's: Part I ignored it)
+            note({}, "%s: unknown config key %r (ignored)" % (where, key), "warning")
     if args.delete:
         return cmd_delete(None, args.delete) or 0
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
