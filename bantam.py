@@ -141,15 +141,12 @@ def plain_view(cfg, handlers=None, out=None, err=None, **more):
     state = {"out": out, "err": err, "tty": out.isatty(), "bol": True, "block": None,
              "color": not plain and (cfg.get("color") == "always" or out.isatty()),
              "err_color": not plain and (cfg.get("color") == "always" or err.isatty()),
-             "depth": 0, "status": 0, "cfg": cfg, **more}
+             "depth": 0, "cfg": cfg, **more}
     handlers = handlers or PLAIN
     return lambda event: handlers.get(event["type"], lambda *_: None)(state, event)
 
 def write(state, text, style=None, depth=0, raw=False):
     """Text on out: terminal-safe (unless raw), colored; a subagent's as the view's rail has it."""
-    if state["status"]:   # erase the status line (or a preview's rows: status is their count)
-        rows, state["status"] = state["status"], 0
-        state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
     text = text if raw else terminal_safe(text)
     text = state["rail"](state, text, depth) if text and state.get("rail") else text
     if text:
@@ -168,13 +165,7 @@ def close_block(state, event):
     if state["block"] == "reasoning":
         write(state, "--- reasoning end ---\n", "marker", event["depth"])
     state["block"] = None
-
-def show_status(state, event, text="...requesting..."):
-    """A status line (...requesting...) on a colored terminal, erased by the next write."""
-    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        state["out"].write("\r" + COLORS["status"] + text + RESET)
-        state["out"].flush()
-        state["status"] = 1
+    state["out"].flush()
 
 def show_piece(state, event):
     """A piece of the answer, or of reasoning inside the reasoning markers."""
@@ -186,12 +177,6 @@ def show_piece(state, event):
         state["block"] = event["type"]
     write(state, event["text"], event["type"] if event["type"] == "reasoning" else None,
           event["depth"])
-    state["out"].flush()
-
-def show_reply_end(state, event):
-    """A model call or the turn ended: close what it opened."""
-    write(state, "")   # (the status line erased)
-    close_block(state, event)
     state["out"].flush()
 
 def show_tool(state, event):
@@ -209,7 +194,6 @@ def show_tool(state, event):
 
 def show_on_stderr(state, text, style="error"):
     """One line on stderr (a terminal's open stdout line finished first)."""
-    write(state, "")
     if not state["bol"] and state["tty"]:
         end_line(state)
     state["out"].flush()
@@ -224,9 +208,9 @@ def show_output(state, event):
     state["out"].flush()
 
 PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
-    "request": show_status, "reasoning": show_piece, "text": show_piece,
-    "reply_end": show_reply_end, "tool_call": show_tool, "tool_result": show_tool,
-    "output": show_output, "turn_end": lambda s, e: e["depth"] or show_reply_end(s, e),
+    "reasoning": show_piece, "text": show_piece, "reply_end": close_block,
+    "tool_call": show_tool, "tool_result": show_tool, "output": show_output,
+    "turn_end": lambda s, e: e["depth"] or close_block(s, e),
     "note": lambda s, e: show_on_stderr(s, e["text"], "dim" if e["level"] == "info" else "error"),
     "error": lambda s, e: show_on_stderr(s, "error: " + e["message"]),
     "retry": lambda s, e: show_on_stderr(s, "[%s; retry %d/%d in %gs]" % (
@@ -2980,7 +2964,13 @@ def show_call(state, event, text=None):
     write(state, text + "\n", "call", event["depth"])
     state["out"].flush()
 
-PLAIN.update(context=show_context, approval=show_approval, tool_call=show_call)
+def show_status(state, event):
+    """...requesting... on a colored terminal (the top level's), erased by the next output."""
+    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
+        state["out"].draw("\r" + COLORS["status"] + "...requesting..." + RESET, 1)
+
+PLAIN.update(context=show_context, approval=show_approval, tool_call=show_call,
+             request=show_status)
 QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
          "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
 
@@ -2993,13 +2983,15 @@ class Guarded:
 
     def __init__(self, stream):
         self.stream = stream or open(os.devnull, "w")   # (closed: `>&-`, `2>&-`)
-        self.tty = self.stream.isatty()
+        self.tty, self.rows = self.stream.isatty(), 0   # rows: drawn by draw, erased by a write
 
     def __getattr__(self, name):   # (isatty, fileno, encoding...: the stream's own)
         return getattr(self.stream, name)
 
     def write(self, text, flush=False):
-        """Write text (flush: and flush); a failure as the class says."""
+        """Write text (flush: and flush), draw's rows erased first; a failure as the class says."""
+        if self.rows:
+            text, self.rows = "\r\033[K" + "\033[A\033[K" * (self.rows - 1) + text, 0
         try:
             self.stream.write(text)
             if flush:
@@ -3016,6 +3008,11 @@ class Guarded:
     def flush(self):
         """Flush; a failure as write's."""
         self.write("", True)
+
+    def draw(self, text, rows):
+        """text, rows rows below the output (a status line, a preview), till the next write."""
+        self.write(text, True)
+        self.rows = rows
 
 def rail(state, text, depth):
     """write's text of a subagent (depth > 0) on lines of its own, behind a rail per level."""
@@ -3057,10 +3054,9 @@ def term_text(state, event):
         rows = wrap_words(text[-2000:], state["md"]["width"])[-3:]   # a longer line: its end
         pad = "  \u2502 " * depth
         text = styled(("\r\n" + pad).join(rows), state["color"] and COLORS["dim"])
-        erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
-        state["out"].write("\r\033[K" + erase + pad + text)   # (one write: a terminal's
-        state["status"] = len(rows)                           # stream flushes at every \r)
-    state["out"].flush()
+        state["out"].draw(pad + text, len(rows))   # (the last preview erased in the same write)
+    else:
+        state["out"].flush()
 
 def md_flush(state, depth):
     """What the renderer still holds written: the end of the reply, or of its reasoning."""
@@ -3132,15 +3128,16 @@ def tool_status(state, event):
         pad, body = "  \u2502 " * event["depth"], state["color"] and COLORS["body"]
         rows = [pad + styled(terminal_safe(screen_line(state, line, event["depth"])), body) + "\n"
                 for line in window]
-        write(state, "")   # (the last window erased)
-        state["out"].write("".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]))
-        state["status"], tool["drawn"] = len(rows) + 1, time.monotonic()
-    state["out"].flush()
+        state["out"].draw("".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]),
+                          len(rows) + 1)   # (the last window erased)
+        tool["drawn"] = time.monotonic()
+    else:
+        state["out"].flush()
 
 def settle_output(state, depth):
     """A command's output left on screen: its first lines, how many are not shown, its last."""
     tool, state["tool"] = state["tool"], None
-    write(state, "")   # (the window erased)
+    state["out"].write("")   # (the window erased)
     lines = tool["tail"] + [tool["partial"]] * bool(tool["partial"])
     total, shown = tool["lines"] + bool(tool["partial"]), len(tool["head"])
     last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
@@ -3182,7 +3179,7 @@ def wrapped(text):
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 output=lambda s, e: show_output(s, dict(e, text=wrapped(e["text"]))),
-                reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
+                reply_end=lambda s, e: md_flush(s, e["depth"]) or close_block(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status,   # a command stopped (Ctrl+C): its last lines stay
                 turn_end=lambda s, e: s["tool"] and settle_output(s, e["depth"]) or PLAIN[
