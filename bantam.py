@@ -126,8 +126,8 @@ def show(cfg, text):
 def terminal_safe(text):
     """Text with the control characters a terminal obeys shown (^[ for ESC); no CR or BEL."""
     return re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda m: "" if m.group() in "\r\a" else
-                  "^" + chr(ord(m.group()) + 64) if m.group() < " " else "^?" if
-                  m.group() == "\x7f" else "\\x%02x" % ord(m.group()), text)
+                  "^" + chr(ord(m.group()) ^ 64) if m.group() <= "\x7f" else
+                  "\\x%02x" % ord(m.group()), text)
 
 COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m", "dim": "\033[2m",
           "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m"}
@@ -136,8 +136,7 @@ RESET = "\033[0m"
 def plain_view(cfg, handlers=None, out=None, err=None, **more):
     """A view printing traces on out, diagnostics on err (another view: its handlers, state)."""
     out, err = out or sys.stdout, err or sys.stderr
-    plain = cfg.get("color") == "never" or os.environ.get("NO_COLOR") or os.environ.get(
-        "BANTAM_NO_COLOR")
+    plain = cfg.get("color") == "never" or any(map(os.environ.get, ("NO_COLOR", "BANTAM_NO_COLOR")))
     state = {"out": out, "err": err, "tty": out.isatty(), "bol": True, "block": None,
              "color": not plain and (cfg.get("color") == "always" or out.isatty()),
              "err_color": not plain and (cfg.get("color") == "always" or err.isatty()),
@@ -198,7 +197,6 @@ def show_on_stderr(state, text, style="error"):
         end_line(state)
     state["out"].flush()
     paint, text = COLORS[style] if state["err_color"] else "", terminal_safe(text)
-    text = state["wrap"](text) if state.get("wrap") else text   # (the terminal view's, at spaces)
     print(paint + text + (RESET if paint else ""), file=state["err"], flush=True)
 
 def show_output(state, event):
@@ -286,12 +284,11 @@ def parse_value(key, raw, where):
     except (ValueError, KeyError):
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
 
-def load_config(overrides=None, config_file=None, env=None):
+def load_config(overrides=None, config_file=None):
     """The config: each key from its first layer; "sources": where from, "layers", "config_file"."""
-    env = os.environ if env is None else env
     own = config_file or bantam_home("model.cfg")
     files = [("folder", os.path.abspath("model.cfg"))] * (not config_file) + [("own", own)]
-    names = [("api_key", "OPENAI_API_KEY")] + [
+    env, names = os.environ, [("api_key", "OPENAI_API_KEY")] + [
         (key, "BANTAM_" + key.upper().replace("BANTAM_", "")) for key in DEFAULTS]
     environ = {key: (env[name], name) for key, name in names if env.get(name)}   # (later wins)
     layers = [("flag", {k: (v, "flag") for k, v in (overrides or {}).items()})] + [
@@ -2981,15 +2978,16 @@ class OutputClosed(BantamError):
 class Guarded:
     """A view's stream: a failing stdout pipe or file ends the run, another goes to /dev/null."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, wrap=None):   # wrap: a function, for the terminal view's stderr
         self.stream = stream or open(os.devnull, "w")   # (closed: `>&-`, `2>&-`)
-        self.tty, self.rows = self.stream.isatty(), 0   # rows: drawn by draw, erased by a write
+        self.tty, self.rows, self.wrap = self.stream.isatty(), 0, wrap   # rows: draw's
 
     def __getattr__(self, name):   # (isatty, fileno, encoding...: the stream's own)
         return getattr(self.stream, name)
 
     def write(self, text, flush=False):
         """Write text (flush: and flush), draw's rows erased first; a failure as the class says."""
+        text = self.wrap(text) if self.wrap else text
         if self.rows:
             text, self.rows = "\r\033[K" + "\033[A\033[K" * (self.rows - 1) + text, 0
         try:
@@ -3024,8 +3022,8 @@ def rail(state, text, depth):
         text = text[:-len(pad)] if text.endswith(pad) else text
     return text
 
-VIEWS["plain"] = lambda cfg, handlers=None, **more: plain_view(   # stdout and stderr Guarded
-    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr), rail=rail, **more)
+VIEWS["plain"] = lambda cfg, handlers=None, wrap=None, **more: plain_view(   # Guarded streams
+    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr, wrap), rail=rail, **more)
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed (a closed pipe stops the run)."""
