@@ -1078,7 +1078,8 @@ def main(argv=None):
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
 #   Ctrl+C twice to quit, multi-line history entries, SIGTERM, SIGHUP; a subagent's rail;
-#   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
+#   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
+#   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
