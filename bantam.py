@@ -2964,8 +2964,9 @@ def show_call(state, event, text=None):
 
 def show_status(state, event):
     """...requesting... on a colored terminal (the top level's), erased by the next output."""
-    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        state["out"].draw("\r" + COLORS["status"] + "...requesting..." + RESET, 1)
+    draw = getattr(state["out"], "draw", None)   # (Guarded's; not sys.stdout of AL's own view)
+    if draw and state["color"] and state["bol"] and state["tty"] and not event["depth"]:
+        draw("\r" + COLORS["status"] + "...requesting..." + RESET, 1)
 
 PLAIN.update(context=show_context, approval=show_approval, tool_call=show_call,
              request=show_status)
