@@ -20,7 +20,7 @@ VERSION = "1.2.0"
 USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
 
 # The config schema, parsed by each default's type (Part II adds keys). CHOICES: the words a
-# key allows; POSITIVE: the numbers that must be above 0.
+# key allows.
 DEFAULTS = {
     "endpoint": "https://api.openai.com/v1",  # base URL of an OpenAI-compatible API
     "model": "gpt-4o",
@@ -36,7 +36,6 @@ DEFAULTS = {
     "max_tool_res": 65536,         # bytes of a command's output sent whole; more: head and tail
 }
 CHOICES = {"color": ("auto", "always", "never")}
-POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout", "shell_timeout"}
 PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
@@ -105,17 +104,14 @@ class ApiError(BantamError):
 
 
 # ----------------------------------------------------------------------------------------
-# Events and the plain view: all a run reports is one event, {"type", "t", "depth", ...},
+# Events and the plain view: all a run reports is one event, {"type", "depth", ...},
 # passed to the run's sink; a view turns events into output (the README's Events lists them).
 # ----------------------------------------------------------------------------------------
-
-STARTED = time.monotonic()   # events carry "t": seconds since the process started
 
 def emit(cfg, kind, **fields):
     """Pass one event, through the event hook, to the run's sink (outside a run: a plain view)."""
     run = cfg.get("run") or {}
-    event = hooked("event", dict(type=kind, t=round(time.monotonic() - STARTED, 3),
-                                 depth=run.get("depth", 0), **fields), cfg)
+    event = hooked("event", dict(type=kind, depth=run.get("depth", 0), **fields), cfg)
     if event is not None:
         (run.get("emit") or VIEWS["plain"](cfg))(event)
 
@@ -130,8 +126,8 @@ def show(cfg, text):
 def terminal_safe(text):
     """Text with the control characters a terminal obeys shown (^[ for ESC); no CR or BEL."""
     return re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda m: "" if m.group() in "\r\a" else
-                  "^" + chr(ord(m.group()) + 64) if m.group() < " " else "^?" if
-                  m.group() == "\x7f" else "\\x%02x" % ord(m.group()), text)
+                  "^" + chr(ord(m.group()) ^ 64) if m.group() <= "\x7f" else
+                  "\\x%02x" % ord(m.group()), text)
 
 COLORS = {"status": "\033[1;90m", "marker": "\033[36m", "reasoning": "\033[2m", "dim": "\033[2m",
           "call": "\033[33m", "result": "\033[32m", "body": "\033[2m", "error": "\033[31m"}
@@ -140,20 +136,16 @@ RESET = "\033[0m"
 def plain_view(cfg, handlers=None, out=None, err=None, **more):
     """A view printing traces on out, diagnostics on err (another view: its handlers, state)."""
     out, err = out or sys.stdout, err or sys.stderr
-    plain = cfg.get("color") == "never" or os.environ.get("NO_COLOR") or os.environ.get(
-        "BANTAM_NO_COLOR")
+    plain = cfg.get("color") == "never" or any(map(os.environ.get, ("NO_COLOR", "BANTAM_NO_COLOR")))
     state = {"out": out, "err": err, "tty": out.isatty(), "bol": True, "block": None,
              "color": not plain and (cfg.get("color") == "always" or out.isatty()),
              "err_color": not plain and (cfg.get("color") == "always" or err.isatty()),
-             "depth": 0, "status": 0, "cfg": cfg, **more}
+             "depth": 0, "cfg": cfg, **more}
     handlers = handlers or PLAIN
     return lambda event: handlers.get(event["type"], lambda *_: None)(state, event)
 
 def write(state, text, style=None, depth=0, raw=False):
     """Text on out: terminal-safe (unless raw), colored; a subagent's as the view's rail has it."""
-    if state["status"]:   # erase the status line (or a preview's rows: status is their count)
-        rows, state["status"] = state["status"], 0
-        state["out"].write("\r\033[K" + "\033[A\033[K" * (rows - 1))
     text = text if raw else terminal_safe(text)
     text = state["rail"](state, text, depth) if text and state.get("rail") else text
     if text:
@@ -172,13 +164,7 @@ def close_block(state, event):
     if state["block"] == "reasoning":
         write(state, "--- reasoning end ---\n", "marker", event["depth"])
     state["block"] = None
-
-def show_status(state, event, text="...requesting..."):
-    """A status line (...requesting...) on a colored terminal, erased by the next write."""
-    if state["color"] and state["bol"] and state["tty"] and not event["depth"]:
-        state["out"].write("\r" + COLORS["status"] + text + RESET)
-        state["out"].flush()
-        state["status"] = 1
+    state["out"].flush()
 
 def show_piece(state, event):
     """A piece of the answer, or of reasoning inside the reasoning markers."""
@@ -190,12 +176,6 @@ def show_piece(state, event):
         state["block"] = event["type"]
     write(state, event["text"], event["type"] if event["type"] == "reasoning" else None,
           event["depth"])
-    state["out"].flush()
-
-def show_reply_end(state, event):
-    """A model call or the turn ended: close what it opened."""
-    write(state, "")   # (the status line erased)
-    close_block(state, event)
     state["out"].flush()
 
 def show_tool(state, event):
@@ -213,12 +193,10 @@ def show_tool(state, event):
 
 def show_on_stderr(state, text, style="error"):
     """One line on stderr (a terminal's open stdout line finished first)."""
-    write(state, "")
     if not state["bol"] and state["tty"]:
         end_line(state)
     state["out"].flush()
     paint, text = COLORS[style] if state["err_color"] else "", terminal_safe(text)
-    text = state["wrap"](text) if state.get("wrap") else text   # (the terminal view's, at spaces)
     print(paint + text + (RESET if paint else ""), file=state["err"], flush=True)
 
 def show_output(state, event):
@@ -228,9 +206,9 @@ def show_output(state, event):
     state["out"].flush()
 
 PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
-    "request": show_status, "reasoning": show_piece, "text": show_piece,
-    "reply_end": show_reply_end, "tool_call": show_tool, "tool_result": show_tool,
-    "output": show_output, "turn_end": lambda s, e: e["depth"] or show_reply_end(s, e),
+    "reasoning": show_piece, "text": show_piece, "reply_end": close_block,
+    "tool_call": show_tool, "tool_result": show_tool, "output": show_output,
+    "turn_end": lambda s, e: e["depth"] or close_block(s, e),
     "note": lambda s, e: show_on_stderr(s, e["text"], "dim" if e["level"] == "info" else "error"),
     "error": lambda s, e: show_on_stderr(s, "error: " + e["message"]),
     "retry": lambda s, e: show_on_stderr(s, "[%s; retry %d/%d in %gs]" % (
@@ -274,61 +252,45 @@ def read_text(path, what):
 INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of the value
 
 def read_key_values(path):
-    """The key=value lines of a config file: {key: (value, "path:line")}."""
+    """The key=value lines of a config file: {key: (value, "path:line")}, unknown keys too."""
     values = {}
     for number, line in enumerate(read_text(path, "config").splitlines(), 1):
         key, sep, value = line.strip().partition("=")
-        key, where = key.strip().lower(), "%s:%d" % (path, number)
-        if not line.strip() or line.strip().startswith("#"):
-            continue
-        if not sep or not key:
+        where = "%s:%d" % (path, number)
+        if sep and key.strip() and not key.startswith("#"):
+            values[key.strip().lower()] = (re.sub(INLINE_COMMENT, "", value).strip(), where)
+        elif line.strip() and not key.startswith("#"):
             raise ConfigError("%s: expected key=value, got %r" % (where, line.strip()[:60]))
-        if key not in DEFAULTS:
-            note({}, "%s: unknown config key %r (ignored)" % (where, key), "warning")
-            continue
-        values[key] = (re.sub(INLINE_COMMENT, "", value).strip(), where)
     return values
 
 def parse_value(key, raw, where):
-    """raw parsed by the type of DEFAULTS[key] and checked; else a ConfigError saying why."""
+    """raw parsed by the type of DEFAULTS[key], then by PARSERS[key]; else a ConfigError."""
     kind, value = type(DEFAULTS[key]), raw
     what = {bool: "true or false", int: "a whole number", float: "a number", list:
             "a comma-separated list of seconds", dict: "a JSON object of strings"}.get(kind)
+    if key in CHOICES:
+        what, value = "one of " + ", ".join(CHOICES[key]), raw.lower()
     try:
         if kind is bool:   # (another word: a KeyError)
             value = {"true": True, "1": True, "yes": True, "on": True, "false": False,
                      "0": False, "no": False, "off": False}[raw.lower()]
         elif kind in (int, float):
             value = kind(raw)
-            what += " above 0" if key in POSITIVE else " of 0 or more"
-            if not 0 <= value < float("inf") or key in POSITIVE and not value:   # (NaN too)
-                raise ValueError
         elif kind is list:
             value = [float(part) for part in raw.split(",") if part.strip()]
-            if not all(0 <= v < float("inf") for v in value):
-                raise ValueError
-        if key in CHOICES:
-            what, value = "one of " + ", ".join(CHOICES[key]), raw.lower()
-            if value not in CHOICES[key]:
-                raise ValueError
-        if key == "endpoint":
-            what, value = "an http:// or https:// URL", raw.rstrip("/")
-            if not re.match(r"https?://[^/]", raw):
-                raise ValueError
+        elif value not in CHOICES.get(key, [value]):
+            raise ValueError
         return PARSERS[key](value, where) if key in PARSERS else value
     except (ValueError, KeyError):
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
 
-def load_config(overrides=None, config_file=None, env=None):
+def load_config(overrides=None, config_file=None):
     """The config: each key from its first layer; "sources": where from, "layers", "config_file"."""
-    env = os.environ if env is None else env
     own = config_file or bantam_home("model.cfg")
     files = [("folder", os.path.abspath("model.cfg"))] * (not config_file) + [("own", own)]
-    environ = {}
-    for key, name in [(key, key.upper() if key.startswith("bantam_") else "BANTAM_" +
-                       key.upper()) for key in DEFAULTS] + [("api_key", "OPENAI_API_KEY")]:
-        if env.get(name):
-            environ.setdefault(key, (env[name], name))   # (BANTAM_API_KEY over OPENAI_...)
+    env, names = os.environ, [("api_key", "OPENAI_API_KEY")] + [
+        (key, "BANTAM_" + key.upper().replace("BANTAM_", "")) for key in DEFAULTS]
+    environ = {key: (env[name], name) for key, name in names if env.get(name)}   # (later wins)
     layers = [("flag", {k: (v, "flag") for k, v in (overrides or {}).items()})] + [
         (name, read_key_values(path)) for name, path in files
         if path == config_file or os.path.isfile(path)] + [("env", environ)]
@@ -1116,11 +1078,13 @@ def main(argv=None):
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
 #   Ctrl+C twice to quit, multi-line history entries, SIGTERM, SIGHUP; a subagent's rail;
-#   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
+#   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
+#   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
-import shutil        # (Part II's own modules)
+import functools     # (Part II's own modules)
+import shutil
 import stat
 
 # Part II adds keys, views, tools, commands, flags to Part I's tables; fills hooks; lists events.
@@ -1158,7 +1122,21 @@ DEFAULTS.update({
 })
 CHOICES.update(render=("auto", "always", "never"), approve=("auto", "ask", "deny"),
                sandbox=("off", "workspace", "read-only"))
-POSITIVE |= {"context_window"}
+POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout", "shell_timeout",
+            "context_window"}   # the numbers that must be above 0 (the others: 0 or more)
+
+def in_range(key, value, where):
+    """A number key's value (PARSERS): finite, 0 or more, a POSITIVE key's above 0."""
+    values = value if isinstance(value, list) else [value]
+    if all(0 <= v < float("inf") for v in values) and (value or key not in POSITIVE):
+        return value
+    what = "a comma-separated list of seconds" if values is value else "%s %s" % (
+        "a number" if isinstance(value, float) else "a whole number",
+        "above 0" if key in POSITIVE else "of 0 or more")
+    raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, value))
+
+PARSERS.update({key: functools.partial(in_range, key) for key, value in DEFAULTS.items()
+                if type(value) in (int, float, list)})
 EVENTS = {   # every type of event and its fields, Part I's first: the README's schema
     "start": "version model mode session time", "prompt": "text session", "turn_start":
     "messages", "request": "model messages stream", "reasoning": "text", "text": "text",
@@ -1604,7 +1582,13 @@ def redact_event(cfg, event):
     event["text"] = text[:cut]
     return event if event["text"] else None
 
-HOOKS["event"].append(redact_event)
+STARTED = time.monotonic()   # events carry "t": seconds since the process started
+
+def stamped(cfg, event):
+    """The event hook: the event with "t" (seconds since bantam started) after its type."""
+    return {"type": event["type"], "t": round(time.monotonic() - STARTED, 3), **event}
+
+HOOKS["event"] += [stamped, redact_event]
 HOOKS["turn"].append(lambda convo, text, go: go(redact(convo["cfg"], text)))   # pasted keys: ***
 
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
@@ -1638,7 +1622,8 @@ def looser(cfg, key, value, than):
 
 def normal_endpoint(url, where):
     """The endpoint without /chat/completions (bantam adds it); ConfigError if not http(s)."""
-    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)   # (parse_value cut the /)
+    url = url.rstrip("/")
+    cut = re.sub(r"/chat/completions/*(?=\?|$)", "", url, count=1)
     if cut != url:
         note({}, "%s: endpoint: using %s (bantam adds /chat/completions)" % (where, cut), "warning")
     if not re.match(r"https?://([^/?#@]*@)?(\[[^]/]*\]|[^]/?#:[]+)(:[0-9]{1,5})?([/?#]|$)", cut):
@@ -2982,7 +2967,14 @@ def show_call(state, event, text=None):
     write(state, text + "\n", "call", event["depth"])
     state["out"].flush()
 
-PLAIN.update(context=show_context, approval=show_approval, tool_call=show_call)
+def show_status(state, event):
+    """...requesting... on a colored terminal (the top level's), erased by the next output."""
+    draw = getattr(state["out"], "draw", None)   # (Guarded's; not sys.stdout of AL's own view)
+    if draw and state["color"] and state["bol"] and state["tty"] and not event["depth"]:
+        draw("\r" + COLORS["status"] + "...requesting..." + RESET, 1)
+
+PLAIN.update(context=show_context, approval=show_approval, tool_call=show_call,
+             request=show_status)
 QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
          "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
 
@@ -2993,15 +2985,18 @@ class OutputClosed(BantamError):
 class Guarded:
     """A view's stream: a failing stdout pipe or file ends the run, another goes to /dev/null."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, wrap=None):   # wrap: a function, for the terminal view's stderr
         self.stream = stream or open(os.devnull, "w")   # (closed: `>&-`, `2>&-`)
-        self.tty = self.stream.isatty()
+        self.tty, self.rows, self.wrap = self.stream.isatty(), 0, wrap   # rows: draw's
 
     def __getattr__(self, name):   # (isatty, fileno, encoding...: the stream's own)
         return getattr(self.stream, name)
 
     def write(self, text, flush=False):
-        """Write text (flush: and flush); a failure as the class says."""
+        """Write text (flush: and flush), draw's rows erased first; a failure as the class says."""
+        text = self.wrap(text) if self.wrap else text
+        if self.rows:
+            text, self.rows = "\r\033[K" + "\033[A\033[K" * (self.rows - 1) + text, 0
         try:
             self.stream.write(text)
             if flush:
@@ -3019,6 +3014,11 @@ class Guarded:
         """Flush; a failure as write's."""
         self.write("", True)
 
+    def draw(self, text, rows):
+        """text, rows rows below the output (a status line, a preview), till the next write."""
+        self.write(text, True)
+        self.rows = rows
+
 def rail(state, text, depth):
     """write's text of a subagent (depth > 0) on lines of its own, behind a rail per level."""
     if depth != state["depth"]:
@@ -3029,8 +3029,8 @@ def rail(state, text, depth):
         text = text[:-len(pad)] if text.endswith(pad) else text
     return text
 
-VIEWS["plain"] = lambda cfg, handlers=None, **more: plain_view(   # stdout and stderr Guarded
-    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr), rail=rail, **more)
+VIEWS["plain"] = lambda cfg, handlers=None, wrap=None, **more: plain_view(   # Guarded streams
+    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr, wrap), rail=rail, **more)
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed (a closed pipe stops the run)."""
@@ -3059,10 +3059,9 @@ def term_text(state, event):
         rows = wrap_words(text[-2000:], state["md"]["width"])[-3:]   # a longer line: its end
         pad = "  \u2502 " * depth
         text = styled(("\r\n" + pad).join(rows), state["color"] and COLORS["dim"])
-        erase = "\033[A\033[K" * (int(state["status"]) - 1)   # the rows of the last preview
-        state["out"].write("\r\033[K" + erase + pad + text)   # (one write: a terminal's
-        state["status"] = len(rows)                           # stream flushes at every \r)
-    state["out"].flush()
+        state["out"].draw(pad + text, len(rows))   # (the last preview erased in the same write)
+    else:
+        state["out"].flush()
 
 def md_flush(state, depth):
     """What the renderer still holds written: the end of the reply, or of its reasoning."""
@@ -3134,15 +3133,16 @@ def tool_status(state, event):
         pad, body = "  \u2502 " * event["depth"], state["color"] and COLORS["body"]
         rows = [pad + styled(terminal_safe(screen_line(state, line, event["depth"])), body) + "\n"
                 for line in window]
-        write(state, "")   # (the last window erased)
-        state["out"].write("".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]))
-        state["status"], tool["drawn"] = len(rows) + 1, time.monotonic()
-    state["out"].flush()
+        state["out"].draw("".join(rows) + pad + styled(text, state["color"] and COLORS["dim"]),
+                          len(rows) + 1)   # (the last window erased)
+        tool["drawn"] = time.monotonic()
+    else:
+        state["out"].flush()
 
 def settle_output(state, depth):
     """A command's output left on screen: its first lines, how many are not shown, its last."""
     tool, state["tool"] = state["tool"], None
-    write(state, "")   # (the window erased)
+    state["out"].write("")   # (the window erased)
     lines = tool["tail"] + [tool["partial"]] * bool(tool["partial"])
     total, shown = tool["lines"] + bool(tool["partial"]), len(tool["head"])
     last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
@@ -3184,7 +3184,7 @@ def wrapped(text):
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 output=lambda s, e: show_output(s, dict(e, text=wrapped(e["text"]))),
-                reply_end=lambda s, e: md_flush(s, e["depth"]) or show_reply_end(s, e),
+                reply_end=lambda s, e: md_flush(s, e["depth"]) or close_block(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status,   # a command stopped (Ctrl+C): its last lines stay
                 turn_end=lambda s, e: s["tool"] and settle_output(s, e["depth"]) or PLAIN[
@@ -3610,6 +3610,9 @@ def start(convo, args):
     if hasattr(sys.stdout, "reconfigure"):   # a Latin-1 terminal shows '?' for an emoji
         sys.stdout.reconfigure(errors="replace")
     cfg = convo["cfg"]
+    for key, (_, where) in [kv for _, layer in cfg["sources"]["layers"] for kv in layer.items()]:
+        if key not in DEFAULTS:   # (a config file's: Part I ignored it)
+            note({}, "%s: unknown config key %r (ignored)" % (where, key), "warning")
     if args.delete:
         return cmd_delete(None, args.delete) or 0
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))   # a dropped SSH: saved, stopped
