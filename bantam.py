@@ -803,7 +803,7 @@ def save_session(cfg, session, messages, link=True):
     n, written = 1, (session["summary"], list(messages))
     try:
         os.makedirs(bantam_home("sessions"), mode=0o700, exist_ok=True)   # (a file there: fails)
-        while session.get("written") != written:   # (Part II's head keys after Part I's)
+        while session.get("written") != written:
             sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + "-%d" % n * (n > 1)
             head = dict(id=sid, uid=session["uid"], cwd=os.getcwd(), created_at=session[
                 "created_at"], saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), summary=session[
@@ -839,9 +839,8 @@ def resolve_session(prefix):
     ids = session_ids()
     matches = [i for i in ids if i == prefix] or [i for i in ids if i.startswith(prefix)]
     if len(matches) != 1:
-        raise ConfigError("no session matches %r (see /list)" % prefix if not matches else
-                          "%r matches %d sessions: %s" % (prefix, len(matches),
-                                                          ", ".join(sorted(matches)[:5])))
+        raise ConfigError("%r matches %d sessions: %s" % (prefix, len(matches), ", ".join(
+            sorted(matches)[:5])) if matches else "no session matches %r (see /list)" % prefix)
     return matches[0]
 
 def load_session(sid):
@@ -929,13 +928,8 @@ def compact(cfg, messages):
 
 def cmd_compact(convo, arg):
     """/compact: replace the conversation by a summary of it."""
-    if len(convo["messages"]) < 3:
-        raise BantamError("nothing to compact yet")
-    show(convo["cfg"], "[compacting...]\n")
-    before = len(convo["messages"])
     compact(convo["cfg"], convo["messages"])
     save_session(convo["cfg"], convo["session"], convo["messages"])
-    show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 
 def cmd_clear(convo, arg):
     """/clear: start a new conversation with just the system prompt (the old one is kept)."""
@@ -2540,6 +2534,17 @@ def overflowed(cfg, messages, body, error=None):
         messages[1]["content"] += "\n\nThe request I am working on now, as I wrote it:\n\n" + prompt
     return True
 
+def cmd_compact_said(convo, arg):
+    """/compact, said before and after; refused while there is little to compact."""
+    if len(convo["messages"]) < 3:
+        raise BantamError("nothing to compact yet")
+    show(convo["cfg"], "[compacting...]\n")
+    before = len(convo["messages"])
+    cmd_compact(convo, arg)
+    show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
+
+COMMANDS["/compact"] = (cmd_compact_said, COMMANDS["/compact"][1])
+
 def token_line(convo, prompt, go):
     """The turn hook of the "context" event; the REPL's offer to compact."""
     convo["usage"], before = None, convo.get("cost", 0.0)
@@ -2565,7 +2570,7 @@ def token_line(convo, prompt, go):
             show(cfg, "\n")
             answer = "n"
         if answer.strip().lower() in ("", "y", "yes"):
-            cmd_compact(convo, "")
+            cmd_compact_said(convo, "")
         else:
             convo["declined"] = share
 
