@@ -850,7 +850,6 @@ def load_session(sid):
         with open(session_path(session["id"]), encoding="utf-8") as f:
             stored = json.load(f)
         session.update((k, stored[k]) for k in ("uid", "summary", "created_at") if stored.get(k))
-        session["written"] = (session["summary"], stored["messages"])   # (unless put right)
         return session, hooked("load", stored["messages"], session)
     except (OSError, ValueError, LookupError, TypeError, AttributeError) as e:   # (not JSON...)
         raise BantamError("cannot read session %r (%s); the file is left as it is" % (
@@ -1032,7 +1031,7 @@ def do_line(convo, line):
 FLAGS = []   # functions adding Part II's options to the argparse parser
 
 def parse_args(argv):
-    """The command line as an argparse namespace (a bad option: exit 2)."""
+    """The command line (argv, else sys.argv's) as an argparse namespace (a bad option: exit 2)."""
     import argparse
     parser = argparse.ArgumentParser(prog="bantam")
     parser.add_argument("prompt_file", nargs="?", metavar="PROMPT_FILE",
@@ -1052,7 +1051,7 @@ def main(argv=None):
     """The REPL without a prompt, batch mode with one: the exit status (the README lists them)."""
     convo, cfg = None, {}
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
+        args = parse_args(argv)
         cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
@@ -1083,7 +1082,8 @@ def main(argv=None):
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
-#   Ctrl+C twice to quit, multi-line history entries, SIGTERM, SIGHUP; a subagent's rail;
+#   Ctrl+C twice to quit, history's multi-line entries and 1000 cap, SIGTERM, SIGHUP;
+#   a subagent's rail; --help's description and notes; /compact's "[compacting...]" lines;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
@@ -2618,6 +2618,7 @@ def repair(session, messages):
         "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")}   # (Part II's keys)
     if not messages or {m["role"] for m in messages} - {"system", "user", "assistant", "tool"}:
         raise ValueError("not a list of chat messages")   # (load_session: cannot read the file)
+    session["written"] = (session["summary"], list(messages))   # not saved again unless put right
     fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
     for m in messages + [None]:
         if m and m["role"] == "tool":   # (a result that answers no call is dropped)
