@@ -757,11 +757,11 @@ def new_session(sid=None):
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 def save_session(cfg, session, messages, link=True):
-    """Write the conversation's file unless it holds this (a first save takes an id)."""
-    titles = [" ".join(m["content"].strip().split("\n")[0].split()) for m in messages if
-              m["role"] == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
-    title = (titles or [""])[0]   # (the first prompt's first line; kept by /compact)
-    session["summary"] = session["summary"] or title[:57] + "..." * (len(title) > 60) or title
+    """Write the conversation's file unless it holds this (a first save takes a new id)."""
+    title = next((" ".join(m["content"].strip().split("\n")[0].split()) for m in messages
+                  if m["role"] == "user" and isinstance(m.get("content"), str)
+                  and m["content"].strip()), "")
+    session["summary"] = session["summary"] or (title[:57] + "..." if len(title) > 60 else title)
     lines = [json.dumps(m, ensure_ascii=False) for m in messages]
     n, written = 1, (session["summary"], list(messages))
     try:
@@ -785,30 +785,15 @@ def save_session(cfg, session, messages, link=True):
     except OSError as e:
         note(cfg, "warning: cannot save the conversation: %s" % e, "warning")
 
-def session_head(sid):
-    """What the first line of session sid says (all but the messages), or {}."""
-    try:
-        with open(session_path(sid), encoding="utf-8") as f:
-            line = f.readline()
-        return json.loads(line[:line.rindex(', "messages": [')] + "}")
-    except (OSError, ValueError):
-        return {}
-
 def session_ids():
-    """The ids of the saved sessions, newest first (autosave not among them)."""
+    """The ids of the saved sessions, newest saved first (autosave not among them)."""
     try:
-        names = [n[:-5] for n in os.listdir(bantam_home("sessions")) if n.endswith(".json")
-                 and not n.startswith(".") and n != "autosave.json"]
-    except OSError:
+        files = [f for f in os.scandir(bantam_home("sessions")) if f.name.endswith(".json")
+                 and not f.name.startswith(".") and f.name != "autosave.json"]
+        files.sort(key=lambda f: f.stat().st_mtime, reverse=True)
+    except OSError:   # (no sessions yet; one deleted while they were read: none this time)
         return []
-    return sorted(names, key=lambda sid: modified(session_path(sid)), reverse=True)
-
-def modified(path):
-    """When the file at path last changed (0 when it cannot be read)."""
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0
+    return [f.name[:-5] for f in files]
 
 def resolve_session(prefix):
     """The id that is prefix, or the only one starting with it; autosave: the one it links to."""
@@ -817,9 +802,8 @@ def resolve_session(prefix):
     ids = session_ids()
     matches = [i for i in ids if i == prefix] or [i for i in ids if i.startswith(prefix)]
     if len(matches) != 1:
-        raise ConfigError("no session matches %r (see /list)" % prefix if not matches else
-                          "%r matches %d sessions: %s" % (prefix, len(matches),
-                                                          ", ".join(sorted(matches)[:5])))
+        raise ConfigError("%r matches %d sessions: %s" % (prefix, len(matches), ", ".join(
+            sorted(matches)[:5])) if matches else "no session matches %r (see /list)" % prefix)
     return matches[0]
 
 def load_session(sid):
@@ -829,7 +813,6 @@ def load_session(sid):
         with open(session_path(session["id"]), encoding="utf-8") as f:
             stored = json.load(f)
         session.update((k, stored[k]) for k in ("uid", "summary", "created_at") if stored.get(k))
-        session["written"] = (session["summary"], stored["messages"])   # (unless put right)
         return session, hooked("load", stored["messages"], session)
     except (OSError, ValueError, LookupError, TypeError, AttributeError) as e:   # (not JSON...)
         raise BantamError("cannot read session %r (%s); the file is left as it is" % (
@@ -876,7 +859,11 @@ def cmd_save(convo, arg):
 def cmd_list(convo, arg):
     """/list: the saved sessions, newest first: id, when saved, messages, summary."""
     for sid in session_ids():
-        head = session_head(sid)
+        try:
+            with open(session_path(sid), encoding="utf-8") as f:
+                head = dict(json.load(f))
+        except (OSError, ValueError, TypeError):
+            head = {}
         show(convo["cfg"], "%s  %s  %s msgs  %s\n" % (terminal_safe(sid), head.get("saved_at"),
              head.get("count"), terminal_safe(head.get("summary", "(unreadable)"))))
 
@@ -884,12 +871,8 @@ def cmd_load(convo, arg):
     """/load <id>: go on with a saved session (its id or a unique prefix) in its own file."""
     if not arg:
         raise BantamError("usage: /load <id or unique prefix> (see /list)")
-    switch_to(convo, *load_session(arg))
-
-def switch_to(convo, session, messages):
-    """Make session (with messages) the REPL's conversation; the one left stays in its file."""
-    convo["session"], convo["messages"][:] = session, messages
-    save_session(convo["cfg"], session, convo["messages"])   # autosave: the one taken up
+    convo["session"], convo["messages"][:] = load_session(arg)
+    save_session(convo["cfg"], convo["session"], convo["messages"])   # autosave: this one
 
 SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
 
@@ -907,17 +890,14 @@ def compact(cfg, messages):
 
 def cmd_compact(convo, arg):
     """/compact: replace the conversation by a summary of it."""
-    if len(convo["messages"]) < 3:
-        raise BantamError("nothing to compact yet")
-    show(convo["cfg"], "[compacting...]\n")
-    before = len(convo["messages"])
     compact(convo["cfg"], convo["messages"])
     save_session(convo["cfg"], convo["session"], convo["messages"])
-    show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 
 def cmd_clear(convo, arg):
     """/clear: start a new conversation with just the system prompt (the old one is kept)."""
-    switch_to(convo, new_session(), [{"role": "system", "content": convo["cfg"]["system_prompt"]}])
+    convo["session"], convo["messages"][:] = new_session(), [
+        {"role": "system", "content": convo["cfg"]["system_prompt"]}]
+    save_session(convo["cfg"], convo["session"], convo["messages"])   # autosave: this one
     show(convo["cfg"], "[conversation cleared]\n")
 
 def cmd_help(convo, arg):
@@ -943,10 +923,12 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
 # The REPL and main
 # ----------------------------------------------------------------------------------------
 
-def run_turn(convo, prompt):
-    """One user turn: append the prompt, save, run AL, save."""
+def turn(convo, prompt, wraps=None):
+    """One user turn inside the turn hooks (the last outermost): append, save, run AL, save."""
+    wraps = HOOKS["turn"] if wraps is None else wraps
+    if wraps:
+        return wraps[-1](convo, prompt, lambda text: turn(convo, text, wraps[:-1]))
     cfg, messages, session = convo["cfg"], convo["messages"], convo["session"]
-    prompt = join_surrogates(prompt)   # an argument's bytes that are not UTF-8 become U+FFFD
     append_user(messages, prompt)
     save_session(cfg, session, messages)   # the prompt survives a kill
     emit(cfg, "prompt", text=prompt, session=session["id"])
@@ -959,15 +941,14 @@ def history_path():
     """The readline history file."""
     return os.path.join(os.path.expanduser("~"), ".bantam_history")
 
-def setup_readline(convo):
+def setup_readline():
     """Line editing and history (Ctrl+J: a line break; Enter sends); None without readline."""
     try:
         import readline
+        readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
+        readline.read_history_file(history_path())
     except ImportError:
         return None
-    readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
-    try:
-        readline.read_history_file(history_path())
     except OSError:   # (no history yet)
         pass
     return readline
@@ -975,7 +956,7 @@ def setup_readline(convo):
 def repl(convo):
     """Read prompts and commands until /quit or end of input."""
     cfg = convo["cfg"]
-    readline = convo.get("readline") or (setup_readline(convo) if sys.stdin.isatty() else None)
+    readline = convo.get("readline") or (setup_readline() if sys.stdin.isatty() else None)
     try:
         while True:
             try:
@@ -989,8 +970,7 @@ def repl(convo):
                 break
     finally:
         try:
-            if readline:   # the newest 1000 entries (GNU readline writes the file 0600)
-                readline.set_history_length(1000)
+            if readline:   # (GNU readline writes the file 0600)
                 readline.write_history_file(history_path())
         except OSError as e:
             note(cfg, "warning: cannot save history: %s" % e, "warning")
@@ -1011,28 +991,17 @@ def do_line(convo, line):
     except BantamError as e:
         emit(cfg, "error", message=str(e))
 
-def turn(convo, prompt):
-    """One user turn, with what Part II's turn hooks put around it."""
-    go = lambda text: run_turn(convo, text)
-    for wrap in HOOKS["turn"]:
-        go = (lambda wrap, inner: lambda text: wrap(convo, text, inner))(wrap, go)
-    return go(prompt)
-
-FLAGS = [   # the command line: (names, argparse options), or a function adding to the parser
-    (("prompt_file",), dict(nargs="?", metavar="PROMPT_FILE",   # (Part II adds its own)
-                            help="run one turn with the prompt in this file ('-': stdin)")),
-    (("--version",), dict(action="version", version="bantam " + VERSION))]
-HELP = []   # the paragraphs under --help's options (Part II's)
+FLAGS = []   # functions adding Part II's options to the argparse parser
 
 def parse_args(argv):
-    """The command line as an argparse namespace (a bad option: exit 2)."""
+    """The command line (argv, else sys.argv's) as an argparse namespace (a bad option: exit 2)."""
     import argparse
-    parser = argparse.ArgumentParser(prog="bantam", epilog="\n\n".join(HELP), description=(
-        "A tiny command-line AI agent for any OpenAI-compatible API.\n"
-        "Without a prompt: an interactive session (type /help there)."),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    for row in FLAGS:
-        row(parser) if callable(row) else parser.add_argument(*row[0], **row[1])
+    parser = argparse.ArgumentParser(prog="bantam")
+    parser.add_argument("prompt_file", nargs="?", metavar="PROMPT_FILE",
+                        help="run one turn with the prompt in this file ('-': stdin)")
+    for add_flags in FLAGS:
+        add_flags(parser)
+    parser.add_argument("--version", action="version", version="bantam " + VERSION)
     return parser.parse_args(argv)
 
 def read_prompt(path):
@@ -1045,12 +1014,11 @@ def main(argv=None):
     """The REPL without a prompt, batch mode with one: the exit status (the README lists them)."""
     convo, cfg = None, {}
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
+        args = parse_args(argv)
         cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
-        cfg["run"] = {"emit": lambda event: [view(event) for view in convo["views"]], "depth": 0}
-        convo["views"] = [VIEWS["plain"](cfg)]
+        cfg["run"] = {"emit": VIEWS["plain"](cfg), "depth": 0}   # the run's sink
         status = first("start", convo, args)   # Part II: the trust rule, its flags, its views
         if status is not None:
             return status
@@ -1077,7 +1045,8 @@ def main(argv=None):
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
-#   Ctrl+C twice to quit, multi-line history entries, SIGTERM, SIGHUP; a subagent's rail;
+#   Ctrl+C twice to quit, history's multi-line entries and 1000 cap, SIGTERM, SIGHUP;
+#   a subagent's rail; --help's description and notes; /compact's "[compacting...]" lines;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
 #   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
@@ -1182,6 +1151,13 @@ def time_up(cfg):
     turn, limit = turn_tally(cfg), cfg.get("max_turn_seconds")
     used = turn and limit and time.monotonic() - turn["started"]
     return ("max_turn_seconds", round(used, 1)) if used and used >= limit else None
+
+def fan_out(convo, args):
+    """The start hook: the run's events go to each of convo["views"] (the first: the shown one)."""
+    convo["views"] = [convo["cfg"]["run"]["emit"]]
+    convo["cfg"]["run"]["emit"] = lambda event: [view(event) for view in convo["views"]]
+
+HOOKS["start"].append(fan_out)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1589,7 +1565,8 @@ def stamped(cfg, event):
     return {"type": event["type"], "t": round(time.monotonic() - STARTED, 3), **event}
 
 HOOKS["event"] += [stamped, redact_event]
-HOOKS["turn"].append(lambda convo, text, go: go(redact(convo["cfg"], text)))   # pasted keys: ***
+HOOKS["turn"].append(lambda convo, text, go: go(redact(convo["cfg"], join_surrogates(
+    text))))   # pasted keys: ***; an argument's bytes that are not UTF-8 become U+FFFD
 
 NEEDS_TRUST = {   # key: what it decides (the trust question says it)
     "endpoint": "the model you talk to", "api_key": "the account your conversation goes to",
@@ -2548,6 +2525,17 @@ def overflowed(cfg, messages, body, error=None):
         messages[1]["content"] += "\n\nThe request I am working on now, as I wrote it:\n\n" + prompt
     return True
 
+def cmd_compact_said(convo, arg):
+    """/compact, said before and after; refused while there is little to compact."""
+    if len(convo["messages"]) < 3:
+        raise BantamError("nothing to compact yet")
+    show(convo["cfg"], "[compacting...]\n")
+    before = len(convo["messages"])
+    cmd_compact(convo, arg)
+    show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
+
+COMMANDS["/compact"] = (cmd_compact_said, COMMANDS["/compact"][1])
+
 def token_line(convo, prompt, go):
     """The turn hook of the "context" event; the REPL's offer to compact."""
     convo["usage"], before = None, convo.get("cost", 0.0)
@@ -2573,7 +2561,7 @@ def token_line(convo, prompt, go):
             show(cfg, "\n")
             answer = "n"
         if answer.strip().lower() in ("", "y", "yes"):
-            cmd_compact(convo, "")
+            cmd_compact_said(convo, "")
         else:
             convo["declined"] = share
 
@@ -2598,6 +2586,22 @@ HOOKS["turn"].append(token_line)
 
 EVENTS["resumed"] = "session messages ago prompt answer"
 
+def session_head(sid):
+    """What the first line of session sid says (all but the messages), or {}."""
+    try:
+        with open(session_path(sid), encoding="utf-8") as f:
+            line = f.readline()
+        return json.loads(line[:line.rindex(', "messages": [')] + "}")
+    except (OSError, ValueError):
+        return {}
+
+def modified(path):
+    """When the file at path last changed (0 when it cannot be read)."""
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0
+
 def repair(session, messages):
     """The load hook: calls answered, stray results and blank replies dropped, prompts joined."""
     session["changed"] = modified(session_path(session["id"]))   # (before a save: resumed's)
@@ -2605,6 +2609,7 @@ def repair(session, messages):
         "id", "uid", "cwd", "created_at", "saved_at", "summary", "count")}   # (Part II's keys)
     if not messages or {m["role"] for m in messages} - {"system", "user", "assistant", "tool"}:
         raise ValueError("not a list of chat messages")   # (load_session: cannot read the file)
+    session["written"] = (session["summary"], list(messages))   # not saved again unless put right
     fixed, waiting = [], {}   # waiting: call id -> its result (None: none yet)
     for m in messages + [None]:
         if m and m["role"] == "tool":   # (a result that answers no call is dropped)
@@ -3220,7 +3225,7 @@ def pasted(convo, prompt, go):
 def setup_terminal(convo):
     """The REPL at a terminal: readline (completion, paste, multi-line history), the first line."""
     cfg = convo["cfg"]
-    readline = convo["readline"] = setup_readline(convo)
+    readline = convo["readline"] = setup_readline()
     convo["take_back"] = True   # (the REPL at a terminal: the token line may offer /compact)
     def complete(text, state):   # Tab: /commands, then ids, keys or the server's models
         line, options = readline.get_line_buffer(), []
@@ -3511,10 +3516,20 @@ def setting_flag(key, value=None):
     return SetKey
 
 def more_flags(parser):
-    """Part II's flags (made when the command line is read: argparse loads only then)."""
+    """Part II's flags and --help's text (made when the command line is read: argparse loads)."""
+    import argparse
     def error(message):   # one line naming the option, not the whole usage text (exit 2)
         raise ConfigError("%s (see bantam --help)" % message)
     parser.error = error
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = ("A tiny command-line AI agent for any OpenAI-compatible API.\n"
+                          "Without a prompt: an interactive session (type /help there).")
+    parser.epilog = "\n\n".join("\n".join(wrap_words(paragraph, 92)) for paragraph in (
+        "config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg over it (once "
+        "trusted: --trust), then BANTAM_<KEY>, then the default; flags beat them all. Keys: "
+        + ", ".join(DEFAULTS) + ".",
+        "exit status: 0 done, 1 failed after retries, 2 usage, config or request error, 3 "
+        "stopped by a budget, 130 interrupted, 129 hang-up, 143 terminated, 141 stdout closed."))
     add, setting = parser.add_argument, setting_flag
     add("-p", "--prompt", metavar="TEXT", help="run one turn with this prompt (+ piped stdin)")
     add("-m", "--model", action=setting("model"), help="the model (config key model)")
@@ -3538,13 +3553,7 @@ def more_flags(parser):
           "without asking (BANTAM_TRUST=0)")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
 
-FLAGS.insert(1, more_flags)
-HELP.extend("\n".join(wrap_words(paragraph, 92)) for paragraph in (
-    "config: ~/.bantam/model.cfg (key=value lines), this folder's model.cfg over it (once "
-    "trusted: --trust), then BANTAM_<KEY>, then the default; flags beat them all. Keys: "
-    + ", ".join(DEFAULTS) + ".",
-    "exit status: 0 done, 1 failed after retries, 2 usage, config or request error, 3 stopped "
-    "by a budget, 130 interrupted, 129 hang-up, 143 terminated, 141 stdout closed."))
+FLAGS.append(more_flags)
 
 def batch_prompt(args):
     """The batch prompt: -p TEXT (piped stdin added), a file, '-', or a sentence (no file)."""

@@ -273,6 +273,16 @@ class ConversationFileTests(SessionCase):
         self.assertEqual(self.autosave_target(), by_prompt["third conversation"])
         self.assertEqual(len({self.session(sid)["uid"] for sid in ids}), 3)
 
+    def test_a_first_prompt_titles_the_file_whole_up_to_60_characters(self):
+        """Up to 60 characters the first prompt's line is the summary as typed; longer, its
+        first 57 and "..."."""
+        for prompt, summary in (("x" * 59, "x" * 59), ("y" * 60, "y" * 60),
+                                ("z" * 61, "z" * 57 + "...")):
+            self.push(text_stream("ok"))
+            self.batch(prompt)
+            summaries = [self.session(sid)["summary"] for sid in self.conversation_ids()]
+            self.assertIn(summary, summaries)
+
     def test_file_format(self):
         """A session file is a header line (id, uid, cwd, created_at, saved_at, summary, count and
         "messages": [), then one message per line, then ]}; mode 0600; no journal left."""
