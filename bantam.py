@@ -40,10 +40,8 @@ POSITIVE = {"max_al_iterations", "max_tool_res", "timeout", "first_byte_timeout"
 PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
-MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
-STOPPED = "[bantam was stopped]"   # by a signal (SIGTERM, SIGHUP): not the user's Ctrl+C
 DEFAULT_SYSTEM = """\
 You are Bantam, a command-line AI agent working on the user's machine.
 
@@ -561,7 +559,7 @@ def finish_reply(reply):
     return message
 
 # ----------------------------------------------------------------------------------------
-# The tools: each takes cfg and a dict of arguments and returns a string (TOOLS)
+# The tools (TOOLS: each takes cfg and a dict of arguments, returns a string) and AL, the loop
 # ----------------------------------------------------------------------------------------
 
 SHELL = next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")   # bash, else sh
@@ -590,7 +588,7 @@ def shell_exec(cfg, args):
         pump_output(cfg, proc, out, started + limit)
         code = proc.wait(started + limit - time.monotonic())
         return output_text(cfg, out) + "\n\nexit: %d" % code
-    except BaseException as stop:   # the time is up, Ctrl+C (Part II: a signal): kill the group
+    except BaseException as stop:   # the time is up, Ctrl+C: kill the group
         try:
             os.killpg(proc.pid, signal.SIGKILL)   # the shell and all it started
         except OSError:   # (none of it is left)
@@ -598,8 +596,7 @@ def shell_exec(cfg, args):
         pump_output(cfg, proc, out, time.monotonic() + DRAIN_SECONDS)   # what it printed last
         why = "timed out after %g s" % limit
         if not isinstance(stop, subprocess.TimeoutExpired):   # the run stops: its tool message
-            why = "%s after %.1f s" % ("interrupted by the user" if isinstance(
-                stop, KeyboardInterrupt) else "bantam was stopped", time.monotonic() - started)
+            why = "interrupted by the user after %.1f s" % (time.monotonic() - started)
         text = output_text(cfg, out) + "\n[%s: the command's process group was killed]\n\n" \
             "exit: %d" % (why, proc.wait())
         if isinstance(stop, subprocess.TimeoutExpired):
@@ -641,8 +638,6 @@ def run_subagent(cfg, args):
     prompt = args.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return "error: run_subagent needs a non-empty 'prompt' string"
-    if cfg["run"]["depth"] >= MAX_SUBAGENT_DEPTH:   # no endless recursion
-        return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
     child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
              {"role": "user", "content": prompt}]
     AL(cfg, child)   # (its failure is the tool's: "error: run_subagent failed: ...")
@@ -706,11 +701,6 @@ def run_tool_call(cfg, call, args):
     emit(cfg, "tool_result", id=call["id"], name=name, content=result, ok=ok)
     return {"role": "tool", "tool_call_id": call["id"], "content": result}
 
-
-# ----------------------------------------------------------------------------------------
-# The agentic loop
-# ----------------------------------------------------------------------------------------
-
 def AL(cfg, messages, on_event=None):
     """The agentic loop: ask, run the tool calls, again until none; messages (events: on_event)."""
     parent = cfg.get("run") or {}   # this run's own cfg: its event sink, its subagent depth
@@ -734,9 +724,8 @@ def AL(cfg, messages, on_event=None):
                 for call, arg in zip(calls, args):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
             finally:   # stopped: each call not answered gets its one tool message all the same
-                why = INTERRUPTED if isinstance(sys.exc_info()[1], KeyboardInterrupt) else STOPPED
                 for call in calls[len(messages) - answered:]:
-                    text = run.pop("partial", None) or why + ": the tool did not finish"
+                    text = run.pop("partial", None) or INTERRUPTED + ": the tool did not finish"
                     add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
                                                 "content": hooked("tool", text, cfg, call, {})})
             status = first("step", cfg, messages, calls)
@@ -1094,7 +1083,7 @@ def main(argv=None):
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
-#   Ctrl+C twice to quit, multi-line history entries, SIGTERM, SIGHUP; a subagent's rail;
+#   Ctrl+C twice to quit, multi-line history entries, SIGTERM, SIGHUP; subagents' rail, depth cap;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, ...requesting... 11 s of 300;
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
 # ==== Part II: what makes Bantam a daily tool ============================================
@@ -1153,6 +1142,7 @@ MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (the
 MAX_EVENT = 16 << 20      # bytes of one stream event at most
 COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
+MAX_SUBAGENT_DEPTH = 4    # subagents of subagents... at most this deep
 # Facts about the servers, learned by this process and shared by its runs: context windows by
 # (endpoint, model), and the fixes their errors taught, (endpoint, model, fix) (see FIXES).
 LEARNED = {"windows": {}, "told": {}, "fixes": set()}   # told: windows overflow errors said
@@ -1193,7 +1183,14 @@ def shell_in_time(cfg, args):
     return shell_exec(dict(cfg, shell_timeout=left), args).replace(
         "\n[timed out after %g s: " % left, "\n[" + TIME_UP % cfg["max_turn_seconds"] + ": ")
 
-TOOLS["shell_exec"] = (TOOLS["shell_exec"][0], shell_in_time)
+def nested_subagent(cfg, args):
+    """run_subagent, unless subagents nest MAX_SUBAGENT_DEPTH deep already (endless recursion)."""
+    if cfg["run"]["depth"] >= MAX_SUBAGENT_DEPTH:
+        return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
+    return run_subagent(cfg, args)
+
+TOOLS.update(shell_exec=(TOOLS["shell_exec"][0], shell_in_time),
+             run_subagent=(TOOLS["run_subagent"][0], nested_subagent))
 
 
 # ----------------------------------------------------------------------------------------
@@ -2615,6 +2612,8 @@ def repair(session, messages):
             fixed.append(m)   # (a blank reply is dropped: strict servers refuse it)
     return fixed
 
+STOPPED = "[bantam was stopped]"   # by a signal (SIGTERM, SIGHUP): not the user's Ctrl+C
+
 def keep_shown_text(cfg, messages, stop):
     """The step hook: a reply cut by Ctrl+C or a signal keeps the text shown, marked so."""
     reply = cfg["run"].get("reply") or {"quiet": True}   # (a summary's is no answer)
@@ -2622,6 +2621,15 @@ def keep_shown_text(cfg, messages, stop):
     if isinstance(stop, (KeyboardInterrupt, SystemExit)) and text.strip():   # (signals: exit)
         add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
             INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
+
+def stopped_calls(cfg, call, args, result=None):
+    """The tool hook: a call cut short by a signal, not by Ctrl+C, says that bantam was stopped."""
+    stop = sys.exc_info()[1]   # (AL answers the calls a stop left unanswered)
+    if result is None or stop is None or isinstance(stop, KeyboardInterrupt):
+        return args if result is None else result
+    return STOPPED + result[len(INTERRUPTED):] if result.startswith(INTERRUPTED) else re.sub(
+        r"\n\[interrupted by the user( after [\d.]+ s: the command's process group was killed\]"
+        r"\n\nexit: -?\d+)$", r"\n[bantam was stopped\1", result)
 
 def step_saver(convo):
     """A view saving at each reply and step; a compaction keeps the typed prompt in the head."""
@@ -2685,6 +2693,7 @@ PLAIN["resumed"] = lambda s, e: show_output(s, dict(e, text="[continuing %s: %d 
        e["answer"] + "\n" if e["answer"] else "")))
 HOOKS["load"].append(repair)
 HOOKS["step"].append(keep_shown_text)
+HOOKS["tool"].insert(0, stopped_calls)   # (before leash adds what the user was told)
 HOOKS["start"].append(lambda convo, args: convo["views"].append(step_saver(convo)))
 
 def latest_in_folder():
