@@ -1177,15 +1177,16 @@ def time_up(cfg):
 
 def shell_in_time(cfg, args):
     """shell_exec, killed when the turn's time runs out (max_turn_seconds) if that comes first."""
-    left = turn_tally(cfg)["started"] + (cfg["max_turn_seconds"] or 1e9) - time.monotonic()
-    if left >= cfg["shell_timeout"]:
+    turn, limit = turn_tally(cfg), cfg.get("max_turn_seconds")
+    left = turn and limit and turn["started"] + limit - time.monotonic()
+    if not left or left >= cfg["shell_timeout"]:
         return shell_exec(cfg, args)
     return shell_exec(dict(cfg, shell_timeout=left), args).replace(
-        "\n[timed out after %g s: " % left, "\n[" + TIME_UP % cfg["max_turn_seconds"] + ": ")
+        "\n[timed out after %g s: " % left, "\n[" + TIME_UP % limit + ": ")
 
 def nested_subagent(cfg, args):
     """run_subagent, unless subagents nest MAX_SUBAGENT_DEPTH deep already (endless recursion)."""
-    if cfg["run"]["depth"] >= MAX_SUBAGENT_DEPTH:
+    if (cfg.get("run") or {}).get("depth", 0) >= MAX_SUBAGENT_DEPTH:
         return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
     return run_subagent(cfg, args)
 
