@@ -719,12 +719,12 @@ def AL(cfg, messages, on_event=None):
             add_message(cfg, messages, reply)
             if not calls:
                 break
-            answered = len(messages)
+            before = len(messages)
             try:
                 for call, arg in zip(calls, args):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
             finally:   # stopped: each call not answered gets its one tool message all the same
-                for call in calls[len(messages) - answered:]:
+                for call in calls[len(messages) - before:]:
                     text = run.pop("partial", None) or INTERRUPTED + ": the tool did not finish"
                     add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
                                                 "content": hooked("tool", text, cfg, call, {})})
