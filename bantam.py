@@ -39,10 +39,8 @@ CHOICES = {"color": ("auto", "always", "never")}
 PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
-MAX_SUBAGENT_DEPTH = 4             # subagents of subagents... at most this deep
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
-STOPPED = "[bantam was stopped]"   # by a signal (SIGTERM, SIGHUP): not the user's Ctrl+C
 DEFAULT_SYSTEM = """\
 You are Bantam, a command-line AI agent working on the user's machine.
 
@@ -66,7 +64,7 @@ HOOKS = {
     "delta": [],    # delta(cfg, reply, delta): the delta to merge ({}: no output read; None: end)
     "tool": [],     # tool(cfg, call, args, result=None): args or a refusal text (passed on); result
     "spawn": [],    # spawn(cfg, options): the subprocess.Popen options of a command
-    "step": [],     # step(cfg, messages, calls): after tool calls or an exception; True: AL returns
+    "step": [],     # step(cfg, messages, calls): after tool calls or an exception; a status ends AL
     "event": [],    # event(cfg, event): the event to pass to the run's sink (None: none)
     "load": [],     # load(session, messages): a session file's messages, put right for the API
 }
@@ -523,7 +521,7 @@ def finish_reply(reply):
     return message
 
 # ----------------------------------------------------------------------------------------
-# The tools: each takes cfg and a dict of arguments and returns a string (TOOLS)
+# The tools (TOOLS: each takes cfg and a dict of arguments, returns a string) and AL, the loop
 # ----------------------------------------------------------------------------------------
 
 SHELL = next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")   # bash, else sh
@@ -531,6 +529,7 @@ SHELL = next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")  
 
 def shell_exec(cfg, args):
     """Run args["command"] in bash, its own process group, no stdin or pager: output, exit code."""
+    import codecs
     import signal
     import subprocess
     command = args.get("command")
@@ -544,30 +543,32 @@ def shell_exec(cfg, args):
         proc = subprocess.Popen([SHELL, "-c", command], **options)
     except (OSError, ValueError, BantamError) as e:
         return "error: cannot start the shell: %s" % e
-    limit, why = (cfg.get("run") or {}).get("time_left") or (   # (Part II's: the turn's)
-        cfg["shell_timeout"], "timed out after %g s" % cfg["shell_timeout"])
-    output, started, remark = BoundedOutput(cfg), time.monotonic(), ""
+    out = {"head": bytearray(), "tail": b"", "size": 0, "lines": 0,
+           "decoder": codecs.getincrementaldecoder("utf-8")("replace")}
+    started, limit = time.monotonic(), cfg["shell_timeout"]
     try:
-        pump_output(cfg, proc, output, started + limit)
-        proc.wait(max(0.01, started + limit - time.monotonic()))
-    except BaseException as stop:   # the time is up, Ctrl+C, SIGTERM, SIGHUP: kill the group
+        pump_output(cfg, proc, out, started + limit)
+        code = proc.wait(started + limit - time.monotonic())
+        return output_text(cfg, out) + "\n\nexit: %d" % code
+    except BaseException as stop:   # the time is up, Ctrl+C: kill the group
         try:
             os.killpg(proc.pid, signal.SIGKILL)   # the shell and all it started
         except OSError:   # (none of it is left)
             pass
-        pump_output(cfg, proc, output, time.monotonic() + DRAIN_SECONDS)   # what it printed last
+        pump_output(cfg, proc, out, time.monotonic() + DRAIN_SECONDS)   # what it printed last
+        why = "timed out after %g s" % limit
         if not isinstance(stop, subprocess.TimeoutExpired):   # the run stops: its tool message
-            why = "%s after %.1f s" % ("interrupted by the user" if isinstance(
-                stop, KeyboardInterrupt) else "bantam was stopped", time.monotonic() - started)
-        remark = "\n[%s: the command's process group was killed]" % why
-        if not isinstance(stop, subprocess.TimeoutExpired):
-            cfg["run"]["partial"] = output.text() + remark + "\n\nexit: %d" % proc.wait()
-            raise
-    return output.text() + remark + "\n\nexit: %d" % proc.wait()
+            why = "interrupted by the user after %.1f s" % (time.monotonic() - started)
+        text = output_text(cfg, out) + "\n[%s: the command's process group was killed]\n\n" \
+            "exit: %d" % (why, proc.wait())
+        if isinstance(stop, subprocess.TimeoutExpired):
+            return text
+        cfg["run"]["partial"] = text
+        raise
 
-def pump_output(cfg, proc, output, until):
-    """Read the output until it closes, DRAIN_SECONDS after the shell exits, or until; each
-    second, say how long the command has run."""
+def pump_output(cfg, proc, out, until):
+    """Read the output into out (its head and tail) and show it, until it closes, DRAIN_SECONDS
+    after the shell exits, or until; each second, say how long the command has run."""
     import select
     started, seconds, exited = time.monotonic(), 0, None
     while time.monotonic() < until and not (exited and time.monotonic() > exited + DRAIN_SECONDS):
@@ -579,43 +580,26 @@ def pump_output(cfg, proc, output, until):
             data = os.read(proc.stdout.fileno(), 1 << 16)
             if not data:
                 return
-            output.add(cfg, data)
+            out["size"], out["lines"] = out["size"] + len(data), out["lines"] + data.count(b"\n")
+            out["head"] += data[:max(0, cfg["max_tool_res"] - len(out["head"]))]
+            out["tail"] = (out["tail"] + data)[-cfg["max_tool_res"]:]
+            emit(cfg, "tool_output", text=out["decoder"].decode(data))   # (split characters: whole)
 
-class BoundedOutput:
-    """A command's output in bounded memory: whole up to max_tool_res bytes, else head and tail."""
-
-    def __init__(self, cfg):
-        import codecs
-        self.limit = cfg["max_tool_res"]
-        self.keep, self.head, self.tail = max(1, self.limit * 2 // 5), bytearray(), b""
-        self.size = self.newlines = 0
-        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
-
-    def add(self, cfg, data):
-        """Take a piece of output and show it (a character split between pieces: whole)."""
-        self.size += len(data)
-        self.newlines += data.count(b"\n")
-        self.tail = (self.tail + data)[-self.keep:]
-        self.head += data[:max(0, self.limit - len(self.head))]
-        emit(cfg, "tool_output", text=self.decoder.decode(data))   # (Part II drops "")
-
-    def text(self):
-        """What the model gets: the output, or its head and tail."""
-        if self.size <= self.limit:
-            return self.head.decode("utf-8", "replace")
-        head, tail = (b.decode("utf-8", "replace") for b in (self.head[:self.keep], self.tail))
-        return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d " \
-               "bytes (to read it all, send it to a file and read that in parts) ...]\n\n%s" % (
-                   head, self.size, self.newlines + (not self.tail.endswith(b"\n")),
-                   self.keep, tail)
+def output_text(cfg, out):
+    """What the model reads of a command's output: all of it, or its head and tail."""
+    keep = max(1, cfg["max_tool_res"] * 2 // 5)
+    if out["size"] <= cfg["max_tool_res"]:
+        return out["head"].decode("utf-8", "replace")
+    head, tail = (b.decode("utf-8", "replace") for b in (out["head"][:keep], out["tail"][-keep:]))
+    return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d bytes " \
+           "(to read it all, send it to a file and read that in parts) ...]\n\n%s" % (
+               head, out["size"], out["lines"] + (not out["tail"].endswith(b"\n")), keep, tail)
 
 def run_subagent(cfg, args):
     """Run AL on a fresh [system + CHILD_NOTE, prompt]: the child's last answer with text."""
     prompt = args.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return "error: run_subagent needs a non-empty 'prompt' string"
-    if (cfg.get("run") or {}).get("depth", 0) >= MAX_SUBAGENT_DEPTH:   # no endless recursion
-        return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
     child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
              {"role": "user", "content": prompt}]
     AL(cfg, child)   # (its failure is the tool's: "error: run_subagent failed: ...")
@@ -670,75 +654,59 @@ def run_tool_call(cfg, call, args):
     if not any(TOOLS[n][1] is function for n in offered) and not isinstance(args, str):
         args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(offered))
     args = hooked("tool", args, cfg, call)   # before: the args, or a refusal (a text)
-    result = args   # (a text: an error or a refusal)
-    if not isinstance(args, str):
-        try:
-            result = function(cfg, args)
-        except Exception as e:   # a tool's bug is text for the model too, never a crash
-            result = "error: %s failed: %s" % (name, e)
+    try:
+        result = args if isinstance(args, str) else function(cfg, args)
+    except Exception as e:   # a tool's bug is text for the model too, never a crash
+        result = "error: %s failed: %s" % (name, e)
     result = hooked("tool", result, cfg, call, args)
     ok = not isinstance(args, str) and not result.startswith("error:")   # a tool's own too
     emit(cfg, "tool_result", id=call["id"], name=name, content=result, ok=ok)
     return {"role": "tool", "tool_call_id": call["id"], "content": result}
-
-
-# ----------------------------------------------------------------------------------------
-# The agentic loop
-# ----------------------------------------------------------------------------------------
 
 def AL(cfg, messages, on_event=None):
     """The agentic loop: ask, run the tool calls, again until none; messages (events: on_event)."""
     parent = cfg.get("run") or {}   # this run's own cfg: its event sink, its subagent depth
     run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True, own={})
     run["emit"] = on_event or parent.get("emit") or plain_view(cfg)
-    cfg = dict(cfg, run=run)
+    cfg, status = dict(cfg, run=run), None
     emit(cfg, "turn_start", messages=len(messages))
     try:
         for _ in range(cfg["max_al_iterations"]):
             reply = chat(cfg, messages)
-            if not reply["content"] and not reply.get("tool_calls"):
+            calls = reply.get("tool_calls") or []
+            if not reply["content"] and not calls:
                 note(cfg, "[the model sent an empty reply]")
                 break                                   # never store an empty assistant message
-            args = [parse_arguments(call) for call in reply.get("tool_calls") or ()]
+            args = [parse_arguments(call) for call in calls]
             add_message(cfg, messages, reply)
-            calls = reply.get("tool_calls")
             if not calls:
                 break
+            before = len(messages)
             try:
                 for call, arg in zip(calls, args):
                     add_message(cfg, messages, run_tool_call(cfg, call, arg))
-            finally:                                    # one tool message per call id, always
-                answer_unanswered(cfg, messages, calls)
-            if first("step", cfg, messages, calls):
+            finally:   # stopped: each call not answered gets its one tool message all the same
+                for call in calls[len(messages) - before:]:
+                    text = run.pop("partial", None) or INTERRUPTED + ": the tool did not finish"
+                    add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
+                                                "content": hooked("tool", text, cfg, call, {})})
+            status = first("step", cfg, messages, calls)
+            if status:
                 break
     except BaseException as stop:   # (Part II: a budget's final answer; a cut reply's text)
-        if not first("step", cfg, messages, stop):
-            end_run(cfg, stop)
+        status = first("step", cfg, messages, stop)
+        if not status:
+            failed = isinstance(stop, BantamError)
+            emit(cfg, "turn_end", status="interrupted" if isinstance(stop, KeyboardInterrupt) else
+                 "failed" if failed else "stopped", error=str(stop) if failed else None)
             raise
-    end_run(cfg, None)
+    emit(cfg, "turn_end", status=status or "done", error=None)
     return messages
-
-def end_run(cfg, stop):
-    """Say how the run ended (stop: the exception that ended it, or None)."""
-    status = (cfg["run"]["own"].get("status", "done") if stop is None else "interrupted" if
-              isinstance(stop, KeyboardInterrupt) else "failed" if isinstance(stop, BantamError)
-              else "stopped")
-    emit(cfg, "turn_end", status=status, error=str(stop) if isinstance(stop, BantamError) else None)
 
 def add_message(cfg, messages, message):
     """Append a message to the conversation, and say so."""
     messages.append(message)
     emit(cfg, "message", message=message)
-
-def answer_unanswered(cfg, messages, calls):
-    """Answer each call that has no tool message yet (a stopped command: with its output)."""
-    answered = {m.get("tool_call_id") for m in messages[-len(calls) - 1:] if m["role"] == "tool"}
-    for call in calls:
-        if call["id"] not in answered:
-            text = cfg["run"].pop("partial", None) or (INTERRUPTED if isinstance(
-                sys.exc_info()[1], KeyboardInterrupt) else STOPPED) + ": the tool did not finish"
-            add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
-                                        "content": hooked("tool", text, cfg, call, {})})
 
 
 # ----------------------------------------------------------------------------------------
@@ -1046,7 +1014,7 @@ def main(argv=None):
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
 #   Ctrl+C twice to quit, history's multi-line entries and 1000 cap, SIGTERM, SIGHUP;
-#   a subagent's rail; --help's description and notes; /compact's "[compacting...]" lines;
+#   subagents' rail and depth cap; --help's description and notes; /compact's lines;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
 #   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
@@ -1121,9 +1089,11 @@ MAX_ARGUMENTS = 1 << 20   # characters of tool-call arguments a reply keeps (the
 MAX_EVENT = 16 << 20      # bytes of one stream event at most
 COMPACT_AT = 0.60         # offer /compact at this share of the context window
 BUDGET_EXIT = 3           # batch mode's exit status when a budget stopped the turn
+MAX_SUBAGENT_DEPTH = 4    # subagents of subagents... at most this deep
 # Facts about the servers, learned by this process and shared by its runs: context windows by
 # (endpoint, model), and the fixes their errors taught, (endpoint, model, fix) (see FIXES).
 LEARNED = {"windows": {}, "told": {}, "fixes": set()}   # told: windows overflow errors said
+TIME_UP = "the turn's time ran out (max_turn_seconds=%g)"   # (a command's or a call's)
 
 def own(cfg):
     """The fields of Part II that belong to this AL run alone ({} outside one)."""
@@ -1158,6 +1128,24 @@ def fan_out(convo, args):
     convo["cfg"]["run"]["emit"] = lambda event: [view(event) for view in convo["views"]]
 
 HOOKS["start"].append(fan_out)
+
+def shell_in_time(cfg, args):
+    """shell_exec, killed when the turn's time runs out (max_turn_seconds) if that comes first."""
+    turn, limit = turn_tally(cfg), cfg.get("max_turn_seconds")
+    left = turn and limit and turn["started"] + limit - time.monotonic()
+    if not left or left >= cfg["shell_timeout"]:
+        return shell_exec(cfg, args)
+    return shell_exec(dict(cfg, shell_timeout=left), args).replace(
+        "\n[timed out after %g s: " % left, "\n[" + TIME_UP % limit + ": ")
+
+def nested_subagent(cfg, args):
+    """run_subagent, unless subagents nest MAX_SUBAGENT_DEPTH deep already (endless recursion)."""
+    if (cfg.get("run") or {}).get("depth", 0) >= MAX_SUBAGENT_DEPTH:
+        return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
+    return run_subagent(cfg, args)
+
+TOOLS.update(shell_exec=(TOOLS["shell_exec"][0], shell_in_time),
+             run_subagent=(TOOLS["run_subagent"][0], nested_subagent))
 
 
 # ----------------------------------------------------------------------------------------
@@ -2151,14 +2139,10 @@ def leash(cfg, call, args, result=None):
     """The tool hook: the turn's time limit, then approval; the user's edit first."""
     if result is not None or isinstance(args, str):   # (after it ran; or refused already)
         return args if result is None else cfg["run"].pop("told", "") + result
-    why = "the turn's time ran out (max_turn_seconds=%g)" % cfg["max_turn_seconds"]
-    if time_up(cfg):   # a command may run only as long as the turn has left
-        return "error: not run: " + why
+    if time_up(cfg):   # a command may run only as long as the turn has left (shell_in_time)
+        return "error: not run: " + TIME_UP % cfg["max_turn_seconds"]
     name = call["function"]["name"]
-    args = approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
-    left = turn_tally(cfg)["started"] + (cfg["max_turn_seconds"] or 1e9) - time.monotonic()
-    cfg["run"]["time_left"] = (left, why) if left < cfg["shell_timeout"] else None   # (shell_exec)
-    return args
+    return approval(cfg, call["id"], TOOL_ALIASES.get(name, name), args)
 
 def budgets(cfg, messages, calls):
     """The step hook: a used-up budget stops the loop (max_al_iterations: at the last step)."""
@@ -2175,11 +2159,10 @@ def budgets(cfg, messages, calls):
     spent = next(((key, used(turn, count)) for key, (_, used) in BUDGETS.items()
                   if used and cfg[key] and used(turn, count) >= cfg[key]), None) or (
         mine["steps"] >= cfg["max_al_iterations"] and ("max_al_iterations", mine["steps"]))
-    return bool(spent) and final_answer(cfg, messages, *spent)
+    return spent and final_answer(cfg, messages, *spent)
 
 def final_answer(cfg, messages, key, used):
     """Say which budget (key) stopped the loop; ask once, without tools, for a final answer."""
-    own(cfg)["status"] = "budget"
     emit(cfg, "budget_stop", reason=key, limit=cfg[key], used=used)
     turn = turn_tally(cfg)
     turn["repairs"] += 1   # (max_repair_calls: the turn's final-answer calls)
@@ -2201,7 +2184,7 @@ def final_answer(cfg, messages, key, used):
             add_message(cfg, messages, reply)
     except ApiError as e:
         note(cfg, "[no final answer: %s]" % e)
-    return True
+    return "budget"
 
 def approval(cfg, call_id, name, args):
     """The args to run a tool call with, or its refusal (a text); an approval event for each."""
@@ -2625,6 +2608,8 @@ def repair(session, messages):
             fixed.append(m)   # (a blank reply is dropped: strict servers refuse it)
     return fixed
 
+STOPPED = "[bantam was stopped]"   # by a signal (SIGTERM, SIGHUP): not the user's Ctrl+C
+
 def keep_shown_text(cfg, messages, stop):
     """The step hook: a reply cut by Ctrl+C or a signal keeps the text shown, marked so."""
     reply = cfg["run"].get("reply") or {"quiet": True}   # (a summary's is no answer)
@@ -2632,6 +2617,15 @@ def keep_shown_text(cfg, messages, stop):
     if isinstance(stop, (KeyboardInterrupt, SystemExit)) and text.strip():   # (signals: exit)
         add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
             INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
+
+def stopped_calls(cfg, call, args, result=None):
+    """The tool hook: a call cut short by a signal, not by Ctrl+C, says that bantam was stopped."""
+    stop = sys.exc_info()[1]   # (AL answers the calls a stop left unanswered)
+    if result is None or stop is None or isinstance(stop, KeyboardInterrupt):
+        return args if result is None else result
+    return STOPPED + result[len(INTERRUPTED):] if result.startswith(INTERRUPTED) else re.sub(
+        r"\n\[interrupted by the user( after [\d.]+ s: the command's process group was killed\]"
+        r"\n\nexit: -?\d+)$", r"\n[bantam was stopped\1", result)
 
 def step_saver(convo):
     """A view saving at each reply and step; a compaction keeps the typed prompt in the head."""
@@ -2695,6 +2689,7 @@ PLAIN["resumed"] = lambda s, e: show_output(s, dict(e, text="[continuing %s: %d 
        e["answer"] + "\n" if e["answer"] else "")))
 HOOKS["load"].append(repair)
 HOOKS["step"].append(keep_shown_text)
+HOOKS["tool"].insert(0, stopped_calls)   # (before leash adds what the user was told)
 HOOKS["start"].append(lambda convo, args: convo["views"].append(step_saver(convo)))
 
 def latest_in_folder():
@@ -3285,7 +3280,7 @@ def terminal_approver(convo):
 
     def quit_asked(cfg, messages, calls):   # the step hook: a /quit ends the turn
         return cfg["run"].get("approver") is approver and convo.get("quit") and not isinstance(
-            calls, BaseException)   # (Ctrl+C, a signal: not swallowed)
+            calls, BaseException) and "done"   # (Ctrl+C, a signal: not swallowed)
     HOOKS["step"].insert(0, quit_asked)
     return approver
 

@@ -385,6 +385,29 @@ class SignalTests(BantamTestCase):
                 self.assertIn(STOPPED, messages[3]["content"])
                 self.assertNotIn("interrupted by user", messages[3]["content"])
 
+    def test_a_signal_during_a_command_is_not_called_the_user_s_interrupt(self):
+        """SIGTERM or SIGHUP while a command runs: its group is killed, and its tool message
+        keeps the output, saying that bantam was stopped (not the user's Ctrl+C)."""
+        for sig, status, said in self.SIGNALS:
+            with self.subTest(signal=sig.name):
+                self.push(tool_call_stream([("c1", "shell_exec", {
+                    "command": "echo begun-here; sleep 30; touch late"})]))
+                self.ws.write("prompt.txt", "question")
+                proc = self.start_bantam("prompt.txt", "--session", "cmd" + sig.name)
+                read_until(proc, b"begun-here")
+                time.sleep(0.5)
+                os.kill(proc.pid, sig)
+                proc.communicate(timeout=15)
+                self.assertEqual(proc.returncode, status)
+                path = os.path.join(self.ws.sessions_dir(), "cmd%s.json" % sig.name)
+                with open(path, encoding="utf-8") as f:
+                    messages = json.load(f)["messages"]
+                self.assertEqual(roles(messages), ["system", "user", "assistant", "tool"])
+                self.assertRegex(messages[3]["content"], r"^begun-here\n\n\[bantam was stopped "
+                                 r"after [\d.]+ s: the command's process group was killed\]\n\n"
+                                 r"exit: -?\d+$")
+                self.assertFalse(os.path.exists(os.path.join(self.ws.work, "late")))
+
     def test_jsonl_after_a_signal_ends_as_after_a_ctrl_c(self):
         """--jsonl to a pipe, stopped mid-reply by SIGINT, SIGTERM or SIGHUP: the same closing
         events after the last text (reply_end, the kept message, turn_end, the note); after
