@@ -350,7 +350,7 @@ def load_config(overrides=None, config_file=None, env=None):
 # The HTTP client: a connection per request, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
 
-def http_request(cfg, method, path, body=None, wait=None, root=False):
+def http_request(cfg, method, path, body=None, wait=None):
     """The response to one request on a new connection, closed by the caller (response.conn)."""
     import http.client
     from urllib.parse import urlsplit
@@ -359,10 +359,10 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
                "Content-Type": "application/json"}
     if cfg["api_key"]:
         headers["Authorization"] = "Bearer " + cfg["api_key"]
-    target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     kind = http.client.HTTPConnection if url.scheme == "http" else http.client.HTTPSConnection
     conn = first("connect", cfg) or kind(url.netloc.rpartition("@")[2], timeout=cfg["timeout"])
-    conn.request(method, target, body, headers)
+    conn.request(method, url.path.rstrip("/") + path + ("?" + url.query if url.query else ""),
+                 body, headers)
     sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
     sock.settimeout(wait or cfg["timeout"])
     response = conn.getresponse()
@@ -383,39 +383,46 @@ def chat(cfg, messages, tools=True, quiet=False):
         except ApiError as e:
             if first("request", cfg, messages, body, e):   # dealt with: ask again now
                 continue
-            if e.kind != "retry" or not delays:   # final, or no retries wanted
+            if e.kind != "retry" or retries == len(delays):   # final, or the retries ran out
+                if e.kind == "retry" and retries:
+                    e.args = ("%s (gave up after %d %s)" % (
+                        e, retries, "retry" if retries == 1 else "retries"),)
                 raise e
-            if retries == len(delays):
-                raise ApiError("%s (gave up after %d %s)" % (
-                    e, retries, "retry" if retries == 1 else "retries"), "retry", e.status)
             wait = max(delays[retries], getattr(e, "wait", None) or 0)   # (Part II: Retry-After)
             retries += 1
             emit(cfg, "retry", error=str(e), attempt=retries, of=len(delays), wait=wait)
             time.sleep(wait)
 
 def exchange(cfg, body, quiet):
-    """One request: the assistant message; a network fault is a retryable ApiError."""
+    """One request: the assistant message; a network fault or a bad reply is retryable."""
     import http.client
     payload, response = json.dumps(body).encode(), None
-    reply = {"content": [], "reasoning": [], "calls": {}, "quiet": quiet, "finish": None,
-             "extra": {}, "first": None, "pending": [], "ended": False, "size": 0, "line": b"",
-             "data": [], "asked": time.monotonic(), "sent": len(payload), "chunk": {}}
+    reply = {"content": [], "calls": {}, "quiet": quiet, "finish": None, "pending": [],
+             "size": 0, "line": b"", "data": [], "asked": time.monotonic(), "sent": len(payload)}
     (cfg.get("run") or {})["reply"] = reply   # (the run's: what an interrupt leaves shown)
     try:
-        if not quiet:
-            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
-                 stream=body["stream"])
-        response = http_request(cfg, "POST", "/chat/completions", payload,
-                                cfg["first_byte_timeout"])
-        if response.status != 200:
-            raise error_from_response(response)
-        kind = response.getheader("Content-Type") or ""
-        if "event-stream" in kind or (body["stream"] and "json" not in kind):
-            read_stream(cfg, response, reply)
-        else:   # not streamed, or a server that ignores stream=true
-            merge_chunk(cfg, reply, json.loads(response.read()), whole=True)
-        end_reply(cfg, reply)
-        message = reply["message"] = finish_reply(reply)   # (the reply is whole)
+        try:
+            if not quiet:
+                emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
+                     stream=body["stream"])
+            response = http_request(cfg, "POST", "/chat/completions", payload,
+                                    cfg["first_byte_timeout"])
+            status, kind = response.status, response.getheader("Content-Type") or ""
+            if status != 200:   # retried: 408, 409, 429, 5xx (Part II reads the error's message)
+                text = response.read(1 << 20).decode("utf-8", "replace")
+                raise ApiError("HTTP %d: %s" % (status, " ".join(text.strip()[:300].split())
+                                                or response.reason), "retry" if status in
+                               RETRY_STATUSES or status >= 500 else "fatal", status, text[:4000],
+                               response.headers)
+            if "event-stream" in kind or (body["stream"] and "json" not in kind):
+                read_stream(cfg, response, reply)
+            else:   # not streamed, or a server that ignores stream=true
+                merge_chunk(cfg, reply, json.loads(response.read()), whole=True)
+        finally:   # the reply is over (whole, failed or abandoned): what is left shown
+            if not quiet:
+                pass_on(cfg, reply)
+                emit(cfg, "reply_end", finish=reply["finish"])
+        message = reply["message"] = finish_reply(reply)
         emit(cfg, "reply", message=message, quiet=quiet)
         hooked("delta", None, cfg, reply)
         return message
@@ -425,41 +432,27 @@ def exchange(cfg, body, quiet):
         raise ApiError("the server sent a malformed reply (%s: %s)" % (
             type(e).__name__, str(e)[:200]), "retry") from e
     finally:
-        end_reply(cfg, reply)
         if response is not None:
             response.conn.close()
 
-def error_from_response(response):
-    """The ApiError for a non-200 response: retried for 408, 409, 429 and 5xx, else final."""
-    text, status = response.read(1 << 20).decode("utf-8", "replace"), response.status
-    try:   # {"error": {"message": "..."}} (Part II reads other shapes: see said_in)
-        message = str(json.loads(text)["error"]["message"])
-    except (ValueError, LookupError, TypeError, RecursionError):
-        message = text.strip()[:300] or response.reason
-    return ApiError("HTTP %d: %s" % (status, " ".join(message.split())),
-                    "retry" if status in RETRY_STATUSES or status >= 500 else "fatal", status,
-                    text[:4000], {k.lower(): v for k, v in response.getheaders()})
-
 def read_stream(cfg, response, reply):
     """Merge a streamed reply (SSE) into reply till [DONE] or its end; each read to the hook."""
-    # data: {"choices":[...]}   : keep-alive   event: name   (a blank line ends an event)
     block, done, data = True, False, reply["data"]   # (reply's line and data: Part II bounds them)
     while block and not done:
         block = response.read1(65536)   # (b"": the end, which ends a last line and event too)
         lines = (reply["line"] + (block or b"\n\n")).split(b"\n")
         reply["line"] = lines.pop()
         for line in (line.rstrip(b"\r") for line in lines):
-            if line[:5] == b"data:":
+            if line[:5] == b"data:":   # (comments, event:, id:, retry: are skipped)
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif line[:1] == b"{" or line[:6] == b"error:":   # an event alone (llama.cpp)
                 data[:] = [b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line]
                 line = b""
-            if not line and data and not done:
+            if not line and data and not done:   # a blank line ends an event
                 done = merge_event(cfg, reply, b"\n".join(data))
                 del data[:]
         pass_on(cfg, reply)
-        reply["first"] = reply["first"] or reply["size"] and time.monotonic()   # output began:
-        if reply["first"] and not response.isclosed():   # a gap of timeout stalls (not at end)
+        if reply["size"] and not response.isclosed():   # output began: a gap of timeout stalls
             response.sock.settimeout(cfg["timeout"])
         hooked("delta", {}, cfg, reply)
     if not (reply["finish"] or reply["size"]):
@@ -485,29 +478,28 @@ def merge_event(cfg, reply, data):
 
 def merge_chunk(cfg, reply, chunk, whole=False):
     """Merge one chunk (whole: a non-streamed response) into reply via the delta hook."""
-    # {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[...]}}],"usage":{...}}
-    reply["chunk"] = chunk
+    reply["chunk"] = chunk   # {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}
     if chunk.get("error"):   # retried: it may be a slip (beside the choices too: OpenRouter)
         error = json.dumps(chunk["error"])   # (Part II says its message: see said_in)
         raise ApiError("error in stream: %s" % error[:300], "retry", body=error[:4000])
     if whole and not chunk.get("choices"):
         raise ApiError("the server sent a reply with no choices", "retry")
-    choice = (chunk.get("choices") or [{}])[0]   # (Part II skips another index's)
+    choice = (chunk.get("choices") or [{}])[0]
     delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
     reply["finish"] = choice.get("finish_reason") or reply["finish"]
     delta = hooked("delta", delta, cfg, reply)
-    thought = delta.get("reasoning_content") or delta.get("reasoning")
-    if isinstance(thought, str) and thought:
-        add_piece(reply, "reasoning", thought)
-    if isinstance(delta.get("content"), str) and delta["content"]:
-        add_piece(reply, "text", delta["content"])
+    for kind, piece in (("reasoning", delta.get("reasoning_content") or delta.get("reasoning")),
+                        ("text", delta.get("content"))):
+        if isinstance(piece, str) and piece:
+            add_piece(reply, kind, piece)
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
         merge_tool_call(reply, fragment, position)
 
 def add_piece(reply, kind, text):
     """Record a piece of the answer (kind text) or of reasoning, shown after the read (pass_on)."""
-    reply["content" if kind == "text" else "reasoning"].append(text)
     reply["size"] += len(text)
+    if kind == "text":
+        reply["content"].append(text)
     if not reply["quiet"]:
         reply["pending"].append((kind, text))
 
@@ -516,18 +508,11 @@ def pass_on(cfg, reply):
     import itertools
     pending, reply["pending"] = reply["pending"], []
     for kind, pieces in itertools.groupby(pending, lambda piece: piece[0]):
-        text = reply.pop("half", "") + "".join(text for _, text in pieces)
+        text = "".join(text for _, text in pieces)
         if "\ud800" <= text[-1:] <= "\udbff":   # an emoji's first half: shown with its second
-            text, reply["half"] = text[:-1], text[-1]
+            text, reply["pending"] = text[:-1], [(kind, text[-1])]
         if text:
             emit(cfg, kind, text=join_surrogates(text))
-
-def end_reply(cfg, reply):
-    """The reply is over (whole, failed or abandoned): pass on what is left, once."""
-    if not reply["quiet"] and not reply["ended"]:
-        reply["ended"] = True
-        pass_on(cfg, reply)
-        emit(cfg, "reply_end", finish=reply["finish"])
 
 def join_surrogates(text):
     """Text with UTF-16 halves joined (an emoji split across chunks); a lone one U+FFFD."""
@@ -551,13 +536,13 @@ def finish_reply(reply):
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
     calls = [reply["calls"][i] for i in sorted(reply["calls"])   # by index: as the model meant
              if reply["calls"][i]["function"]["name"]]
-    for call in calls:   # (Part II makes an id given twice two)
+    for call in calls:
         call["id"] = call["id"] or "call_" + os.urandom(12).hex()
         call["function"]["arguments"] = join_surrogates("".join(call["function"]["arguments"]))
         call["function"]["arguments"] = call["function"]["arguments"] or "{}"
     if calls:
         message["tool_calls"] = calls
-    message.update(reply["extra"])
+    message.update(reply.get("extra", {}))   # (Part II's: reasoning_content, ...)
     return message
 
 # ----------------------------------------------------------------------------------------
@@ -1333,12 +1318,15 @@ def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
     reply.setdefault("room", {"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS})
     reply.setdefault("cut", [])   # (room: what the reply may still keep, see room_for)
-    choice = (reply["chunk"].get("choices") or [{}])[0]   # usage: beside it or in it (Moonshot)
-    usage = reply["chunk"].get("usage") or isinstance(choice, dict) and choice.get("usage")
+    reply.setdefault("extra", {})   # (fields of the message beyond Part I's: finish_reply)
+    chunk = reply.get("chunk") or {}
+    choice = (chunk.get("choices") or [{}])[0]   # usage: beside it or in it (Moonshot)
+    usage = chunk.get("usage") or isinstance(choice, dict) and choice.get("usage")
     reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")   # the last said
     if delta is None:
         return reply_ended(cfg, reply)   # (None)
-    if not delta:   # a network read: output, or only keep-alives for too long?
+    if not delta:   # a network read: output (its time kept), or only keep-alives for too long?
+        reply["first"] = reply.get("first") or reply["size"] and time.monotonic()
         stalled(cfg, reply)
         return delta
     if isinstance(delta.get("content"), list):   # Mistral's parts: thinking ones, text ones
@@ -1381,7 +1369,7 @@ def reply_ended(cfg, reply):
     emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
          completion_tokens=completion, estimated=estimated, quiet=reply["quiet"], cost=cost,
          seconds=round(time.monotonic() - reply["asked"], 3),
-         first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
+         first_output=round(reply["first"] - reply["asked"], 3) if reply.get("first") else None)
 
 def fragment_quirks(reply, fragment, position):
     """A tool-call fragment made fit to merge (Ollama's new id at an index: a new call)."""
@@ -2514,8 +2502,10 @@ def learn_window(cfg, text):
 def get_json(cfg, method, path, body=None, root=False, what=None):
     """The JSON answer to a small request; None when it fails (noted when `what` it is for)."""
     import http.client
+    if root:   # the path from the server's root, not the endpoint's
+        cfg = dict(cfg, endpoint=re.match(r"[^:/]+://[^/?#]*", cfg["endpoint"]).group())
     try:
-        response = http_request(cfg, method, path, body and json.dumps(body).encode(), root=root)
+        response = http_request(cfg, method, path, body and json.dumps(body).encode())
         data = response.read()   # the whole answer: the connection stays usable
         response.conn.close()    # (kept by the transport; one that fails is not reused)
         if response.status != 200:
