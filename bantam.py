@@ -407,14 +407,13 @@ def exchange(cfg, body, quiet):
                      stream=body["stream"])
             response = http_request(cfg, "POST", "/chat/completions", payload,
                                     cfg["first_byte_timeout"])
-            status, kind = response.status, response.getheader("Content-Type") or ""
-            if status != 200:   # retried: 408, 409, 429, 5xx (Part II reads the error's message)
+            status, text = response.status, response.getheader("Content-Type") or ""
+            if status != 200:   # its text said (Part II reads the message in it)
+                kind = "retry" if status in RETRY_STATUSES or status >= 500 else "fatal"
                 text = response.read(1 << 20).decode("utf-8", "replace")
-                raise ApiError("HTTP %d: %s" % (status, " ".join(text.strip()[:300].split())
-                                                or response.reason), "retry" if status in
-                               RETRY_STATUSES or status >= 500 else "fatal", status, text[:4000],
-                               response.headers)
-            if "event-stream" in kind or (body["stream"] and "json" not in kind):
+                raise ApiError("HTTP %d: %s" % (status, " ".join(text.strip()[:300].split()) or
+                               response.reason), kind, status, text[:4000], response.headers)
+            if "event-stream" in text or (body["stream"] and "json" not in text):
                 read_stream(cfg, response, reply)
             else:   # not streamed, or a server that ignores stream=true
                 merge_chunk(cfg, reply, json.loads(response.read()), whole=True)
@@ -449,7 +448,7 @@ def read_stream(cfg, response, reply):
                 data[:] = [b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line]
                 line = b""
             if not line and data and not done:   # a blank line ends an event
-                done = merge_event(cfg, reply, b"\n".join(data))
+                done = data[0][:6] == b"[DONE]" or merge_event(cfg, reply, b"\n".join(data))
                 del data[:]
         pass_on(cfg, reply)
         if reply["size"] and not response.isclosed():   # output began: a gap of timeout stalls
@@ -463,9 +462,7 @@ def read_stream(cfg, response, reply):
         raise ApiError("the connection closed in the middle of the reply", "retry")
 
 def merge_event(cfg, reply, data):
-    """Merge one event's data, a JSON chunk (else skipped, said once a reply); True: [DONE]."""
-    if data[:6] == b"[DONE]":
-        return True
+    """Merge one event's data, a JSON chunk (else skipped, said once a reply)."""
     try:
         chunk = json.loads(data)
     except (ValueError, RecursionError):
@@ -488,25 +485,25 @@ def merge_chunk(cfg, reply, chunk, whole=False):
     delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
     reply["finish"] = choice.get("finish_reason") or reply["finish"]
     delta = hooked("delta", delta, cfg, reply)
-    for kind, piece in (("reasoning", delta.get("reasoning_content") or delta.get("reasoning")),
-                        ("text", delta.get("content"))):
-        if isinstance(piece, str) and piece:
-            add_piece(reply, kind, piece)
+    thought = delta.get("reasoning_content") or delta.get("reasoning")
+    if isinstance(thought, str) and thought:
+        add_piece(reply, "reasoning", thought)
+    if isinstance(delta.get("content"), str) and delta["content"]:
+        add_piece(reply, "text", delta["content"])
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
         merge_tool_call(reply, fragment, position)
 
 def add_piece(reply, kind, text):
     """Record a piece of the answer (kind text) or of reasoning, shown after the read (pass_on)."""
     reply["size"] += len(text)
-    if kind == "text":
+    if kind == "text":   # (reasoning is shown, not kept)
         reply["content"].append(text)
-    if not reply["quiet"]:
-        reply["pending"].append((kind, text))
+    reply["pending"].append((kind, text))
 
 def pass_on(cfg, reply):
     """Show the pieces read, a run of one kind in one event (a burst is not a write a piece)."""
     import itertools
-    pending, reply["pending"] = reply["pending"], []
+    pending, reply["pending"] = [] if reply["quiet"] else reply["pending"], []
     for kind, pieces in itertools.groupby(pending, lambda piece: piece[0]):
         text = "".join(text for _, text in pieces)
         if "\ud800" <= text[-1:] <= "\udbff":   # an emoji's first half: shown with its second
@@ -534,12 +531,11 @@ def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
     text = join_surrogates("".join(reply["content"]))
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
-    calls = [reply["calls"][i] for i in sorted(reply["calls"])   # by index: as the model meant
-             if reply["calls"][i]["function"]["name"]]
-    for call in calls:
+    calls = [call for _, call in sorted(reply["calls"].items()) if call["function"]["name"]]
+    for call in calls:   # (in index order: as the model meant them)
         call["id"] = call["id"] or "call_" + os.urandom(12).hex()
-        call["function"]["arguments"] = join_surrogates("".join(call["function"]["arguments"]))
-        call["function"]["arguments"] = call["function"]["arguments"] or "{}"
+        arguments = join_surrogates("".join(call["function"]["arguments"]))
+        call["function"]["arguments"] = arguments or "{}"
     if calls:
         message["tool_calls"] = calls
     message.update(reply.get("extra", {}))   # (Part II's: reasoning_content, ...)
