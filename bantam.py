@@ -350,7 +350,7 @@ def load_config(overrides=None, config_file=None, env=None):
 # The HTTP client: a connection per request, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
 
-def http_request(cfg, method, path, body=None, wait=None):
+def http_request(cfg, method, path, body=None):
     """The response to one request on a new connection, closed by the caller (response.conn)."""
     import http.client
     from urllib.parse import urlsplit
@@ -363,10 +363,8 @@ def http_request(cfg, method, path, body=None, wait=None):
     conn = first("connect", cfg) or kind(url.netloc.rpartition("@")[2], timeout=cfg["timeout"])
     conn.request(method, url.path.rstrip("/") + path + ("?" + url.query if url.query else ""),
                  body, headers)
-    sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
-    sock.settimeout(wait or cfg["timeout"])
     response = conn.getresponse()
-    response.conn, response.sock = conn, sock
+    response.conn = conn
     return response
 
 def chat(cfg, messages, tools=True, quiet=False):
@@ -405,8 +403,7 @@ def exchange(cfg, body, quiet):
             if not quiet:
                 emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
                      stream=body["stream"])
-            response = http_request(cfg, "POST", "/chat/completions", payload,
-                                    cfg["first_byte_timeout"])
+            response = http_request(cfg, "POST", "/chat/completions", payload)
             status, text = response.status, response.getheader("Content-Type") or ""
             if status != 200:   # its text said (Part II reads the message in it)
                 kind = "retry" if status in RETRY_STATUSES or status >= 500 else "fatal"
@@ -451,8 +448,6 @@ def read_stream(cfg, response, reply):
                 done = data[0][:6] == b"[DONE]" or merge_event(cfg, reply, b"\n".join(data))
                 del data[:]
         pass_on(cfg, reply)
-        if reply["size"] and not response.isclosed():   # output began: a gap of timeout stalls
-            response.sock.settimeout(cfg["timeout"])
         hooked("delta", {}, cfg, reply)
     if not (reply["finish"] or reply["size"]):
         raise ApiError("the server ended the reply without sending anything", "retry",
@@ -1321,8 +1316,11 @@ def shape_delta(cfg, reply, delta):
     reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")   # the last said
     if delta is None:
         return reply_ended(cfg, reply)   # (None)
-    if not delta:   # a network read: output (its time kept), or only keep-alives for too long?
-        reply["first"] = reply.get("first") or reply["size"] and time.monotonic()
+    if not delta:   # a network read: output, or only keep-alives for too long?
+        if reply["size"] and not reply.get("first"):   # output began: a gap of timeout stalls
+            reply["first"], conn = time.monotonic(), (cfg.get("run") or {}).get("conn")
+            if conn and not conn.response.isclosed():   # (a closed one's socket: EBADF)
+                conn.held.settimeout(cfg["timeout"])
         stalled(cfg, reply)
         return delta
     if isinstance(delta.get("content"), list):   # Mistral's parts: thinking ones, text ones
@@ -1402,7 +1400,7 @@ def stalled(cfg, reply):
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
     if len(reply["line"]) + sum(map(len, reply["data"])) > MAX_EVENT:   # (in bounded memory)
         raise ApiError("the server sent a stream event over %d MB" % (MAX_EVENT >> 20))
-    key, now = "timeout" if reply["first"] else "first_byte_timeout", time.monotonic()
+    key, now = "timeout" if reply.get("first") else "first_byte_timeout", time.monotonic()
     if reply["size"] != reply.setdefault("seen", 0):
         reply["seen"], reply["progress"] = reply["size"], now
     elif now - reply.get("progress", reply["asked"]) > cfg[key]:
@@ -1470,7 +1468,9 @@ def kept(kind, endpoint):
             headers = {k: v for k, v in headers.items() if k.lower() not in names}
             kind.request(self, method, url, body, dict(headers, **self.extra), **more)
 
-        def getresponse(self):
+        def getresponse(self):   # (held: it lets go of the socket at a connection's last reply)
+            self.held = self.sock
+            self.sock.settimeout(self.wait)   # the reply may take first_byte_timeout to begin
             self.response = kind.getresponse(self)   # (None till then: a close() in it closes)
             return self.response
 
@@ -1497,7 +1497,7 @@ def connect_endpoint(cfg):
             login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
             auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
             conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
-    conn.extra = cfg["headers"]   # (sent by its request())
+    conn.extra, conn.wait = cfg["headers"], cfg["first_byte_timeout"]   # (see Kept)
     (cfg.get("run") or {})["conn"] = conn   # the run's: its failure and its reply's rest
     return conn
 
@@ -2498,8 +2498,9 @@ def learn_window(cfg, text):
 def get_json(cfg, method, path, body=None, root=False, what=None):
     """The JSON answer to a small request; None when it fails (noted when `what` it is for)."""
     import http.client
+    cfg = dict(cfg, first_byte_timeout=cfg["timeout"])   # (a small answer)
     if root:   # the path from the server's root, not the endpoint's
-        cfg = dict(cfg, endpoint=re.match(r"[^:/]+://[^/?#]*", cfg["endpoint"]).group())
+        cfg["endpoint"] = re.match(r"[^:/]+://[^/?#]*", cfg["endpoint"]).group()
     try:
         response = http_request(cfg, method, path, body and json.dumps(body).encode())
         data = response.read()   # the whole answer: the connection stays usable
