@@ -404,13 +404,13 @@ def exchange(cfg, body, quiet):
                 emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
                      stream=body["stream"])
             response = http_request(cfg, "POST", "/chat/completions", payload)
-            status, text = response.status, response.getheader("Content-Type") or ""
-            if status != 200:   # its text said (Part II reads the message in it)
-                kind = "retry" if status in RETRY_STATUSES or status >= 500 else "fatal"
+            status, kind = response.status, response.getheader("Content-Type") or ""
+            if status != 200:   # said with its text (Part II reads the message in it)
                 text = response.read(1 << 20).decode("utf-8", "replace")
                 raise ApiError("HTTP %d: %s" % (status, " ".join(text.strip()[:300].split()) or
-                               response.reason), kind, status, text[:4000], response.headers)
-            if "event-stream" in text or (body["stream"] and "json" not in text):
+                               response.reason), "retry" if status in RETRY_STATUSES or
+                               status >= 500 else "fatal", status, text[:4000], response.headers)
+            if "event-stream" in kind or (body["stream"] and "json" not in kind):
                 read_stream(cfg, response, reply)
             else:   # not streamed, or a server that ignores stream=true
                 merge_chunk(cfg, reply, json.loads(response.read()), whole=True)
@@ -1089,6 +1089,7 @@ def main(argv=None):
 # never replaces a function of it. Part I alone does without:
 #   secrets shown and saved as ***, and kept from commands; invisible characters removed;
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
+#   first_byte_timeout (Part I waits timeout for each read); an error body's message read;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
 #   Ctrl+C twice to quit, multi-line history entries, SIGTERM, SIGHUP; a subagent's rail;
