@@ -450,8 +450,7 @@ def read_stream(cfg, response, reply):
         pass_on(cfg, reply)
         hooked("delta", {}, cfg, reply)
     if not (reply["finish"] or reply["size"]):
-        raise ApiError("the server ended the reply without sending anything", "retry",
-                       body="empty stream")
+        raise ApiError("the server ended the reply without sending anything", "retry")
     if not done and (response.length or response.length is None and not (
             reply["finish"] or response.chunked)):   # (a chunked body cut short raises)
         raise ApiError("the connection closed in the middle of the reply", "retry")
@@ -1264,7 +1263,7 @@ def learn_from(cfg, messages, body, error):
         LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
         note(cfg, "[%s from now on]" % say, "info")
         return True
-    if error.body == "empty stream" and body["stream"]:   # this call unstreamed: it says why
+    if str(error).endswith("without sending anything") and body["stream"]:   # unstreamed next
         own(cfg)["unstreamed"] = messages[-1]
     return False
 
