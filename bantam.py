@@ -310,7 +310,7 @@ def load_config(overrides=None, config_file=None):
 # The HTTP client: a connection per request, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
 
-def http_request(cfg, method, path, body=None, wait=None, root=False):
+def http_request(cfg, method, path, body=None):
     """The response to one request on a new connection, closed by the caller (response.conn)."""
     import http.client
     from urllib.parse import urlsplit
@@ -319,14 +319,12 @@ def http_request(cfg, method, path, body=None, wait=None, root=False):
                "Content-Type": "application/json"}
     if cfg["api_key"]:
         headers["Authorization"] = "Bearer " + cfg["api_key"]
-    target = path if root else url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     kind = http.client.HTTPConnection if url.scheme == "http" else http.client.HTTPSConnection
     conn = first("connect", cfg) or kind(url.netloc.rpartition("@")[2], timeout=cfg["timeout"])
-    conn.request(method, target, body, headers)
-    sock = conn.sock   # (getresponse() lets go of it when the server closes after the reply)
-    sock.settimeout(wait or cfg["timeout"])
+    conn.request(method, url.path.rstrip("/") + path + ("?" + url.query if url.query else ""),
+                 body, headers)
     response = conn.getresponse()
-    response.conn, response.sock = conn, sock
+    response.conn = conn
     return response
 
 def chat(cfg, messages, tools=True, quiet=False):
@@ -343,39 +341,44 @@ def chat(cfg, messages, tools=True, quiet=False):
         except ApiError as e:
             if first("request", cfg, messages, body, e):   # dealt with: ask again now
                 continue
-            if e.kind != "retry" or not delays:   # final, or no retries wanted
+            if e.kind != "retry" or retries == len(delays):   # final, or the retries ran out
+                if e.kind == "retry" and retries:
+                    e.args = ("%s (gave up after %d %s)" % (
+                        e, retries, "retry" if retries == 1 else "retries"),)
                 raise e
-            if retries == len(delays):
-                raise ApiError("%s (gave up after %d %s)" % (
-                    e, retries, "retry" if retries == 1 else "retries"), "retry", e.status)
             wait = max(delays[retries], getattr(e, "wait", None) or 0)   # (Part II: Retry-After)
             retries += 1
             emit(cfg, "retry", error=str(e), attempt=retries, of=len(delays), wait=wait)
             time.sleep(wait)
 
 def exchange(cfg, body, quiet):
-    """One request: the assistant message; a network fault is a retryable ApiError."""
+    """One request: the assistant message; a network fault or a bad reply is retryable."""
     import http.client
     payload, response = json.dumps(body).encode(), None
-    reply = {"content": [], "reasoning": [], "calls": {}, "quiet": quiet, "finish": None,
-             "extra": {}, "first": None, "pending": [], "ended": False, "size": 0, "line": b"",
-             "data": [], "asked": time.monotonic(), "sent": len(payload), "chunk": {}}
+    reply = {"content": [], "calls": {}, "quiet": quiet, "finish": None, "pending": [],
+             "size": 0, "line": b"", "data": [], "asked": time.monotonic(), "sent": len(payload)}
     (cfg.get("run") or {})["reply"] = reply   # (the run's: what an interrupt leaves shown)
     try:
-        if not quiet:
-            emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
-                 stream=body["stream"])
-        response = http_request(cfg, "POST", "/chat/completions", payload,
-                                cfg["first_byte_timeout"])
-        if response.status != 200:
-            raise error_from_response(response)
-        kind = response.getheader("Content-Type") or ""
-        if "event-stream" in kind or (body["stream"] and "json" not in kind):
-            read_stream(cfg, response, reply)
-        else:   # not streamed, or a server that ignores stream=true
-            merge_chunk(cfg, reply, json.loads(response.read()), whole=True)
-        end_reply(cfg, reply)
-        message = reply["message"] = finish_reply(reply)   # (the reply is whole)
+        try:
+            if not quiet:
+                emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
+                     stream=body["stream"])
+            response = http_request(cfg, "POST", "/chat/completions", payload)
+            status, kind = response.status, response.getheader("Content-Type") or ""
+            if status != 200:   # said with its text (Part II reads the message in it)
+                text = response.read(1 << 20).decode("utf-8", "replace")
+                raise ApiError("HTTP %d: %s" % (status, " ".join(text.strip()[:300].split()) or
+                               response.reason), "retry" if status in RETRY_STATUSES or
+                               status >= 500 else "fatal", status, text[:4000], response.headers)
+            if "event-stream" in kind or (body["stream"] and "json" not in kind):
+                read_stream(cfg, response, reply)
+            else:   # not streamed, or a server that ignores stream=true
+                merge_chunk(cfg, reply, json.loads(response.read()), whole=True)
+        finally:   # the reply is over (whole, failed or abandoned): what is left shown
+            if not quiet:
+                pass_on(cfg, reply)
+                emit(cfg, "reply_end", finish=reply["finish"])
+        message = reply["message"] = finish_reply(reply)
         emit(cfg, "reply", message=message, quiet=quiet)
         hooked("delta", None, cfg, reply)
         return message
@@ -385,54 +388,35 @@ def exchange(cfg, body, quiet):
         raise ApiError("the server sent a malformed reply (%s: %s)" % (
             type(e).__name__, str(e)[:200]), "retry") from e
     finally:
-        end_reply(cfg, reply)
         if response is not None:
             response.conn.close()
 
-def error_from_response(response):
-    """The ApiError for a non-200 response: retried for 408, 409, 429 and 5xx, else final."""
-    text, status = response.read(1 << 20).decode("utf-8", "replace"), response.status
-    try:   # {"error": {"message": "..."}} (Part II reads other shapes: see said_in)
-        message = str(json.loads(text)["error"]["message"])
-    except (ValueError, LookupError, TypeError, RecursionError):
-        message = text.strip()[:300] or response.reason
-    return ApiError("HTTP %d: %s" % (status, " ".join(message.split())),
-                    "retry" if status in RETRY_STATUSES or status >= 500 else "fatal", status,
-                    text[:4000], {k.lower(): v for k, v in response.getheaders()})
-
 def read_stream(cfg, response, reply):
     """Merge a streamed reply (SSE) into reply till [DONE] or its end; each read to the hook."""
-    # data: {"choices":[...]}   : keep-alive   event: name   (a blank line ends an event)
     block, done, data = True, False, reply["data"]   # (reply's line and data: Part II bounds them)
     while block and not done:
         block = response.read1(65536)   # (b"": the end, which ends a last line and event too)
         lines = (reply["line"] + (block or b"\n\n")).split(b"\n")
         reply["line"] = lines.pop()
         for line in (line.rstrip(b"\r") for line in lines):
-            if line[:5] == b"data:":
+            if line[:5] == b"data:":   # (comments, event:, id:, retry: are skipped)
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif line[:1] == b"{" or line[:6] == b"error:":   # an event alone (llama.cpp)
                 data[:] = [b'{"error":' + line[6:] + b"}" if line[:6] == b"error:" else line]
                 line = b""
-            if not line and data and not done:
-                done = merge_event(cfg, reply, b"\n".join(data))
+            if not line and data and not done:   # a blank line ends an event
+                done = data[0][:6] == b"[DONE]" or merge_event(cfg, reply, b"\n".join(data))
                 del data[:]
         pass_on(cfg, reply)
-        reply["first"] = reply["first"] or reply["size"] and time.monotonic()   # output began:
-        if reply["first"] and not response.isclosed():   # a gap of timeout stalls (not at end)
-            response.sock.settimeout(cfg["timeout"])
         hooked("delta", {}, cfg, reply)
     if not (reply["finish"] or reply["size"]):
-        raise ApiError("the server ended the reply without sending anything", "retry",
-                       body="empty stream")
+        raise ApiError("the server ended the reply without sending anything", "retry")
     if not done and (response.length or response.length is None and not (
             reply["finish"] or response.chunked)):   # (a chunked body cut short raises)
         raise ApiError("the connection closed in the middle of the reply", "retry")
 
 def merge_event(cfg, reply, data):
-    """Merge one event's data, a JSON chunk (else skipped, said once a reply); True: [DONE]."""
-    if data[:6] == b"[DONE]":
-        return True
+    """Merge one event's data, a JSON chunk (else skipped, said once a reply)."""
     try:
         chunk = json.loads(data)
     except (ValueError, RecursionError):
@@ -445,14 +429,13 @@ def merge_event(cfg, reply, data):
 
 def merge_chunk(cfg, reply, chunk, whole=False):
     """Merge one chunk (whole: a non-streamed response) into reply via the delta hook."""
-    # {"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[...]}}],"usage":{...}}
-    reply["chunk"] = chunk
+    reply["chunk"] = chunk   # {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}
     if chunk.get("error"):   # retried: it may be a slip (beside the choices too: OpenRouter)
         error = json.dumps(chunk["error"])   # (Part II says its message: see said_in)
         raise ApiError("error in stream: %s" % error[:300], "retry", body=error[:4000])
     if whole and not chunk.get("choices"):
         raise ApiError("the server sent a reply with no choices", "retry")
-    choice = (chunk.get("choices") or [{}])[0]   # (Part II skips another index's)
+    choice = (chunk.get("choices") or [{}])[0]
     delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
     reply["finish"] = choice.get("finish_reason") or reply["finish"]
     delta = hooked("delta", delta, cfg, reply)
@@ -466,28 +449,21 @@ def merge_chunk(cfg, reply, chunk, whole=False):
 
 def add_piece(reply, kind, text):
     """Record a piece of the answer (kind text) or of reasoning, shown after the read (pass_on)."""
-    reply["content" if kind == "text" else "reasoning"].append(text)
     reply["size"] += len(text)
-    if not reply["quiet"]:
-        reply["pending"].append((kind, text))
+    if kind == "text":   # (reasoning is shown, not kept)
+        reply["content"].append(text)
+    reply["pending"].append((kind, text))
 
 def pass_on(cfg, reply):
     """Show the pieces read, a run of one kind in one event (a burst is not a write a piece)."""
     import itertools
-    pending, reply["pending"] = reply["pending"], []
+    pending, reply["pending"] = [] if reply["quiet"] else reply["pending"], []
     for kind, pieces in itertools.groupby(pending, lambda piece: piece[0]):
-        text = reply.pop("half", "") + "".join(text for _, text in pieces)
+        text = "".join(text for _, text in pieces)
         if "\ud800" <= text[-1:] <= "\udbff":   # an emoji's first half: shown with its second
-            text, reply["half"] = text[:-1], text[-1]
+            text, reply["pending"] = text[:-1], [(kind, text[-1])]
         if text:
             emit(cfg, kind, text=join_surrogates(text))
-
-def end_reply(cfg, reply):
-    """The reply is over (whole, failed or abandoned): pass on what is left, once."""
-    if not reply["quiet"] and not reply["ended"]:
-        reply["ended"] = True
-        pass_on(cfg, reply)
-        emit(cfg, "reply_end", finish=reply["finish"])
 
 def join_surrogates(text):
     """Text with UTF-16 halves joined (an emoji split across chunks); a lone one U+FFFD."""
@@ -509,15 +485,14 @@ def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
     text = join_surrogates("".join(reply["content"]))
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
-    calls = [reply["calls"][i] for i in sorted(reply["calls"])   # by index: as the model meant
-             if reply["calls"][i]["function"]["name"]]
-    for call in calls:   # (Part II makes an id given twice two)
+    calls = [call for _, call in sorted(reply["calls"].items()) if call["function"]["name"]]
+    for call in calls:   # (in index order: as the model meant them)
         call["id"] = call["id"] or "call_" + os.urandom(12).hex()
-        call["function"]["arguments"] = join_surrogates("".join(call["function"]["arguments"]))
-        call["function"]["arguments"] = call["function"]["arguments"] or "{}"
+        arguments = join_surrogates("".join(call["function"]["arguments"]))
+        call["function"]["arguments"] = arguments or "{}"
     if calls:
         message["tool_calls"] = calls
-    message.update(reply["extra"])
+    message.update(reply.get("extra", {}))   # (Part II's: reasoning_content, ...)
     return message
 
 # ----------------------------------------------------------------------------------------
@@ -1011,6 +986,7 @@ def main(argv=None):
 # never replaces a function of it. Part I alone does without:
 #   secrets shown and saved as ***, and kept from commands; invisible characters removed;
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
+#   first_byte_timeout (Part I waits timeout for each read); an error body's message read;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
 #   Ctrl+C twice to quit, history's multi-line entries and 1000 cap, SIGTERM, SIGHUP;
@@ -1229,7 +1205,7 @@ def learn_from(cfg, messages, body, error):
         LEARNED["fixes"].add((cfg["endpoint"], cfg["model"], fix))
         note(cfg, "[%s from now on]" % say, "info")
         return True
-    if error.body == "empty stream" and body["stream"]:   # this call unstreamed: it says why
+    if str(error).endswith("without sending anything") and body["stream"]:   # unstreamed next
         own(cfg)["unstreamed"] = messages[-1]
     return False
 
@@ -1275,12 +1251,18 @@ def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
     reply.setdefault("room", {"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS})
     reply.setdefault("cut", [])   # (room: what the reply may still keep, see room_for)
-    choice = (reply["chunk"].get("choices") or [{}])[0]   # usage: beside it or in it (Moonshot)
-    usage = reply["chunk"].get("usage") or isinstance(choice, dict) and choice.get("usage")
+    reply.setdefault("extra", {})   # (fields of the message beyond Part I's: finish_reply)
+    chunk = reply.get("chunk") or {}
+    choice = (chunk.get("choices") or [{}])[0]   # usage: beside it or in it (Moonshot)
+    usage = chunk.get("usage") or isinstance(choice, dict) and choice.get("usage")
     reply["usage"] = usage if isinstance(usage, dict) else reply.get("usage")   # the last said
     if delta is None:
         return reply_ended(cfg, reply)   # (None)
     if not delta:   # a network read: output, or only keep-alives for too long?
+        if reply["size"] and not reply.get("first"):   # output began: a gap of timeout stalls
+            reply["first"], conn = time.monotonic(), (cfg.get("run") or {}).get("conn")
+            if conn and not conn.response.isclosed():   # (a closed one's socket: EBADF)
+                conn.held.settimeout(cfg["timeout"])
         stalled(cfg, reply)
         return delta
     if isinstance(delta.get("content"), list):   # Mistral's parts: thinking ones, text ones
@@ -1323,7 +1305,7 @@ def reply_ended(cfg, reply):
     emit(cfg, "usage", model=cfg["model"], prompt_tokens=prompt, cached_tokens=cached,
          completion_tokens=completion, estimated=estimated, quiet=reply["quiet"], cost=cost,
          seconds=round(time.monotonic() - reply["asked"], 3),
-         first_output=round(reply["first"] - reply["asked"], 3) if reply["first"] else None)
+         first_output=round(reply["first"] - reply["asked"], 3) if reply.get("first") else None)
 
 def fragment_quirks(reply, fragment, position):
     """A tool-call fragment made fit to merge (Ollama's new id at an index: a new call)."""
@@ -1360,7 +1342,7 @@ def stalled(cfg, reply):
         raise ApiError("the turn's time ran out (max_turn_seconds) mid-reply", "budget")
     if len(reply["line"]) + sum(map(len, reply["data"])) > MAX_EVENT:   # (in bounded memory)
         raise ApiError("the server sent a stream event over %d MB" % (MAX_EVENT >> 20))
-    key, now = "timeout" if reply["first"] else "first_byte_timeout", time.monotonic()
+    key, now = "timeout" if reply.get("first") else "first_byte_timeout", time.monotonic()
     if reply["size"] != reply.setdefault("seen", 0):
         reply["seen"], reply["progress"] = reply["size"], now
     elif now - reply.get("progress", reply["asked"]) > cfg[key]:
@@ -1428,7 +1410,9 @@ def kept(kind, endpoint):
             headers = {k: v for k, v in headers.items() if k.lower() not in names}
             kind.request(self, method, url, body, dict(headers, **self.extra), **more)
 
-        def getresponse(self):
+        def getresponse(self):   # (held: it lets go of the socket at a connection's last reply)
+            self.held = self.sock
+            self.sock.settimeout(self.wait)   # the reply may take first_byte_timeout to begin
             self.response = kind.getresponse(self)   # (None till then: a close() in it closes)
             return self.response
 
@@ -1455,7 +1439,7 @@ def connect_endpoint(cfg):
             login = "%s:%s" % (unquote(proxy.username or ""), unquote(proxy.password or ""))
             auth = {"Proxy-Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
             conn.set_tunnel(url.hostname, default_port(url), auth if proxy.username else {})
-    conn.extra = cfg["headers"]   # (sent by its request())
+    conn.extra, conn.wait = cfg["headers"], cfg["first_byte_timeout"]   # (see Kept)
     (cfg.get("run") or {})["conn"] = conn   # the run's: its failure and its reply's rest
     return conn
 
@@ -2464,8 +2448,11 @@ def learn_window(cfg, text):
 def get_json(cfg, method, path, body=None, root=False, what=None):
     """The JSON answer to a small request; None when it fails (noted when `what` it is for)."""
     import http.client
+    cfg = dict(cfg, first_byte_timeout=cfg["timeout"])   # (a small answer)
+    if root:   # the path from the server's root, not the endpoint's
+        cfg["endpoint"] = re.match(r"[^:/]+://[^/?#]*", cfg["endpoint"]).group()
     try:
-        response = http_request(cfg, method, path, body and json.dumps(body).encode(), root=root)
+        response = http_request(cfg, method, path, body and json.dumps(body).encode())
         data = response.read()   # the whole answer: the connection stays usable
         response.conn.close()    # (kept by the transport; one that fails is not reused)
         if response.status != 200:
