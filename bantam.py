@@ -79,7 +79,6 @@ def first(name, *args):
         result = function(*args)
         if result is not None and result is not False:
             return result
-    return None
 
 class BantamError(Exception):
     """A failure to report in one line; exit_code is what batch mode exits with."""
@@ -234,16 +233,14 @@ def read_text(path, what):
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("%s: cannot read %s: %s" % (path, what, getattr(e, "strerror", 0) or e))
 
-INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of the value
-
 def read_key_values(path):
-    """The key=value lines of a config file: {key: (value, "path:line")}, unknown keys too."""
+    """A config file's key=value lines (a "  # note" cut): {key: (value, "path:line")}, any key."""
     values = {}
     for number, line in enumerate(read_text(path, "config").splitlines(), 1):
         key, sep, value = line.strip().partition("=")
         where = "%s:%d" % (path, number)
         if sep and key.strip() and not key.startswith("#"):
-            values[key.strip().lower()] = (re.sub(INLINE_COMMENT, "", value).strip(), where)
+            values[key.strip().lower()] = (re.sub(r"\s+#.*$", "", value).strip(), where)
         elif line.strip() and not key.startswith("#"):
             raise ConfigError("%s: expected key=value, got %r" % (where, line.strip()[:60]))
     return values
@@ -1004,7 +1001,8 @@ def main(argv=None):
 #   subagents' rail and depth cap; --help's description and notes; /compact's lines;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
 #   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
-#   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
+#   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone;
+#   stderr colored as its own terminal allows, a terminal's open line ended before a note.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import functools     # (Part II's own modules)
