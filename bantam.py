@@ -2710,7 +2710,7 @@ def start_conversation(cfg, args):
 
 def set_config_line(text, key, value):
     """text with key=value appended (the last wins); a ConfigError if it would not read back."""
-    if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
+    if value.strip() != value or re.search(r"\s#", value) or len(value.splitlines()) > 1:
         raise ConfigError("cannot store %r as %s: a value is one line, read without surrounding "
                           "spaces or a ' #' comment" % (value, key))
     return text + "\n" * (text[-1:] not in ("", "\n")) + key + "=" + value + "\n"
@@ -3013,8 +3013,8 @@ class Railed:
         return getattr(self.stream, name)
 
     def write(self, text, flush=False):
-        """text railed (write's color around it kept outside the rail), then written."""
-        color = re.fullmatch(r"(?s)(\033\[[0-9;]*m)(.*)(\033\[0m)", text)   # write's
+        """text railed inside write's color around it, if any, then written."""
+        color = re.fullmatch(r"(?s)(\033\[[0-9;]*m)(.*)(\033\[0m)", text)
         head, text, tail = color.groups() if color else ("", text, "")
         depth = self.at if text == "\n" else self.depth   # (a newline ends its own line)
         if text and depth != self.at:
@@ -3029,8 +3029,7 @@ class Railed:
 ON_STDERR = {"note", "error", "retry", "context", "approval", "changes"}   # show_on_stderr's
 
 def railed(handler):
-    """A handler of VIEWS["plain"]: the rail at its event's depth; stderr's lines in stderr's
-    colors, after a terminal's open stdout line is finished."""
+    """A VIEWS["plain"] handler: railed at its event's depth; stderr's lines as stderr allows."""
     def handle(state, event):
         state["out"].depth = event["depth"]
         if event["type"] in ON_STDERR:
