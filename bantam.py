@@ -19,8 +19,7 @@ import time
 VERSION = "1.2.0"
 USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
 
-# The config schema, parsed by each default's type (Part II adds keys). CHOICES: the words a
-# key allows.
+# The config schema, parsed by each default's type (Part II adds keys); CHOICES: a key's words.
 DEFAULTS = {
     "endpoint": "https://api.openai.com/v1",  # base URL of an OpenAI-compatible API
     "model": "gpt-4o",
@@ -54,8 +53,7 @@ use non-interactive flags instead. Long outputs are cut: read big files in parts
 When you are done, say briefly what you did and what you found.
 """
 
-# The hooks: the only places where Part II acts inside Part I. Each is a list of functions
-# that Part II appends to (empty: Part I alone); hooked() and first() call them.
+# The hooks, the only places where Part II acts inside Part I: lists of functions (empty here).
 HOOKS = {
     "start": [],    # start(convo, args): before the first prompt; an exit status, or None
     "turn": [],     # turn(convo, prompt, go): around one user turn, which go(prompt) runs
@@ -81,7 +79,6 @@ def first(name, *args):
         result = function(*args)
         if result is not None and result is not False:
             return result
-    return None
 
 class BantamError(Exception):
     """A failure to report in one line; exit_code is what batch mode exits with."""
@@ -135,66 +132,55 @@ def plain_view(cfg, handlers=None, out=None, err=None, **more):
     """A view printing traces on out, diagnostics on err (another view: its handlers, state)."""
     out, err = out or sys.stdout, err or sys.stderr
     plain = cfg.get("color") == "never" or any(map(os.environ.get, ("NO_COLOR", "BANTAM_NO_COLOR")))
-    state = {"out": out, "err": err, "tty": out.isatty(), "bol": True, "block": None,
-             "color": not plain and (cfg.get("color") == "always" or out.isatty()),
-             "err_color": not plain and (cfg.get("color") == "always" or err.isatty()),
-             "depth": 0, "cfg": cfg, **more}
-    handlers = handlers or PLAIN
-    return lambda event: handlers.get(event["type"], lambda *_: None)(state, event)
+    state = {"out": out, "err": err, "tty": out.isatty(), "bol": True, "block": None, "cfg": cfg,
+             "color": not plain and (cfg.get("color") == "always" or out.isatty()), **more}
+    return lambda event: (handlers or PLAIN).get(event["type"], lambda *_: None)(state, event)
 
-def write(state, text, style=None, depth=0, raw=False):
-    """Text on out: terminal-safe (unless raw), colored; a subagent's as the view's rail has it."""
-    text = text if raw else terminal_safe(text)
-    text = state["rail"](state, text, depth) if text and state.get("rail") else text
+def write(state, text, style=None):
+    """Text on out, terminal-safe, colored."""
+    text = terminal_safe(text)
     if text:
         state["bol"] = text.endswith("\n")
         state["out"].write(COLORS[style] + text + RESET if style and state["color"] else text)
 
-def end_line(state, depth=None):
+def end_line(state):
     """Finish the current output line, if one is open."""
     if not state["bol"]:
-        write(state, "\n", depth=state["depth"] if depth is None else depth)
+        write(state, "\n")
 
-def close_block(state, event):
-    """End the reasoning block (its closing marker) or the answer's line, if one is open."""
-    if state["block"]:
-        end_line(state, event["depth"])
+def close_block(state, event=None):
+    """Finish the open line; a reasoning block with its closing marker."""
+    end_line(state)
     if state["block"] == "reasoning":
-        write(state, "--- reasoning end ---\n", "marker", event["depth"])
+        write(state, "--- reasoning end ---\n", "marker")
     state["block"] = None
     state["out"].flush()
 
 def show_piece(state, event):
     """A piece of the answer, or of reasoning inside the reasoning markers."""
     if state["block"] != event["type"]:
-        close_block(state, event)
+        close_block(state)
         if event["type"] == "reasoning":
-            end_line(state, event["depth"])
-            write(state, "--- reasoning start ---\n", "marker", event["depth"])
+            write(state, "--- reasoning start ---\n", "marker")
         state["block"] = event["type"]
-    write(state, event["text"], event["type"] if event["type"] == "reasoning" else None,
-          event["depth"])
+    write(state, event["text"], event["type"] if event["type"] == "reasoning" else None)
     state["out"].flush()
 
 def show_tool(state, event):
     """[tool call: name(arguments)], or [tool result: name] and the result."""
-    close_block(state, event)
-    end_line(state, event["depth"])
+    close_block(state)
     if event["type"] == "tool_call":
-        write(state, "[tool call: %s(%s)]\n" % (event["name"], event["arguments"]), "call",
-              event["depth"])
+        write(state, "[tool call: %s(%s)]\n" % (event["name"], event["arguments"]), "call")
     else:
-        write(state, "[tool result: %s]\n" % event["name"], "result", event["depth"])
+        write(state, "[tool result: %s]\n" % event["name"], "result")
         write(state, event["content"] + "\n" * (not event["content"].endswith("\n")),
-              "body" if event["ok"] else "error", event["depth"])
+              "body" if event["ok"] else "error")
     state["out"].flush()
 
 def show_on_stderr(state, text, style="error"):
-    """One line on stderr (a terminal's open stdout line finished first)."""
-    if not state["bol"] and state["tty"]:
-        end_line(state)
+    """One line on stderr (stdout's flushed first)."""
     state["out"].flush()
-    paint, text = COLORS[style] if state["err_color"] else "", terminal_safe(text)
+    paint, text = COLORS[style] if state["color"] else "", terminal_safe(text)
     print(paint + text + (RESET if paint else ""), file=state["err"], flush=True)
 
 def show_output(state, event):
@@ -247,16 +233,14 @@ def read_text(path, what):
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("%s: cannot read %s: %s" % (path, what, getattr(e, "strerror", 0) or e))
 
-INLINE_COMMENT = r"\s+#.*$"   # "key=value  # a note": the note is no part of the value
-
 def read_key_values(path):
-    """The key=value lines of a config file: {key: (value, "path:line")}, unknown keys too."""
+    """A config file's key=value lines (a "  # note" cut): {key: (value, "path:line")}, any key."""
     values = {}
     for number, line in enumerate(read_text(path, "config").splitlines(), 1):
         key, sep, value = line.strip().partition("=")
         where = "%s:%d" % (path, number)
         if sep and key.strip() and not key.startswith("#"):
-            values[key.strip().lower()] = (re.sub(INLINE_COMMENT, "", value).strip(), where)
+            values[key.strip().lower()] = (re.sub(r"\s+#.*$", "", value).strip(), where)
         elif line.strip() and not key.startswith("#"):
             raise ConfigError("%s: expected key=value, got %r" % (where, line.strip()[:60]))
     return values
@@ -993,7 +977,8 @@ def main(argv=None):
 #   subagents' rail and depth cap; --help's description and notes; /compact's lines;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
 #   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
-#   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone.
+#   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone;
+#   stderr colored as its own terminal allows, a terminal's open line ended before a note.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import functools     # (Part II's own modules)
@@ -2712,7 +2697,7 @@ def start_conversation(cfg, args):
 
 def set_config_line(text, key, value):
     """text with key=value appended (the last wins); a ConfigError if it would not read back."""
-    if re.sub(INLINE_COMMENT, "", value).strip() != value or len(value.splitlines()) > 1:
+    if value.strip() != value or re.search(r"\s#", value) or len(value.splitlines()) > 1:
         raise ConfigError("cannot store %r as %s: a value is one line, read without surrounding "
                           "spaces or a ' #' comment" % (value, key))
     return text + "\n" * (text[-1:] not in ("", "\n")) + key + "=" + value + "\n"
@@ -2946,12 +2931,11 @@ def show_approval(state, event):
 def show_call(state, event, text=None):
     """A tool call's trace, [tool call: name(args)], or text; at a terminal, cut to a screen."""
     close_block(state, event)
-    end_line(state, event["depth"])
     columns, rows = shutil.get_terminal_size()
     cut = state["tty"] or text
     text = text or "[tool call: %s(%s)]" % (event["name"], event["arguments"])
     text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"])) if cut else text
-    write(state, text + "\n", "call", event["depth"])
+    write(state, text + "\n", "call")
     state["out"].flush()
 
 def show_status(state, event):
@@ -3006,18 +2990,50 @@ class Guarded:
         self.write(text, True)
         self.rows = rows
 
-def rail(state, text, depth):
-    """write's text of a subagent (depth > 0) on lines of its own, behind a rail per level."""
-    if depth != state["depth"]:
-        text, state["depth"] = ("" if state["bol"] else "\n") + text, depth
-    if depth:
-        pad = "  \u2502 " * depth
-        text = (pad if state["bol"] else "") + text.replace("\n", "\n" + pad)
-        text = text[:-len(pad)] if text.endswith(pad) else text
-    return text
+class Railed:
+    """The plain view's stdout: a subagent's lines (depth > 0) behind a rail per level."""
 
-VIEWS["plain"] = lambda cfg, handlers=None, wrap=None, **more: plain_view(   # Guarded streams
-    cfg, handlers, Guarded(sys.stdout), Guarded(sys.stderr, wrap), rail=rail, **more)
+    def __init__(self, stream):   # depth: the event's; at: the current line's
+        self.stream, self.depth, self.at, self.bol = stream, 0, 0, True
+
+    def __getattr__(self, name):   # (draw, flush, isatty...: the stream's own)
+        return getattr(self.stream, name)
+
+    def write(self, text, flush=False):
+        """text railed inside write's color around it, if any, then written."""
+        color = re.fullmatch(r"(?s)(\033\[[0-9;]*m)(.*)(\033\[0m)", text)
+        head, text, tail = color.groups() if color else ("", text, "")
+        depth = self.at if text == "\n" else self.depth   # (a newline ends its own line)
+        if text and depth != self.at:
+            text, self.at = ("" if self.bol else "\n") + text, depth
+        if text and depth:
+            pad = "  \u2502 " * depth
+            text = (pad if self.bol else "") + text.replace("\n", "\n" + pad)
+            text = text[:-len(pad)] if text.endswith(pad) else text
+        self.bol = text.endswith("\n") if text else self.bol
+        self.stream.write(head + text + tail, flush)
+
+ON_STDERR = {"note", "error", "retry", "context", "approval", "changes"}   # show_on_stderr's
+
+def railed(handler):
+    """A VIEWS["plain"] handler: railed at its event's depth; stderr's lines as stderr allows."""
+    def handle(state, event):
+        state["out"].depth = event["depth"]
+        if event["type"] in ON_STDERR:
+            if not state["bol"] and state["tty"]:
+                end_line(state)
+            state = dict(state, color=state["err_color"])
+        return handler(state, event)
+    return handle
+
+def plain_railed(cfg, handlers=None, wrap=None, **more):
+    """VIEWS["plain"]: the plain view on Guarded streams, railed; stderr colored at a terminal."""
+    plain = cfg.get("color") == "never" or any(map(os.environ.get, ("NO_COLOR", "BANTAM_NO_COLOR")))
+    more["err_color"] = not plain and (cfg.get("color") == "always" or sys.stderr.isatty())
+    return plain_view(cfg, {kind: railed(h) for kind, h in (handlers or PLAIN).items()},
+                      Railed(Guarded(sys.stdout)), Guarded(sys.stderr, wrap), **more)
+
+VIEWS["plain"] = plain_railed
 
 def jsonl_view(stream, cfg):
     """A view writing each event as one JSON line, flushed (a closed pipe stops the run)."""
@@ -3030,17 +3046,23 @@ def jsonl_view(stream, cfg):
                  % getattr(stream, "name", "the event stream"), "warning")
     return view
 
+def write_rendered(state, text, style=None):
+    """Rendered text on out as write writes text, its own escape sequences kept."""
+    if text:
+        state["bol"] = text.endswith("\n")
+        state["out"].write(styled(text, state["color"] and style and COLORS[style]))
+
 def term_text(state, event):
     """A piece of the answer or reasoning rendered, the line in progress previewed (3 rows)."""
     kind, depth = event["type"], event["depth"]
     if state["block"] != kind:
-        md_flush(state, depth)
+        md_flush(state)
         show_piece(state, dict(event, text=""))   # the block opened (reasoning: its marker)
         width = shutil.get_terminal_size()[0] - 4 * depth
         state["md"] = md_start(width, state["color"] and kind == "text")
     rendered = md_feed(state["md"], terminal_safe(event["text"]))
     if rendered:
-        write(state, rendered, "reasoning" if kind == "reasoning" else None, depth, raw=True)
+        write_rendered(state, rendered, "reasoning" if kind == "reasoning" else None)
     text = state["md"]["part"]
     if text and state["bol"]:
         rows = wrap_words(text[-2000:], state["md"]["width"])[-3:]   # a longer line: its end
@@ -3050,11 +3072,11 @@ def term_text(state, event):
     else:
         state["out"].flush()
 
-def md_flush(state, depth):
+def md_flush(state):
     """What the renderer still holds written: the end of the reply, or of its reasoning."""
     if state["md"] is not None:   # (write clears the preview)
-        write(state, md_end(state["md"]), "reasoning" if state["block"] == "reasoning" else None,
-              depth, raw=True)
+        write_rendered(state, md_end(state["md"]), "reasoning" if state["block"] == "reasoning"
+                       else None)
         state["md"] = None
 
 def term_tool_call(state, event):
@@ -3134,33 +3156,33 @@ def settle_output(state, depth):
     total, shown = tool["lines"] + bool(tool["partial"]), len(tool["head"])
     last = min(total - shown, tool["limit"] - shown)   # the lines shown at the end
     for line in tool["head"]:
-        write(state, screen_line(state, line, depth) + "\n", "body", depth)
+        write(state, screen_line(state, line, depth) + "\n", "body")
     if total > shown + last:
-        write(state, "... %d more lines\n" % (total - shown - last), "dim", depth)
+        write(state, "... %d more lines\n" % (total - shown - last), "dim")
     for line in lines[len(lines) - last:]:
-        write(state, screen_line(state, line, depth) + "\n", "body", depth)
+        write(state, screen_line(state, line, depth) + "\n", "body")
 
 def term_tool_result(state, event):
     """A tool's end: a command's lines and exit, a subagent's end, another's result cut."""
     tool, depth = state["tool"], event["depth"]
-    end_line(state, depth)   # (a command's output: its lines are whole)
+    end_line(state)   # (a command's output: its lines are whole)
     end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
     if event["ok"] and tool and end and tool["name"] == "shell_exec":
         settle_output(state, depth)
         summary = "exit %s \u00b7 %.1f s" % (end.group(2), time.monotonic() - tool["started"])
         summary += " \u00b7 " + end.group(1) if end.group(1) else ""
-        write(state, summary + "\n", "dim" if end.group(2) == "0" else "error", depth)
+        write(state, summary + "\n", "dim" if end.group(2) == "0" else "error")
     elif (event["name"] == "run_subagent" and event["ok"]
           and not event["content"].startswith(("error:", "("))):
-        write(state, "\u00bb subagent done\n", "dim", depth)
+        write(state, "\u00bb subagent done\n", "dim")
     else:
         width = max(20, shutil.get_terminal_size()[0] - 4 * depth)
         text = bounded(event["content"].rstrip("\n"), tool["limit"] if tool else 20, width)
-        write(state, text + "\n", "body" if event["ok"] else "error", depth)
+        write(state, text + "\n", "body" if event["ok"] else "error")
         diff = event["ok"] and (tool or {}).get("diff")
         for line in diff.split("\n") if diff else ():
-            write(state, line + "\n", {"+": "result", "-": "error"}.get(line[:1], "body"), depth)
+            write(state, line + "\n", {"+": "result", "-": "error"}.get(line[:1], "body"))
     state["tool"] = None
     state["out"].flush()
 
@@ -3171,7 +3193,7 @@ def wrapped(text):
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
                 output=lambda s, e: show_output(s, dict(e, text=wrapped(e["text"]))),
-                reply_end=lambda s, e: md_flush(s, e["depth"]) or close_block(s, e),
+                reply_end=lambda s, e: md_flush(s) or close_block(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status,   # a command stopped (Ctrl+C): its last lines stay
                 turn_end=lambda s, e: s["tool"] and settle_output(s, e["depth"]) or PLAIN[
