@@ -27,8 +27,7 @@ DEFAULTS = {
     "api_key": "",                 # Bearer token; else BANTAM_API_KEY, else OPENAI_API_KEY
     "stream": True,                # stream the reply as it is generated (SSE)
     "color": "auto",               # auto (when a terminal) | always | never
-    "timeout": 60.0,               # seconds to connect, and between bytes once a reply flows
-    "first_byte_timeout": 300.0,   # seconds to wait for a reply to begin (a model may think long)
+    "timeout": 60.0,               # seconds to connect, and for each read of the reply
     "shell_timeout": 120.0,        # seconds before a shell_exec command's group is killed
     "max_al_iterations": 1000,     # model calls per AL() before it stops
     "backoff": [1.0, 1.0, 2.0, 3.0, 5.0],  # seconds before each retry (Fibonacci)
@@ -988,6 +987,7 @@ import stat
 # Part II adds keys, views, tools, commands, flags to Part I's tables; fills hooks; lists events.
 
 DEFAULTS.update({
+    "first_byte_timeout": 300.0,   # seconds to wait for a reply to begin (a model may think long)
     "headers": {},                 # extra request headers, JSON: {"api-key": "..."} (secret)
     "context_window": 262144,      # tokens, when the server does not say
     "reasoning_effort": "",        # forwarded when set (low | medium | high ...)

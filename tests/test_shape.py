@@ -32,7 +32,7 @@ def part_two_banners(text):
 # elsewhere; lowered as the file shrinks, never raised.
 BUDGET = 3710
 # Part I's (issue 29: 800 is the goal): lowered as hardening moves to Part II, never raised.
-PART_ONE_BUDGET = 981
+PART_ONE_BUDGET = 980
 # Part II's "Approvals and budgets", its banner to the next section's (issue 28): the leash
 # reads a line plainly, and deny, allow, approve and the budgets fit in this many lines.
 APPROVALS = "# Approvals and budgets"
