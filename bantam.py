@@ -868,8 +868,7 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
     "/compact": (cmd_compact, "replace the conversation by a summary of it"),
     "/clear": (cmd_clear, "start a new conversation (the old one stays saved)"),
     "/help": (cmd_help, "show this help"),
-    "/quit": (lambda convo, arg: QUIT, "exit (also /exit, or Ctrl+D on an empty line)"),
-    "/exit": (lambda convo, arg: QUIT, None),
+    "/quit": (lambda convo, arg: QUIT, "exit (or Ctrl+D on an empty line)"),
     "\x03": (lambda convo, arg: show(convo["cfg"], "\n"), None),   # Ctrl+C: the line dropped
 }
 
@@ -991,7 +990,7 @@ def main(argv=None):
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
 #   Ctrl+C twice to quit, history's multi-line entries and 1000 cap, SIGTERM, SIGHUP;
-#   !cmd, mistyped /commands said, --version; first-prompt titles; /save's and /load's checks;
+#   !cmd, /exit, mistyped /commands said, --version; first-prompt titles; /save's, /load's checks;
 #   subagents' rail and depth cap; --help's description and notes; /compact's lines;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
 #   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
@@ -3339,6 +3338,8 @@ def ctrl_c(convo, arg):
         note(convo["cfg"], "[Ctrl+C again within 2 s quits]", "info")
 
 COMMANDS["\x03"] = (ctrl_c, None)
+COMMANDS.update({"/quit": (COMMANDS["/quit"][0], "exit (also /exit, or Ctrl+D on an empty line)"),
+                 "/exit": (COMMANDS["/quit"][0], None)})
 COMMANDS["!"] = (lambda convo, command: run_direct(convo["cfg"], command, sys.stdin.isatty()),
                  "run cmd with bash here, outside the conversation")
 HOOKS["turn"].append(pasted)
