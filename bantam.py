@@ -729,6 +729,7 @@ def save_session(cfg, session, messages, link=True):
     lines = [json.dumps(m, ensure_ascii=False) for m in messages]
     n, written = 1, (session["summary"], list(messages))
     try:
+        os.makedirs(bantam_home("sessions"), mode=0o700, exist_ok=True)   # (a file there: fails)
         while session.get("written") != written:
             sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + "-%d" % n * (n > 1)
             head = dict(id=sid, uid=session["uid"], cwd=os.getcwd(), created_at=session[
@@ -834,12 +835,9 @@ SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end
 def compact(cfg, messages):
     """Replace messages by [system, user: a summary of them]."""
     request = append_user([dict(m) for m in messages], COMPACT_PROMPT)
-    try:
-        summary = chat(cfg, request, False, True)["content"].strip()
-    except ApiError as e:
-        raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
-    if not summary:
-        raise ApiError("compaction failed: the model returned an empty summary")
+    summary = chat(cfg, request, False, True)["content"].strip()
+    if not summary:   # (it would replace the conversation)
+        raise ApiError("the model returned an empty summary")
     emit(cfg, "compaction", before=len(messages), after=2)
     messages[:] = [messages[0], {"role": "user", "content": SUMMARY_HEAD + summary + SUMMARY_END}]
 
@@ -2458,6 +2456,13 @@ def list_models(cfg, quiet=False):
     models = models.get("data", models.get("models")) if isinstance(models, dict) else models
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
+def compacted(cfg, messages):
+    """compact(), a failure said as the compaction's (final, unless waiting may help)."""
+    try:
+        compact(cfg, messages)
+    except ApiError as e:
+        raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
+
 def overflowed(cfg, messages, body, error=None):
     """The request hook after an overflow: a summary request trimmed, or compacted once."""
     if error is None or error.kind != "overflow":
@@ -2479,19 +2484,20 @@ def overflowed(cfg, messages, body, error=None):
     if not fits:
         note(cfg, "[your prompt is more than half the context window: it is summarized]", "warning")
     summed = messages[:-1] if fits and messages[-1].get("content") == prompt else messages
-    compact(cfg, summed)   # (the prompt that fits: not summarized, kept word for word after)
+    compacted(cfg, summed)   # (the prompt that fits: not summarized, kept word for word after)
     messages[:] = summed
     if fits:
         messages[1]["content"] += "\n\nThe request I am working on now, as I wrote it:\n\n" + prompt
     return True
 
 def cmd_compact_said(convo, arg):
-    """/compact, said before and after; refused while there is little to compact."""
+    """/compact, said before and after, a failure as the compaction's; refused when too short."""
     if len(convo["messages"]) < 3:
         raise BantamError("nothing to compact yet")
     show(convo["cfg"], "[compacting...]\n")
     before = len(convo["messages"])
-    cmd_compact(convo, arg)
+    compacted(convo["cfg"], convo["messages"])
+    save_session(convo["cfg"], convo["session"], convo["messages"])
     show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 
 COMMANDS["/compact"] = (cmd_compact_said, COMMANDS["/compact"][1])
