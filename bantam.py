@@ -58,7 +58,7 @@ When you are done, say briefly what you did and what you found.
 # that Part II appends to (empty: Part I alone); hooked() and first() call them.
 HOOKS = {
     "start": [],    # start(convo, args): before the REPL; an exit status ends the run, or None
-    "turn": [],     # turn(convo, prompt, go): around one user turn, which go(prompt) runs
+    "turn": [],     # turn(convo, prompt, go): around a turn, which go(prompt) runs; turn()'s result
     "connect": [],  # connect(cfg): the http.client connection to the endpoint, or None
     "request": [],  # request(cfg, messages, body, error=None): the body; error: True if dealt with
     "delta": [],    # delta(cfg, reply, delta): the delta to merge ({}: no output read; None: end)
