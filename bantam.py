@@ -710,9 +710,8 @@ def add_message(cfg, messages, message):
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions: ~/.bantam/sessions/<id>.json, written whole (0600) at each turn; a message a line
-#   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me", ..., "messages": [
-# autosave.json links to the latest conversation's file: the spec's resume point.
+# Sessions: ~/.bantam/sessions/<id>.json (0600), written whole at each turn: a line of all but
+# the messages, then a message a line; autosave.json links to the latest (the spec's resume point)
 # ----------------------------------------------------------------------------------------
 
 def session_path(sid, ext=".json"):
