@@ -732,8 +732,8 @@ def save_session(cfg, session, messages, link=True):
         while session.get("written") != written:
             sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + "-%d" % n * (n > 1)
             head = dict(id=sid, uid=session["uid"], cwd=os.getcwd(), created_at=session[
-                "created_at"], saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), summary=session[
-                "summary"], count=len(lines), **session.get("head", {}))
+                "created_at"], saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                summary=session["summary"], count=len(lines), **session.get("head", {}))
             text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + \
                 ",\n".join(lines) + "\n]}\n"
             try:
