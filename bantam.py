@@ -54,8 +54,8 @@ When you are done, say briefly what you did and what you found.
 
 # The hooks, the only places where Part II acts inside Part I: lists of functions (empty here).
 HOOKS = {
-    "start": [],    # start(convo, args): before the first prompt; an exit status, or None
-    "turn": [],     # turn(convo, prompt, go): around one user turn, which go(prompt) runs
+    "start": [],    # start(convo, args): before the REPL; an exit status ends the run, or None
+    "turn": [],     # turn(convo, prompt, go): around a turn, which go(prompt) runs; turn()'s result
     "connect": [],  # connect(cfg): the http.client connection to the endpoint, or None
     "request": [],  # request(cfg, messages, body, error=None): the body; error: True if dealt with
     "delta": [],    # delta(cfg, reply, delta): the delta to merge ({}: no output read; None: end)
@@ -668,9 +668,8 @@ def add_message(cfg, messages, message):
 
 
 # ----------------------------------------------------------------------------------------
-# Sessions: ~/.bantam/sessions/<id>.json, written whole (0600) at each turn; a message a line
-#   {"id": "20260808-190038", "uid": "9f2c...", "cwd": "/home/me", ..., "messages": [
-# autosave.json links to the latest conversation's file: the spec's resume point.
+# Sessions: ~/.bantam/sessions/<id>.json (0600), written whole at each turn: a line of all but
+# the messages, then a message a line; autosave.json links to the latest (the spec's resume point)
 # ----------------------------------------------------------------------------------------
 
 def session_path(sid, ext=".json"):
@@ -684,10 +683,6 @@ def new_session(sid=None):
 
 def save_session(cfg, session, messages, link=True):
     """Write the conversation's file unless it holds this (a first save takes a new id)."""
-    title = next((" ".join(m["content"].strip().split("\n")[0].split()) for m in messages
-                  if m["role"] == "user" and isinstance(m.get("content"), str)
-                  and m["content"].strip()), "")
-    session["summary"] = session["summary"] or (title[:57] + "..." if len(title) > 60 else title)
     lines = [json.dumps(m, ensure_ascii=False) for m in messages]
     n, written = 1, (session["summary"], list(messages))
     try:
@@ -695,8 +690,8 @@ def save_session(cfg, session, messages, link=True):
         while session.get("written") != written:
             sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + "-%d" % n * (n > 1)
             head = dict(id=sid, uid=session["uid"], cwd=os.getcwd(), created_at=session[
-                "created_at"], saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), summary=session[
-                "summary"] or "(empty conversation)", count=len(lines), **session.get("head", {}))
+                "created_at"], saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                summary=session["summary"], count=len(lines), **session.get("head", {}))
             text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + \
                 ",\n".join(lines) + "\n]}\n"
             try:
@@ -769,15 +764,9 @@ QUIT = object()
 def cmd_save(convo, arg):
     """/save: a copy of the conversation under a new id, titled by the model."""
     cfg, session = convo["cfg"], convo["session"]
-    if len(convo["messages"]) < 2:   # (a title written for nothing would be made up)
-        raise BantamError("nothing to save yet: the conversation has no prompt")
-    try:
-        title = " ".join(chat(cfg, append_user([dict(m) for m in convo["messages"]],
-                                               SUMMARY_PROMPT), False, True)["content"].split())
-    except ApiError as e:
-        title = ""
-        note(cfg, "[summary: %s; using the first prompt]" % e, "info")
-    session["summary"] = title[:120] or session["summary"]
+    request = append_user([dict(m) for m in convo["messages"]], SUMMARY_PROMPT)
+    title = chat(cfg, request, False, True)["content"]
+    session["summary"] = " ".join(title.split())[:120] or session["summary"]
     copy = dict(new_session(), summary=session["summary"], created_at=session["created_at"])
     save_session(cfg, copy, convo["messages"], link=False)
     show(cfg, "[saved session %s]\n" % copy["id"])
@@ -795,8 +784,6 @@ def cmd_list(convo, arg):
 
 def cmd_load(convo, arg):
     """/load <id>: go on with a saved session (its id or a unique prefix) in its own file."""
-    if not arg:
-        raise BantamError("usage: /load <id or unique prefix> (see /list)")
     convo["session"], convo["messages"][:] = load_session(arg)
     save_session(convo["cfg"], convo["session"], convo["messages"])   # autosave: this one
 
@@ -805,12 +792,9 @@ SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end
 def compact(cfg, messages):
     """Replace messages by [system, user: a summary of them]."""
     request = append_user([dict(m) for m in messages], COMPACT_PROMPT)
-    try:
-        summary = chat(cfg, request, False, True)["content"].strip()
-    except ApiError as e:
-        raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
-    if not summary:
-        raise ApiError("compaction failed: the model returned an empty summary")
+    summary = chat(cfg, request, False, True)["content"].strip()
+    if not summary:   # (it would replace the conversation)
+        raise ApiError("the model returned an empty summary")
     emit(cfg, "compaction", before=len(messages), after=2)
     messages[:] = [messages[0], {"role": "user", "content": SUMMARY_HEAD + summary + SUMMARY_END}]
 
@@ -839,8 +823,7 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
     "/compact": (cmd_compact, "replace the conversation by a summary of it"),
     "/clear": (cmd_clear, "start a new conversation (the old one stays saved)"),
     "/help": (cmd_help, "show this help"),
-    "/quit": (lambda convo, arg: QUIT, "exit (also /exit, or Ctrl+D on an empty line)"),
-    "/exit": (lambda convo, arg: QUIT, None),
+    "/quit": (lambda convo, arg: QUIT, "exit (or Ctrl+D on an empty line)"),
     "\x03": (lambda convo, arg: show(convo["cfg"], "\n"), None),   # Ctrl+C: the line dropped
 }
 
@@ -880,42 +863,35 @@ def setup_readline():
     return readline
 
 def repl(convo):
-    """Read prompts and commands until /quit or end of input."""
-    cfg = convo["cfg"]
+    """Read prompts and commands until /quit or end of input; then save the history."""
     readline = convo.get("readline") or (setup_readline() if sys.stdin.isatty() else None)
-    try:
-        while True:
-            try:
-                line = input("> ")
-            except KeyboardInterrupt:   # Ctrl+C: the command "\x03" (its argument: the line)
-                line = "\x03 " + (readline.get_line_buffer() if readline else "")
-            except EOFError:
-                show(cfg, "\n")
-                break
-            if line.strip() and do_line(convo, line) is QUIT:
-                break
-    finally:
+    while True:
         try:
-            if readline:   # (GNU readline writes the file 0600)
-                readline.write_history_file(history_path())
-        except OSError as e:
-            note(cfg, "warning: cannot save history: %s" % e, "warning")
+            line = input("> ")
+        except KeyboardInterrupt:   # Ctrl+C: the command "\x03" (its argument: the line)
+            line = "\x03 " + (readline.get_line_buffer() if readline else "")
+        except EOFError:
+            show(convo["cfg"], "\n")
+            break
+        if line.strip() and do_line(convo, line) is QUIT:
+            break
+    try:
+        if readline:   # (GNU readline writes the file 0600)
+            readline.write_history_file(history_path())
+    except OSError as e:
+        note(convo["cfg"], "warning: cannot save history: %s" % e, "warning")
 
 def do_line(convo, line):
     """Do one line typed at the REPL: a /command, or a prompt for a turn; QUIT to end."""
-    cfg = convo["cfg"]
+    name, _, arg = line.strip().partition(" ")
     try:
-        name, _, arg = line.strip().partition(" ")
-        if name in COMMANDS or name[:1] in COMMANDS:   # ("!" and the like: Part II's)
-            handler = COMMANDS.get(name) or COMMANDS[name[:1]]
-            return handler[0](convo, arg.strip() if name in COMMANDS else line.strip()[1:])
-        elif re.match(r"/[a-z]+$", name):   # a mistyped command, not a path like /etc/hosts
-            return note(cfg, "unknown command %s (see /help)" % name)
+        if name in COMMANDS:
+            return COMMANDS[name][0](convo, arg.strip())
         turn(convo, line)
     except KeyboardInterrupt:
-        note(cfg, "[interrupted]")
+        note(convo["cfg"], "[interrupted]")
     except BantamError as e:
-        emit(cfg, "error", message=str(e))
+        emit(convo["cfg"], "error", message=str(e))
 
 FLAGS = []   # functions adding Part II's options to the argparse parser
 
@@ -927,7 +903,6 @@ def parse_args(argv):
                         help="run one turn with the prompt in this file ('-': stdin)")
     for add_flags in FLAGS:
         add_flags(parser)
-    parser.add_argument("--version", action="version", version="bantam " + VERSION)
     return parser.parse_args(argv)
 
 def read_prompt(path):
@@ -945,15 +920,14 @@ def main(argv=None):
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
         cfg["run"] = {"emit": VIEWS["plain"](cfg), "depth": 0}   # the run's sink
-        status = first("start", convo, args)   # Part II: the trust rule, its flags, its views
+        status = first("start", convo, args)   # Part II: its flags, views, -p's turn...
         if status is not None:
             return status
-        if args.prompt_file is None and convo.get("prompt") is None:
+        if args.prompt_file is None:
             repl(convo)
-            return 0
-        turn(convo, convo["prompt"] if convo.get("prompt") is not None else read_prompt(
-            args.prompt_file))
-        return convo.get("status", 0)
+        else:
+            turn(convo, read_prompt(args.prompt_file))
+        return 0
     except KeyboardInterrupt:
         note(cfg, "[interrupted]")
         return 130
@@ -965,14 +939,14 @@ def main(argv=None):
         if convo and len(convo["messages"]) > 1:
             save_session(convo["cfg"], convo["session"], convo["messages"])
 
-# Here ends Part I: all of Bantam. Part II joins it only through its tables and HOOKS, and
-# never replaces a function of it. Part I alone does without:
+# Here ends Part I: all of Bantam. Part I alone does without:
 #   secrets shown and saved as ***, and kept from commands; invisible characters removed;
 #   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
 #   first_byte_timeout (Part I waits timeout for each read); an error body's message read;
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
 #   Ctrl+C twice to quit, history's multi-line entries and 1000 cap, SIGTERM, SIGHUP;
+#   !cmd, /exit, mistyped /commands said, --version; first-prompt titles; /save's, /load's checks;
 #   subagents' rail and depth cap; --help's description and notes; /compact's lines;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
 #   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
@@ -2453,6 +2427,13 @@ def list_models(cfg, quiet=False):
     models = models.get("data", models.get("models")) if isinstance(models, dict) else models
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
+def compacted(cfg, messages):
+    """compact(), a failure said as the compaction's (final, unless waiting may help)."""
+    try:
+        compact(cfg, messages)
+    except ApiError as e:
+        raise ApiError("compaction failed: %s" % e, "retry" if e.kind == "retry" else "fatal")
+
 def overflowed(cfg, messages, body, error=None):
     """The request hook after an overflow: a summary request trimmed, or compacted once."""
     if error is None or error.kind != "overflow":
@@ -2474,19 +2455,20 @@ def overflowed(cfg, messages, body, error=None):
     if not fits:
         note(cfg, "[your prompt is more than half the context window: it is summarized]", "warning")
     summed = messages[:-1] if fits and messages[-1].get("content") == prompt else messages
-    compact(cfg, summed)   # (the prompt that fits: not summarized, kept word for word after)
+    compacted(cfg, summed)   # (the prompt that fits: not summarized, kept word for word after)
     messages[:] = summed
     if fits:
         messages[1]["content"] += "\n\nThe request I am working on now, as I wrote it:\n\n" + prompt
     return True
 
 def cmd_compact_said(convo, arg):
-    """/compact, said before and after; refused while there is little to compact."""
+    """/compact, said before and after, a failure as the compaction's; refused when too short."""
     if len(convo["messages"]) < 3:
         raise BantamError("nothing to compact yet")
     show(convo["cfg"], "[compacting...]\n")
     before = len(convo["messages"])
-    cmd_compact(convo, arg)
+    compacted(convo["cfg"], convo["messages"])
+    save_session(convo["cfg"], convo["session"], convo["messages"])
     show(convo["cfg"], "[compacted %d messages into a summary]\n" % before)
 
 COMMANDS["/compact"] = (cmd_compact_said, COMMANDS["/compact"][1])
@@ -2621,6 +2603,31 @@ def ago(when):
     return next(("%d %s ago" % (seconds // size, unit) for unit, size in (
         ("d", 86400), ("h", 3600), ("min", 60)) if seconds >= size), "just now")
 
+def titled(convo, prompt, go):
+    """The turn hook (innermost): an untitled conversation takes its first prompt's first line."""
+    title, session = " ".join(prompt.strip().split("\n")[0].split()), convo["session"]
+    session["summary"] = session["summary"] or (title[:57] + "..." if len(title) > 60 else title)
+    return go(prompt)
+
+def cmd_save_titled(convo, arg):
+    """/save, refused before a prompt; if the model gives no title, the first prompt's is used."""
+    cfg, session = convo["cfg"], convo["session"]
+    if len(convo["messages"]) < 2:   # (a title written for nothing would be made up)
+        raise BantamError("nothing to save yet: the conversation has no prompt")
+    try:
+        return cmd_save(convo, arg)
+    except ApiError as e:
+        note(cfg, "[summary: %s; using the first prompt]" % e, "info")
+    copy = dict(new_session(), summary=session["summary"], created_at=session["created_at"])
+    save_session(cfg, copy, convo["messages"], link=False)
+    show(cfg, "[saved session %s]\n" % copy["id"])
+
+def cmd_load_said(convo, arg):
+    """/load <id>, saying which conversation goes on; no id: how to use it."""
+    if not arg:
+        raise BantamError("usage: /load <id or unique prefix> (see /list)")
+    return cmd_load(convo, arg) or resumed(convo)
+
 def cmd_list_newest(convo, arg):
     """/list [all]: the 20 newest sessions (all), * before this folder's, saved how long ago."""
     ids = session_ids()
@@ -2631,7 +2638,7 @@ def cmd_list_newest(convo, arg):
         show(convo["cfg"], "%s %s%s %10s  %4s msgs  %s\n" % (
             "*" if head.get("cwd") == os.getcwd() else " ", name, " " * (pad - len(name)),
             ago(modified(session_path(sid))), head.get("count", "?"),
-            terminal_safe(head.get("summary", "(unreadable)"))))
+            terminal_safe(head.get("summary", "(unreadable)") or "(empty conversation)")))
     if len(shown) < len(ids):
         show(convo["cfg"], "(%d older: /list all shows every one)\n" % (len(ids) - 20))
 
@@ -2660,6 +2667,7 @@ PLAIN["resumed"] = lambda s, e: show_output(s, dict(e, text="[continuing %s: %d 
     % (e["session"], e["messages"], e["ago"], "you: %s\n" % e["prompt"] if e["prompt"] else "",
        e["answer"] + "\n" if e["answer"] else "")))
 HOOKS["load"].append(repair)
+HOOKS["turn"].insert(0, titled)   # (after the prompt's secrets are hidden)
 HOOKS["step"].append(keep_shown_text)
 HOOKS["tool"].insert(0, stopped_calls)   # (before leash adds what the user was told)
 HOOKS["start"].append(lambda convo, args: convo["views"].append(step_saver(convo)))
@@ -2794,7 +2802,8 @@ COMMANDS.update({
     "/endpoint": (lambda convo, arg: cmd_cfg(convo, "endpoint " + arg),   # the API key goes to it
                   "/endpoint [url]: show or switch the API's base URL"),
     "/cfg": (cmd_cfg, "/cfg [key [value]]: show the settings, one, or change one (saved)"),
-    "/load": (lambda convo, arg: cmd_load(convo, arg) or resumed(convo), COMMANDS["/load"][1]),
+    "/load": (cmd_load_said, COMMANDS["/load"][1]),
+    "/save": (cmd_save_titled, COMMANDS["/save"][1]),
     "/list": (cmd_list_newest, "/list [all]: the newest 20 saved sessions (* marks this folder's)"),
 })
 
@@ -3343,6 +3352,8 @@ def ctrl_c(convo, arg):
         note(convo["cfg"], "[Ctrl+C again within 2 s quits]", "info")
 
 COMMANDS["\x03"] = (ctrl_c, None)
+COMMANDS.update({"/quit": (COMMANDS["/quit"][0], "exit (also /exit, or Ctrl+D on an empty line)"),
+                 "/exit": (COMMANDS["/quit"][0], None)})
 COMMANDS["!"] = (lambda convo, command: run_direct(convo["cfg"], command, sys.stdin.isatty()),
                  "run cmd with bash here, outside the conversation")
 HOOKS["turn"].append(pasted)
@@ -3556,6 +3567,7 @@ def more_flags(parser):
     trust("--no-trust", action="store_true", help="an untrusted folder: your own settings, "
           "without asking (BANTAM_TRUST=0)")
     add("--show-config", action="store_true", help="print every setting and its source, then exit")
+    add("--version", action="version", version="bantam " + VERSION)
 
 FLAGS.append(more_flags)
 
@@ -3610,7 +3622,7 @@ def refuse_keyless(convo, prompt, go):
     return go(prompt)
 
 def start(convo, args):
-    """The start hook: the flags' work and every check before a request is paid for."""
+    """The start hook: the flags' work, every check before a request is paid for, a batch turn."""
     import io   # PYTHONUNBUFFERED=1: a short write to a pipe would lose the rest unsaid
     import signal
     if sys.stdout is None:   # `>&-`: the same run would fail the same way again
@@ -3674,13 +3686,14 @@ def start(convo, args):
         note(cfg, cfg["sources"]["trust_note"], "info")
     if not batch and keyless(cfg):   # (refuse_keyless holds the prompts until a key is set)
         note(cfg, "[%s]" % keyless(cfg), "info")
-    convo.update(prompt=prompt, args=args, batch=batch)
+    convo.update(args=args, batch=batch)
     cfg["run"].update(approved=set(), approver=terminal_approver(convo) if sys.stdin.isatty()
                       and sys.stdout.isatty() else None)
-    if not batch and sys.stdin.isatty():
+    if batch:
+        return turn(convo, prompt)   # its exit status: batch_answer's
+    if sys.stdin.isatty():
         setup_terminal(convo)
-    if not batch:
-        resumed(convo)
+    resumed(convo)
 
 def batch_answer(convo, prompt, go):
     """The turn hook: a signal said (see start); in batch mode, -q's answer, the exit status."""
@@ -3698,12 +3711,21 @@ def batch_answer(convo, prompt, go):
     answer += "\n" if answer and not answer.endswith("\n") else ""
     if convo["args"].quiet:
         show(cfg, answer)
-    convo["status"] = BUDGET_EXIT if convo.get("ended") == "budget" else 0 if answer else 1
     if not answer:   # an empty stdout with exit 0 would read as an answer to a script
         note(cfg, "[no answer: the turn ended without one]")
+    return BUDGET_EXIT if convo.get("ended") == "budget" else 0 if answer else 1
+
+def typed(convo, prompt, go):
+    """The turn hook (outermost) of the REPL: !cmd runs with bash; a mistyped /command is said."""
+    name = prompt.strip().partition(" ")[0]
+    if convo.get("batch") or not re.match(r"!|/[a-z]+$", name):   # (a path: /etc/hosts...)
+        return go(prompt)
+    if name.startswith("!"):
+        return COMMANDS["!"][0](convo, prompt.strip()[1:])
+    note(convo["cfg"], "unknown command %s (see /help)" % name)
 
 HOOKS["start"].append(start)
-HOOKS["turn"] += [batch_answer, refuse_keyless]
+HOOKS["turn"] += [batch_answer, refuse_keyless, typed]
 
 
 if __name__ == "__main__":
