@@ -2624,7 +2624,7 @@ def keep_shown_text(cfg, messages, stop):
             INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
 
 def said_how(cfg, messages, stop):
-    """The step hook, last: a run that an exception stops says how (turn_end), and goes on."""
+    """The step hook, last: turn_end for a run an exception stops (which is then raised)."""
     if isinstance(stop, BaseException):
         failed = isinstance(stop, BantamError)
         emit(cfg, "turn_end", status="interrupted" if isinstance(stop, KeyboardInterrupt) else
