@@ -687,7 +687,7 @@ def AL(cfg, messages, on_event=None):
             if status:
                 break
     except BaseException as stop:   # (Part II: a budget's final answer; a cut reply's text)
-        status = first("step", cfg, messages, stop)   # (and turn_end says why it stopped)
+        status = first("step", cfg, messages, stop)   # (turn_end: Part II says how it stopped)
         if not status:
             raise
     emit(cfg, "turn_end", status=status or "done", error=None)
