@@ -525,15 +525,15 @@ def shell_exec(cfg, args):
         raise
 
 def pump_output(cfg, proc, out, until):
-    """Read the output into out (its head and tail) and show it, until it closes, DRAIN_SECONDS
-    after the shell exits, or until; each second, say how long the command has run."""
+    """Read and show the output into out (its head and tail) until it closes, or until."""
     import select
-    started, seconds, exited = time.monotonic(), 0, None
-    while time.monotonic() < until and not (exited and time.monotonic() > exited + DRAIN_SECONDS):
-        if time.monotonic() >= started + seconds + 1:
+    started, seconds = time.monotonic(), 0
+    while time.monotonic() < until:
+        if time.monotonic() >= started + seconds + 1:   # each second: how long it has run
             seconds += 1
             emit(cfg, "tool_progress", seconds=seconds)
-        exited = exited or proc.poll() is not None and time.monotonic()
+        if proc.poll() is not None:   # the shell exited: what it left, for DRAIN_SECONDS more
+            until = min(until, time.monotonic() + DRAIN_SECONDS)
         if select.select([proc.stdout], [], [], 0.1)[0]:
             data = os.read(proc.stdout.fileno(), 1 << 16)
             if not data:
@@ -558,13 +558,12 @@ def run_subagent(cfg, args):
     prompt = args.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         return "error: run_subagent needs a non-empty 'prompt' string"
-    child = [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
-             {"role": "user", "content": prompt}]
-    AL(cfg, child)   # (its failure is the tool's: "error: run_subagent failed: ...")
+    child = AL(cfg, [{"role": "system", "content": cfg["system_prompt"] + CHILD_NOTE},
+                     {"role": "user", "content": prompt}])   # (failing: the tool's error)
     answers = [m["content"] for m in child if m["role"] == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
 
-# The tool table, name -> (schema, function): dispatch and schema (a schema None: an alias).
+# The tool table, name -> (schema, function): what is offered to the model, and run.
 TOOLS = {
     "shell_exec": ({
         "description": "Run a shell command (bash -c) on the user's machine and return its "
@@ -584,10 +583,9 @@ TOOLS = {
 }
 
 def tool_definitions(cfg):
-    """The tools part of a request: those the tools key names (Part II's; without it, all)."""
-    wanted = (cfg.get("tools") or DEFAULTS.get("tools") or ",".join(TOOLS)).split(",")
+    """The tools part of a request: each tool of TOOLS (Part II's request hook picks some)."""
     return [{"type": "function", "function": dict(schema, name=name)}
-            for name, (schema, _) in TOOLS.items() if schema and name in wanted]
+            for name, (schema, _) in TOOLS.items()]
 
 def parse_arguments(call):
     """A call's arguments as a dict, or the error the model reads (they are then stored "{}")."""
@@ -598,22 +596,19 @@ def parse_arguments(call):
             return args
         raise ValueError("expected a JSON object")
     except (ValueError, RecursionError) as e:
-        error = "error: the arguments of %s are not a valid JSON object (%s): %s" % (
-            function["name"], e, function["arguments"][:500])
-    function["arguments"] = "{}"
-    return error
+        text, function["arguments"] = function["arguments"], "{}"
+        return "error: the arguments of %s are not a valid JSON object (%s): %s" % (
+            function["name"], e, text[:500])
 
 def run_tool_call(cfg, call, args):
     """Trace and run one tool call (args: a dict, or an error text): its tool message."""
     name = call["function"]["name"]
     emit(cfg, "tool_call", id=call["id"], name=name, arguments=call["function"]["arguments"])
-    function = TOOLS.get(name, (None, None))[1]   # (an alias's: its enabled tool's)
-    offered = [tool["function"]["name"] for tool in tool_definitions(cfg)]
-    if not any(TOOLS[n][1] is function for n in offered) and not isinstance(args, str):
-        args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(offered))
     args = hooked("tool", args, cfg, call)   # before: the args, or a refusal (a text)
+    if name not in TOOLS and not isinstance(args, str):
+        args = "error: unknown tool %r; the tools are %s" % (name, ", ".join(TOOLS))
     try:
-        result = args if isinstance(args, str) else function(cfg, args)
+        result = args if isinstance(args, str) else TOOLS[name][1](cfg, args)
     except Exception as e:   # a tool's bug is text for the model too, never a crash
         result = "error: %s failed: %s" % (name, e)
     result = hooked("tool", result, cfg, call, args)
@@ -624,8 +619,8 @@ def run_tool_call(cfg, call, args):
 def AL(cfg, messages, on_event=None):
     """The agentic loop: ask, run the tool calls, again until none; messages (events: on_event)."""
     parent = cfg.get("run") or {}   # this run's own cfg: its event sink, its subagent depth
-    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True, own={})
-    run["emit"] = on_event or parent.get("emit") or plain_view(cfg)
+    run = dict(parent, depth=parent["depth"] + 1 if parent.get("loop") else 0, loop=True, own={},
+               emit=on_event or parent.get("emit") or plain_view(cfg))
     cfg, status = dict(cfg, run=run), None
     emit(cfg, "turn_start", messages=len(messages))
     try:
@@ -637,8 +632,6 @@ def AL(cfg, messages, on_event=None):
                 break                                   # never store an empty assistant message
             args = [parse_arguments(call) for call in calls]
             add_message(cfg, messages, reply)
-            if not calls:
-                break
             before = len(messages)
             try:
                 for call, arg in zip(calls, args):
@@ -648,15 +641,12 @@ def AL(cfg, messages, on_event=None):
                     text = run.pop("partial", None) or INTERRUPTED + ": the tool did not finish"
                     add_message(cfg, messages, {"role": "tool", "tool_call_id": call["id"],
                                                 "content": hooked("tool", text, cfg, call, {})})
-            status = first("step", cfg, messages, calls)
+            status = first("step", cfg, messages, calls) if calls else "done"   # (the answer)
             if status:
                 break
     except BaseException as stop:   # (Part II: a budget's final answer; a cut reply's text)
-        status = first("step", cfg, messages, stop)
+        status = first("step", cfg, messages, stop)   # (turn_end: Part II says how it stopped)
         if not status:
-            failed = isinstance(stop, BantamError)
-            emit(cfg, "turn_end", status="interrupted" if isinstance(stop, KeyboardInterrupt) else
-                 "failed" if failed else "stopped", error=str(stop) if failed else None)
             raise
     emit(cfg, "turn_end", status=status or "done", error=None)
     return messages
@@ -2034,13 +2024,27 @@ TOOL_ALIASES = {"bash": "shell_exec", "write_file": "write"}   # other agents' n
 
 def check_tool_names(raw, where):
     """The tools key: comma-separated names of TOOLS (or their other names), normalized."""
-    offered = [name for name, (schema, _) in TOOLS.items() if schema]
+    offered = [name for name in TOOLS if name not in TOOL_ALIASES]
     names = [TOOL_ALIASES.get(n.strip(), n.strip()) for n in raw.split(",") if n.strip()]
     unknown = [n for n in names if n not in offered]
     if unknown:
         raise ConfigError("%s: tools: unknown tool %r (the tools: %s)" % (
             where, unknown[0], ", ".join(offered)))
     return ",".join(dict.fromkeys(names))
+
+def offered_tools(cfg, messages, body, error=None):
+    """The request hook: of TOOLS, those the tools key names are offered to the model."""
+    if error is None and "tools" in body:
+        body["tools"] = [tool for tool in body["tools"]
+                         if tool["function"]["name"] in cfg["tools"].split(",")]
+    return body if error is None else None
+
+def unoffered(cfg, call, args, result=None):
+    """The tool hook: a call of a tool the tools key does not name (by any name) is unknown."""
+    offered, name = cfg["tools"].split(","), call["function"]["name"]
+    if result is None and isinstance(args, dict) and TOOL_ALIASES.get(name, name) not in offered:
+        return "error: unknown tool %r; the tools are %s" % (name, ", ".join(offered))
+    return args if result is None else result
 
 def overwritten(text):
     """Text as a terminal leaves it: of a line redrawn after a \\r, its last state."""
@@ -2059,9 +2063,10 @@ def unhidden_arguments(cfg, reply, delta):
 
 TOOLS.update(write=(WRITE_SCHEMA, lambda cfg, args: sandbox_refusal(cfg, args) or
                     write_tool(cfg, args)))
-TOOLS.update({alias: (None, TOOLS[name][1]) for alias, name in TOOL_ALIASES.items()})
+TOOLS.update({alias: TOOLS[name] for alias, name in TOOL_ALIASES.items()})
 PARSERS.update(tools=check_tool_names, endpoint=normal_endpoint)
-HOOKS["tool"].append(unhidden)
+HOOKS["request"].append(offered_tools)
+HOOKS["tool"] += [unoffered, unhidden]
 HOOKS["delta"].append(unhidden_arguments)
 
 
@@ -2572,6 +2577,13 @@ def keep_shown_text(cfg, messages, stop):
         add_message(cfg, messages, {"role": "assistant", "content": text + "\n" + (
             INTERRUPTED if isinstance(stop, KeyboardInterrupt) else STOPPED)})
 
+def said_how(cfg, messages, stop):
+    """The step hook, last: turn_end for a run an exception stops (which is then raised)."""
+    if isinstance(stop, BaseException):
+        failed = isinstance(stop, BantamError)
+        emit(cfg, "turn_end", status="interrupted" if isinstance(stop, KeyboardInterrupt) else
+             "failed" if failed else "stopped", error=str(stop) if failed else None)
+
 def stopped_calls(cfg, call, args, result=None):
     """The tool hook: a call cut short by a signal, not by Ctrl+C, says that bantam was stopped."""
     stop = sys.exc_info()[1]   # (AL answers the calls a stop left unanswered)
@@ -2668,7 +2680,7 @@ PLAIN["resumed"] = lambda s, e: show_output(s, dict(e, text="[continuing %s: %d 
        e["answer"] + "\n" if e["answer"] else "")))
 HOOKS["load"].append(repair)
 HOOKS["turn"].insert(0, titled)   # (after the prompt's secrets are hidden)
-HOOKS["step"].append(keep_shown_text)
+HOOKS["step"] += [keep_shown_text, said_how]
 HOOKS["tool"].insert(0, stopped_calls)   # (before leash adds what the user was told)
 HOOKS["start"].append(lambda convo, args: convo["views"].append(step_saver(convo)))
 
