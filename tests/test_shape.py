@@ -28,8 +28,9 @@ def part_two_banners(text):
     return [start + m.start() for m in re.finditer(r"^# -{20,}\n# [A-Z]", text[start:], re.M)]
 
 
-# The whole file's budget (issue 28: 3,700 is the goal): a feature pays for its lines with a cut
-# elsewhere; lowered as the file shrinks, never raised.
+# The whole file's budget: at most the design card's 4,000, held at today's count so that a
+# feature pays for its lines with a cut elsewhere. Raised only by moves out of Part I (issue 29:
+# 3,689 to 3,744, the glue of the hooks and tables they go through), never for a feature.
 BUDGET = 3744
 # Part I's (issue 29: 800 is the goal): lowered as hardening moves to Part II, never raised.
 PART_ONE_BUDGET = 944
@@ -43,8 +44,9 @@ class ShapeTests(unittest.TestCase):
     """No denser code, and no more lines: statements stand on lines of their own."""
 
     def test_the_file_is_within_its_budget(self):
-        """bantam.py has at most BUDGET lines."""
+        """bantam.py has at most BUDGET lines, and BUDGET is within the design card's 4,000."""
         count = source().count("\n")
+        self.assertLessEqual(BUDGET, 4000)
         self.assertLessEqual(count, BUDGET, "bantam.py has %d lines; the budget is %d: cut "
                              "something before adding" % (count, BUDGET))
 
