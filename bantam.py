@@ -762,15 +762,11 @@ def cmd_save(convo, arg):
     show(cfg, "[saved session %s]\n" % copy["id"])
 
 def cmd_list(convo, arg):
-    """/list: the saved sessions, newest first: id, when saved, messages, summary."""
+    """/list: the saved sessions, newest first: id, when started, messages, summary."""
     for sid in session_ids():
-        try:
-            with open(session_path(sid), encoding="utf-8") as f:
-                head = dict(json.load(f))
-        except (OSError, ValueError, TypeError):
-            head = {}
-        show(convo["cfg"], "%s  %s  %s msgs  %s\n" % (terminal_safe(sid), head.get("saved_at"),
-             head.get("count"), terminal_safe(head.get("summary", "(unreadable)"))))
+        session, messages = load_session(sid)   # (an unreadable one: said; the list ends there)
+        show(convo["cfg"], terminal_safe("%s  %s  %d msgs  %s\n" % (
+            sid, session["created_at"], len(messages), session["summary"])))
 
 def cmd_load(convo, arg):
     """/load <id>: go on with a saved session (its id or a unique prefix) in its own file."""
@@ -885,16 +881,6 @@ def do_line(convo, line):
 
 FLAGS = []   # functions adding Part II's options to the argparse parser
 
-def parse_args(argv):
-    """The command line (argv, else sys.argv's) as an argparse namespace (a bad option: exit 2)."""
-    import argparse
-    parser = argparse.ArgumentParser(prog="bantam")
-    parser.add_argument("prompt_file", nargs="?", metavar="PROMPT_FILE",
-                        help="run one turn with the prompt in this file ('-': stdin)")
-    for add_flags in FLAGS:
-        add_flags(parser)
-    return parser.parse_args(argv)
-
 def read_prompt(path):
     """The batch prompt: the file's text, or stdin's for '-'."""
     if path == "-":
@@ -905,7 +891,13 @@ def main(argv=None):
     """The REPL without a prompt, batch mode with one: the exit status (the README lists them)."""
     convo, cfg = None, {}
     try:
-        args = parse_args(argv)
+        import argparse   # (a bad option: exit 2)
+        parser = argparse.ArgumentParser(prog="bantam")
+        parser.add_argument("prompt_file", nargs="?", metavar="PROMPT_FILE",
+                            help="run one turn with the prompt in this file ('-': stdin)")
+        for add_flags in FLAGS:
+            add_flags(parser)
+        args = parser.parse_args(argv)
         cfg = load_config(getattr(args, "overrides", None), getattr(args, "config", None))
         convo = {"cfg": cfg, "session": new_session(), "messages": [
             {"role": "system", "content": cfg["system_prompt"]}]}
@@ -937,6 +929,7 @@ def main(argv=None):
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
 #   Ctrl+C twice to quit, history's multi-line entries and 1000 cap, SIGTERM, SIGHUP;
 #   !cmd, /exit, mistyped /commands said, --version; first-prompt titles; /save's, /load's checks;
+#   /list's columns, and past an unreadable session;
 #   subagents' rail and depth cap; --help's description and notes; /compact's lines;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
 #   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
