@@ -928,9 +928,8 @@ def main(argv=None):
 #   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
 #   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
 #   Ctrl+C twice to quit, history's multi-line entries and 1000 cap, SIGTERM, SIGHUP;
-#   !cmd, /exit, mistyped /commands said, --version; first-prompt titles; /save's, /load's checks;
-#   /list's columns, and past an unreadable session;
-#   subagents' rail and depth cap; --help's description and notes; /compact's lines;
+#   !cmd, /exit, mistyped /commands said; first-prompt titles; /save's, /load's, /list's checks;
+#   subagents' rail and depth cap; --help's description and notes, --version; /compact's lines;
 #   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
 #   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
 #   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone;
