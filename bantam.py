@@ -277,9 +277,8 @@ def load_config(overrides=None, config_file=None):
     cfg = {"sources": {"layers": layers, "config_file": own}}
     for key in DEFAULTS:
         found = [v for _, layer in layers for v in [layer.get(key)] if v and v[0] not in ("", "-")]
-        raw, where = found[0] if found else (None, "default")
-        cfg[key] = DEFAULTS[key] if raw is None else parse_value(key, raw, where) if isinstance(
-            raw, str) else raw
+        raw, where = found[0] if found else (DEFAULTS[key], "default")
+        cfg[key] = parse_value(key, raw, where) if found and isinstance(raw, str) else raw
         cfg["sources"][key] = where
     path = next((p for p in (os.path.abspath("system.txt"), bantam_home("system.txt"))
                  if os.path.isfile(p)), None)   # (the folder's, else the user's)
