@@ -17,7 +17,6 @@ import sys
 import time
 
 VERSION = "1.2.0"
-USER_AGENT = "Mozilla/5.0 (compatible; Bantam/1.0)"
 
 # The config schema, parsed by each default's type (Part II adds keys); CHOICES: a key's words.
 DEFAULTS = {
@@ -278,9 +277,8 @@ def load_config(overrides=None, config_file=None):
     cfg = {"sources": {"layers": layers, "config_file": own}}
     for key in DEFAULTS:
         found = [v for _, layer in layers for v in [layer.get(key)] if v and v[0] not in ("", "-")]
-        raw, where = found[0] if found else (None, "default")
-        cfg[key] = DEFAULTS[key] if raw is None else parse_value(key, raw, where) if isinstance(
-            raw, str) else raw
+        raw, where = found[0] if found else (DEFAULTS[key], "default")
+        cfg[key] = parse_value(key, raw, where) if found and isinstance(raw, str) else raw
         cfg["sources"][key] = where
     path = next((p for p in (os.path.abspath("system.txt"), bantam_home("system.txt"))
                  if os.path.isfile(p)), None)   # (the folder's, else the user's)
@@ -293,19 +291,19 @@ def load_config(overrides=None, config_file=None):
 # The HTTP client: a connection per request, retries, the reply streamed (SSE)
 # ----------------------------------------------------------------------------------------
 
-def http_request(cfg, method, path, body=None):
-    """The response to one request on a new connection, closed by the caller (response.conn)."""
+def http_request(cfg, path, body=None):
+    """The response to body POSTed (None: a GET) on a new connection, closed by the caller."""
     import http.client
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
-    headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream",
-               "Content-Type": "application/json"}
+    headers = {"User-Agent": "Mozilla/5.0 (compatible; Bantam/1.0)",   # (gateways block others)
+               "Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     if cfg["api_key"]:
         headers["Authorization"] = "Bearer " + cfg["api_key"]
     kind = http.client.HTTPConnection if url.scheme == "http" else http.client.HTTPSConnection
     conn = first("connect", cfg) or kind(url.netloc.rpartition("@")[2], timeout=cfg["timeout"])
-    conn.request(method, url.path.rstrip("/") + path + ("?" + url.query if url.query else ""),
-                 body, headers)
+    path = url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
+    conn.request("GET" if body is None else "POST", path, body, headers)
     response = conn.getresponse()
     response.conn = conn
     return response
@@ -340,13 +338,12 @@ def exchange(cfg, body, quiet):
     payload, response = json.dumps(body).encode(), None
     reply = {"content": [], "calls": {}, "quiet": quiet, "finish": None, "pending": [],
              "size": 0, "line": b"", "data": [], "asked": time.monotonic(), "sent": len(payload)}
-    (cfg.get("run") or {})["reply"] = reply   # (the run's: what an interrupt leaves shown)
     try:
         try:
             if not quiet:
                 emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
                      stream=body["stream"])
-            response = http_request(cfg, "POST", "/chat/completions", payload)
+            response = http_request(cfg, "/chat/completions", payload)
             status, kind = response.status, response.getheader("Content-Type") or ""
             if status != 200:   # said with its text (Part II reads the message in it)
                 text = response.read(1 << 20).decode("utf-8", "replace")
@@ -1106,6 +1103,7 @@ def shape_request(cfg, messages, body, error=None):
     """The request hook: the body as this server takes it; after a failure, learn_from's."""
     if error is not None:
         return learn_from(cfg, messages, body, error)
+    (cfg.get("run") or {})["reply"] = None   # (this request's once it answers: shape_delta)
     fixes = {f for e, m, f in LEARNED["fixes"] if (e, m) == (cfg["endpoint"], cfg["model"])}
     body["stream"] = body["stream"] and own(cfg).get("unstreamed") is not messages[-1]
     if body["stream"]:
@@ -1190,6 +1188,7 @@ def said_in(text):
 
 def shape_delta(cfg, reply, delta):
     """The delta hook: a delta as Part I merges it, within the reply's bounds (see HOOKS)."""
+    (cfg.get("run") or {})["reply"] = reply   # the run's: what a failure or Ctrl+C leaves shown
     reply.setdefault("room", {"reasoning": cfg["max_reasoning"], "arguments": MAX_ARGUMENTS})
     reply.setdefault("cut", [])   # (room: what the reply may still keep, see room_for)
     reply.setdefault("extra", {})   # (fields of the message beyond Part I's: finish_reply)
@@ -2379,8 +2378,8 @@ def window_in_use(cfg):
 def discover_window(cfg):
     """The server's window: in the model's /models entry, /props, or /api/show; else None."""
     for ask in (lambda: [e for e in list_models(cfg, quiet=True) if e.get("id") == cfg["model"]],
-                lambda: get_json(cfg, "GET", "/props", root=True),
-                lambda: get_json(cfg, "POST", "/api/show", {"model": cfg["model"]}, root=True)):
+                lambda: get_json(cfg, "/props", root=True),
+                lambda: get_json(cfg, "/api/show", {"model": cfg["model"]}, root=True)):
         text = json.dumps(ask())   # (n_ctx_train is not the window: the "n_ctx" must end)
         for field in (r"num_ctx\s+", r"(?:context_length|context_window|max_model_len|n_ctx)\": "):
             match = re.search(field + r"([1-9]\d*)(?![\d.])", text)
@@ -2401,14 +2400,14 @@ def learn_window(cfg, text):
         LEARNED["windows"][key] = min(window, LEARNED["windows"].get(key) or window)
         LEARNED["told"][key] = LEARNED["windows"][key]
 
-def get_json(cfg, method, path, body=None, root=False, what=None):
+def get_json(cfg, path, body=None, root=False, what=None):
     """The JSON answer to a small request; None when it fails (noted when `what` it is for)."""
     import http.client
     cfg = dict(cfg, first_byte_timeout=cfg["timeout"])   # (a small answer)
     if root:   # the path from the server's root, not the endpoint's
         cfg["endpoint"] = re.match(r"[^:/]+://[^/?#]*", cfg["endpoint"]).group()
     try:
-        response = http_request(cfg, method, path, body and json.dumps(body).encode())
+        response = http_request(cfg, path, body and json.dumps(body).encode())
         data = response.read()   # the whole answer: the connection stays usable
         response.conn.close()    # (kept by the transport; one that fails is not reused)
         if response.status != 200:
@@ -2420,7 +2419,7 @@ def get_json(cfg, method, path, body=None, root=False, what=None):
 
 def list_models(cfg, quiet=False):
     """The entries of GET {endpoint}/models ([] and a note on failure, unless quiet)."""
-    models = get_json(cfg, "GET", "/models", what=None if quiet else "list models")
+    models = get_json(cfg, "/models", what=None if quiet else "list models")
     models = models.get("data", models.get("models")) if isinstance(models, dict) else models
     return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
