@@ -984,7 +984,8 @@ def in_range(key, value, where):
     what = "a comma-separated list of seconds" if values is value else "%s %s" % (
         "a number" if isinstance(value, float) else "a whole number",
         "above 0" if key in POSITIVE else "of 0 or more")
-    raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, value))
+    typed = ",".join("%g" % v for v in values)   # (as it was typed: 0, not 0.0)
+    raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, typed))
 
 PARSERS.update({key: functools.partial(in_range, key) for key, value in DEFAULTS.items()
                 if type(value) in (int, float, list)})

@@ -440,7 +440,8 @@ class UsageErrorTests(CliCase):
         cases = [("temperature=hot", "expected a number"), ("stream=maybe", "expected true or false"),
                  ("max_al_iterations=0", "expected a whole number above 0"),
                  ("temperature=-1", "expected a number of 0 or more"),
-                 ("timeout=0", "expected a number above 0"),   # (0 once made every request fail)
+                 ("timeout=0", "expected a number above 0, got '0'"),   # (0 failed every request)
+                 ("backoff=1,-1", "expected a comma-separated list of seconds, got '1,-1'"),
                  ("shell_timeout=inf", "expected a number above 0"),   # (inf: a traceback)
                  ("backoff=a,b", "expected a comma-separated list of seconds"),
                  ("headers=[1]", "expected a JSON object of strings"),
