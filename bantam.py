@@ -2581,9 +2581,10 @@ def stopped_calls(cfg, call, args, result=None):
     stop = sys.exc_info()[1]   # (AL answers the calls a stop left unanswered)
     if result is None or stop is None or isinstance(stop, KeyboardInterrupt):
         return args if result is None else result
-    return STOPPED + result[len(INTERRUPTED):] if result.startswith(INTERRUPTED) else re.sub(
-        r"\n\[interrupted by the user( after [\d.]+ s: the command's process group was killed\]"
-        r"\n\nexit: -?\d+)$", r"\n[bantam was stopped\1", result)
+    if result.startswith(INTERRUPTED):   # (a call left unanswered)
+        return STOPPED + result[len(INTERRUPTED):]
+    output, said, rest = result.rpartition("\n[interrupted by the user after ")   # its note: last
+    return output + "\n[bantam was stopped after " + rest if said else result
 
 def step_saver(convo):
     """A view saving at each reply and step; a compaction keeps the typed prompt in the head."""
