@@ -1,14 +1,10 @@
 #!/usr/bin/env python3
 """bantam: a tiny command-line AI agent in one standard-library Python file.
 
-Part I is the agent of the Bantam spec, complete on its own: the loop AL(cfg, messages) sends
-the messages to an OpenAI-compatible /chat/completions endpoint, shows the reply as it streams,
-runs the tools it calls and appends their results, until the model calls none. Part II makes it
-a daily tool; it joins Part I only through the tables it extends and the hooks of HOOKS.
-
-Usage:  bantam               interactive REPL (readline, history, /commands)
-        bantam prompt.txt    batch mode: one turn from a file ('-' reads stdin)
-        bantam --help        every option
+Part I is the Bantam spec's agent, complete alone: AL(cfg, messages) asks an OpenAI-compatible
+/chat/completions endpoint, streams the reply, runs the tools it calls, until it calls none.
+Part II makes it a daily tool, joining Part I only through its tables and the hooks of HOOKS.
+Usage: bantam (the REPL), bantam prompt.txt (one turn; '-': stdin), bantam --help.
 """
 import json
 import os
@@ -38,18 +34,15 @@ RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other erro
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
-DEFAULT_SYSTEM = """\
-You are Bantam, a command-line AI agent working on the user's machine.
-
-You have two tools:
-- shell_exec runs a shell command (bash) and returns its output and exit code.
-- run_subagent hands a self-contained sub-task to a fresh copy of yourself and returns its answer.
-
-Work in small, verifiable steps: look before you change things, check the result of every
-command, and fix what fails. Never start interactive programs (editors, pagers, prompts);
-use non-interactive flags instead. Long outputs are cut: read big files in parts.
-When you are done, say briefly what you did and what you found.
-"""
+PROMPTS = {   # the texts Bantam sends (Part II's default system prompt is system.txt's)
+    "system": "You are Bantam, a command-line AI agent: run commands with shell_exec, hand "
+              "self-contained sub-tasks to run_subagent, check every result.\n",
+    "compact": "Summarize this conversation so that it can continue from the summary alone: "
+               "the user's goals and requests, decisions made, facts learned, files and "
+               "commands involved, the current state of the work and the next steps. Be "
+               "complete but concise.",
+    "title": "Write a title for this conversation in at most ten words. Reply with the title only.",
+}
 
 # The hooks, the only places where Part II acts inside Part I: lists of functions (empty here).
 HOOKS = {
@@ -96,10 +89,8 @@ class ApiError(BantamError):
     exit_code = property(lambda self: 1 if self.kind == "retry" else 2)   # 1: try again later
 
 
-# ----------------------------------------------------------------------------------------
-# Events and the plain view: all a run reports is one event, {"type", "depth", ...},
-# passed to the run's sink; a view turns events into output (the README's Events lists them).
-# ----------------------------------------------------------------------------------------
+# ---- Events and the plain view: all a run reports is one event, {"type", "depth", ...},
+#      passed to the run's sink; a view turns events into output (the README lists them).
 
 def emit(cfg, kind, **fields):
     """Pass one event, through the event hook, to the run's sink (outside a run: a plain view)."""
@@ -198,10 +189,8 @@ PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
 VIEWS = {"plain": plain_view}   # views by name: view(cfg) (Part II adds its own)
 
 
-# ----------------------------------------------------------------------------------------
-# Config: each key from the first layer that sets it: the flags, ./model.cfg, then
-# ~/.bantam/model.cfg (or --config FILE), BANTAM_<KEY>, DEFAULTS. Blank or '-' defers.
-# ----------------------------------------------------------------------------------------
+# ---- Config: each key from the first layer that sets it: the flags, ./model.cfg, then
+#      ~/.bantam/model.cfg (or --config FILE), BANTAM_<KEY>, DEFAULTS. Blank or '-' defers.
 
 def bantam_home(*parts):
     """A path under ~/.bantam."""
@@ -282,14 +271,12 @@ def load_config(overrides=None, config_file=None):
         cfg["sources"][key] = where
     path = next((p for p in (os.path.abspath("system.txt"), bantam_home("system.txt"))
                  if os.path.isfile(p)), None)   # (the folder's, else the user's)
-    cfg["system_prompt"] = read_text(path, "system prompt") if path else DEFAULT_SYSTEM
+    cfg["system_prompt"] = read_text(path, "system prompt") if path else PROMPTS["system"]
     cfg["sources"]["system_prompt"] = path or "built-in"
     return cfg
 
 
-# ----------------------------------------------------------------------------------------
-# The HTTP client: a connection per request, retries, the reply streamed (SSE)
-# ----------------------------------------------------------------------------------------
+# ---- The HTTP client: a connection per request, retries, the reply streamed (SSE)
 
 def http_request(cfg, path, body=None):
     """The response to body POSTed (None: a GET) on a new connection, closed by the caller."""
@@ -475,9 +462,7 @@ def finish_reply(reply):
     message.update(reply.get("extra", {}))   # (Part II's: reasoning_content, ...)
     return message
 
-# ----------------------------------------------------------------------------------------
-# The tools (TOOLS: each takes cfg and a dict of arguments, returns a string) and AL, the loop
-# ----------------------------------------------------------------------------------------
+# ---- The tools (TOOLS: each takes cfg and a dict of arguments, returns a string) and AL
 
 SHELL = next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")   # bash, else sh
               if os.access(p, os.X_OK)), "/bin/sh")
@@ -654,10 +639,8 @@ def add_message(cfg, messages, message):
     emit(cfg, "message", message=message)
 
 
-# ----------------------------------------------------------------------------------------
-# Sessions: ~/.bantam/sessions/<id>.json (0600), written whole at each turn: a line of all but
-# the messages, then a message a line; autosave.json links to the latest (the spec's resume point)
-# ----------------------------------------------------------------------------------------
+# ---- Sessions: ~/.bantam/sessions/<id>.json (0600), written whole at each turn: a line of
+#      all but the messages, then a message a line; autosave.json links to the latest one.
 
 def session_path(sid, ext=".json"):
     """The file of session sid."""
@@ -735,23 +718,15 @@ def append_user(messages, content):
     return messages
 
 
-# ----------------------------------------------------------------------------------------
-# Commands: name -> (handler, help); handler(convo, argument) changes convo ({"cfg",
-# "messages", "session"}) in place; it returns QUIT to end the REPL.
-# ----------------------------------------------------------------------------------------
+# ---- Commands: name -> (handler, help); handler(convo, argument) changes convo ({"cfg",
+#      "messages", "session"}) in place; it returns QUIT to end the REPL.
 
-COMPACT_PROMPT = ("Summarize this conversation so that it can continue from the summary alone: "
-                  "the user's goals and requests, decisions made, facts learned, files and "
-                  "commands involved, the current state of the work and the next steps. Be "
-                  "complete but concise.")
-SUMMARY_PROMPT = ("Write a title for this conversation in at most ten words. "
-                  "Reply with the title only.")
 QUIT = object()
 
 def cmd_save(convo, arg):
     """/save: a copy of the conversation under a new id, titled by the model."""
     cfg, session = convo["cfg"], convo["session"]
-    request = append_user([dict(m) for m in convo["messages"]], SUMMARY_PROMPT)
+    request = append_user([dict(m) for m in convo["messages"]], PROMPTS["title"])
     title = chat(cfg, request, False, True)["content"]
     session["summary"] = " ".join(title.split())[:120] or session["summary"]
     copy = dict(new_session(), summary=session["summary"], created_at=session["created_at"])
@@ -774,7 +749,7 @@ SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end
 
 def compact(cfg, messages):
     """Replace messages by [system, user: a summary of them]."""
-    request = append_user([dict(m) for m in messages], COMPACT_PROMPT)
+    request = append_user([dict(m) for m in messages], PROMPTS["compact"])
     summary = chat(cfg, request, False, True)["content"].strip()
     if not summary:   # (it would replace the conversation)
         raise ApiError("the model returned an empty summary")
@@ -811,9 +786,7 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
 }
 
 
-# ----------------------------------------------------------------------------------------
-# The REPL and main
-# ----------------------------------------------------------------------------------------
+# ---- The REPL and main
 
 def turn(convo, prompt, wraps=None):
     """One user turn inside the turn hooks (the last outermost): append, save, run AL, save."""
@@ -938,6 +911,19 @@ import shutil
 import stat
 
 # Part II adds keys, views, tools, commands, flags to Part I's tables; fills hooks; lists events.
+
+PROMPTS["system"] = """\
+You are Bantam, a command-line AI agent working on the user's machine.
+
+You have two tools:
+- shell_exec runs a shell command (bash) and returns its output and exit code.
+- run_subagent hands a self-contained sub-task to a fresh copy of yourself and returns its answer.
+
+Work in small, verifiable steps: look before you change things, check the result of every
+command, and fix what fails. Never start interactive programs (editors, pagers, prompts);
+use non-interactive flags instead. Long outputs are cut: read big files in parts.
+When you are done, say briefly what you did and what you found.
+"""
 
 DEFAULTS.update({
     "first_byte_timeout": 300.0,   # seconds to wait for a reply to begin (a model may think long)
@@ -2436,7 +2422,7 @@ def overflowed(cfg, messages, body, error=None):
     if error is None or error.kind != "overflow":
         return body if error is None else False
     learn_window(cfg, error.body or str(error))   # (before the prompt is weighed against it)
-    if str(messages[-1].get("content") or "").endswith(COMPACT_PROMPT):   # a summary's
+    if str(messages[-1].get("content") or "").endswith(PROMPTS["compact"]):   # a summary's
         kept = messages[(len(messages) + 1) // 2:-1]   # the newer half
         while kept and kept[0].get("role") == "tool":
             kept.pop(0)
@@ -3651,7 +3637,7 @@ def start(convo, args):
         os.environ["BANTAM_TRUST"] = "0"
     if cfg["sources"]["system_prompt"] == os.path.abspath("system.txt") and not folder_file(
             "system.txt"):   # a symlink out of the folder (said): not its text
-        cfg["sources"]["system_prompt"], cfg["system_prompt"] = "built-in", DEFAULT_SYSTEM
+        cfg["sources"]["system_prompt"], cfg["system_prompt"] = "built-in", PROMPTS["system"]
     settle(cfg)
     hide_secrets(cfg)
     if args.show_config:

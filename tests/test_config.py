@@ -262,7 +262,7 @@ class SystemPromptTests(ConfigCase):
         """With no system.txt anywhere, the built-in prompt is sent, and it is the top-level system.txt."""
         with open(os.path.join(ROOT, "system.txt"), encoding="utf-8") as f:
             shipped = f.read()
-        self.assertEqual(load_bantam_module().DEFAULT_SYSTEM, shipped)
+        self.assertEqual(load_bantam_module().PROMPTS["system"], shipped)
         self.ok_turn()
         self.assertEqual(self.system_sent(), shipped)
 

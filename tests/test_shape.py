@@ -33,7 +33,7 @@ def part_two_banners(text):
 # 3,689 to 3,737, the glue of the hooks and tables they go through), never for a feature.
 BUDGET = 3737
 # Part I's (issue 29: 800 is the goal): lowered as hardening moves to Part II, never raised.
-PART_ONE_BUDGET = 933
+PART_ONE_BUDGET = 906
 # Part II's "Approvals and budgets", its banner to the next section's (issue 28): the leash
 # reads a line plainly, and deny, allow, approve and the budgets fit in this many lines.
 APPROVALS = "# Approvals and budgets"
@@ -72,7 +72,7 @@ class ShapeTests(unittest.TestCase):
         """One blank line between definitions, two only before a section's banner (or the main
         guard): the file reads one way from top to bottom."""
         found = [text.count("\n", 0, m.start()) + 4 for text in [source()]
-                 for m in re.finditer(r"\n\n\n(?!# -{20}|# ={4}|if __name__)", text)]
+                 for m in re.finditer(r"\n\n\n(?!# -{4}|# ={4}|if __name__)", text)]
         self.assertEqual(found, [], "two blank lines before these lines of bantam.py")
 
     def test_no_statements_are_joined_with_semicolons(self):
