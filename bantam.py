@@ -85,7 +85,6 @@ class ApiError(BantamError):
     def __init__(self, message, kind="fatal", status=None, body="", headers=None):
         BantamError.__init__(self, message)
         self.kind, self.status, self.body, self.headers = kind, status, body, headers or {}
-
     exit_code = property(lambda self: 1 if self.kind == "retry" else 2)   # 1: try again later
 
 
@@ -126,11 +125,12 @@ def plain_view(cfg, handlers=None, out=None, err=None, **more):
     return lambda event: (handlers or PLAIN).get(event["type"], lambda *_: None)(state, event)
 
 def write(state, text, style=None):
-    """Text on out, terminal-safe, colored."""
+    """Text on out, terminal-safe, colored, flushed."""
     text = terminal_safe(text)
     if text:
         state["bol"] = text.endswith("\n")
         state["out"].write(COLORS[style] + text + RESET if style and state["color"] else text)
+        state["out"].flush()
 
 def end_line(state):
     """Finish the current output line, if one is open."""
@@ -143,7 +143,6 @@ def close_block(state, event=None):
     if state["block"] == "reasoning":
         write(state, "--- reasoning end ---\n", "marker")
     state["block"] = None
-    state["out"].flush()
 
 def show_piece(state, event):
     """A piece of the answer, or of reasoning inside the reasoning markers."""
@@ -153,7 +152,6 @@ def show_piece(state, event):
             write(state, "--- reasoning start ---\n", "marker")
         state["block"] = event["type"]
     write(state, event["text"], event["type"] if event["type"] == "reasoning" else None)
-    state["out"].flush()
 
 def show_tool(state, event):
     """[tool call: name(arguments)], or [tool result: name] and the result."""
@@ -164,7 +162,6 @@ def show_tool(state, event):
         write(state, "[tool result: %s]\n" % event["name"], "result")
         write(state, event["content"] + "\n" * (not event["content"].endswith("\n")),
               "body" if event["ok"] else "error")
-    state["out"].flush()
 
 def show_on_stderr(state, text, style="error"):
     """One line on stderr (stdout's flushed first)."""
@@ -176,7 +173,6 @@ def show_output(state, event):
     """A command's output, as it is."""
     end_line(state)
     write(state, event["text"])
-    state["out"].flush()
 
 PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
     "reasoning": show_piece, "text": show_piece, "reply_end": close_block,
