@@ -798,16 +798,14 @@ def turn(convo, prompt, wraps=None):
     finally:
         save_session(cfg, session, messages)
 
-def history_path():
-    """The readline history file."""
-    return os.path.join(os.path.expanduser("~"), ".bantam_history")
+HISTORY = "~/.bantam_history"   # the REPL's readline history
 
 def setup_readline():
     """Line editing and history (Ctrl+J: a line break; Enter sends); None without readline."""
     try:
         import readline
         readline.parse_and_bind(r'"\C-j": "\C-v\C-j"')   # quoted-insert of a real newline
-        readline.read_history_file(history_path())
+        readline.read_history_file(os.path.expanduser(HISTORY))
     except ImportError:
         return None
     except OSError:   # (no history yet)
@@ -829,7 +827,7 @@ def repl(convo):
             break
     try:
         if readline:   # (GNU readline writes the file 0600)
-            readline.write_history_file(history_path())
+            readline.write_history_file(os.path.expanduser(HISTORY))
     except OSError as e:
         note(convo["cfg"], "warning: cannot save history: %s" % e, "warning")
 
@@ -888,18 +886,14 @@ def main(argv=None):
             save_session(convo["cfg"], convo["session"], convo["messages"])
 
 # Here ends Part I: all of Bantam. Part I alone does without:
-#   secrets shown and saved as ***, and kept from commands; invisible characters removed;
-#   a kept-alive connection, the server's waits (Retry-After), providers' quirks, proxies;
-#   first_byte_timeout (Part I waits timeout for each read); an error body's message read;
-#   session repair on load, saves at each step, the token line, budgets, compaction on overflow;
-#   trust in a folder's model.cfg, its files' symlinks; approvals and the kernel sandbox;
-#   Ctrl+C twice to quit, history's multi-line entries and 1000 cap, SIGTERM, SIGHUP;
-#   !cmd, /exit, mistyped /commands said; first-prompt titles; /save's, /load's, /list's checks;
-#   subagents' rail and depth cap; --help's description and notes, --version; /compact's lines;
-#   the write tool, Markdown, the terminal view, --jsonl, -c, /undo, the ...requesting... line;
-#   config values' ranges (timeout=0), the endpoint's form, unknown keys warned of; events' "t";
-#   a closed stdin, stdout or stderr; a stdout unbuffered (PYTHONUNBUFFERED), Latin-1 or gone;
-#   stderr colored as its own terminal allows, a terminal's open line ended before a note.
+#   secrets hidden on screen, in sessions and from commands; invisible characters removed;
+#   a kept-alive connection, Retry-After, providers' quirks, proxies, first_byte_timeout;
+#   session repair, saves at each step, the token line, budgets, compaction on overflow;
+#   trust in a folder's files; approvals and the kernel sandbox; the write tool, /undo, /diff;
+#   Markdown and the terminal view, --jsonl, -c, the ...requesting... line, subagents' rail;
+#   Ctrl+C twice to quit, multi-line history, SIGTERM, SIGHUP, !cmd, /exit, /commands' checks;
+#   config values' ranges, unknown keys warned of, --help's notes, --version, automatic titles;
+#   closed or odd stdio (unbuffered, Latin-1, gone), stderr colored as its own terminal allows.
 # ==== Part II: what makes Bantam a daily tool ============================================
 
 import functools     # (Part II's own modules)
@@ -1773,7 +1767,7 @@ def sandbox_roots(cfg):
     roots = [os.getcwd()] * (cfg["sandbox"] == "workspace") + [os.environ.get("TMPDIR") or "/tmp"]
     roots = [os.path.realpath(p) for p in roots + ["/dev/shm"]]
     return [p for p in roots if os.path.isdir(p)], [os.path.realpath(bantam_home()),
-                                                    os.path.realpath(history_path())]
+                                                    os.path.realpath(os.path.expanduser(HISTORY))]
 
 def within(path, folders):
     """Is path one of folders, or beneath one?"""
@@ -3244,7 +3238,7 @@ def setup_terminal(convo):
         count = readline.get_current_history_length()   # the newest 1000
         entries = [readline.get_history_item(i) for i in range(max(1, count - 999), count + 1)]
         try:
-            write_private_file(history_path(), "".join(
+            write_private_file(os.path.expanduser(HISTORY), "".join(
                 e.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for e in entries if e))
         except OSError:   # (said when the REPL wrote it)
             pass
