@@ -813,7 +813,7 @@ def setup_readline():
     return readline
 
 def repl(convo):
-    """Read prompts and commands until /quit or end of input; then save the history."""
+    """Read and do prompts and /commands until /quit or end of input; then save the history."""
     readline = convo.get("readline") or (setup_readline() if sys.stdin.isatty() else None)
     while True:
         try:
@@ -823,25 +823,22 @@ def repl(convo):
         except EOFError:
             show(convo["cfg"], "\n")
             break
-        if line.strip() and do_line(convo, line) is QUIT:
-            break
+        name, _, arg = line.strip().partition(" ")
+        try:
+            if name in COMMANDS:
+                if COMMANDS[name][0](convo, arg.strip()) is QUIT:
+                    break
+            elif line.strip():
+                turn(convo, line)
+        except KeyboardInterrupt:
+            note(convo["cfg"], "[interrupted]")
+        except BantamError as e:
+            emit(convo["cfg"], "error", message=str(e))
     try:
         if readline:   # (GNU readline writes the file 0600)
             readline.write_history_file(os.path.expanduser(HISTORY))
     except OSError as e:
         note(convo["cfg"], "warning: cannot save history: %s" % e, "warning")
-
-def do_line(convo, line):
-    """Do one line typed at the REPL: a /command, or a prompt for a turn; QUIT to end."""
-    name, _, arg = line.strip().partition(" ")
-    try:
-        if name in COMMANDS:
-            return COMMANDS[name][0](convo, arg.strip())
-        turn(convo, line)
-    except KeyboardInterrupt:
-        note(convo["cfg"], "[interrupted]")
-    except BantamError as e:
-        emit(convo["cfg"], "error", message=str(e))
 
 FLAGS = []   # functions adding Part II's options to the argparse parser
 
