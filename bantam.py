@@ -487,7 +487,7 @@ def shell_exec(cfg, args):
         text = pump_output(cfg, proc, out, started + limit)
         return text + "\n\nexit: %d" % proc.wait(started + limit - time.monotonic())
     except BaseException as stop:   # the time is up, Ctrl+C: kill the group
-        with contextlib.suppress(OSError):   # (unless none of it is left)
+        with contextlib.suppress(OSError):   # (none of it may be left)
             os.killpg(proc.pid, signal.SIGKILL)   # the shell and all it started
         text = pump_output(cfg, proc, out, time.monotonic() + DRAIN_SECONDS)   # its last words
         timed_out = isinstance(stop, subprocess.TimeoutExpired)
@@ -625,7 +625,6 @@ def add_message(cfg, messages, message):
     """Append a message to the conversation, and say so."""
     messages.append(message)
     emit(cfg, "message", message=message)
-
 
 # ---- Sessions: ~/.bantam/sessions/<id>.json (0600), written whole at each turn: a line of
 #      all but the messages, then a message a line; autosave.json links to the latest one.
