@@ -466,6 +466,7 @@ SHELL = next((p for p in ("/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash")  
 def shell_exec(cfg, args):
     """Run args["command"] in bash, its own process group, no stdin or pager: output, exit code."""
     import codecs
+    import contextlib
     import signal
     import subprocess
     command = args.get("command")
@@ -483,29 +484,25 @@ def shell_exec(cfg, args):
            "decoder": codecs.getincrementaldecoder("utf-8")("replace")}
     started, limit = time.monotonic(), cfg["shell_timeout"]
     try:
-        pump_output(cfg, proc, out, started + limit)
-        code = proc.wait(started + limit - time.monotonic())
-        return output_text(cfg, out) + "\n\nexit: %d" % code
+        text = pump_output(cfg, proc, out, started + limit)
+        return text + "\n\nexit: %d" % proc.wait(started + limit - time.monotonic())
     except BaseException as stop:   # the time is up, Ctrl+C: kill the group
-        try:
+        with contextlib.suppress(OSError):   # (none of it may be left)
             os.killpg(proc.pid, signal.SIGKILL)   # the shell and all it started
-        except OSError:   # (none of it is left)
-            pass
-        pump_output(cfg, proc, out, time.monotonic() + DRAIN_SECONDS)   # what it printed last
-        why = "timed out after %g s" % limit
-        if not isinstance(stop, subprocess.TimeoutExpired):   # the run stops: its tool message
-            why = "interrupted by the user after %.1f s" % (time.monotonic() - started)
-        text = output_text(cfg, out) + "\n[%s: the command's process group was killed]\n\n" \
-            "exit: %d" % (why, proc.wait())
-        if isinstance(stop, subprocess.TimeoutExpired):
+        text = pump_output(cfg, proc, out, time.monotonic() + DRAIN_SECONDS)   # its last words
+        timed_out = isinstance(stop, subprocess.TimeoutExpired)
+        why = ("timed out after %g s" % limit if timed_out else
+               "interrupted by the user after %.1f s" % (time.monotonic() - started))
+        text += "\n[%s: the command's process group was killed]\n\nexit: %d" % (why, proc.wait())
+        if timed_out:
             return text
-        cfg["run"]["partial"] = text
+        cfg["run"]["partial"] = text   # the run stops: this is the call's tool message
         raise
 
 def pump_output(cfg, proc, out, until):
-    """Read and show the output into out (its head and tail) until it closes, or until."""
+    """Read and show the output into out until it closes, or until: all the model reads of it."""
     import select
-    started, seconds = time.monotonic(), 0
+    started, seconds, most = time.monotonic(), 0, cfg["max_tool_res"]
     while time.monotonic() < until:
         if time.monotonic() >= started + seconds + 1:   # each second: how long it has run
             seconds += 1
@@ -515,17 +512,14 @@ def pump_output(cfg, proc, out, until):
         if select.select([proc.stdout], [], [], 0.1)[0]:
             data = os.read(proc.stdout.fileno(), 1 << 16)
             if not data:
-                return
+                break
             out["size"], out["lines"] = out["size"] + len(data), out["lines"] + data.count(b"\n")
-            out["head"] += data[:max(0, cfg["max_tool_res"] - len(out["head"]))]
-            out["tail"] = (out["tail"] + data)[-cfg["max_tool_res"]:]
+            out["head"] += data[:max(0, most - len(out["head"]))]
+            out["tail"] = (out["tail"] + data)[-most:]
             emit(cfg, "tool_output", text=out["decoder"].decode(data))   # (split characters: whole)
-
-def output_text(cfg, out):
-    """What the model reads of a command's output: all of it, or its head and tail."""
-    keep = max(1, cfg["max_tool_res"] * 2 // 5)
-    if out["size"] <= cfg["max_tool_res"]:
+    if out["size"] <= most:   # all of it, or its head and tail
         return out["head"].decode("utf-8", "replace")
+    keep = max(1, most * 2 // 5)
     head, tail = (b.decode("utf-8", "replace") for b in (out["head"][:keep], out["tail"][-keep:]))
     return "%s\n\n[... output too long: %d bytes, %d lines; showing the first and last %d bytes " \
            "(to read it all, send it to a file and read that in parts) ...]\n\n%s" % (
@@ -541,20 +535,18 @@ def run_subagent(cfg, args):
     answers = [m["content"] for m in child if m["role"] == "assistant" and m.get("content")]
     return answers[-1] if answers else "(the subagent gave no answer)"
 
-# The tool table, name -> (schema, function): what is offered to the model, and run.
-TOOLS = {
-    "shell_exec": ({
-        "description": "Run a shell command (bash -c) on the user's machine and return its "
-                       "combined stdout and stderr followed by the exit code. Non-interactive: "
-                       "stdin is empty and pagers are off. Long output is cut to its head and "
-                       "tail: send it to a file and read that in parts.",
+TOOLS = {   # name -> (schema, function): what is offered to the model, and run
+    "shell_exec": ({"description":
+        "Run a shell command (bash -c) on the user's machine and return its combined stdout and "
+        "stderr followed by the exit code. Non-interactive: stdin is empty and pagers are off. "
+        "Long output is cut to its head and tail: send it to a file and read that in parts.",
         "parameters": {"type": "object", "properties": {"command": {
             "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
             "required": ["command"]}}, shell_exec),
-    "run_subagent": ({
-        "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which "
-                       "has the same tools but none of this conversation. Returns its final "
-                       "answer. Put every detail it needs into the prompt.",
+    "run_subagent": ({"description":
+        "Delegate a self-contained sub-task to a fresh copy of this agent, which has the same "
+        "tools but none of this conversation. Returns its final answer. Put every detail it "
+        "needs into the prompt.",
         "parameters": {"type": "object", "properties": {"prompt": {
             "type": "string", "description": "The complete task for the subagent."}},
             "required": ["prompt"]}}, run_subagent),
@@ -633,7 +625,6 @@ def add_message(cfg, messages, message):
     """Append a message to the conversation, and say so."""
     messages.append(message)
     emit(cfg, "message", message=message)
-
 
 # ---- Sessions: ~/.bantam/sessions/<id>.json (0600), written whole at each turn: a line of
 #      all but the messages, then a message a line; autosave.json links to the latest one.
