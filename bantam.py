@@ -626,8 +626,7 @@ def add_message(cfg, messages, message):
     messages.append(message)
     emit(cfg, "message", message=message)
 
-# ---- Sessions: ~/.bantam/sessions/<id>.json (0600), written whole at each turn: a line of
-#      all but the messages, then a message a line; autosave.json links to the latest one.
+# ---- Sessions: ~/.bantam/sessions/<id>.json (0600): a line of all but the messages, then one each
 
 def session_path(sid, ext=".json"):
     """The file of session sid."""
@@ -635,28 +634,26 @@ def session_path(sid, ext=".json"):
 
 def new_session(sid=None):
     """A conversation not saved yet (a first save gives it an id); uid tells reused ids apart."""
-    return {"id": sid, "uid": os.urandom(8).hex(), "summary": "",
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return dict(id=sid, uid=os.urandom(8).hex(), summary="", created_at=time.strftime("%FT%T%z"))
 
 def save_session(cfg, session, messages, link=True):
     """Write the conversation's file unless it holds this (a first save takes a new id)."""
-    lines = [json.dumps(m, ensure_ascii=False) for m in messages]
+    lines = ",\n".join(json.dumps(m, ensure_ascii=False) for m in messages)
     n, written = 1, (session["summary"], list(messages))
     try:
         os.makedirs(bantam_home("sessions"), mode=0o700, exist_ok=True)   # (a file there: fails)
         while session.get("written") != written:
             sid = session["id"] or time.strftime("%Y%m%d-%H%M%S") + "-%d" % n * (n > 1)
             head = dict(id=sid, uid=session["uid"], cwd=os.getcwd(), created_at=session[
-                "created_at"], saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                summary=session["summary"], count=len(lines), **session.get("head", {}))
-            text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n' + \
-                ",\n".join(lines) + "\n]}\n"
+                "created_at"], saved_at=time.strftime("%FT%T%z"), summary=session["summary"],
+                count=len(messages), **session.get("head", {}))
+            text = json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n%s\n]}\n' % lines
             try:
                 write_private_file(session_path(sid), text, not session["id"])
                 session.update(id=sid, written=written)
             except FileExistsError:   # (exclusive: a new id is never another's)
                 n += 1
-        if link:   # a random name: runs and threads relink at once
+        if link:   # autosave.json: a link to it, renamed from a random name (runs relink at once)
             tmp = session_path(".autosave.%s" % os.urandom(8).hex(), ".tmp")
             os.symlink(session["id"] + ".json", tmp)
             os.replace(tmp, session_path("autosave"))
@@ -668,21 +665,19 @@ def session_ids():
     try:
         files = [f for f in os.scandir(bantam_home("sessions")) if f.name.endswith(".json")
                  and not f.name.startswith(".") and f.name != "autosave.json"]
-        files.sort(key=lambda f: f.stat().st_mtime, reverse=True)
+        return [f.name[:-5] for f in sorted(files, key=lambda f: f.stat().st_mtime, reverse=True)]
     except OSError:   # (no sessions yet; one deleted while they were read: none this time)
         return []
-    return [f.name[:-5] for f in files]
 
 def resolve_session(prefix):
     """The id that is prefix, or the only one starting with it; autosave: the one it links to."""
     if prefix == "autosave" and os.path.islink(session_path("autosave")):
         return os.path.basename(os.readlink(session_path("autosave")))[:-5]
-    ids = session_ids()
-    matches = [i for i in ids if i == prefix] or [i for i in ids if i.startswith(prefix)]
-    if len(matches) != 1:
+    matches = [sid for sid in session_ids() if sid.startswith(prefix)]
+    if prefix not in matches and len(matches) != 1:
         raise ConfigError("%r matches %d sessions: %s" % (prefix, len(matches), ", ".join(
             sorted(matches)[:5])) if matches else "no session matches %r (see /list)" % prefix)
-    return matches[0]
+    return prefix if prefix in matches else matches[0]
 
 def load_session(sid):
     """(session, messages) of conversation sid (or a unique prefix), as the load hooks put them."""
@@ -704,11 +699,10 @@ def append_user(messages, content):
         messages[-1] = dict(messages[-1], content=messages[-1]["content"] + "\n\n" + content)
     return messages
 
+# ---- Commands: name -> (handler, help); handler(convo, arg) changes convo, or returns QUIT
 
-# ---- Commands: name -> (handler, help); handler(convo, argument) changes convo ({"cfg",
-#      "messages", "session"}) in place; it returns QUIT to end the REPL.
-
-QUIT = object()
+QUIT = object()   # (the REPL ends)
+SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
 
 def cmd_save(convo, arg):
     """/save: a copy of the conversation under a new id, titled by the model."""
@@ -731,8 +725,6 @@ def cmd_load(convo, arg):
     """/load <id>: go on with a saved session (its id or a unique prefix) in its own file."""
     convo["session"], convo["messages"][:] = load_session(arg)
     save_session(convo["cfg"], convo["session"], convo["messages"])   # autosave: this one
-
-SUMMARY_HEAD, SUMMARY_END = "Summary of our conversation so far:\n\n", "\n\n[end of summary]"
 
 def compact(cfg, messages):
     """Replace messages by [system, user: a summary of them]."""
@@ -771,7 +763,6 @@ COMMANDS = {   # (Part II adds its own; a help of None: another name, not listed
     "/quit": (lambda convo, arg: QUIT, "exit (or Ctrl+D on an empty line)"),
     "\x03": (lambda convo, arg: show(convo["cfg"], "\n"), None),   # Ctrl+C: the line dropped
 }
-
 
 # ---- The REPL and main
 
