@@ -536,20 +536,12 @@ def run_subagent(cfg, args):
     return answers[-1] if answers else "(the subagent gave no answer)"
 
 TOOLS = {   # name -> (schema, function): what is offered to the model, and run
-    "shell_exec": ({"description":
-        "Run a shell command (bash -c) on the user's machine and return its combined stdout and "
-        "stderr followed by the exit code. Non-interactive: stdin is empty and pagers are off. "
-        "Long output is cut to its head and tail: send it to a file and read that in parts.",
-        "parameters": {"type": "object", "properties": {"command": {
-            "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
-            "required": ["command"]}}, shell_exec),
-    "run_subagent": ({"description":
-        "Delegate a self-contained sub-task to a fresh copy of this agent, which has the same "
-        "tools but none of this conversation. Returns its final answer. Put every detail it "
-        "needs into the prompt.",
-        "parameters": {"type": "object", "properties": {"prompt": {
-            "type": "string", "description": "The complete task for the subagent."}},
-            "required": ["prompt"]}}, run_subagent),
+    "shell_exec": ({"description": "Run a bash command; returns its output and exit code.",
+                    "parameters": {"type": "object", "required": ["command"],
+                                   "properties": {"command": {"type": "string"}}}}, shell_exec),
+    "run_subagent": ({"description": "Hand a self-contained task to a fresh copy of this agent.",
+                      "parameters": {"type": "object", "required": ["prompt"],
+                                     "properties": {"prompt": {"type": "string"}}}}, run_subagent),
 }
 
 def tool_definitions(cfg):
@@ -1014,8 +1006,20 @@ def nested_subagent(cfg, args):
         return "error: subagents may nest only %d deep; do this task yourself" % MAX_SUBAGENT_DEPTH
     return run_subagent(cfg, args)
 
-TOOLS.update(shell_exec=(TOOLS["shell_exec"][0], shell_in_time),
-             run_subagent=(TOOLS["run_subagent"][0], nested_subagent))
+TOOLS.update(shell_exec=({   # (the descriptions a model does best with)
+    "description": "Run a shell command (bash -c) on the user's machine and return its combined "
+                   "stdout and stderr followed by the exit code. Non-interactive: stdin is empty "
+                   "and pagers are off. Long output is cut to its head and tail: send it to a "
+                   "file and read that in parts.",
+    "parameters": {"type": "object", "properties": {"command": {
+        "type": "string", "description": "The command line to run, e.g. \"ls -la src\"."}},
+        "required": ["command"]}}, shell_in_time), run_subagent=({
+    "description": "Delegate a self-contained sub-task to a fresh copy of this agent, which has "
+                   "the same tools but none of this conversation. Returns its final answer. Put "
+                   "every detail it needs into the prompt.",
+    "parameters": {"type": "object", "properties": {"prompt": {
+        "type": "string", "description": "The complete task for the subagent."}},
+        "required": ["prompt"]}}, nested_subagent))
 
 
 # ----------------------------------------------------------------------------------------
