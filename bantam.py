@@ -1,10 +1,8 @@
 #!/usr/bin/env python3
-"""bantam: a tiny command-line AI agent in one standard-library Python file.
+"""bantam: a tiny command-line AI agent in one standard-library Python file (bantam --help).
 
-Part I is the Bantam spec's agent, complete alone: AL(cfg, messages) asks an OpenAI-compatible
-/chat/completions endpoint, streams the reply, runs the tools it calls, until it calls none.
-Part II makes it a daily tool, joining Part I only through its tables and the hooks of HOOKS.
-Usage: bantam (the REPL), bantam prompt.txt (one turn; '-': stdin), bantam --help.
+Part I is the Bantam spec's agent, complete alone; Part II makes it a daily tool, joining Part I
+only through its tables and the hooks of HOOKS.
 """
 import json
 import os
@@ -14,8 +12,7 @@ import time
 
 VERSION = "1.2.0"
 
-# The config schema, parsed by each default's type (Part II adds keys); CHOICES: a key's words.
-DEFAULTS = {
+DEFAULTS = {   # the config schema, parsed by each default's type (Part II adds keys)
     "endpoint": "https://api.openai.com/v1",  # base URL of an OpenAI-compatible API
     "model": "gpt-4o",
     "temperature": 0.7,
@@ -28,24 +25,21 @@ DEFAULTS = {
     "backoff": [1.0, 1.0, 2.0, 3.0, 5.0],  # seconds before each retry (Fibonacci)
     "max_tool_res": 65536,         # bytes of a command's output sent whole; more: head and tail
 }
-CHOICES = {"color": ("auto", "always", "never")}
+CHOICES = {"color": ("auto", "always", "never")}   # a key's words, if it has a list
 PARSERS = {}   # key -> function(value, where): a key's own check after its type's (ValueError)
 RETRY_STATUSES = {408, 409, 429}   # and every 5xx: waiting may help; other errors are final
 DRAIN_SECONDS = 0.25               # read a command's output this long after its shell exits
 CHILD_NOTE = "\n\nImportant: this is a child agent"
 INTERRUPTED = "[interrupted by user]"
-PROMPTS = {   # the texts Bantam sends (Part II's default system prompt is system.txt's)
-    "system": "You are Bantam, a command-line AI agent: run commands with shell_exec, hand "
-              "self-contained sub-tasks to run_subagent, check every result.\n",
-    "compact": "Summarize this conversation so that it can continue from the summary alone: "
-               "the user's goals and requests, decisions made, facts learned, files and "
-               "commands involved, the current state of the work and the next steps. Be "
-               "complete but concise.",
-    "title": "Write a title for this conversation in at most ten words. Reply with the title only.",
-}
+PROMPTS = dict(   # the texts Bantam sends (Part II's default system prompt is system.txt's)
+    system="You are Bantam, a command-line AI agent: run commands with shell_exec, hand "
+           "self-contained sub-tasks to run_subagent, check every result.\n",
+    compact="Summarize this conversation so that it can continue from the summary alone: the "
+            "user's goals and requests, decisions made, facts learned, files and commands "
+            "involved, the current state of the work and the next steps. Be complete but concise.",
+    title="Write a title for this conversation in at most ten words. Reply with the title only.")
 
-# The hooks, the only places where Part II acts inside Part I: lists of functions (empty here).
-HOOKS = {
+HOOKS = {   # the only places where Part II acts inside Part I: lists of functions (empty here)
     "start": [],    # start(convo, args): before the REPL; an exit status ends the run, or None
     "turn": [],     # turn(convo, prompt, go): around a turn, which go(prompt) runs; turn()'s result
     "connect": [],  # connect(cfg): the http.client connection to the endpoint, or None
@@ -81,15 +75,13 @@ class ConfigError(BantamError):
 
 class ApiError(BantamError):
     """A failed model request; kind: retry (waiting may help), fatal, or one of Part II's."""
-
     def __init__(self, message, kind="fatal", status=None, body="", headers=None):
         BantamError.__init__(self, message)
         self.kind, self.status, self.body, self.headers = kind, status, body, headers or {}
     exit_code = property(lambda self: 1 if self.kind == "retry" else 2)   # 1: try again later
 
 
-# ---- Events and the plain view: all a run reports is one event, {"type", "depth", ...},
-#      passed to the run's sink; a view turns events into output (the README lists them).
+# ---- Events and the plain view: a run sends events, {"type", "depth", ...}, to its sink (README)
 
 def emit(cfg, kind, **fields):
     """Pass one event, through the event hook, to the run's sink (outside a run: a plain view)."""
@@ -132,14 +124,15 @@ def write(state, text, style=None):
         state["out"].write(COLORS[style] + text + RESET if style and state["color"] else text)
         state["out"].flush()
 
-def end_line(state):
-    """Finish the current output line, if one is open."""
+def fresh_line(state, text=""):
+    """Finish the current output line, if one is open; then text (a command's output, as it is)."""
     if not state["bol"]:
         write(state, "\n")
+    write(state, text)
 
 def close_block(state, event=None):
     """Finish the open line; a reasoning block with its closing marker."""
-    end_line(state)
+    fresh_line(state)
     if state["block"] == "reasoning":
         write(state, "--- reasoning end ---\n", "marker")
     state["block"] = None
@@ -157,31 +150,23 @@ def show_tool(state, event):
     """[tool call: name(arguments)], or [tool result: name] and the result."""
     close_block(state)
     if event["type"] == "tool_call":
-        write(state, "[tool call: %s(%s)]\n" % (event["name"], event["arguments"]), "call")
-    else:
-        write(state, "[tool result: %s]\n" % event["name"], "result")
-        write(state, event["content"] + "\n" * (not event["content"].endswith("\n")),
-              "body" if event["ok"] else "error")
+        return write(state, "[tool call: %(name)s(%(arguments)s)]\n" % event, "call")
+    write(state, "[tool result: %(name)s]\n" % event, "result")
+    write(state, event["content"] + "\n" * (not event["content"].endswith("\n")),
+          "body" if event["ok"] else "error")
 
 def show_on_stderr(state, text, style="error"):
-    """One line on stderr (stdout's flushed first)."""
-    state["out"].flush()
+    """One line on stderr (write flushes stdout: the lines come in order)."""
     paint, text = COLORS[style] if state["color"] else "", terminal_safe(text)
     print(paint + text + (RESET if paint else ""), file=state["err"], flush=True)
 
-def show_output(state, event):
-    """A command's output, as it is."""
-    end_line(state)
-    write(state, event["text"])
-
-PLAIN = {   # the plain view's handlers, by event type (Part II adds its own)
-    "reasoning": show_piece, "text": show_piece, "reply_end": close_block,
-    "tool_call": show_tool, "tool_result": show_tool, "output": show_output,
-    "turn_end": lambda s, e: e["depth"] or close_block(s, e),
-    "note": lambda s, e: show_on_stderr(s, e["text"], "dim" if e["level"] == "info" else "error"),
-    "error": lambda s, e: show_on_stderr(s, "error: " + e["message"]),
-    "retry": lambda s, e: show_on_stderr(s, "[%s; retry %d/%d in %gs]" % (
-        e["error"], e["attempt"], e["of"], e["wait"]))}
+PLAIN = dict(   # the plain view's handlers, by event type (Part II adds its own)
+    reasoning=show_piece, text=show_piece, reply_end=close_block, tool_call=show_tool,
+    tool_result=show_tool, output=lambda s, e: fresh_line(s, e["text"]),
+    turn_end=lambda s, e: e["depth"] or close_block(s, e),
+    note=lambda s, e: show_on_stderr(s, e["text"], "dim" if e["level"] == "info" else "error"),
+    error=lambda s, e: show_on_stderr(s, "error: " + e["message"]),
+    retry=lambda s, e: show_on_stderr(s, "[%(error)s; retry %(attempt)d/%(of)d in %(wait)gs]" % e))
 VIEWS = {"plain": plain_view}   # views by name: view(cfg) (Part II adds its own)
 
 
@@ -2627,9 +2612,9 @@ def last_answer(messages):
     return next((m["content"] for m in reversed(messages) if m["role"] == "assistant"
                  and isinstance(m.get("content"), str)), "")
 
-PLAIN["resumed"] = lambda s, e: show_output(s, dict(e, text="[continuing %s: %d messages, %s]\n%s%s"
-    % (e["session"], e["messages"], e["ago"], "you: %s\n" % e["prompt"] if e["prompt"] else "",
-       e["answer"] + "\n" if e["answer"] else "")))
+PLAIN["resumed"] = lambda s, e: fresh_line(s, "[continuing %s: %d messages, %s]\n%s%s" % (
+    e["session"], e["messages"], e["ago"], "you: %s\n" % e["prompt"] if e["prompt"] else "",
+    e["answer"] + "\n" if e["answer"] else ""))
 HOOKS["load"].append(repair)
 HOOKS["turn"].insert(0, titled)   # (after the prompt's secrets are hidden)
 HOOKS["step"] += [keep_shown_text, said_how]
@@ -2909,7 +2894,6 @@ def show_call(state, event, text=None):
     text = text or "[tool call: %s(%s)]" % (event["name"], event["arguments"])
     text = bounded(text, max(6, rows - 6), max(20, columns - 4 * event["depth"])) if cut else text
     write(state, text + "\n", "call")
-    state["out"].flush()
 
 def show_status(state, event):
     """...requesting... on a colored terminal (the top level's), erased by the next output."""
@@ -2919,7 +2903,7 @@ def show_status(state, event):
 
 PLAIN.update(context=show_context, approval=show_approval, tool_call=show_call,
              request=show_status)
-QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": show_output,   # -q
+QUIET = {"error": PLAIN["error"], "retry": PLAIN["retry"], "output": PLAIN["output"],   # -q
          "note": lambda s, e: e["level"] == "info" or PLAIN["note"](s, e)}
 
 class OutputClosed(BantamError):
@@ -2993,8 +2977,9 @@ def railed(handler):
     def handle(state, event):
         state["out"].depth = event["depth"]
         if event["type"] in ON_STDERR:
+            state["out"].flush()   # (write_rendered does not flush: its text comes first)
             if not state["bol"] and state["tty"]:
-                end_line(state)
+                fresh_line(state)
             state = dict(state, color=state["err_color"])
         return handler(state, event)
     return handle
@@ -3138,7 +3123,7 @@ def settle_output(state, depth):
 def term_tool_result(state, event):
     """A tool's end: a command's lines and exit, a subagent's end, another's result cut."""
     tool, depth = state["tool"], event["depth"]
-    end_line(state)   # (a command's output: its lines are whole)
+    fresh_line(state)   # (a command's output: its lines are whole)
     end = re.search(r"\n?(?:\n\[([^\n]*): the command's process group was killed\])?"
                     r"\n\nexit: (-?\d+)$", event["content"])   # (timed out, time up)
     if event["ok"] and tool and end and tool["name"] == "shell_exec":
@@ -3165,7 +3150,7 @@ def wrapped(text):
     return "\n".join("\n".join(wrap_words(line, columns)) for line in text.split("\n"))
 
 TERMINAL = dict(PLAIN, text=term_text, reasoning=term_text, tool_call=term_tool_call,
-                output=lambda s, e: show_output(s, dict(e, text=wrapped(e["text"]))),
+                output=lambda s, e: fresh_line(s, wrapped(e["text"])),
                 reply_end=lambda s, e: md_flush(s) or close_block(s, e),
                 tool_output=term_tool_output, tool_result=term_tool_result,
                 tool_progress=tool_status,   # a command stopped (Ctrl+C): its last lines stay
@@ -3418,7 +3403,7 @@ def show_changes(state, event):
 
 def show_diff(state, event):
     """A unified diff, added lines green and removed ones red (plain without colour)."""
-    end_line(state)
+    fresh_line(state)
     for line in event["text"].splitlines(True):
         head = line[:1] * (line[:4] not in ("+++ ", "--- "))
         write(state, line, {"+": "result", "-": "error", "@": "marker"}.get(head))
