@@ -34,9 +34,7 @@ INTERRUPTED = "[interrupted by user]"
 PROMPTS = dict(   # the texts Bantam sends (Part II's default system prompt is system.txt's)
     system="You are Bantam, a command-line AI agent: run commands with shell_exec, hand "
            "self-contained sub-tasks to run_subagent, check every result.\n",
-    compact="Summarize this conversation so that it can continue from the summary alone: the "
-            "user's goals and requests, decisions made, facts learned, files and commands "
-            "involved, the current state of the work and the next steps. Be complete but concise.",
+    compact="Summarize this conversation so that it can go on from the summary alone.",
     title="Write a title for this conversation in at most ten words. Reply with the title only.")
 
 HOOKS = {   # the only places where Part II acts inside Part I: lists of functions (empty here)
@@ -60,10 +58,8 @@ def hooked(name, value, *args):
 
 def first(name, *args):
     """The first result of hook name's functions that is not None or False (0 is one)."""
-    for function in HOOKS[name]:
-        result = function(*args)
-        if result is not None and result is not False:
-            return result
+    results = (function(*args) for function in HOOKS[name])   # (called till one has one)
+    return next((r for r in results if r is not None and r is not False), None)
 
 class BantamError(Exception):
     """A failure to report in one line; exit_code is what batch mode exits with."""
@@ -79,7 +75,6 @@ class ApiError(BantamError):
         BantamError.__init__(self, message)
         self.kind, self.status, self.body, self.headers = kind, status, body, headers or {}
     exit_code = property(lambda self: 1 if self.kind == "retry" else 2)   # 1: try again later
-
 
 # ---- Events and the plain view: a run sends events, {"type", "depth", ...}, to its sink (README)
 
@@ -858,6 +853,10 @@ import stat
 
 # Part II adds keys, views, tools, commands, flags to Part I's tables; fills hooks; lists events.
 
+PROMPTS["compact"] = (
+    "Summarize this conversation so that it can continue from the summary alone: the user's "
+    "goals and requests, decisions made, facts learned, files and commands involved, the current "
+    "state of the work and the next steps. Be complete but concise.")
 PROMPTS["system"] = """\
 You are Bantam, a command-line AI agent working on the user's machine.
 
