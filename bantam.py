@@ -359,7 +359,7 @@ def read_stream(cfg, response, reply):
     block, done, data = True, False, reply["data"]   # (reply's line and data: Part II bounds them)
     while block and not done:
         block = response.read1(65536)   # (b"": the end, which ends a last line and event too)
-        *lines, reply["line"] = (reply["line"] + (block or b"\n\n")).split(b"\n")   # (a part: kept)
+        *lines, reply["line"] = (reply["line"] + (block or b"\n\n")).split(b"\n")
         for line in (line.rstrip(b"\r") for line in lines):
             if line[:5] == b"data:":   # (comments, event:, id:, retry: are skipped)
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
