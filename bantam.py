@@ -339,8 +339,7 @@ def read_stream(cfg, response, reply):
     block, done, data = True, False, reply["data"]   # (reply's line and data: Part II bounds them)
     while block and not done:
         block = response.read1(65536)   # (b"": the end, which ends a last line and event too)
-        lines = (reply["line"] + (block or b"\n\n")).split(b"\n")
-        reply["line"] = lines.pop()
+        *lines, reply["line"] = (reply["line"] + (block or b"\n\n")).split(b"\n")
         for line in (line.rstrip(b"\r") for line in lines):
             if line[:5] == b"data:":   # (comments, event:, id:, retry: are skipped)
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
@@ -382,20 +381,18 @@ def merge_chunk(cfg, reply, chunk, whole=False):
     delta = choice.get("message" if whole else "delta") or choice.get("delta") or {}
     reply["finish"] = choice.get("finish_reason") or reply["finish"]
     delta = hooked("delta", delta, cfg, reply)
-    thought = delta.get("reasoning_content") or delta.get("reasoning")
-    if isinstance(thought, str) and thought:
-        add_piece(reply, "reasoning", thought)
-    if isinstance(delta.get("content"), str) and delta["content"]:
-        add_piece(reply, "text", delta["content"])
+    add_piece(reply, "reasoning", delta.get("reasoning_content") or delta.get("reasoning"))
+    add_piece(reply, "text", delta.get("content"))
     for position, fragment in enumerate(delta.get("tool_calls") or ()):
         merge_tool_call(reply, fragment, position)
 
 def add_piece(reply, kind, text):
-    """Record a piece of the answer (kind text) or of reasoning, shown after the read (pass_on)."""
-    reply["size"] += len(text)
-    if kind == "text":   # (reasoning is shown, not kept)
-        reply["content"].append(text)
-    reply["pending"].append((kind, text))
+    """Record text, if a string, as a piece of the answer (kind text) or of reasoning (pass_on)."""
+    if isinstance(text, str) and text:
+        reply["size"] += len(text)
+        if kind == "text":   # (reasoning is shown, not kept)
+            reply["content"].append(text)
+        reply["pending"].append((kind, text))
 
 def pass_on(cfg, reply):
     """Show the pieces read, a run of one kind in one event (a burst is not a write a piece)."""
@@ -409,34 +406,31 @@ def pass_on(cfg, reply):
             emit(cfg, kind, text=join_surrogates(text))
 
 def join_surrogates(text):
-    """Text with UTF-16 halves joined (an emoji split across chunks); a lone one U+FFFD."""
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    """Text (or its pieces, joined) with UTF-16 halves joined (a split emoji); a lone one U+FFFD."""
+    return "".join(text).encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 def merge_tool_call(reply, fragment, position):
     """Merge a tool-call fragment into the call at its index (else its place in the delta)."""
-    function = fragment.get("function") or {}
     call = reply["calls"].setdefault(fragment.get("index", position), {
         "id": "", "type": "function", "function": {"name": "", "arguments": []}})
+    function, kept = fragment.get("function") or {}, call["function"]
     call["id"] = call["id"] or str(fragment.get("id") or "")
-    reply["size"] += bool(function.get("name") and not call["function"]["name"])
-    call["function"]["name"] = call["function"]["name"] or function.get("name") or ""
-    call["function"]["arguments"].append(function.get("arguments") or "")   # (joined at the end)
-    reply["size"] += len(call["function"]["arguments"][-1])
+    kept["arguments"].append(function.get("arguments") or "")   # (joined at the end)
+    reply["size"] += len(kept["arguments"][-1]) + bool(function.get("name") and not kept["name"])
+    kept["name"] = kept["name"] or function.get("name") or ""
     call.update((k, v) for k, v in fragment.items() if k not in ("index", "id", "type", "function"))
 
 def finish_reply(reply):
     """The assistant message to store, exactly as the API expects it back."""
-    text = join_surrogates("".join(reply["content"]))
+    text = join_surrogates(reply["content"])
     message = {"role": "assistant", "content": text if text.strip() else ""}   # blank is empty
     calls = [call for _, call in sorted(reply["calls"].items()) if call["function"]["name"]]
     for call in calls:   # (in index order: as the model meant them)
         call["id"] = call["id"] or "call_" + os.urandom(12).hex()
-        arguments = join_surrogates("".join(call["function"]["arguments"]))
-        call["function"]["arguments"] = arguments or "{}"
+        call["function"]["arguments"] = join_surrogates(call["function"]["arguments"]) or "{}"
     if calls:
         message["tool_calls"] = calls
-    message.update(reply.get("extra", {}))   # (Part II's: reasoning_content, ...)
-    return message
+    return {**message, **reply.get("extra", {})}   # (Part II's: reasoning_content, ...)
 
 # ---- The tools (TOOLS: each takes cfg and a dict of arguments, returns a string) and AL
 
