@@ -165,8 +165,7 @@ PLAIN = dict(   # the plain view's handlers, by event type (Part II adds its own
 VIEWS = {"plain": plain_view}   # views by name: view(cfg) (Part II adds its own)
 
 
-# ---- Config: each key from the first layer that sets it: the flags, ./model.cfg, then
-#      ~/.bantam/model.cfg (or --config FILE), BANTAM_<KEY>, DEFAULTS. Blank or '-' defers.
+# ---- Config: a key's first layer: flags, ./model.cfg, ~/.bantam/model.cfg (--config), BANTAM_<KEY>
 
 def bantam_home(*parts):
     """A path under ~/.bantam."""
@@ -174,10 +173,9 @@ def bantam_home(*parts):
 
 def write_private_file(path, data, exclusive=False):
     """path replaced at once by data (text), mode 0600; exclusive: only as a new file."""
-    folder, name = os.path.split(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    temp = os.path.join(folder, ".%s.%s.tmp" % (name, os.urandom(4).hex()))
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    import tempfile
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)   # (mkstemp's file: 0600)
+    fd, temp = tempfile.mkstemp(".tmp", "." + os.path.basename(path) + ".", os.path.dirname(path))
     try:
         with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
             f.write(data)
@@ -210,11 +208,7 @@ def read_key_values(path):
 
 def parse_value(key, raw, where):
     """raw parsed by the type of DEFAULTS[key], then by PARSERS[key]; else a ConfigError."""
-    kind, value = type(DEFAULTS[key]), raw
-    what = {bool: "true or false", int: "a whole number", float: "a number", list:
-            "a comma-separated list of seconds", dict: "a JSON object of strings"}.get(kind)
-    if key in CHOICES:
-        what, value = "one of " + ", ".join(CHOICES[key]), raw.lower()
+    kind, value = type(DEFAULTS[key]), raw.lower() if key in CHOICES else raw
     try:
         if kind is bool:   # (another word: a KeyError)
             value = {"true": True, "1": True, "yes": True, "on": True, "false": False,
@@ -227,6 +221,9 @@ def parse_value(key, raw, where):
             raise ValueError
         return PARSERS[key](value, where) if key in PARSERS else value
     except (ValueError, KeyError):
+        what = "one of " + ", ".join(CHOICES[key]) if key in CHOICES else {
+            bool: "true or false", int: "a whole number", float: "a number", list:
+            "a comma-separated list of seconds", dict: "a JSON object of strings"}.get(kind)
         raise ConfigError("%s: %s: expected %s, got %r" % (where, key, what, raw)) from None
 
 def load_config(overrides=None, config_file=None):
@@ -240,7 +237,7 @@ def load_config(overrides=None, config_file=None):
         (name, read_key_values(path)) for name, path in files
         if path == config_file or os.path.isfile(path)] + [("env", environ)]
     cfg = {"sources": {"layers": layers, "config_file": own}}
-    for key in DEFAULTS:
+    for key in DEFAULTS:   # (a blank or '-' value defers to the next layer, then DEFAULTS)
         found = [v for _, layer in layers for v in [layer.get(key)] if v and v[0] not in ("", "-")]
         raw, where = found[0] if found else (DEFAULTS[key], "default")
         cfg[key] = parse_value(key, raw, where) if found and isinstance(raw, str) else raw
@@ -255,7 +252,7 @@ def load_config(overrides=None, config_file=None):
 # ---- The HTTP client: a connection per request, retries, the reply streamed (SSE)
 
 def http_request(cfg, path, body=None):
-    """The response to body POSTed (None: a GET) on a new connection, closed by the caller."""
+    """(connection, response): body POSTed (None: a GET) on a new connection the caller closes."""
     import http.client
     from urllib.parse import urlsplit
     url = urlsplit(cfg["endpoint"])
@@ -267,9 +264,7 @@ def http_request(cfg, path, body=None):
     conn = first("connect", cfg) or kind(url.netloc.rpartition("@")[2], timeout=cfg["timeout"])
     path = url.path.rstrip("/") + path + ("?" + url.query if url.query else "")
     conn.request("GET" if body is None else "POST", path, body, headers)
-    response = conn.getresponse()
-    response.conn = conn
-    return response
+    return conn, conn.getresponse()
 
 def chat(cfg, messages, tools=True, quiet=False):
     """The model's reply to messages, shown unless quiet; a failure of kind retry retried."""
@@ -298,7 +293,7 @@ def chat(cfg, messages, tools=True, quiet=False):
 def exchange(cfg, body, quiet):
     """One request: the assistant message; a network fault or a bad reply is retryable."""
     import http.client
-    payload, response = json.dumps(body).encode(), None
+    payload, conn = json.dumps(body).encode(), None
     reply = {"content": [], "calls": {}, "quiet": quiet, "finish": None, "pending": [],
              "size": 0, "line": b"", "data": [], "asked": time.monotonic(), "sent": len(payload)}
     try:
@@ -306,7 +301,7 @@ def exchange(cfg, body, quiet):
             if not quiet:
                 emit(cfg, "request", model=cfg["model"], messages=len(body["messages"]),
                      stream=body["stream"])
-            response = http_request(cfg, "/chat/completions", payload)
+            conn, response = http_request(cfg, "/chat/completions", payload)
             status, kind = response.status, response.getheader("Content-Type") or ""
             if status != 200:   # said with its text (Part II reads the message in it)
                 text = response.read(1 << 20).decode("utf-8", "replace")
@@ -331,8 +326,8 @@ def exchange(cfg, body, quiet):
         raise ApiError("the server sent a malformed reply (%s: %s)" % (
             type(e).__name__, str(e)[:200]), "retry") from e
     finally:
-        if response is not None:
-            response.conn.close()
+        if conn is not None:
+            conn.close()
 
 def read_stream(cfg, response, reply):
     """Merge a streamed reply (SSE) into reply till [DONE] or its end; each read to the hook."""
@@ -2345,9 +2340,9 @@ def get_json(cfg, path, body=None, root=False, what=None):
     if root:   # the path from the server's root, not the endpoint's
         cfg["endpoint"] = re.match(r"[^:/]+://[^/?#]*", cfg["endpoint"]).group()
     try:
-        response = http_request(cfg, path, body and json.dumps(body).encode())
+        conn, response = http_request(cfg, path, body and json.dumps(body).encode())
         data = response.read()   # the whole answer: the connection stays usable
-        response.conn.close()    # (kept by the transport; one that fails is not reused)
+        conn.close()   # (kept by the transport; one that fails is not reused)
         if response.status != 200:
             raise LookupError("HTTP %d %s" % (response.status, response.reason))
         return json.loads(data)
