@@ -1083,7 +1083,7 @@ def learn_from(cfg, messages, body, error):
 
 def classify(cfg, error):
     """Set an ApiError's kind, message, wait from cause, status, body (True: no first byte)."""
-    if error.__cause__ is not None:   # a failed connection or read
+    if str(error).startswith("network error"):   # a failed connection or read: its cause said
         return network_error(cfg, error)
     text, status, headers = error.body or "", error.status, error.headers
     waits = [float(headers[key]) / unit for key, unit in [("retry-after-ms", 1000),

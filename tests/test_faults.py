@@ -536,6 +536,17 @@ class RetryTests(BantamTestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("gave up after 3 retries", result.stderr)
 
+    def test_a_malformed_reply_is_said_as_one(self):
+        """A 200 whose JSON body does not parse is retried and said as a malformed reply, not
+        as a network error (the connection was fine)."""
+        bad = error(200, body="this is not json")
+        bad["content_type"] = "application/json"
+        self.push(bad, text_stream("finally"))
+        result = self.run_batch("question")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("the server sent a malformed reply", result.stderr)
+        self.assertNotIn("network error", result.stderr)
+
 
 # ---------------------------------------------------------------- session files
 
