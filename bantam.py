@@ -164,7 +164,6 @@ PLAIN = dict(   # the plain view's handlers, by event type (Part II adds its own
     retry=lambda s, e: show_on_stderr(s, "[%(error)s; retry %(attempt)d/%(of)d in %(wait)gs]" % e))
 VIEWS = {"plain": plain_view}   # views by name: view(cfg) (Part II adds its own)
 
-
 # ---- Config: a key's first layer: flags, ./model.cfg, ~/.bantam/model.cfg (--config), BANTAM_<KEY>
 
 def bantam_home(*parts):
@@ -248,7 +247,6 @@ def load_config(overrides=None, config_file=None):
     cfg["sources"]["system_prompt"] = path or "built-in"
     return cfg
 
-
 # ---- The HTTP client: a connection per request, retries, the reply streamed (SSE)
 
 def http_request(cfg, path, body=None):
@@ -272,8 +270,9 @@ def chat(cfg, messages, tools=True, quiet=False):
     while True:
         body = {"model": cfg["model"], "messages": messages, "temperature": cfg["temperature"],
                 "stream": cfg["stream"] and not quiet}
-        if tools:
-            body["tools"] = tool_definitions(cfg)
+        if tools:   # (Part II's request hook offers some)
+            body["tools"] = [{"type": "function", "function": dict(schema, name=name)}
+                             for name, (schema, _) in TOOLS.items()]
         body = hooked("request", body, cfg, messages)
         try:
             return exchange(cfg, body, quiet)
@@ -512,11 +511,6 @@ TOOLS = {   # name -> (schema, function): what is offered to the model, and run
                       "parameters": {"type": "object", "required": ["prompt"],
                                      "properties": {"prompt": {"type": "string"}}}}, run_subagent),
 }
-
-def tool_definitions(cfg):
-    """The tools part of a request: each tool of TOOLS (Part II's request hook picks some)."""
-    return [{"type": "function", "function": dict(schema, name=name)}
-            for name, (schema, _) in TOOLS.items()]
 
 def parse_arguments(call):
     """A call's arguments as a dict, or the error the model reads (they are then stored "{}")."""

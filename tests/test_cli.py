@@ -589,7 +589,8 @@ class ReadmeTests(unittest.TestCase):
         block = re.search(r"`TOOLS`: the names.*?```json\n(.*?)```", text, re.S)
         self.assertIsNotNone(block, "README.md shows no TOOLS block")
         def sent(tools):   # the tools of a request, as the request hook leaves them
-            body = {"tools": bantam.tool_definitions({})}
+            body = {"tools": [{"type": "function", "function": dict(schema, name=name)}
+                              for name, (schema, _) in bantam.TOOLS.items()]}
             return bantam.offered_tools({"tools": tools}, [], body)["tools"]
         self.assertEqual(json.loads(block.group(1)), sent("shell_exec,run_subagent"))
         files = re.search(r"\*\*The write tool\*\*.*?```json\n(.*?)```", text, re.S)
