@@ -322,8 +322,8 @@ def exchange(cfg, body, quiet):
     except (OSError, http.client.HTTPException) as e:
         raise ApiError("network error: %s" % (str(e) or type(e).__name__), "retry") from e
     except (TypeError, AttributeError, LookupError, ValueError, RecursionError) as e:
-        raise ApiError("the server sent a malformed reply (%s: %s)" % (
-            type(e).__name__, str(e)[:200]), "retry") from e
+        raise ApiError("the server sent a malformed reply (%s)" % (
+            str(e)[:200] or type(e).__name__), "retry") from e
     finally:
         if conn is not None:
             conn.close()
@@ -1077,8 +1077,9 @@ def learn_from(cfg, messages, body, error):
 
 def classify(cfg, error):
     """Set an ApiError's kind, message, wait from cause, status, body (True: no first byte)."""
-    if str(error).startswith("network error"):   # a failed connection or read: its cause said
-        return network_error(cfg, error)
+    import http.client
+    if isinstance(error.__cause__, (OSError, http.client.HTTPException)):   # a failed connection
+        return network_error(cfg, error)   # or read (not a malformed reply): its cause said
     text, status, headers = error.body or "", error.status, error.headers
     waits = [float(headers[key]) / unit for key, unit in [("retry-after-ms", 1000),
              ("retry-after", 1)] if re.match(r"\s*\d+(\.\d*)?\s*$", headers.get(key, ""))]

@@ -31,7 +31,7 @@ def part_two_banners(text):
 # The whole file's budget: at most the design card's 4,000, held at today's count so that a
 # feature pays for its lines with a cut elsewhere. Raised only by moves out of Part I (issue 29:
 # 3,689 to 3,737, the glue of the hooks and tables they go through), never for a feature.
-BUDGET = 3663
+BUDGET = 3664
 # Part I's (issue 29: 800 is the goal): lowered as hardening moves to Part II, never raised.
 PART_ONE_BUDGET = 830
 # Part II's "Approvals and budgets", its banner to the next section's (issue 28): the leash
